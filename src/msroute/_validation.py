@@ -1,0 +1,60 @@
+"""Argument checks shared by the public functions (validate once, at the boundary)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: Tolerance for "sums to one" checks on routing distributions.
+SIMPLEX_ATOL = 1e-8
+
+
+def as_float_array(value: ArrayLike, name: str, *, ndim_min: int = 0, ndim_max: int = 32) -> FloatArray:
+    """Convert ``value`` to a float64 array, rejecting NaN/inf and wrong dimensionality."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__}") from exc
+    if not ndim_min <= arr.ndim <= ndim_max:
+        want = f"{ndim_min}" if ndim_min == ndim_max else f"{ndim_min} to {ndim_max}"
+        raise ValueError(f"{name} must have {want} dimensions, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+    return arr
+
+
+def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, requiring an integral value ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} == {value}, must be >= {minimum}")
+    return int(value)
+
+
+def check_simplex(q: FloatArray, name: str = "q") -> None:
+    """Require every row of ``q`` (last axis) to be a probability vector."""
+    if np.any(q < -SIMPLEX_ATOL):
+        raise ValueError(f"{name} has negative entries (min {q.min():.3g}); it must lie on the simplex")
+    sums = q.sum(axis=-1)
+    worst = float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0
+    if worst > SIMPLEX_ATOL * max(1, q.shape[-1]):
+        raise ValueError(f"{name} must sum to one along its last axis; largest deviation {worst:.3g}")
+
+
+def check_gamma(gamma: float, n_experts: int) -> float:
+    """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty)."""
+    gamma = float(gamma)
+    if not np.isfinite(gamma) or gamma < 0:
+        raise ValueError(f"gamma == {gamma}, must be a finite number >= 0")
+    if gamma * n_experts > 1.0 + 1e-12:
+        raise ValueError(
+            f"gamma == {gamma} with {n_experts} experts, must be <= 1/K = {1.0 / n_experts:.6g}"
+        )
+    return gamma

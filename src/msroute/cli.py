@@ -1,0 +1,56 @@
+"""The ``msroute`` command line: a thin dispatcher over the subcommand modules.
+
+Each subcommand lives in ``msroute.commands.<name>`` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` to a handler ``(args) -> int``. Heavy imports happen
+inside the handlers, so ``msroute --help`` stays fast. Library errors become a one-line message
+and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from msroute.errors import MSRouteError
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS: tuple[str, ...] = ("data",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for tests and documentation)."""
+    from msroute import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="msroute",
+        description="Multinomial Subset Routing: learn whom to route each query to, online, "
+        "under long-term constraints.",
+    )
+    parser.add_argument("--version", action="version", version=f"msroute {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"msroute.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``msroute`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (MSRouteError, ValueError, TypeError, OSError) as exc:
+        print(f"msroute {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"msroute {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The exception hierarchy of msroute.
+
+Every error the library raises on purpose derives from :class:`MSRouteError`, so callers can
+catch the library's own failures in one place. Errors about a wrong *value* also derive from
+:class:`ValueError`, so code written against plain numpy conventions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DataFormatError",
+    "EmptyFeasibleSetError",
+    "InfeasibleConstraintsError",
+    "MSRouteError",
+]
+
+
+class MSRouteError(Exception):
+    """Base class of every error raised by msroute on purpose."""
+
+
+class InfeasibleConstraintsError(MSRouteError, ValueError):
+    """No routing policy meets the constraints (the paper's Assumption 1 fails).
+
+    The message names the coordinates that cannot be met and the best value reachable for each.
+    """
+
+
+class EmptyFeasibleSetError(MSRouteError, ValueError):
+    """The set a QP step projects onto is empty (floored simplex cut by a half-space)."""
+
+
+class DataFormatError(MSRouteError, ValueError):
+    """A data file or a worker list is malformed; the message names the file and line."""

@@ -1,0 +1,383 @@
+"""The constrained MSR problem: costs, constraint boxes, support function and feasibility.
+
+Section 4.2 of the paper replaces the original target box ``S_ori`` on the *expected realized*
+cost by a box ``S`` on the *linear surrogate* cost ``C^T q``, which the sandwich (2)
+``C^T q <= E[l_t] <= M C^T q`` makes a safe inner approximation:
+
+* upper-bound coordinate ``(-inf, u_j]`` becomes ``[0, u_j / M]``;
+* lower-bound coordinate ``[l_j, inf)`` becomes ``[l_j, cbar]``;
+* a coordinate with both bounds becomes ``[l_j, u_j / M]``, one with none ``[0, cbar]``.
+
+Lemma 2 then transfers distances: ``dist(phi, S_ori) <= M dist(varphi, S)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.optimize import linprog
+
+from msroute._validation import FloatArray, as_float_array, check_gamma, check_positive_int
+from msroute.errors import InfeasibleConstraintsError
+
+__all__ = ["Constraints", "Problem"]
+
+Bound = float | None
+
+
+def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple[Bound, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, int | float):
+        raise TypeError(f"{name} must be a sequence with one entry per cost coordinate")
+    out: list[Bound] = []
+    for j, v in enumerate(values):  # type: ignore[arg-type]
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            out.append(None)
+            continue
+        try:
+            fv = float(v)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name}[{j}] must be a number or None, got {v!r}") from exc
+        if not np.isfinite(fv):
+            raise ValueError(f"{name}[{j}] == {fv}; use None for 'no bound'")
+        out.append(fv)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Long-term bounds on the time-averaged realized cost vector (the box ``S_ori``).
+
+    Parameters
+    ----------
+    upper : sequence of float or None, length d, optional
+        Packing bounds ``u_j`` ("at most"); ``None`` entries mean no upper bound.
+    lower : sequence of float or None, length d, optional
+        Covering bounds ``l_j`` ("at least"); ``None`` entries mean no lower bound.
+    names : sequence of str, optional
+        Names of the cost coordinates, used in messages and reports.
+
+    Examples
+    --------
+    >>> c = Constraints(upper=[2.4, 2.0])
+    >>> c.n_costs
+    2
+    >>> Constraints(upper=[1.0, None], lower=[None, 0.5]).upper_array().tolist()
+    [1.0, inf]
+    """
+
+    upper: tuple[Bound, ...] | None = None
+    lower: tuple[Bound, ...] | None = None
+    names: tuple[str, ...] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        upper = _bound_tuple(self.upper, "upper")
+        lower = _bound_tuple(self.lower, "lower")
+        if upper is None and lower is None:
+            raise ValueError("Constraints needs at least one of upper= or lower=")
+        if upper is not None and lower is not None and len(upper) != len(lower):
+            raise ValueError(
+                f"upper has {len(upper)} entries and lower has {len(lower)}; "
+                "give one entry (or None) per cost coordinate in both"
+            )
+        d = len(upper) if upper is not None else len(lower)  # type: ignore[arg-type]
+        if d == 0:
+            raise ValueError("Constraints need at least one cost coordinate")
+        names = None if self.names is None else tuple(str(n) for n in self.names)
+        if names is not None and len(names) != d:
+            raise ValueError(f"names has {len(names)} entries for {d} cost coordinates")
+        object.__setattr__(self, "upper", upper)
+        object.__setattr__(self, "lower", lower)
+        object.__setattr__(self, "names", names)
+        lo, hi = self.lower_array(), self.upper_array()
+        bad = np.flatnonzero(lo > hi)
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(
+                f"lower bound {lo[j]} is above upper bound {hi[j]} on cost coordinate "
+                f"{self.coordinate_name(j)}"
+            )
+
+    @property
+    def n_costs(self) -> int:
+        """Number of cost coordinates d."""
+        ref = self.upper if self.upper is not None else self.lower
+        assert ref is not None  # guaranteed by __post_init__
+        return len(ref)
+
+    def upper_array(self) -> FloatArray:
+        """Upper bounds as an array, ``+inf`` where there is none."""
+        if self.upper is None:
+            return np.full(self.n_costs, np.inf)
+        return np.array([np.inf if v is None else v for v in self.upper], dtype=np.float64)
+
+    def lower_array(self) -> FloatArray:
+        """Lower bounds as an array, ``-inf`` where there is none."""
+        if self.lower is None:
+            return np.full(self.n_costs, -np.inf)
+        return np.array([-np.inf if v is None else v for v in self.lower], dtype=np.float64)
+
+    def coordinate_name(self, j: int) -> str:
+        """Human-readable name of cost coordinate ``j``."""
+        return f"{j} ({self.names[j]})" if self.names is not None else str(j)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (round-trips through ``Constraints(**d)``)."""
+        return {
+            "upper": None if self.upper is None else list(self.upper),
+            "lower": None if self.lower is None else list(self.lower),
+            "names": None if self.names is None else list(self.names),
+        }
+
+
+class Problem:
+    """One constrained MSR instance: K experts with cost vectors, M draws, and constraints.
+
+    Parameters
+    ----------
+    costs : array_like, shape (K, d)
+        Cost vector ``c_i`` of each expert, entries in ``[0, cbar]``.
+    m_draws : int
+        Number of i.i.d. draws M from the routing policy each round.
+    constraints : Constraints
+        The original box ``S_ori``.
+    cbar : float, optional
+        Upper end of the cost range (Section 4.2); defaults to the largest cost (or 1 if all
+        costs are zero).
+
+    Examples
+    --------
+    >>> p = Problem([[1.0, 1.0], [0.2, 0.0]], m_draws=2, constraints=Constraints(upper=[1.0, 1.0]))
+    >>> p.surrogate_box()[1].tolist()
+    [0.5, 0.5]
+    >>> float(p.support([1.0, -1.0]))
+    0.5
+    """
+
+    def __init__(
+        self,
+        costs: ArrayLike,
+        m_draws: int,
+        constraints: Constraints,
+        cbar: float | None = None,
+    ) -> None:
+        c = as_float_array(costs, "costs", ndim_min=2, ndim_max=2)
+        if c.shape[0] < 1 or c.shape[1] < 1:
+            raise ValueError(f"costs must have shape (K, d) with K, d >= 1, got {c.shape}")
+        if np.any(c < 0):
+            i, j = np.argwhere(c < 0)[0]
+            raise ValueError(f"costs must be >= 0; costs[{i}, {j}] == {c[i, j]}")
+        if not isinstance(constraints, Constraints):
+            raise TypeError(f"constraints must be a Constraints, got {type(constraints).__name__}")
+        if constraints.n_costs != c.shape[1]:
+            raise ValueError(
+                f"constraints have {constraints.n_costs} cost coordinates but costs has "
+                f"{c.shape[1]} columns"
+            )
+        self.costs: FloatArray = c
+        self.costs.setflags(write=False)
+        self.m_draws = check_positive_int(m_draws, "m_draws")
+        self.constraints = constraints
+        top = float(c.max())
+        if cbar is None:
+            cbar = top if top > 0 else 1.0
+        cbar = float(cbar)
+        if not np.isfinite(cbar) or cbar < top:
+            raise ValueError(f"cbar == {cbar}, must be finite and >= the largest cost {top}")
+        self.cbar = cbar
+        lo_ori, hi_ori = constraints.lower_array(), constraints.upper_array()
+        self._lo = np.where(np.isfinite(lo_ori), lo_ori, 0.0)
+        self._hi = np.where(np.isfinite(hi_ori), hi_ori / self.m_draws, cbar)
+        self._lo.setflags(write=False)
+        self._hi.setflags(write=False)
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def n_experts(self) -> int:
+        """Number of experts K."""
+        return int(self.costs.shape[0])
+
+    @property
+    def n_costs(self) -> int:
+        """Number of cost coordinates d."""
+        return int(self.costs.shape[1])
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem(n_experts={self.n_experts}, n_costs={self.n_costs}, "
+            f"m_draws={self.m_draws}, constraints={self.constraints!r})"
+        )
+
+    def surrogate_box(self) -> tuple[FloatArray, FloatArray]:
+        """The surrogate box ``S`` of Section 4.2 as ``(lo, hi)``, each shape (d,)."""
+        return self._lo, self._hi
+
+    def original_box(self) -> tuple[FloatArray, FloatArray]:
+        """The original box ``S_ori`` as ``(lo, hi)`` with infinite ends where unbounded."""
+        return self.constraints.lower_array(), self.constraints.upper_array()
+
+    # ------------------------------------------------------------------ support function
+    def support(self, w: ArrayLike) -> FloatArray:
+        """Support function ``h_S(w) = max_{x in S} w . x`` (decomposes per coordinate).
+
+        Parameters
+        ----------
+        w : array_like, shape (..., d)
+
+        Returns
+        -------
+        ndarray, shape (...)
+        """
+        wa = as_float_array(w, "w", ndim_min=1)
+        self._check_last(wa, "w")
+        return support_box(wa, self._lo, self._hi)
+
+    def support_point(self, w: ArrayLike, u: ArrayLike) -> FloatArray:
+        """A maximizer ``x* in argmax_{x in S} w . x`` with the tie rule of DESIGN.md.
+
+        Where ``w_j > 0`` it is ``hi_j``, where ``w_j < 0`` it is ``lo_j``; where ``w_j == 0``
+        every point of ``S_j`` maximizes, and we take ``clip(u_j, S_j)`` so that the dual stays
+        still while the surrogate cost ``u`` is inside ``S``.
+        """
+        wa = as_float_array(w, "w", ndim_min=1)
+        ua = as_float_array(u, "u", ndim_min=1)
+        self._check_last(wa, "w")
+        self._check_last(ua, "u")
+        return support_point_box(wa, ua, self._lo, self._hi)
+
+    # ------------------------------------------------------------------ distances
+    def surrogate_distance(self, u: ArrayLike) -> FloatArray:
+        """Euclidean distance of surrogate cost vectors ``u`` (..., d) to ``S``."""
+        ua = as_float_array(u, "u", ndim_min=1)
+        self._check_last(ua, "u")
+        return box_distance(ua, self._lo, self._hi)
+
+    def original_distance(self, x: ArrayLike) -> FloatArray:
+        """Euclidean distance of cost vectors ``x`` (..., d) to ``S_ori`` (eq. 5's ``dist``)."""
+        xa = as_float_array(x, "x", ndim_min=1)
+        self._check_last(xa, "x")
+        lo, hi = self.original_box()
+        return box_distance(xa, lo, hi)
+
+    def _check_last(self, arr: FloatArray, name: str) -> None:
+        if arr.shape[-1] != self.n_costs:
+            raise ValueError(
+                f"{name} must have {self.n_costs} entries on its last axis (one per cost "
+                f"coordinate), got shape {arr.shape}"
+            )
+
+    # ------------------------------------------------------------------ feasibility
+    def default_gamma(self) -> float:
+        """The paper's exploration floor ``gamma = 1/(10K)``."""
+        return 1.0 / (10.0 * self.n_experts)
+
+    def check_feasible(self, gamma: float | None = None) -> FloatArray:
+        """Decide Assumption 1: is there ``q >= gamma`` on the simplex with ``C^T q`` in ``S``?
+
+        Solved as a linear program (scipy's HiGHS).
+
+        Parameters
+        ----------
+        gamma : float, optional
+            The floor; defaults to ``1/(10K)``.
+
+        Returns
+        -------
+        ndarray, shape (K,)
+            A feasible routing policy (a witness).
+
+        Raises
+        ------
+        InfeasibleConstraintsError
+            When none exists; the message names the coordinates that cannot be met and the
+            best value reachable for each.
+        """
+        k, d = self.costs.shape
+        gamma = self.default_gamma() if gamma is None else check_gamma(gamma, k)
+        lo, hi = self._lo, self._hi
+        # Variables: q (K) and slacks s (d) >= 0; minimise sum s subject to
+        #   C^T q - s <= hi,  -C^T q - s <= -lo,  sum q = 1,  q >= gamma.
+        ct = self.costs.T
+        a_ub = np.block([[ct, -np.eye(d)], [-ct, -np.eye(d)]])
+        b_ub = np.concatenate([hi, -lo])
+        a_eq = np.concatenate([np.ones(k), np.zeros(d)])[None, :]
+        cost = np.concatenate([np.zeros(k), np.ones(d)])
+        bounds = [(gamma, 1.0)] * k + [(0.0, None)] * d
+        res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds,
+                      method="highs")
+        if res.status != 0:  # pragma: no cover - the slack LP is always feasible and bounded
+            raise InfeasibleConstraintsError(f"feasibility LP failed: {res.message}")
+        q = np.clip(res.x[:k], gamma, None)
+        q = q / q.sum()
+        slack = res.x[k:]
+        tol = 1e-9 * max(1.0, self.cbar)
+        if float(slack.sum()) <= tol:
+            return np.asarray(q, dtype=np.float64)
+        raise InfeasibleConstraintsError(self._infeasibility_message(gamma, ct @ res.x[:k]))
+
+    def _infeasibility_message(self, gamma: float, closest: FloatArray) -> str:
+        """Explain which coordinates cannot be met and the best value reachable for each."""
+        k = self.n_experts
+        c = self.costs
+        # Range of (C^T q)_j over the floored simplex, coordinate by coordinate.
+        free = 1.0 - k * gamma
+        reach_min = gamma * c.sum(axis=0) + free * c.min(axis=0)
+        reach_max = gamma * c.sum(axis=0) + free * c.max(axis=0)
+        lo, hi = self._lo, self._hi
+        m = self.m_draws
+        parts: list[str] = []
+        lo_ori, hi_ori = self.original_box()
+        for j in range(self.n_costs):
+            name = self.constraints.coordinate_name(j)
+            if reach_min[j] > hi[j] + 1e-12:
+                parts.append(
+                    f"coordinate {name}: upper bound {hi_ori[j]:.6g} needs C^T q <= "
+                    f"{hi[j]:.6g} (= u/M, M={m}) but the smallest reachable value is "
+                    f"{reach_min[j]:.6g}"
+                )
+            if reach_max[j] < lo[j] - 1e-12:
+                parts.append(
+                    f"coordinate {name}: lower bound {lo_ori[j]:.6g} needs C^T q >= {lo[j]:.6g} "
+                    f"but the largest reachable value is {reach_max[j]:.6g}"
+                )
+        if not parts:
+            for j in range(self.n_costs):
+                name = self.constraints.coordinate_name(j)
+                if closest[j] > hi[j] + 1e-9:
+                    parts.append(
+                        f"coordinate {name}: needs C^T q <= {hi[j]:.6g}; best jointly reachable "
+                        f"{closest[j]:.6g}"
+                    )
+                elif closest[j] < lo[j] - 1e-9:
+                    parts.append(
+                        f"coordinate {name}: needs C^T q >= {lo[j]:.6g}; best jointly reachable "
+                        f"{closest[j]:.6g}"
+                    )
+            head = "each bound is reachable alone but not all together; closest point: "
+        else:
+            head = ""
+        return (
+            f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
+            f"(Assumption 1 fails): {head}" + "; ".join(parts)
+        )
+
+
+# ---------------------------------------------------------------------- box helpers
+def support_box(w: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+    """``h_S(w)`` for the box ``[lo, hi]``; broadcasts over leading axes of all three."""
+    return np.asarray(np.sum(np.where(w >= 0, w * hi, w * lo), axis=-1), dtype=np.float64)
+
+
+def support_point_box(w: FloatArray, u: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+    """The maximizer of ``w . x`` over the box, ``clip(u, lo, hi)`` on coordinates with ``w = 0``."""
+    return np.where(w > 0, hi, np.where(w < 0, lo, np.clip(u, lo, hi)))
+
+
+def box_distance(x: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+    """Euclidean distance of ``x`` (..., d) to the box ``[lo, hi]`` (infinite ends allowed)."""
+    gap = x - np.clip(x, lo, hi)
+    return np.asarray(np.sqrt(np.sum(gap * gap, axis=-1)), dtype=np.float64)

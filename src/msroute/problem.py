@@ -381,3 +381,71 @@ def box_distance(x: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
     """Euclidean distance of ``x`` (..., d) to the box ``[lo, hi]`` (infinite ends allowed)."""
     gap = x - np.clip(x, lo, hi)
     return np.asarray(np.sqrt(np.sum(gap * gap, axis=-1)), dtype=np.float64)
+
+
+class ProblemBatch:
+    """R problem instances stacked for batched runs (one per run, same K, d and M).
+
+    Each seed of the paper's experiments samples its own pool of workers, so every run of a
+    batched sweep has its own costs and bounds. Policies and the simulator work on these
+    stacked arrays; a single :class:`Problem` broadcast to ``n_runs`` is the common case.
+
+    Parameters
+    ----------
+    problems : Problem or sequence of Problem
+        One problem shared by all runs, or one per run.
+    n_runs : int, optional
+        Number of runs R; required with a single problem, checked against a sequence.
+
+    Attributes
+    ----------
+    costs : ndarray, shape (R, K, d)
+    lo, hi : ndarray, shape (R, d)
+        Surrogate box ``S`` per run.
+    lo_ori, hi_ori : ndarray, shape (R, d)
+        Original box ``S_ori`` per run (infinite where unbounded).
+    """
+
+    def __init__(self, problems: Problem | Sequence[Problem], n_runs: int | None = None) -> None:
+        if isinstance(problems, Problem):
+            r = check_positive_int(1 if n_runs is None else n_runs, "n_runs")
+            plist = [problems] * r
+        else:
+            plist = list(problems)
+            if not plist:
+                raise ValueError("problems must hold at least one Problem")
+            for i, p in enumerate(plist):
+                if not isinstance(p, Problem):
+                    raise TypeError(f"problems[{i}] must be a Problem, got {type(p).__name__}")
+            if n_runs is not None and n_runs != len(plist):
+                raise ValueError(f"n_runs == {n_runs} but {len(plist)} problems were given")
+        first = plist[0]
+        for i, p in enumerate(plist[1:], start=1):
+            if (p.n_experts, p.n_costs, p.m_draws) != (first.n_experts, first.n_costs, first.m_draws):
+                raise ValueError(
+                    f"problems[{i}] has (K, d, M) = {(p.n_experts, p.n_costs, p.m_draws)}, "
+                    f"problems[0] has {(first.n_experts, first.n_costs, first.m_draws)}; "
+                    "a batch needs them equal"
+                )
+        self.problems: tuple[Problem, ...] = tuple(plist)
+        self.n_runs = len(plist)
+        self.n_experts = first.n_experts
+        self.n_costs = first.n_costs
+        self.m_draws = first.m_draws
+        self.costs: FloatArray = np.stack([p.costs for p in plist])
+        boxes = [p.surrogate_box() for p in plist]
+        self.lo: FloatArray = np.stack([b[0] for b in boxes])
+        self.hi: FloatArray = np.stack([b[1] for b in boxes])
+        ori = [p.original_box() for p in plist]
+        self.lo_ori: FloatArray = np.stack([b[0] for b in ori])
+        self.hi_ori: FloatArray = np.stack([b[1] for b in ori])
+        self.cbar = max(p.cbar for p in plist)
+
+    def surrogate_cost(self, q: FloatArray) -> FloatArray:
+        """``C^T q`` per run: q (R, K) -> (R, d)."""
+        return np.asarray(np.einsum("rkd,rk->rd", self.costs, q), dtype=np.float64)
+
+    def realized_cost(self, mask: np.ndarray) -> FloatArray:
+        """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
+        return np.asarray(np.einsum("rkd,rk->rd", self.costs, mask.astype(np.float64)),
+                          dtype=np.float64)

@@ -1,0 +1,207 @@
+"""The batched policy contract and the plumbing every policy shares.
+
+A policy runs R independent runs at once (a leading run axis, the vectorized-environment
+convention of DESIGN.md): ``select`` returns each run's M draws, ``update`` receives, for each
+run, only what bandit feedback gives — the draws, the aggregate (sum-max) reward and the
+realized cost vector. The routed subset is the set of distinct draws.
+
+Policies own their random stream: a private ``numpy.random.Generator`` built from ``seed``;
+the same seed and the same inputs give the same decisions, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute.problem import Problem, ProblemBatch
+
+__all__ = [
+    "BasePolicy",
+    "Policy",
+    "SeedLike",
+    "check_hyper",
+    "draw_counts",
+    "draws_to_mask",
+    "sample_multinomial",
+]
+
+SeedLike = int | np.random.SeedSequence | None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the simulator and the CLI need from a routing policy (batched over runs)."""
+
+    name: ClassVar[str]
+    n_runs: int
+    n_experts: int
+    m_draws: int
+
+    def select(self, context: ArrayLike | None = None) -> IntArray:
+        """The M draws of each run, shape (R, M); ``context`` is (R,) ints or None."""
+        ...
+
+    def update(self, draws: ArrayLike, reward: ArrayLike, cost: ArrayLike) -> None:
+        """Bandit feedback of the last round: draws (R, M), reward (R,), cost (R, d)."""
+        ...
+
+
+def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
+    """Membership mask (R, K) of the distinct experts among each run's draws (R, M)."""
+    mask = np.zeros((draws.shape[0], n_experts), dtype=bool)
+    np.put_along_axis(mask, draws, True, axis=1)
+    return mask
+
+
+def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
+    """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
+    counts = np.zeros((draws.shape[0], n_experts))
+    rows = np.broadcast_to(np.arange(draws.shape[0])[:, None], draws.shape)
+    np.add.at(counts, (rows, draws), 1.0)
+    return counts
+
+
+class BasePolicy:
+    """Shared plumbing: the stacked problems, the run count, the horizon, the seeded stream,
+    the round counter and the checks of the public ``select``/``update`` boundary.
+
+    Subclasses implement ``_select(context) -> (R, M)`` and ``_update(draws, reward, cost)``;
+    the public methods validate once and then call them (the simulator's hot loop calls the
+    public methods with well-formed arrays, so the checks are cheap ones).
+
+    Parameters
+    ----------
+    problem : Problem or sequence of Problem
+        The instance (shared by all runs) or one instance per run.
+    horizon : int
+        Number of rounds T the policy will be run for (sets step sizes such as eta).
+    n_runs : int, optional
+        R; defaults to the number of problems given (1 for a single problem).
+    seed : int or SeedSequence, optional
+        Seed of the policy's private random stream.
+    """
+
+    name: ClassVar[str] = "base"
+    #: Number of contexts the policy distinguishes (1: context-free).
+    n_contexts: int = 1
+
+    def __init__(
+        self,
+        problem: Problem | Sequence[Problem] | ProblemBatch,
+        *,
+        horizon: int,
+        n_runs: int | None = None,
+        seed: SeedLike = None,
+    ) -> None:
+        self.batch = problem if isinstance(problem, ProblemBatch) else ProblemBatch(problem, n_runs)
+        if n_runs is not None and n_runs != self.batch.n_runs:
+            raise ValueError(f"n_runs == {n_runs} but the problem batch has {self.batch.n_runs}")
+        self.n_runs = self.batch.n_runs
+        self.n_experts = self.batch.n_experts
+        self.m_draws = self.batch.m_draws
+        self.n_costs = self.batch.n_costs
+        self.horizon = check_positive_int(horizon, "horizon")
+        self.rng = np.random.default_rng(seed)
+        self.t = 0  # rounds completed
+        self._rows = np.arange(self.n_runs)
+
+    # ------------------------------------------------------------------ public boundary
+    def select(self, context: ArrayLike | None = None) -> IntArray:
+        """Choose the M draws of every run for the coming round.
+
+        Parameters
+        ----------
+        context : array_like of int, shape (R,), optional
+            Context of each run (contextual policies); context-free policies ignore it.
+
+        Returns
+        -------
+        ndarray of int, shape (R, M)
+        """
+        if context is None and self.n_contexts > 1:
+            raise ValueError(
+                f"{type(self).__name__} with {self.n_contexts} contexts needs context= "
+                "(one int per run)"
+            )
+        ctx = None if context is None else self._check_context(context)
+        return self._select(ctx)
+
+    def update(self, draws: ArrayLike, reward: ArrayLike, cost: ArrayLike) -> None:
+        """Feed back the last round's outcome (bandit feedback only).
+
+        Parameters
+        ----------
+        draws : array_like of int, shape (R, M)
+            The draws returned by :meth:`select`.
+        reward : array_like, shape (R,)
+            The aggregate sum-max reward of each run's routed subset.
+        cost : array_like, shape (R, d)
+            The realized cost vector (each distinct routed expert counted once).
+        """
+        d = np.asarray(draws)
+        r = np.asarray(reward, dtype=np.float64)
+        c = np.asarray(cost, dtype=np.float64)
+        if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
+            raise ValueError(
+                f"draws must be integers of shape (R, M) = {(self.n_runs, self.m_draws)}, "
+                f"got {d.dtype} {d.shape}"
+            )
+        if r.shape != (self.n_runs,):
+            raise ValueError(f"reward must have shape (R,) = ({self.n_runs},), got {r.shape}")
+        if c.shape != (self.n_runs, self.n_costs):
+            raise ValueError(
+                f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
+            )
+        if not np.all(np.isfinite(r)):
+            raise ValueError(f"reward contains NaN or infinite values at runs "
+                             f"{np.flatnonzero(~np.isfinite(r)).tolist()}")
+        if not np.all(np.isfinite(c)):
+            raise ValueError("cost contains NaN or infinite values")
+        if d.min() < 0 or d.max() >= self.n_experts:
+            raise ValueError(f"draws must be expert indices in [0, {self.n_experts - 1}]")
+        self._update(d.astype(np.int64, copy=False), r, c)
+        self.t += 1
+
+    def _check_context(self, context: ArrayLike) -> IntArray:
+        ctx = np.asarray(context)
+        if ctx.ndim == 0:
+            ctx = np.full(self.n_runs, ctx)
+        if ctx.shape != (self.n_runs,) or not np.issubdtype(ctx.dtype, np.integer):
+            raise ValueError(f"context must be integers of shape (R,) = ({self.n_runs},), "
+                             f"got {ctx.dtype} {ctx.shape}")
+        if ctx.min() < 0 or ctx.max() >= self.n_contexts:
+            raise ValueError(
+                f"context values must be in [0, {self.n_contexts - 1}] "
+                f"({self.n_contexts} context(s)), got {sorted(set(ctx.tolist()))}"
+            )
+        return ctx.astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------ to implement
+    def _select(self, context: IntArray | None) -> IntArray:
+        raise NotImplementedError
+
+    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        raise NotImplementedError
+
+
+def sample_multinomial(rng: np.random.Generator, q: FloatArray, m_draws: int) -> IntArray:
+    """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF: (R, M) ints."""
+    cdf = np.cumsum(q, axis=1)
+    u = rng.random((q.shape[0], m_draws)) * cdf[:, -1:]
+    draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
+    return np.minimum(draws, q.shape[1] - 1).astype(np.int64)
+
+
+def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = True) -> float:
+    """A finite float hyperparameter above ``low`` (strictly by default)."""
+    v = float(value)
+    if not np.isfinite(v) or (v <= low if strict else v < low):
+        rel = ">" if strict else ">="
+        raise ValueError(f"{name} == {value}, must be a finite number {rel} {low}")
+    return v
+

@@ -14,7 +14,9 @@ IntArray = NDArray[np.int64]
 SIMPLEX_ATOL = 1e-8
 
 
-def as_float_array(value: ArrayLike, name: str, *, ndim_min: int = 0, ndim_max: int = 32) -> FloatArray:
+def as_float_array(
+    value: ArrayLike, name: str, *, ndim_min: int = 0, ndim_max: int = 32
+) -> FloatArray:
     """Convert ``value`` to a float64 array, rejecting NaN/inf and wrong dimensionality."""
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -41,11 +43,15 @@ def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
 def check_simplex(q: FloatArray, name: str = "q") -> None:
     """Require every row of ``q`` (last axis) to be a probability vector."""
     if np.any(q < -SIMPLEX_ATOL):
-        raise ValueError(f"{name} has negative entries (min {q.min():.3g}); it must lie on the simplex")
+        raise ValueError(
+            f"{name} has negative entries (min {q.min():.3g}); it must lie on the simplex"
+        )
     sums = q.sum(axis=-1)
     worst = float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0
     if worst > SIMPLEX_ATOL * max(1, q.shape[-1]):
-        raise ValueError(f"{name} must sum to one along its last axis; largest deviation {worst:.3g}")
+        raise ValueError(
+            f"{name} must sum to one along its last axis; largest deviation {worst:.3g}"
+        )
 
 
 def check_gamma(gamma: float, n_experts: int) -> float:

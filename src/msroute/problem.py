@@ -39,7 +39,7 @@ def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple
             out.append(None)
             continue
         try:
-            fv = float(v)
+            fv = float(v)  # type: ignore[arg-type]
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name}[{j}] must be a number or None, got {v!r}") from exc
         if not np.isfinite(fv):
@@ -307,8 +307,9 @@ class Problem:
         a_eq = np.concatenate([np.ones(k), np.zeros(d)])[None, :]
         cost = np.concatenate([np.zeros(k), np.ones(d)])
         bounds = [(gamma, 1.0)] * k + [(0.0, None)] * d
-        res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds,
-                      method="highs")
+        res = linprog(
+            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs"
+        )
         if res.status != 0:  # pragma: no cover - the slack LP is always feasible and bounded
             raise InfeasibleConstraintsError(f"feasibility LP failed: {res.message}")
         q = np.clip(res.x[:k], gamma, None)
@@ -373,7 +374,7 @@ def support_box(w: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
 
 
 def support_point_box(w: FloatArray, u: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
-    """The maximizer of ``w . x`` over the box, ``clip(u, lo, hi)`` on coordinates with ``w = 0``."""
+    """A maximizer of ``w . x`` over the box; ``clip(u, lo, hi)`` where ``w = 0``."""
     return np.where(w > 0, hi, np.where(w < 0, lo, np.clip(u, lo, hi)))
 
 
@@ -421,7 +422,11 @@ class ProblemBatch:
                 raise ValueError(f"n_runs == {n_runs} but {len(plist)} problems were given")
         first = plist[0]
         for i, p in enumerate(plist[1:], start=1):
-            if (p.n_experts, p.n_costs, p.m_draws) != (first.n_experts, first.n_costs, first.m_draws):
+            if (p.n_experts, p.n_costs, p.m_draws) != (
+                first.n_experts,
+                first.n_costs,
+                first.m_draws,
+            ):
                 raise ValueError(
                     f"problems[{i}] has (K, d, M) = {(p.n_experts, p.n_costs, p.m_draws)}, "
                     f"problems[0] has {(first.n_experts, first.n_costs, first.m_draws)}; "
@@ -447,5 +452,6 @@ class ProblemBatch:
 
     def realized_cost(self, mask: np.ndarray) -> FloatArray:
         """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
-        return np.asarray(np.einsum("rkd,rk->rd", self.costs, mask.astype(np.float64)),
-                          dtype=np.float64)
+        return np.asarray(
+            np.einsum("rkd,rk->rd", self.costs, mask.astype(np.float64)), dtype=np.float64
+        )

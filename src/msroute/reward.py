@@ -23,7 +23,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, as_float_array, check_positive_int, check_simplex
+from msroute._validation import (
+    FloatArray,
+    IntArray,
+    as_float_array,
+    check_positive_int,
+    check_simplex,
+)
 
 __all__ = [
     "batch_sum_max_reward",
@@ -39,7 +45,9 @@ SeedLike = int | np.random.SeedSequence | np.random.Generator | None
 def _check_skills(skills: ArrayLike) -> FloatArray:
     v = as_float_array(skills, "skills", ndim_min=2)
     if np.any(v < 0):
-        raise ValueError(f"skills must be >= 0 (the sum-max reward assumes it); min is {v.min():.3g}")
+        raise ValueError(
+            f"skills must be >= 0 (the sum-max reward assumes it); min is {v.min():.3g}"
+        )
     return v
 
 
@@ -85,7 +93,7 @@ def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
     return np.asarray((skills * mask[..., None, :]).max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 
-def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
     """Per dimension: gaps ``v(j) - v(j+1)``, ``1 - Q_j`` and the sorting order (descending)."""
     order = np.argsort(-v, axis=-1, kind="stable")
     v_sorted = np.take_along_axis(v, order, axis=-1)
@@ -97,10 +105,12 @@ def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray,
     q_sorted = np.take_along_axis(q_b, order_b, axis=-1)
     tail = np.clip(1.0 - np.cumsum(q_sorted, axis=-1), 0.0, 1.0)
     gaps = v_b - np.concatenate([v_b[..., 1:], np.zeros_like(v_b[..., :1])], axis=-1)
-    return gaps, tail, order_b
+    return gaps, tail, np.asarray(order_b, dtype=np.int64)
 
 
-def _check_pair(q: ArrayLike, skills: ArrayLike, m_draws: int) -> tuple[FloatArray, FloatArray, int]:
+def _check_pair(
+    q: ArrayLike, skills: ArrayLike, m_draws: int
+) -> tuple[FloatArray, FloatArray, int]:
     qa = as_float_array(q, "q", ndim_min=1)
     v = _check_skills(skills)
     m = check_positive_int(m_draws, "m_draws")

@@ -158,8 +158,10 @@ class BasePolicy:
                 f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
             )
         if not np.all(np.isfinite(r)):
-            raise ValueError(f"reward contains NaN or infinite values at runs "
-                             f"{np.flatnonzero(~np.isfinite(r)).tolist()}")
+            raise ValueError(
+                f"reward contains NaN or infinite values at runs "
+                f"{np.flatnonzero(~np.isfinite(r)).tolist()}"
+            )
         if not np.all(np.isfinite(c)):
             raise ValueError("cost contains NaN or infinite values")
         if d.min() < 0 or d.max() >= self.n_experts:
@@ -172,8 +174,10 @@ class BasePolicy:
         if ctx.ndim == 0:
             ctx = np.full(self.n_runs, ctx)
         if ctx.shape != (self.n_runs,) or not np.issubdtype(ctx.dtype, np.integer):
-            raise ValueError(f"context must be integers of shape (R,) = ({self.n_runs},), "
-                             f"got {ctx.dtype} {ctx.shape}")
+            raise ValueError(
+                f"context must be integers of shape (R,) = ({self.n_runs},), "
+                f"got {ctx.dtype} {ctx.shape}"
+            )
         if ctx.min() < 0 or ctx.max() >= self.n_contexts:
             raise ValueError(
                 f"context values must be in [0, {self.n_contexts - 1}] "
@@ -194,7 +198,7 @@ def sample_multinomial(rng: np.random.Generator, q: FloatArray, m_draws: int) ->
     cdf = np.cumsum(q, axis=1)
     u = rng.random((q.shape[0], m_draws)) * cdf[:, -1:]
     draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
-    return np.minimum(draws, q.shape[1] - 1).astype(np.int64)
+    return np.asarray(np.minimum(draws, q.shape[1] - 1), dtype=np.int64)
 
 
 def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = True) -> float:
@@ -204,4 +208,3 @@ def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = Tru
         rel = ">" if strict else ">="
         raise ValueError(f"{name} == {value}, must be a finite number {rel} {low}")
     return v
-

@@ -1,0 +1,270 @@
+"""OMD-Approachability (Algorithm 1) and its contextual form (Algorithm 2).
+
+The primal keeps a routing policy ``q`` on the floored simplex ``{q >= gamma, sum q = 1}`` and
+ascends an importance-weighted estimate of the gradient of the expected sum-max reward; each
+step is the proximal QP (6), which is the Euclidean projection of ``q + g / eta`` onto the
+floored simplex cut by the half-space ``(C w) . q <= h_S(w)`` (:func:`msroute.project_step`).
+The dual ``w`` (the approachability player, Lemma 5) runs projected online gradient ascent on
+the unit ball against ``f_t(w) = w . (C^T q_t) - h_S(w)``.
+
+The contextual form keeps one ``q`` per context and one shared dual (Remark 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray, check_gamma, check_positive_int
+from msroute.policies.base import (
+    BasePolicy,
+    SeedLike,
+    check_hyper,
+    draw_counts,
+    sample_multinomial,
+)
+from msroute.problem import Problem, ProblemBatch, support_box, support_point_box
+from msroute.projection import _project_step_unchecked
+
+__all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
+
+EtaSchedule = Literal["fixed", "anytime"]
+
+
+class ApproachabilityDual:
+    """The dual player of Algorithm 1: projected online gradient ascent on the unit ball.
+
+    Each round it receives the surrogate cost ``u_t = C^T q_t`` and takes one step on
+    ``f_t(w) = w . u_t - h_S(w)``, whose supergradient is ``u_t - x*`` with ``x*`` a maximizer
+    of ``w . x`` over the box ``S``. Lemma 4 makes ``max_{|w| <= 1} f(w)`` the distance of
+    ``u`` to ``S``, so a no-regret ``w`` drives the average surrogate cost into ``S`` (Lemma 5).
+
+    Tie rule (DESIGN.md): where ``w_j == 0`` every point of ``S_j`` maximizes; we take
+    ``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the surrogate cost is
+    inside ``S``. A cost within ``tol`` of the box counts as inside there, so that rounding in
+    ``C^T q`` (the paper's margin-0 budget puts the uniform start exactly on the bound) cannot
+    switch on a constraint. This matters because the QP's half-space ``w . (C^T q) <= h_S(w)``
+    is invariant to scaling ``w``: any nonzero ``w``, however small, enforces a whole
+    half-space, while ``w == 0`` enforces nothing.
+
+    Parameters
+    ----------
+    lo, hi : ndarray, shape (R, d)
+        The surrogate box ``S`` of each run.
+    step : float
+        OGD step size (the paper's ``eta_ogd = 0.05``).
+    tol : float
+        Width of the "on the bound" band of the tie rule.
+    """
+
+    def __init__(self, lo: FloatArray, hi: FloatArray, step: float, tol: float) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.step_size = step
+        self.tol = tol
+        self.w: FloatArray = np.zeros_like(lo)
+
+    def step(self, u: FloatArray) -> None:
+        """One ascent step for every run with surrogate costs ``u`` (R, d)."""
+        x_star = support_point_box(self.w, u, self.lo, self.hi)
+        grad = u - x_star
+        grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
+        w = self.w + self.step_size * grad
+        norm = np.sqrt(np.sum(w * w, axis=1, keepdims=True))
+        self.w = np.where(norm > 1.0, w / np.maximum(norm, 1.0), w)
+
+    def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
+        """The QP cut ``a . q <= b`` of some runs: ``a = C w`` (R', K), ``b = h_S(w)`` (R',)."""
+        w = self.w[runs]
+        a = np.einsum("rkd,rd->rk", costs[runs], w)
+        b = support_box(w, self.lo[runs], self.hi[runs])
+        return np.asarray(a, dtype=np.float64), b
+
+
+class OMDApproachability(BasePolicy):
+    """Online Mirror Descent with Approachability constraints (Algorithm 1), batched over runs.
+
+    Every round: draw M experts i.i.d. from ``q`` (steps d-e), observe the sum-max reward,
+    accumulate the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_i``
+    (step g, with ``b_t`` the mean of all strictly earlier rewards), and let the dual take one
+    step with ``u_t = C^T q_t`` (steps a-b). Since ``E[count_i / q_i] = M`` for every expert,
+    the baseline shifts every coordinate of the estimate by the same ``-M b_t``, which the
+    projection onto ``{sum q = 1}`` ignores: it lowers the variance and changes no step in
+    expectation. At the end of every batch of ``B`` rounds, solve the QP (6) with the
+    batch-averaged gradient and the
+    current dual (step c). ``batch = 1`` is the plain per-round algorithm.
+
+    Parameters
+    ----------
+    problem : Problem or sequence of Problem
+        One instance shared by all runs, or one per run.
+    horizon : int
+        T, used by the default ``eta``.
+    n_runs : int, optional
+    seed : int or SeedSequence, optional
+    gamma : float, optional
+        Exploration floor, default ``1/(10K)`` (Section 6.2).
+    eta : float, optional
+        Proximal parameter; default ``eta_mult * sqrt(2 T K M (1/gamma + M - 1))``
+        (Theorem 1's ``eta*`` scaled by ``eta_mult``).
+    eta_mult : float, default 0.05
+        The paper's multiplier (0.05 in Section 6.3, 0.03 in Section 6.2).
+    batch : int, default 10
+        B, rounds per QP step.
+    dual_step : float, default 0.05
+        The dual OGD step ``eta_ogd``.
+    check_feasible : bool, default True
+        Check Assumption 1 for every run at construction (an LP per distinct problem), so an
+        impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
+        later inside a QP step.
+
+    Examples
+    --------
+    >>> from msroute import Constraints, Problem
+    >>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
+    >>> pol = OMDApproachability(p, horizon=100, n_runs=4, seed=0)
+    >>> pol.select().shape
+    (4, 2)
+    """
+
+    name: ClassVar[str] = "omd"
+    _default_schedule: ClassVar[EtaSchedule] = "fixed"
+    _default_batch: ClassVar[int] = 10
+    _default_eta_mult: ClassVar[float] = 0.05
+
+    def __init__(
+        self,
+        problem: Problem | Sequence[Problem] | ProblemBatch,
+        *,
+        horizon: int,
+        n_runs: int | None = None,
+        seed: SeedLike = None,
+        gamma: float | None = None,
+        eta: float | None = None,
+        eta_mult: float | None = None,
+        batch: int | None = None,
+        dual_step: float = 0.05,
+        check_feasible: bool = True,
+        n_contexts: int = 1,
+        eta_schedule: EtaSchedule | None = None,
+    ) -> None:
+        super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
+        k, m = self.n_experts, self.m_draws
+        self.n_contexts = check_positive_int(n_contexts, "n_contexts")
+        self.gamma = check_gamma(1.0 / (10.0 * k) if gamma is None else gamma, k)
+        if self.gamma <= 0.0:
+            raise ValueError("gamma must be > 0: the importance weights divide by q_i >= gamma")
+        self.batch_size = check_positive_int(
+            self._default_batch if batch is None else batch, "batch"
+        )
+        self.eta_mult = check_hyper(
+            self._default_eta_mult if eta_mult is None else eta_mult, "eta_mult"
+        )
+        schedule = self._default_schedule if eta_schedule is None else eta_schedule
+        if schedule not in ("fixed", "anytime"):
+            raise ValueError(f"eta_schedule == {schedule!r}, must be 'fixed' or 'anytime'")
+        self.eta_schedule: EtaSchedule = schedule
+        g2 = k * m * (1.0 / self.gamma + m - 1.0)  # G^2 of Corollary 2's proof
+        if eta is not None:
+            self.eta = check_hyper(eta, "eta")
+        elif schedule == "fixed":
+            self.eta = self.eta_mult * float(np.sqrt(2.0 * self.horizon * g2))
+        else:
+            self.eta = self.eta_mult * 2.0 * float(np.sqrt(g2))  # a of Corollary 2
+        self.dual_step = check_hyper(dual_step, "dual_step")
+        if check_feasible:
+            for p in dict.fromkeys(self.batch.problems):
+                p.check_feasible(self.gamma)
+        r, x = self.n_runs, self.n_contexts
+        self._q: FloatArray = np.full((r, x, k), 1.0 / k)
+        self._grad: FloatArray = np.zeros((r, x, k))
+        self._visits: IntArray = np.zeros((r, x), dtype=np.int64)
+        self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
+        self._reward_sum: FloatArray = np.zeros((r, x))
+        tol = 1e-12 * max(1.0, self.batch.cbar)
+        self.dual = ApproachabilityDual(self.batch.lo, self.batch.hi, self.dual_step, tol)
+        self._ctx: IntArray = np.zeros(r, dtype=np.int64)
+        self._q_play: FloatArray = self._q[:, 0, :]
+
+    # ------------------------------------------------------------------ diagnostics
+    @property
+    def q(self) -> FloatArray:
+        """Current routing policies: (R, K), or (R, X, K) for more than one context (a copy)."""
+        return self._q[:, 0, :].copy() if self.n_contexts == 1 else self._q.copy()
+
+    @property
+    def w(self) -> FloatArray:
+        """Current approachability dual, shape (R, d) (a copy)."""
+        return self.dual.w.copy()
+
+    def routing(self) -> FloatArray:
+        """The policy each run plays this round, shape (R, K): what :meth:`select` samples."""
+        return self._q_play.copy()
+
+    # ------------------------------------------------------------------ algorithm
+    def _select(self, context: IntArray | None) -> IntArray:
+        ctx = np.zeros(self.n_runs, dtype=np.int64) if context is None else context
+        self._ctx = ctx
+        self._q_play = self._q[self._rows, ctx]
+        return sample_multinomial(self.rng, self._q_play, self.m_draws)
+
+    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        rows, ctx, q_play = self._rows, self._ctx, self._q_play
+        visits = self._visits[rows, ctx]
+        baseline = np.where(visits > 0, self._reward_sum[rows, ctx] / np.maximum(visits, 1), 0.0)
+        counts = draw_counts(draws, self.n_experts)
+        self._grad[rows, ctx] += (reward - baseline)[:, None] * counts / q_play
+        self._reward_sum[rows, ctx] += reward
+        self._visits[rows, ctx] = visits + 1
+        self.dual.step(self.batch.surrogate_cost(q_play))
+        due = np.flatnonzero((visits + 1) % self.batch_size == 0)
+        if due.size:
+            self._qp_step(due, ctx[due])
+
+    def _qp_step(self, runs: IntArray, ctx: IntArray) -> None:
+        """The proximal QP (6) for the given runs' current contexts."""
+        self._steps[runs, ctx] += 1
+        if self.eta_schedule == "fixed":
+            eta: FloatArray | float = self.eta
+        else:  # Corollary 2: eta = a sqrt(n_x) at the n-th step of context x
+            eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
+        y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
+        a, b = self.dual.halfspace(self.batch.costs, runs)
+        self._q[runs, ctx] = _project_step_unchecked(y, self.gamma, a, b)
+        self._grad[runs, ctx] = 0.0
+
+
+class ContextualOMD(OMDApproachability):
+    """Contextual OMD with Approachability constraints (Algorithm 2).
+
+    One routing policy per context (case type), updated only on that context's rounds with
+    its own gradient, and one shared approachability dual fed with the policy actually played
+    (Remark 2), so the constraints hold on the aggregate over all contexts.
+
+    The default proximal parameter is Corollary 2's anytime ``eta = a sqrt(n_x)`` with
+    ``a = 2 sqrt(K M (1/gamma + M - 1))`` (times ``eta_mult``, default 1) and ``n_x`` the
+    context's step count; ``eta_schedule="fixed"`` uses Algorithm 1's constant instead.
+
+    Reading of Algorithm 2: it refreshes ``q^(x)`` at the *start* of context ``x``'s next
+    visit with the gradient stored at the previous one; we apply the same step at the *end*
+    of the visit (with ``eta = a sqrt(n + 1)``, the value the next visit would use), using the
+    dual of that moment — Algorithm 1's batch-end convention. The two differ only by the dual's
+    drift between visits. ``batch`` averages B visits of a context per step (default 1, as in
+    Algorithm 2).
+
+    Parameters
+    ----------
+    problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible
+        As in :class:`OMDApproachability`.
+    n_contexts : int
+        Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.
+    eta_mult : float, default 1.0
+    eta_schedule : {"anytime", "fixed"}, default "anytime"
+    """
+
+    name: ClassVar[str] = "omd-contextual"
+    _default_schedule: ClassVar[EtaSchedule] = "anytime"
+    _default_batch: ClassVar[int] = 1
+    _default_eta_mult: ClassVar[float] = 1.0

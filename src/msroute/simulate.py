@@ -1,0 +1,205 @@
+"""Run policies on a skill environment, batched over runs, and record their trajectories.
+
+One round (DESIGN.md): the environment gives ``skills (R, N, K)``; each policy's ``select``
+gives the M draws; the routed subset is the distinct draws; the reward is the sum-max of the
+subset and the realized cost the sum of the distinct routed experts' cost vectors; ``update``
+sees only these. Every policy steps on the *same* skills each round (common random numbers),
+so comparisons between policies are paired.
+
+For policies that expose their routing distribution (``routing() -> (R, K)``, e.g.
+OMD-Approachability) the simulator also records the exact expected reward ``Phi_t(q_t)`` of the
+policy actually played each round, which the true regret of eq. (4) needs; it is computed in
+vectorized blocks, never in the per-round loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from msroute._validation import FloatArray, IntArray, as_float_array, check_positive_int
+from msroute.policies.base import BasePolicy, draws_to_mask
+from msroute.problem import ProblemBatch
+from msroute.reward import batch_sum_max_reward, expected_reward
+
+__all__ = ["SkillSource", "Trajectory", "simulate"]
+
+
+class SkillSource(Protocol):
+    """What the simulator needs of an environment: replayable skills of any round range."""
+
+    n_runs: int
+    n_dims: int
+    n_experts: int
+
+    def skills(self, start: int, stop: int) -> FloatArray:
+        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        ...
+
+
+@dataclass
+class Trajectory:
+    """What one policy did over a simulation, for every run.
+
+    Attributes
+    ----------
+    policy : str
+        The name the policy was given.
+    rewards : ndarray, shape (T, R)
+        Realized sum-max reward of each round.
+    costs : ndarray, shape (T, R, d)
+        Realized cost vector of each round (each distinct routed expert counted once).
+    expected_rewards : ndarray, shape (T, R), or None
+        ``Phi_t(q_t)``, the exact expected reward of the routing distribution played, for
+        policies exposing ``routing()``; None otherwise.
+    final_q : ndarray, shape (R, K) or (R, X, K), or None
+        The policy's final routing distribution (``q_T``), when it has one.
+    wall_time : float
+        Seconds spent in this policy's ``select``/``update`` calls.
+    """
+
+    policy: str
+    rewards: FloatArray
+    costs: FloatArray
+    expected_rewards: FloatArray | None = None
+    final_q: FloatArray | None = None
+    wall_time: float = 0.0
+    extras: dict[str, FloatArray] = field(default_factory=dict)
+
+    @property
+    def horizon(self) -> int:
+        """Number of rounds T recorded."""
+        return int(self.rewards.shape[0])
+
+
+def _check_contexts(
+    contexts: ArrayLike | None, weights: ArrayLike | None, horizon: int, n_runs: int, n_dims: int
+) -> tuple[IntArray | None, FloatArray | None]:
+    if contexts is None and weights is None:
+        return None, None
+    if contexts is None or weights is None:
+        raise ValueError("contexts and context_weights go together: give both or neither")
+    w = as_float_array(weights, "context_weights", ndim_min=2, ndim_max=2)
+    if w.shape[1] != n_dims or np.any(w < 0):
+        raise ValueError(
+            f"context_weights must be (X, N) = (X, {n_dims}) and >= 0, got shape {w.shape}"
+        )
+    c = np.asarray(contexts)
+    if c.shape == (horizon,):
+        c = np.broadcast_to(c[:, None], (horizon, n_runs))
+    if c.shape != (horizon, n_runs) or not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(
+            f"contexts must be ints of shape (T,) or (T, R) = {(horizon, n_runs)}, "
+            f"got {c.dtype} {c.shape}"
+        )
+    if c.min() < 0 or c.max() >= w.shape[0]:
+        raise ValueError(f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)")
+    return c.astype(np.int64), w
+
+
+def simulate(
+    policies: Mapping[str, BasePolicy],
+    env: SkillSource,
+    batch: ProblemBatch,
+    horizon: int,
+    *,
+    contexts: ArrayLike | None = None,
+    context_weights: ArrayLike | None = None,
+    chunk: int = 1000,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Trajectory]:
+    """Run every policy for ``horizon`` rounds on the same skill stream.
+
+    Parameters
+    ----------
+    policies : mapping of name -> policy
+        Each with ``n_runs == env.n_runs == batch.n_runs``; they are advanced in place.
+    env : SkillSource
+        The skill environment (replayable: metrics can ask it for the same rounds again).
+    batch : ProblemBatch
+        The instance of each run (costs for the realized cost vectors).
+    horizon : int
+        T, the number of rounds.
+    contexts : array_like of int, shape (T,) or (T, R), optional
+        The context of each round (contextual runs); passed to ``select``.
+    context_weights : array_like, shape (X, N), optional
+        Context ``x`` scores dimension ``n`` with weight ``context_weights[x, n] >= 0``: its
+        reward is the sum-max on the skills with rows scaled by those weights (0/1 weights
+        pick the case type's own dimensions).
+    chunk : int, default 1000
+        Rounds of skills fetched from the environment at a time.
+    progress : callable, optional
+        Called with the number of rounds done after each chunk.
+
+    Returns
+    -------
+    dict of name -> Trajectory
+    """
+    t_total = check_positive_int(horizon, "horizon")
+    chunk = check_positive_int(chunk, "chunk")
+    r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
+    if env.n_runs != r or env.n_experts != k:
+        raise ValueError(
+            f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
+            f"has {(r, k)}"
+        )
+    for name, pol in policies.items():
+        if pol.n_runs != r or pol.n_experts != k or pol.m_draws != batch.m_draws:
+            raise ValueError(
+                f"policy {name!r} has (R, K, M) = {(pol.n_runs, pol.n_experts, pol.m_draws)}, "
+                f"the batch has {(r, k, batch.m_draws)}"
+            )
+    ctx_all, weights = _check_contexts(contexts, context_weights, t_total, r, env.n_dims)
+    names = list(policies)
+    rewards = {n: np.empty((t_total, r)) for n in names}
+    costs = {n: np.empty((t_total, r, d)) for n in names}
+    tracked = [n for n in names if callable(getattr(policies[n], "routing", None))]
+    expected = {n: np.empty((t_total, r)) for n in tracked}
+    q_buf = {n: np.empty((chunk, r, k)) for n in tracked}
+    clock = dict.fromkeys(names, 0.0)
+    for start in range(0, t_total, chunk):
+        stop = min(start + chunk, t_total)
+        skills = env.skills(start, stop)
+        if weights is not None and ctx_all is not None:
+            skills = skills * weights[ctx_all[start:stop]][..., None]
+        for step in range(stop - start):
+            v = skills[step]
+            t = start + step
+            ctx = None if ctx_all is None else ctx_all[t]
+            for name in names:
+                pol = policies[name]
+                tic = time.perf_counter()
+                draws = pol.select(ctx)
+                if name in q_buf:
+                    q_buf[name][step] = pol.routing()  # type: ignore[attr-defined]
+                mask = draws_to_mask(draws, k)
+                reward = batch_sum_max_reward(v, mask)
+                cost = batch.realized_cost(mask)
+                pol.update(draws, reward, cost)
+                clock[name] += time.perf_counter() - tic
+                rewards[name][t] = reward
+                costs[name][t] = cost
+        for name in tracked:
+            expected[name][start:stop] = expected_reward(
+                q_buf[name][: stop - start], skills, batch.m_draws
+            )
+        if progress is not None:
+            progress(stop)
+    out: dict[str, Trajectory] = {}
+    for name in names:
+        pol = policies[name]
+        final_q = getattr(pol, "q", None)
+        out[name] = Trajectory(
+            policy=name,
+            rewards=rewards[name],
+            costs=costs[name],
+            expected_rewards=expected.get(name),
+            final_q=None if final_q is None else np.asarray(final_q, dtype=np.float64),
+            wall_time=clock[name],
+        )
+    return out

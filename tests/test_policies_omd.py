@@ -1,0 +1,241 @@
+"""OMD-Approachability (Algorithm 1) and its contextual form (Algorithm 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from msroute import Constraints, InfeasibleConstraintsError, Problem, expected_reward
+from msroute.policies.base import draws_to_mask
+from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
+from msroute.problem import ProblemBatch
+from msroute.reward import batch_sum_max_reward, expected_reward_grad
+
+# Six experts: 0-1 excellent but costly (coordinate 0), 2-3 middling, 4-5 weak but they are the
+# ones a covering bound asks for (coordinate 1).
+SKILLS = np.array([[0.95, 0.90, 0.60, 0.55, 0.30, 0.20], [0.90, 0.95, 0.55, 0.60, 0.20, 0.35]])
+COSTS = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+M = 2
+
+
+def binding_problem() -> Problem:
+    # Surrogate box: q0 + q1 <= 0.8 / M = 0.4 (packing), q4 + q5 >= 0.4 (covering).
+    return Problem(COSTS, M, Constraints(upper=[0.8, None], lower=[None, 0.4]))
+
+
+def run_fixed_skills(pol: OMDApproachability, batch: ProblemBatch, skills: np.ndarray, t: int):
+    rewards = np.empty((t, pol.n_runs))
+    costs = np.empty((t, pol.n_runs, batch.n_costs))
+    phis = np.empty((t, pol.n_runs))
+    for s in range(t):
+        phis[s] = expected_reward(pol.routing(), skills, M)
+        draws = pol.select()
+        mask = draws_to_mask(draws, pol.n_experts)
+        rewards[s] = batch_sum_max_reward(
+            np.broadcast_to(skills, (pol.n_runs, *skills.shape)), mask
+        )
+        costs[s] = batch.realized_cost(mask)
+        pol.update(draws, rewards[s], costs[s])
+    return rewards, costs, phis
+
+
+def best_feasible_value(problem: Problem, skills: np.ndarray) -> float:
+    """max Phi(q) over the simplex with C^T q in S, by SLSQP from several starts."""
+    lo, hi = problem.surrogate_box()
+    c = problem.costs
+    cons = [
+        {"type": "eq", "fun": lambda q: q.sum() - 1.0, "jac": lambda q: np.ones_like(q)},
+        {"type": "ineq", "fun": lambda q: hi - c.T @ q, "jac": lambda q: -c.T},
+        {"type": "ineq", "fun": lambda q: c.T @ q - lo, "jac": lambda q: c.T},
+    ]
+    best = -np.inf
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        res = minimize(
+            lambda q: (
+                -float(expected_reward(np.clip(q, 0, None) / np.clip(q, 0, None).sum(), skills, M))
+            ),
+            rng.dirichlet(np.ones(len(c))),
+            jac=lambda q: (
+                -expected_reward_grad(np.clip(q, 0, None) / np.clip(q, 0, None).sum(), skills, M)
+            ),
+            bounds=[(0.0, 1.0)] * len(c),
+            constraints=cons,
+            method="SLSQP",
+            options={"ftol": 1e-12, "maxiter": 500},
+        )
+        q = np.clip(res.x, 0, None)
+        q /= q.sum()
+        if np.all(c.T @ q <= hi + 1e-7) and np.all(c.T @ q >= lo - 1e-7):
+            best = max(best, float(expected_reward(q, skills, M)))
+    return best
+
+
+def test_omd_feasible_and_near_optimal_under_binding_packing_and_covering() -> None:
+    problem = binding_problem()
+    horizon, runs = 20_000, 4
+    batch = ProblemBatch(problem, runs)
+    pol = OMDApproachability(problem, horizon=horizon, n_runs=runs, seed=3, eta_mult=0.05)
+    _, costs, phis = run_fixed_skills(pol, batch, SKILLS, horizon)
+    avg_cost = costs.mean(axis=0)
+    assert np.all(avg_cost[:, 0] <= 0.8 + 1e-9)
+    assert np.all(avg_cost[:, 1] >= 0.4 - 1e-9)
+    opt = best_feasible_value(problem, SKILLS)
+    unconstrained = float(expected_reward(np.array([0.5, 0.5, 0, 0, 0, 0]), SKILLS, M))
+    assert opt < unconstrained - 0.05  # the constraints bind
+    final = expected_reward(pol.q, SKILLS, M)
+    assert np.all(final >= opt - 0.01)
+    # q_T may sit slightly outside S (the dual cuts one half-space at a time; only the
+    # average is guaranteed), so it may beat OPT by a little, never by much.
+    assert np.all(final <= opt + 0.01)
+    assert np.all(phis[-horizon // 4 :].mean(axis=0) >= opt - 0.015)
+    # The surrogate cost of q_T is (nearly) in S: the dual did its job.
+    u = batch.surrogate_cost(pol.q)
+    assert np.all(u[:, 0] <= 0.4 + 0.01)
+    assert np.all(u[:, 1] >= 0.4 - 0.01)
+
+
+def test_same_seed_same_trajectory_different_seed_different() -> None:
+    problem = binding_problem()
+    batch = ProblemBatch(problem, 3)
+
+    def run(seed: int) -> tuple[np.ndarray, np.ndarray]:
+        pol = OMDApproachability(problem, horizon=500, n_runs=3, seed=seed)
+        rewards, _, _ = run_fixed_skills(pol, batch, SKILLS, 200)
+        return rewards, pol.q
+
+    r1, q1 = run(11)
+    r2, q2 = run(11)
+    r3, _ = run(12)
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_array_equal(q1, q2)
+    assert not np.array_equal(r1, r3)
+
+
+def test_batch_one_is_per_round_and_batching_changes_update_times() -> None:
+    problem = binding_problem()
+    batch = ProblemBatch(problem, 1)
+    per_round = OMDApproachability(problem, horizon=100, seed=0, batch=1)
+    batched = OMDApproachability(problem, horizon=100, seed=0, batch=10)
+    run_fixed_skills(per_round, batch, SKILLS, 1)
+    run_fixed_skills(batched, batch, SKILLS, 1)
+    assert not np.allclose(per_round.q, 1 / 6)  # moved after one round
+    np.testing.assert_array_equal(batched.q, np.full((1, 6), 1 / 6))  # waits for the batch end
+    run_fixed_skills(batched, batch, SKILLS, 9)
+    assert not np.allclose(batched.q, 1 / 6)
+
+
+def test_default_hyperparameters_follow_the_paper() -> None:
+    problem = binding_problem()
+    pol = OMDApproachability(problem, horizon=10_000)
+    k, m, gamma = 6, M, 1 / 60
+    assert pol.gamma == pytest.approx(gamma)
+    assert pol.batch_size == 10
+    assert pol.eta == pytest.approx(0.05 * np.sqrt(2 * 10_000 * k * m * (1 / gamma + m - 1)))
+    assert pol.dual_step == 0.05
+
+
+def test_infeasible_constraints_fail_at_construction() -> None:
+    problem = Problem(COSTS, M, Constraints(upper=[0.8, None], lower=[None, 2.5]))
+    with pytest.raises(InfeasibleConstraintsError, match="coordinate 1"):
+        OMDApproachability(problem, horizon=100)
+
+
+def test_bad_hyperparameters_are_named() -> None:
+    problem = binding_problem()
+    with pytest.raises(ValueError, match="gamma"):
+        OMDApproachability(problem, horizon=100, gamma=0.5)
+    with pytest.raises(ValueError, match="eta_mult"):
+        OMDApproachability(problem, horizon=100, eta_mult=-1.0)
+    with pytest.raises(ValueError, match="batch"):
+        OMDApproachability(problem, horizon=100, batch=0)
+
+
+# ------------------------------------------------------------------ the approachability dual
+def test_dual_stays_at_zero_while_inside_and_on_the_bound() -> None:
+    lo, hi = np.array([[0.0, 0.2]]), np.array([[0.5, 1.0]])
+    dual = ApproachabilityDual(lo, hi, step=0.05, tol=1e-12)
+    for u in ([0.3, 0.5], [0.5, 0.2], [0.5 + 1e-15, 0.2 - 1e-15], [0.0, 1.0]):
+        dual.step(np.array([u]))
+        np.testing.assert_array_equal(dual.w, 0.0)
+    dual.step(np.array([[0.7, 0.5]]))  # outside on coordinate 0 by 0.2
+    np.testing.assert_allclose(dual.w, [[0.05 * 0.2, 0.0]])
+
+
+def test_dual_stays_in_the_unit_ball_and_points_at_the_violation() -> None:
+    lo, hi = np.array([[0.0, 0.5]]), np.array([[0.1, 1.0]])
+    dual = ApproachabilityDual(lo, hi, step=1.0, tol=1e-12)
+    for _ in range(50):
+        dual.step(np.array([[5.0, 0.0]]))  # far above the packing bound, below the covering one
+    assert np.linalg.norm(dual.w) <= 1.0 + 1e-12
+    assert dual.w[0, 0] > 0 > dual.w[0, 1]
+
+
+def test_qp_cut_is_scale_invariant_and_vanishes_at_zero() -> None:
+    """A tiny nonzero w enforces the same half-space as w / |w|; w = 0 enforces nothing."""
+    problem = binding_problem()
+    batch = ProblemBatch(problem, 3)
+    lo, hi = batch.lo, batch.hi
+    dual = ApproachabilityDual(lo, hi, step=0.05, tol=1e-12)
+    dual.w = np.array([[1e-9, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    a, b = dual.halfspace(batch.costs, np.arange(3))
+    from msroute.projection import project_step
+
+    y = np.tile(np.array([0.6, 0.3, 0.05, 0.03, 0.01, 0.01]), (3, 1))
+    q = project_step(y, 0.0, a, b)
+    np.testing.assert_allclose(q[0], q[1], atol=1e-9)
+    assert q[0, :2].sum() == pytest.approx(0.4, abs=1e-9)
+    np.testing.assert_allclose(q[2], y[2], atol=1e-12)
+
+
+# ------------------------------------------------------------------ contextual (Algorithm 2)
+def test_contextual_policies_win_when_contexts_want_different_experts() -> None:
+    # Context 0 scores only dimension 0 (expert 0 best), context 1 only dimension 1 (expert 3).
+    skills = np.array([[0.9, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.9]])
+    weights = np.eye(2)
+    costs = np.array([[1.0], [0.0], [0.0], [1.0]])
+    problem = Problem(costs, 1, Constraints(upper=[0.9]))
+    runs, horizon = 4, 6000
+    batch = ProblemBatch(problem, runs)
+    rng = np.random.default_rng(5)
+    contexts = rng.integers(0, 2, size=(horizon, runs))
+    ctx_pol = ContextualOMD(
+        problem, horizon=horizon, n_runs=runs, n_contexts=2, seed=1, batch=10, eta_mult=0.05
+    )
+    flat_pol = OMDApproachability(problem, horizon=horizon, n_runs=runs, seed=1, eta_mult=0.05)
+    totals = {"ctx": np.zeros(runs), "flat": np.zeros(runs)}
+    cost_ctx = np.zeros((runs, 1))
+    for t in range(horizon):
+        v = skills[None] * weights[contexts[t]][:, :, None]
+        for key, pol, ctx in (("ctx", ctx_pol, contexts[t]), ("flat", flat_pol, None)):
+            draws = pol.select(ctx)
+            mask = draws_to_mask(draws, 4)
+            r = batch_sum_max_reward(v, mask)
+            c = batch.realized_cost(mask)
+            pol.update(draws, r, c)
+            totals[key] += r
+            if key == "ctx":
+                cost_ctx += c
+    assert np.all(totals["ctx"] / horizon > totals["flat"] / horizon + 0.1)
+    # The cap binds at the optimum of both contexts, so the realized average sits on it up to
+    # sampling noise (Theorem 2's sampling term, sd about 0.004 here).
+    assert np.all(cost_ctx / horizon <= 0.9 + 0.015)
+    q = ctx_pol.q
+    assert q.shape == (runs, 2, 4)
+    assert np.all(q[:, 0, 0] > 0.5) and np.all(q[:, 1, 3] > 0.5)
+
+
+def test_contextual_needs_a_context_and_checks_its_range() -> None:
+    pol = ContextualOMD(binding_problem(), horizon=100, n_runs=2, n_contexts=3)
+    with pytest.raises(ValueError, match="context"):
+        pol.select()
+    with pytest.raises(ValueError, match=r"\[0, 2\]"):
+        pol.select(np.array([0, 3]))
+
+
+def test_contextual_anytime_eta_grows_with_the_visit_count() -> None:
+    pol = ContextualOMD(binding_problem(), horizon=100, n_contexts=2)
+    k, m, gamma = 6, M, 1 / 60
+    assert pol.eta == pytest.approx(2 * np.sqrt(k * m * (1 / gamma + m - 1)))
+    assert pol.eta_schedule == "anytime" and pol.batch_size == 1

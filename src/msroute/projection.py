@@ -1,0 +1,478 @@
+"""The exact proximal step (6) of Algorithm 1: a projection onto a cut, floored simplex.
+
+Step (c) of Algorithm 1 solves the quadratic program (6)::
+
+    max_{q in Delta_K, q >= gamma}  q . g - eta/2 ||q - q_prev||^2   s.t.  w . (C^T q) <= h_S(w)
+
+Completing the square, it is the Euclidean projection of ``y = q_prev + g / eta`` onto::
+
+    P = {q : sum(q) = 1, q >= gamma, a . q <= b},   a = C w,  b = h_S(w).
+
+Its KKT conditions read ``q = max(gamma, y - mu a - tau)`` (componentwise) with a threshold
+``tau`` fixing ``sum(q) = 1`` and a multiplier ``mu >= 0`` of the half-space. For a fixed ``mu``
+the map ``mu -> q(mu)`` is the projection of ``y - mu a`` onto the floored simplex, computed by
+sort and threshold; ``a . q(mu)`` is piecewise linear and nonincreasing in ``mu``. If
+``a . q(0) <= b`` the cut is inactive and ``mu = 0``; otherwise ``a . q(mu) = b`` is solved
+exactly on the right linear piece:
+
+1. an active-set (semismooth) Newton iteration: for a guess of the set ``F`` of coordinates above
+   the floor, ``sum(q) = 1`` and ``a . q = b`` are two linear equations in ``(tau, mu)``; solve
+   them, recompute ``F`` and stop as soon as the point satisfies every KKT condition (so it is
+   the exact solution, up to rounding). It starts from the free set of ``q(0)`` and needs one
+   or two steps on typical instances;
+2. rows where that does not settle within a few steps (cycling, or ``a`` constant on ``F``) go to
+   a safeguarded search on ``mu``: Newton steps on the current linear piece of ``a . q(mu)``
+   inside a bisection bracket, stopping when the piece a step was computed on is still the
+   piece at the new point, which again makes the root exact.
+
+No general QP solver is involved; every step is vectorized over the leading (run) axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from msroute._validation import FloatArray, as_float_array, check_gamma
+from msroute.errors import EmptyFeasibleSetError
+
+__all__ = ["project_step"]
+
+BoolArray = NDArray[np.bool_]
+
+#: Relative tolerance (of ``max |a|``, the scale of ``a . q``) for an empty or degenerate cut.
+FEASIBILITY_RTOL = 1e-10
+
+_EPS = float(np.finfo(np.float64).eps)
+_MAX_ACTIVE_SET_STEPS = 8
+_MAX_SEARCH_STEPS = 400
+
+
+# ---------------------------------------------------------------------- public entry point
+def project_step(
+    y: ArrayLike,
+    gamma: float,
+    a: ArrayLike | None = None,
+    b: ArrayLike | None = None,
+) -> FloatArray:
+    """Solve the proximal QP (6): project ``y`` onto the floored simplex cut by ``a . q <= b``.
+
+    Returns the unique minimiser of ``||q - y||^2`` subject to ``sum(q) = 1``, ``q >= gamma``
+    and ``a . q <= b``, which is the maximiser of eq. (6) of the paper for
+    ``y = q_prev + g / eta``, ``a = C w`` and ``b = h_S(w)``. The solution is exact: it meets the
+    KKT conditions up to floating-point rounding (see the module docstring for the method).
+
+    Parameters
+    ----------
+    y : array_like, shape (..., K)
+        Points to project, one per leading index (e.g. one per run, shape (R, K)).
+    gamma : float
+        The exploration floor, ``0 <= gamma <= 1/K``.
+    a : array_like, shape (..., K), optional
+        Normal of the half-space; its leading axes broadcast against those of ``y``. ``None``
+        or a row of zeros (the dual ``w = 0``) imposes no cut; ``b`` is then not used.
+    b : float or array_like, shape (...), optional
+        Offset of the half-space; broadcasts against the leading axes. Required with ``a``.
+
+    Returns
+    -------
+    q : ndarray, shape (broadcast of y's and a's shapes)
+        The projections; every row sums to one and is ``>= gamma``.
+
+    Raises
+    ------
+    EmptyFeasibleSetError
+        If some row's set is empty: ``b`` is below the smallest reachable value
+        ``gamma * sum(a) + (1 - K gamma) * min(a)`` by more than ``FEASIBILITY_RTOL * max|a|``.
+        When ``b`` equals that value up to this tolerance, the minimising face is returned.
+    ValueError
+        On NaN or infinite entries, mismatched shapes, ``gamma`` outside ``[0, 1/K]``, or
+        ``a`` and ``b`` not given together.
+
+    See Also
+    --------
+    msroute.Problem.support : ``h_S(w)``, the offset ``b`` of the cut.
+
+    Examples
+    --------
+    Without a cut it is the projection onto the floored simplex:
+
+    >>> project_step([0.9, 0.3, -0.2], gamma=0.05).round(6).tolist()
+    [0.775, 0.175, 0.05]
+
+    The cut ``q_0 <= 0.5`` moves mass to the other coordinates:
+
+    >>> project_step([0.9, 0.3, -0.2], gamma=0.05, a=[1.0, 0.0, 0.0], b=0.5).round(6).tolist()
+    [0.5, 0.45, 0.05]
+
+    Rows are independent problems (here two runs):
+
+    >>> y = [[0.9, 0.3, -0.4], [0.2, 0.2, 0.6]]
+    >>> project_step(y, 0.0, a=[[1, 0, 0], [0, 0, 1]], b=[0.5, 0.4]).round(6)
+    array([[0.5, 0.5, 0. ],
+           [0.3, 0.3, 0.4]])
+    """
+    ya = as_float_array(y, "y", ndim_min=1)
+    k = ya.shape[-1]
+    if k < 1:
+        raise ValueError(f"y must have at least one expert on its last axis, got shape {ya.shape}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.integer | np.floating):
+        raise TypeError(f"gamma must be a real number, got {type(gamma).__name__}")
+    g = check_gamma(float(gamma), k)
+    if a is None:
+        if b is not None:
+            raise ValueError("b was given without a; pass both a and b to cut the simplex")
+        return _project_step_unchecked(ya, g)
+    if b is None:
+        raise ValueError("a was given without b; pass both a and b to cut the simplex")
+    aa = as_float_array(a, "a", ndim_min=1)
+    if aa.shape[-1] != k:
+        raise ValueError(
+            f"a has {aa.shape[-1]} entries on its last axis but y has {k} (one per expert)"
+        )
+    ba = as_float_array(b, "b")
+    if ya.ndim == 1 and aa.ndim == 1:
+        lead: tuple[int, ...] = ()
+        fits = ba.ndim == 0
+    else:
+        try:
+            lead = np.broadcast_shapes(ya.shape[:-1], aa.shape[:-1])
+        except ValueError as exc:
+            raise ValueError(
+                f"leading axes of a {aa.shape[:-1]} do not broadcast with those of y "
+                f"{ya.shape[:-1]}"
+            ) from exc
+        try:
+            fits = np.broadcast_shapes(ba.shape, lead) == lead
+        except ValueError:
+            fits = False
+    if not fits:
+        raise ValueError(
+            f"b has shape {ba.shape}, which does not broadcast to the leading axes {lead} "
+            "(one offset per row of y)"
+        )
+    return _project_step_unchecked(ya, g, aa, ba)
+
+
+def _project_step_unchecked(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray | None = None,
+    b: FloatArray | float | None = None,
+) -> FloatArray:
+    """:func:`project_step` without argument checks (the policies' hot path).
+
+    The inputs must be finite float arrays with consistent shapes and ``0 <= gamma <= 1/K``;
+    only an empty feasible set is still detected (it raises :class:`EmptyFeasibleSetError`).
+    """
+    return _solve(y, gamma, a, b)[0]
+
+
+def _solve(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray | None,
+    b: FloatArray | float | None,
+) -> tuple[FloatArray, FloatArray]:
+    """The projection and the half-space multiplier ``mu >= 0`` (a KKT certificate).
+
+    Returns
+    -------
+    q : ndarray, shape (..., K)
+    mu : ndarray, shape (...)
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if a is None:
+        q, _, _ = _floored_simplex(y.reshape(-1, y.shape[-1]), gamma)
+        return q.reshape(y.shape), np.zeros(y.shape[:-1])
+    if b is None:
+        raise ValueError("a was given without b; pass both a and b to cut the simplex")
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if y.ndim == 1 and a.ndim == 1 and b.ndim == 0:  # one problem: skip the broadcasting
+        q1, mu1 = _solve_single(y, gamma, a, float(b))
+        return q1, np.asarray(mu1)
+    shape = np.broadcast_shapes(y.shape, a.shape)
+    k = shape[-1]
+    y2 = np.broadcast_to(y, shape).reshape(-1, k)
+    a2 = np.broadcast_to(a, shape).reshape(-1, k)
+    b1 = np.broadcast_to(b, shape[:-1]).reshape(-1)
+    if y2.shape[0] == 1:
+        q1, mu1 = _solve_single(y2[0], gamma, a2[0], float(b1[0]))
+        return q1.reshape(shape), np.full(shape[:-1], mu1)
+    q, mu = _solve_rows(y2, gamma, a2, b1)
+    return q.reshape(shape), mu.reshape(shape[:-1])
+
+
+# ---------------------------------------------------------------------- the floored simplex
+def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray, FloatArray]:
+    """Project each row of ``z`` (n, K) onto ``{q : sum q = 1, q >= gamma}`` by sort and threshold.
+
+    Returns ``q`` (n, K), the boolean mask of coordinates above the floor, and the threshold
+    ``tau`` (n,) with ``q = max(gamma, z - tau)``.
+    """
+    n, k = z.shape
+    mass = 1.0 - k * gamma
+    if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
+        tau = z.max(axis=-1) - 1.0 / k
+        return np.full((n, k), 1.0 / k), np.zeros((n, k), dtype=bool), tau
+    u = np.sort(z, axis=-1)[:, ::-1]
+    css = np.cumsum(u, axis=-1)
+    css -= mass
+    # The top rho coordinates are free: rho = #{j : u_j > (sum_{i<=j} u_i - mass) / j} >= 1.
+    rho = np.count_nonzero(u * np.arange(1.0, k + 1.0) > css, axis=-1)
+    tau = css[np.arange(n), rho - 1] / rho - gamma
+    shifted = z - tau[:, None]
+    return np.maximum(shifted, gamma), shifted > gamma, tau
+
+
+# ---------------------------------------------------------------------- one row
+def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
+    """One problem, y and a of shape (K,): the common cases with scalar bookkeeping.
+
+    The same method as :func:`_solve_rows`, written for one row because numpy's per-call
+    overhead, not arithmetic, dominates at K ~ 50. Degenerate rows go to the batched helpers.
+    """
+    k = y.shape[0]
+    mass = max(1.0 - k * gamma, 0.0)
+    if mass == 0.0:
+        q0 = np.full(k, 1.0 / k)
+        free = np.zeros(k, dtype=bool)
+    else:
+        u = np.sort(y)[::-1]
+        css = u.cumsum()
+        css -= mass
+        rho = int(np.count_nonzero(u * np.arange(1.0, k + 1.0) > css))
+        z = y - (float(css[rho - 1]) / rho - gamma)
+        q0 = np.maximum(z, gamma)
+        free = z > gamma
+    if float(a @ q0) <= b:
+        return q0, 0.0
+    amin, amax, asum = float(a.min()), float(a.max()), float(a.sum())
+    scale = max(amax, -amin)
+    if scale == 0.0:  # a = 0: no cut
+        return q0, 0.0
+    reach = gamma * asum + mass * amin
+    tol = FEASIBILITY_RTOL * scale
+    if b < reach - tol:
+        raise EmptyFeasibleSetError(_empty_message(reach, b, gamma, k, None))
+    if b <= reach + tol:
+        qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
+        return qf[0], float(muf[0])
+    # Active-set Newton steps (see _active_set_solve), scalars kept as Python floats.
+    slack_base = 64.0 * _EPS * (float(np.abs(y).max()) + 1.0)
+    for _ in range(_MAX_ACTIVE_SET_STEPS):
+        fm = free.astype(np.float64)
+        nf = float(fm.sum())
+        if nf == 0.0:
+            break
+        a_f = a * fm
+        a_free = float(a_f.sum())
+        abar = a_free / nf
+        ac = a_f - abar * fm
+        beta = float(ac @ ac)
+        if not beta > 1e3 * _EPS * float(a_f @ a_f):
+            break
+        mass_free = 1.0 - gamma * (k - nf)
+        mu = (float(ac @ y) + abar * mass_free - b + gamma * (asum - a_free)) / beta
+        shift = (float(y @ fm) - mass_free) / nf
+        z = y - mu * (a - abar) - shift
+        new_free = z > gamma
+        if mu >= 0.0:
+            if (new_free == free).all():
+                return np.maximum(z, gamma), mu
+            slack = slack_base + 64.0 * _EPS * float(np.abs(z).max())
+            if not np.where(free, z < gamma - slack, z > gamma + slack).any():
+                return np.maximum(z, gamma), mu
+        free = new_free
+    qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
+    return qs[0], float(ms[0])
+
+
+def _empty_message(reach: float, b: float, gamma: float, k: int, row: int | None) -> str:
+    where = "" if row is None else f" in row {row} (flattened leading axes)"
+    return (
+        f"the half-space a . q <= b misses the floored simplex{where}: the smallest "
+        f"reachable a . q is gamma * sum(a) + (1 - K gamma) * min(a) = {reach:.10g}, "
+        f"but b == {b:.10g} (gamma = {gamma:.6g}, K = {k}). No q >= gamma meets the cut; "
+        "check that the constraints are feasible (Problem.check_feasible) with this floor."
+    )
+
+
+# ---------------------------------------------------------------------- many rows
+def _solve_rows(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Rows of (n, K) problems; see :func:`_solve`."""
+    n, k = y.shape
+    q, free, _ = _floored_simplex(y, gamma)
+    mu = np.zeros(n)
+    cut = np.flatnonzero(np.vecdot(a, q) > b)
+    if cut.size == 0:
+        return q, mu
+    amax = np.abs(a[cut]).max(axis=-1)
+    cut = cut[amax > 0.0]  # a = 0: no cut
+    if cut.size == 0:
+        return q, mu
+    ac, bc, yc = a[cut], b[cut], y[cut]
+    mass = max(1.0 - k * gamma, 0.0)
+    amin = ac.min(axis=-1)
+    reach = gamma * ac.sum(axis=-1) + mass * amin
+    tol = FEASIBILITY_RTOL * np.abs(ac).max(axis=-1)
+    empty = bc < reach - tol
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise EmptyFeasibleSetError(
+            _empty_message(float(reach[i]), float(bc[i]), gamma, k, int(cut[i]))
+        )
+    face = bc <= reach + tol
+    if face.any():
+        rows = np.flatnonzero(face)
+        q[cut[rows]], mu[cut[rows]] = _face_point(yc[rows], gamma, ac[rows], amin[rows])
+    rows = np.flatnonzero(~face)
+    if rows.size:
+        idx = cut[rows]
+        q[idx], mu[idx] = _cut_active(yc[rows], gamma, ac[rows], bc[rows], free[idx])
+    return q, mu
+
+
+def _face_point(
+    y: FloatArray, gamma: float, a: FloatArray, amin: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Projection onto the face ``{q_i = gamma where a_i > min a}`` (the limit ``mu -> inf``).
+
+    Also returns the smallest ``mu >= 0`` that certifies it (the KKT multiplier).
+    """
+    k = y.shape[-1]
+    at_min = a == amin[:, None]
+    top = np.where(at_min, y, -np.inf).max(axis=-1)
+    # Coordinates off the face sit 2 below the largest on it: the threshold floors them.
+    z = np.where(at_min, y, (top - 2.0)[:, None])
+    q, _, tau = _floored_simplex(z, gamma)
+    if 1.0 - k * gamma <= 0.0:
+        return q, np.zeros(y.shape[0])
+    gap = a - amin[:, None]
+    need = np.where(at_min, 0.0, (y - tau[:, None] - gamma) / np.where(at_min, 1.0, gap))
+    return q, np.maximum(need.max(axis=-1), 0.0)
+
+
+def _cut_active(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, free: BoolArray
+) -> tuple[FloatArray, FloatArray]:
+    """Rows whose cut binds (``a . q(0) > b``) and is not degenerate: find ``mu > 0``.
+
+    Active-set Newton steps from ``free`` (the free set at ``mu = 0``) on all rows at once; a
+    row whose point satisfies every KKT condition keeps its free set, so its later steps repeat
+    the same computation. Rows that do not settle go to :func:`_search_mu`.
+    """
+    asum = a.sum(axis=-1)
+    slack_base = 64.0 * _EPS * (np.abs(y).max(axis=-1) + 1.0)
+    for _ in range(_MAX_ACTIVE_SET_STEPS):
+        z, mu, ok = _active_set_solve(y, gamma, a, b, free, asum)
+        new_free = z > gamma
+        slack = (slack_base + 64.0 * _EPS * np.abs(z).max(axis=-1))[:, None]
+        bad = np.where(free, z < gamma - slack, z > gamma + slack).any(axis=-1)
+        good = ok & (mu >= 0.0) & ~bad
+        if good.all():
+            return np.maximum(z, gamma), mu
+        free = np.where(good[:, None], free, new_free)
+    q = np.maximum(z, gamma)
+    rows = np.flatnonzero(~good)
+    q[rows], mu[rows] = _search_mu(y[rows], gamma, a[rows], b[rows])
+    return q, mu
+
+
+def _active_set_solve(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray,
+    b: FloatArray,
+    free: BoolArray,
+    asum: FloatArray,
+) -> tuple[FloatArray, FloatArray, BoolArray]:
+    """Solve ``sum q = 1``, ``a . q = b`` with ``q_F = y_F - mu a_F - tau`` and ``q = gamma`` off F.
+
+    A constant added to ``a`` only shifts ``tau``, so the point is returned in the centred form
+    ``z = y - mu (a - abar) - shift`` with ``abar`` the mean of ``a`` on ``F``; the shift
+    ``(sum_F y - mass_F) / |F|`` does not involve ``mu``, which avoids the cancellation of
+    ``y - mu a`` when ``mu`` is large. Returns ``z`` (n, K), ``mu`` (n,) and a mask of rows where
+    the 2x2 system is solvable (``a`` not constant on ``F``).
+    """
+    k = y.shape[-1]
+    fm = free.astype(np.float64)
+    nf = fm.sum(axis=-1)
+    nf_safe = np.maximum(nf, 1.0)
+    a_f = a * fm
+    a_free = a_f.sum(axis=-1)
+    abar = a_free / nf_safe
+    a_cen = a - abar[:, None]
+    ac = a_cen * fm
+    beta = np.vecdot(ac, ac)
+    mass_free = 1.0 - gamma * (k - nf)
+    rhs = np.vecdot(ac, y) + abar * mass_free - b + gamma * (asum - a_free)
+    ok = (nf > 0) & (beta > (1e3 * _EPS) * np.vecdot(a_f, a_f))
+    mu = rhs / np.where(ok, beta, 1.0)
+    shift = (np.vecdot(y, fm) - mass_free) / nf_safe
+    z = y - mu[:, None] * a_cen - shift[:, None]
+    return z, mu, ok
+
+
+def _search_mu(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Safeguarded root search of ``a . q(mu) = b`` (rows with ``a . q(0) > b > min reach``).
+
+    Newton steps on the current linear piece of ``mu -> a . q(mu)`` inside a bisection bracket.
+    A row is done when a Newton step lands on a point whose free set is the one the step was
+    computed from (the root of that piece, hence exact), when ``a . q = b`` to rounding, or when
+    the bracket has shrunk to a few ulps.
+    """
+    n, k = y.shape
+    amin = a.min(axis=-1)
+    gap = np.where(a > amin[:, None], a - amin[:, None], np.inf).min(axis=-1)
+    # For mu >= (ptp(y) + 1) / gap every coordinate with a_i > min(a) is at the floor, so
+    # a . q(mu) is the smallest reachable value, which is below b: a valid upper bracket.
+    hi = (np.ptp(y, axis=-1) + 1.0) / gap * (1.0 + 1e-9) + 1e-300
+    lo = np.zeros(n)
+    mu = np.zeros(n)
+    # q(mu) is the projection of y - mu (a - c) for any per-row constant c (it only shifts the
+    # threshold); c = mean of a on the current free set keeps mu (a - c) small.
+    centre = np.zeros(n)
+    q, free, _ = _floored_simplex(y, gamma)
+    f = np.vecdot(a, q)
+    ftol = (8.0 * _EPS) * k * (np.abs(a).max(axis=-1) + np.abs(b))
+    done = np.zeros(n, dtype=bool)
+    exact = np.zeros(n, dtype=bool)
+    newton = np.zeros(n, dtype=bool)
+    prev_free = free
+    for _ in range(_MAX_SEARCH_STEPS):
+        above = f > b
+        lo = np.where(above, np.maximum(lo, mu), lo)
+        hi = np.where(above, hi, np.minimum(hi, mu))
+        hit = ~done & ((np.abs(f - b) <= ftol) | (newton & np.all(free == prev_free, axis=-1)))
+        exact |= hit
+        done |= hit | (hi - lo <= 4.0 * _EPS * hi)
+        if done.all():
+            break
+        fm = free.astype(np.float64)
+        nf = np.maximum(fm.sum(axis=-1), 1.0)
+        abar = np.vecdot(a, fm) / nf
+        ac = (a - abar[:, None]) * fm
+        slope = np.einsum("ij,ij->i", ac, ac)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cand = mu + (f - b) / slope
+        step_ok = (slope > 0.0) & (cand > lo) & (cand < hi)
+        nxt = np.where(step_ok, cand, 0.5 * (lo + hi))
+        newton = step_ok & ~done
+        mu = np.where(done, mu, nxt)
+        centre = np.where(done, centre, abar)
+        prev_free = free
+        q, free, _ = _floored_simplex(y - mu[:, None] * (a - centre[:, None]), gamma)
+        f = np.vecdot(a, q)
+    # Rows that stopped on the bracket width sit within ulps of the root: take the feasible end.
+    late = ~exact & (f > b)
+    if np.any(late):
+        mu[late] = hi[late]
+        z = y[late] - mu[late, None] * (a[late] - centre[late, None])
+        q[late] = _floored_simplex(z, gamma)[0]
+    return q, mu

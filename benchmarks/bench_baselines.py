@@ -1,0 +1,67 @@
+"""Per-round time of the Section 6.3 baselines (select + update), batched over runs.
+
+Run: ``python benchmarks/bench_baselines.py [--runs 80] [--experts 50] [--draws 5]``.
+Each round is timed on its own and the median over the rounds after the warm-up is reported
+(robust to other load on the machine). Only the policy's own work is timed (``select`` and
+``update``, with the public boundary's checks); the environment's skills, the rewards and the
+costs are computed outside the timed sections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from msroute import Constraints, Problem, batch_sum_max_reward
+from msroute.policies.base import draws_to_mask
+from msroute.policies.registry import make_policy
+from msroute.problem import ProblemBatch
+
+BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe"]
+
+
+def pol_warmup(pol: object) -> int:
+    """Rounds of round-robin warm-up (timed separately: they skip the scores)."""
+    return int(getattr(pol, "warmup", 0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=80)
+    ap.add_argument("--experts", type=int, default=50)
+    ap.add_argument("--draws", type=int, default=5)
+    ap.add_argument("--dims", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2000)
+    args = ap.parse_args()
+    r, k, m, n, t_max = args.runs, args.experts, args.draws, args.dims, args.rounds
+    rng = np.random.default_rng(0)
+    costs = np.column_stack([rng.random(k), (np.arange(k) < 10).astype(float)])
+    problem = Problem(costs, m_draws=m, constraints=Constraints(upper=[m * 0.5, 1.0]))
+    batch = ProblemBatch(problem, r)
+    means = rng.uniform(0.5, 0.9, (n, k))
+    print(
+        f"R = {r}, K = {k}, M = {m}, d = 2, N = {n}; microseconds per round "
+        "(select + update) after the warm-up: median, 10th percentile"
+    )
+    for name in BASELINES:
+        pol = make_policy(name, problem, horizon=t_max, n_runs=r, seed=1)
+        spent = np.empty(t_max)
+        for t in range(t_max):
+            skills = rng.beta(20 * means, 20 * (1 - means), (r, n, k))
+            t0 = time.perf_counter()
+            draws = pol.select()
+            t1 = time.perf_counter()
+            mask = draws_to_mask(draws, k)
+            reward = batch_sum_max_reward(skills, mask)
+            cost = batch.realized_cost(mask)
+            t2 = time.perf_counter()
+            pol.update(draws, reward, cost)
+            spent[t] = (t1 - t0) + (time.perf_counter() - t2)
+        after = spent[min(pol_warmup(pol), t_max - 1) :] * 1e6
+        print(f"  {name:8s} {np.median(after):8.1f} {np.percentile(after, 10):8.1f}")
+
+
+if __name__ == "__main__":
+    main()

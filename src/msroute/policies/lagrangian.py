@@ -1,0 +1,180 @@
+"""The Lagrangian dual of the constraint-aware baselines (CBwK, TS-BwK and MoE, Section 6.3).
+
+The paper's baselines enforce the long-term bounds with a multiplier vector ``lambda >= 0``
+that enters as ``(lambda ⊙ sign)^T c``: CBwK and TS-BwK add it to each expert's score with
+``c = C[:, i]`` (the expert's cost vector), MoE adds it to the reward with ``c = x_t`` (the
+round's realized cost). ``lambda`` starts at 0 and takes one projected subgradient-ascent step
+per round on the constraint violation: ``lambda <- max(0, lambda + step * violation)``.
+
+Readings of the text (DESIGN.md, "Baselines"), chosen so that the dual does what Section 6.3
+says it does ("steering away from constraint-violating arms as lambda grows"):
+
+* **One multiplier per bound, not per coordinate.** A coordinate with both an upper and a
+  lower bound gets two multipliers, one for each side; they never both grow at once.
+* **Sign.** ``sign = -1`` for an upper bound ``u_j`` and ``+1`` for a lower bound ``l_j``. A
+  growing multiplier of a violated upper bound then *lowers* the score of the experts that
+  load coordinate ``j`` (fewer of them are routed, the cost falls), and one of an unmet lower
+  bound *raises* it (more of them are routed, the cost rises). The opposite sign would push
+  the cost further out of the box.
+* **Violation.** ``avg_j - u_j`` for an upper bound and ``l_j - avg_j`` for a lower one, positive
+  exactly when the bound is broken, so the ascent raises ``lambda`` while it is broken and lets
+  it decay back to 0 once the bound holds with room. ``violation="average"`` (the default for
+  CBwK and TS-BwK, as Section 6.3 writes "running-average constraint violation") measures it on
+  the running average of the realized costs seen so far; ``violation="round"`` measures it on
+  the current round's realized cost (the default for MoE, whose text does not say, and the
+  usual primal-dual reading). The two readings behave differently: the running average moves
+  slowly, so its violation keeps its sign for many rounds and ``lambda`` overshoots and
+  oscillates with a large amplitude; the per-round violation averages out around the bound.
+* **Which box.** The bounds are those of the original box ``S_ori`` on the realized cost (each
+  distinct routed expert counted once), the quantity whose time average the feasibility
+  metric checks, not the surrogate box of Section 4.2. Absent bounds (infinite) have no effect:
+  their multiplier stays at 0.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from msroute._validation import FloatArray, IntArray
+from msroute.policies.base import check_hyper
+
+__all__ = ["VIOLATIONS", "LagrangianDual", "Violation", "check_violation"]
+
+Violation = Literal["average", "round"]
+#: The accepted values of ``violation``.
+VIOLATIONS: tuple[str, ...] = get_args(Violation)
+
+
+def check_violation(value: object) -> Violation:
+    """Validate the ``violation`` keyword ("average" or "round")."""
+    if value == "average":
+        return "average"
+    if value == "round":
+        return "round"
+    raise ValueError(
+        f"violation == {value!r}, must be 'average' (running-average realized cost) or "
+        "'round' (this round's realized cost)"
+    )
+
+
+class LagrangianDual:
+    """Multipliers ``lambda >= 0`` on the bounds of ``S_ori``, one per bound, batched over runs.
+
+    The bound rows are the upper bounds of the coordinates that have one in any run, followed by
+    the lower bounds likewise; a run whose own box lacks a row's bound keeps that multiplier at 0.
+
+    Parameters
+    ----------
+    lo, hi : array_like, shape (R, d)
+        The original box of each run: lower and upper bounds, ``-inf`` / ``+inf`` where absent
+        (:attr:`ProblemBatch.lo_ori`, :attr:`ProblemBatch.hi_ori`).
+    step : float
+        Subgradient step size (``10 / sqrt(T)`` for CBwK and TS-BwK, ``4e-4`` for MoE).
+    violation : {"average", "round"}, default "average"
+        Violation of the running-average realized cost or of the round's realized cost.
+
+    Attributes
+    ----------
+    lam : ndarray, shape (R, B)
+        The multipliers, one per bound row.
+    coord : ndarray of int, shape (B,)
+        Cost coordinate of each bound row.
+    sign : ndarray, shape (B,)
+        ``-1`` for an upper-bound row, ``+1`` for a lower-bound row.
+
+    Examples
+    --------
+    >>> dual = LagrangianDual([[-np.inf]], [[1.0]], step=0.5)
+    >>> dual.step(np.array([[3.0]]))  # average cost 3 > u = 1: lambda = 0.5 * 2
+    >>> dual.lam.tolist()
+    [[1.0]]
+    >>> dual.penalty(np.array([[[2.0], [0.0]]])).tolist()  # -lambda * c_i per expert
+    [[-2.0, 0.0]]
+    """
+
+    def __init__(
+        self,
+        lo: ArrayLike,
+        hi: ArrayLike,
+        *,
+        step: float,
+        violation: Violation = "average",
+    ) -> None:
+        lo_a = np.asarray(lo, dtype=np.float64)
+        hi_a = np.asarray(hi, dtype=np.float64)
+        if lo_a.ndim != 2 or lo_a.shape != hi_a.shape:
+            raise ValueError(
+                f"lo and hi must both have shape (R, d), got {lo_a.shape} and {hi_a.shape}"
+            )
+        self.step_size = check_hyper(step, "dual_step")
+        self.violation: Violation = check_violation(violation)
+        n_runs, n_costs = lo_a.shape
+        upper = np.flatnonzero(np.isfinite(hi_a).any(axis=0))
+        lower = np.flatnonzero(np.isfinite(lo_a).any(axis=0))
+        self.coord: IntArray = np.concatenate([upper, lower]).astype(np.int64)
+        self.sign: FloatArray = np.concatenate([-np.ones(upper.size), np.ones(lower.size)])
+        bound = np.concatenate([hi_a[:, upper], lo_a[:, lower]], axis=1)
+        self._active = np.isfinite(bound)
+        self._bound: FloatArray = np.where(self._active, bound, 0.0)
+        self.lam: FloatArray = np.zeros(bound.shape)
+        # (B, d) map of the rows to their coordinates, with the rows' signs: w = lam @ rows.
+        self._signed_rows: FloatArray = np.zeros((self.coord.size, n_costs))
+        self._signed_rows[np.arange(self.coord.size), self.coord] = self.sign
+        self._cost_sum: FloatArray = np.zeros((n_runs, n_costs))
+        self.n_steps = 0
+
+    @property
+    def n_bounds(self) -> int:
+        """Number of bound rows B."""
+        return int(self.coord.size)
+
+    @property
+    def rows(self) -> list[tuple[int, str]]:
+        """``(coordinate, "upper" | "lower")`` of each bound row, in the order of ``lam``."""
+        return [
+            (int(j), "upper" if s < 0 else "lower")
+            for j, s in zip(self.coord, self.sign, strict=True)
+        ]
+
+    def weights(self) -> FloatArray:
+        """``lambda ⊙ sign`` gathered per cost coordinate, shape (R, d).
+
+        A coordinate with both bounds gets the difference of its two multipliers.
+        """
+        return np.asarray(self.lam @ self._signed_rows, dtype=np.float64)
+
+    def penalty(self, costs: FloatArray) -> FloatArray:
+        """The score term ``(lambda ⊙ sign)^T C[:, i]`` of every expert, shape (R, K).
+
+        Parameters
+        ----------
+        costs : ndarray, shape (R, K, d) or (K, d)
+            Cost vectors of the experts (per run, or shared).
+        """
+        return np.asarray(np.matmul(costs, self.weights()[:, :, None])[..., 0], dtype=np.float64)
+
+    def value(self, cost: FloatArray) -> FloatArray:
+        """``(lambda ⊙ sign)^T x`` for one cost vector per run: cost (R, d) -> (R,)."""
+        return np.asarray(np.sum(self.weights() * cost, axis=1), dtype=np.float64)
+
+    def violations(self, cost: FloatArray) -> FloatArray:
+        """Signed violation of every bound row by cost vectors (R, d): shape (R, B).
+
+        ``x_j - u_j`` for an upper bound, ``l_j - x_j`` for a lower bound, 0 where a run has no
+        such bound.
+        """
+        gap = cost[:, self.coord] - self._bound
+        return np.where(self._active, -self.sign * gap, 0.0)
+
+    def step(self, cost: FloatArray) -> None:
+        """One projected subgradient-ascent step with the round's realized costs (R, d)."""
+        self.n_steps += 1
+        if self.violation == "average":
+            self._cost_sum += cost
+            x = self._cost_sum / self.n_steps
+        else:
+            x = cost
+        self.lam = np.maximum(0.0, self.lam + self.step_size * self.violations(x))

@@ -1,0 +1,276 @@
+"""Machinery shared by the baselines of Section 6.3: warm-up, top-M, shared-reward statistics.
+
+The baselines route a *team* of M distinct experts each round (unlike the multinomial policies,
+which draw M times with replacement). What they have in common is written once here:
+
+* :func:`round_robin` — the warm-up schedule: round ``t < warmup`` routes experts
+  ``(t*M + j) mod K`` for ``j < M``, so 10 rounds of M = 5 cycle once through K = 50 experts.
+* :func:`top_m` — the M highest scores of each run, ties to the lower expert index.
+* :class:`SharedRewardStats` — per-expert counts ``n_i`` and running means of the *shared*
+  reward: the paper's heuristic credits the whole team reward ``r_t`` to every routed expert
+  (the sum-max reward does not decompose per expert), and the UCB index built on them.
+* :class:`BetaPosterior` — Thompson sampling's Beta posteriors, updated the same way.
+* :class:`TeamRounds` — the round skeleton (warm-up, then top-M of the family's scores plus
+  the Lagrangian penalty when there is a dual; feedback to the statistics, the family's own
+  learner and the dual), a mixin placed before :class:`~msroute.policies.base.BasePolicy`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute.policies.base import check_hyper
+from msroute.policies.lagrangian import LagrangianDual, Violation
+from msroute.problem import ProblemBatch
+
+__all__ = [
+    "BetaPosterior",
+    "SharedRewardStats",
+    "TeamRounds",
+    "default_bwk_step",
+    "round_robin",
+    "routed_index",
+    "top_m",
+]
+
+#: Up to this M, :func:`top_m` takes M successive argmaxes; above it, one stable sort.
+_ARGMAX_LIMIT = 8
+
+
+def round_robin(t: int, n_runs: int, n_experts: int, m_draws: int) -> IntArray:
+    """The warm-up team of round ``t`` (0-based): experts ``(t*M + j) mod K``, j < M.
+
+    Returns
+    -------
+    ndarray of int, shape (R, M)
+        The same row for every run (a fresh array).
+
+    Examples
+    --------
+    >>> round_robin(3, 1, 5, 2).tolist()
+    [[1, 2]]
+    """
+    row = (t * m_draws + np.arange(m_draws, dtype=np.int64)) % n_experts
+    return np.tile(row, (n_runs, 1))
+
+
+def top_m(scores: FloatArray, m: int) -> IntArray:
+    """Indices of the M largest scores of each row, best first; ties go to the lower index.
+
+    Deterministic tie-breaking keeps the policies' random streams for their own sampling (a
+    deterministic index policy such as CUCB then does not depend on its seed at all) and makes
+    CUCB's infinite indices of never-routed experts a round-robin in index order.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (R, K)
+        Finite or infinite scores (no NaN).
+    m : int
+        M <= K.
+
+    Returns
+    -------
+    ndarray of int, shape (R, M)
+        Distinct indices per row.
+
+    Examples
+    --------
+    >>> top_m(np.array([[0.5, 2.0, 0.5, 1.0]]), 3).tolist()
+    [[1, 3, 0]]
+    """
+    if m > _ARGMAX_LIMIT:
+        return np.argsort(-scores, axis=1, kind="stable")[:, :m].astype(np.int64, copy=False)
+    # Lift -inf to the lowest finite float so the -inf marking a taken expert stays below it.
+    work = np.maximum(scores, -np.finfo(np.float64).max)
+    rows = np.arange(scores.shape[0])
+    out = np.empty((scores.shape[0], m), dtype=np.int64)
+    for j in range(m):
+        best = work.argmax(axis=1)  # the first maximum: lower index on ties
+        out[:, j] = best
+        work[rows, best] = -np.inf
+    return out
+
+
+def routed_index(draws: IntArray, n_experts: int) -> IntArray:
+    """Flat indices ``r * K + i`` of the routed experts, into a raveled (R, K) array.
+
+    The statistics update only the R x M routed entries through these indices. A run whose
+    draws repeat an expert (a multinomial policy's draws) has that index twice; an
+    ``a.ravel()[idx] += v`` update then applies once to it (numpy's buffered fancy-index
+    assignment), which is exactly "each distinct routed expert once".
+
+    Examples
+    --------
+    >>> routed_index(np.array([[0, 2], [1, 1]]), 3).tolist()
+    [[0, 2], [4, 4]]
+    """
+    offsets = np.arange(draws.shape[0], dtype=np.int64)[:, None] * n_experts
+    return np.asarray(draws + offsets, dtype=np.int64)
+
+
+class SharedRewardStats:
+    """Per-run, per-expert counts and running means of the shared team reward.
+
+    The shared-reward heuristic of Section 6.3: the team reward ``r_t`` is credited to every
+    distinct expert routed in round ``t``.
+
+    Parameters
+    ----------
+    n_runs, n_experts : int
+
+    Attributes
+    ----------
+    counts : ndarray, shape (R, K)
+        ``n_i``, the number of rounds each expert was routed (floats).
+    means : ndarray, shape (R, K)
+        ``mu_i``, the mean shared reward over those rounds (0 while ``n_i = 0``).
+    """
+
+    def __init__(self, n_runs: int, n_experts: int) -> None:
+        self.counts: FloatArray = np.zeros((n_runs, n_experts))
+        self.means: FloatArray = np.zeros((n_runs, n_experts))
+        # 1 / sqrt(n_i), +inf while n_i = 0: kept up to date so the UCB index costs two ops.
+        self._rsqrt: FloatArray = np.full((n_runs, n_experts), np.inf)
+
+    def update(self, routed: IntArray, reward: FloatArray) -> None:
+        """Credit ``reward`` (R,) to the routed experts (flat indices from :func:`routed_index`)."""
+        counts, means = self.counts.reshape(-1), self.means.reshape(-1)
+        counts[routed] += 1.0
+        n = counts[routed]
+        mu = means[routed]
+        means[routed] = mu + (reward[:, None] - mu) / n
+        self._rsqrt.reshape(-1)[routed] = 1.0 / np.sqrt(n)
+
+    def ucb(self, t: int, c: float) -> FloatArray:
+        """The CUCB index ``mu_i + c sqrt(2 log t / n_i)``, ``+inf`` where ``n_i = 0``.
+
+        ``t`` is floored at 1 (so ``log t >= 0``); an expert never routed has an infinite index
+        and is routed before any other (ties to the lower index), the UCB convention.
+        """
+        scale = c * float(np.sqrt(2.0 * np.log(max(t, 1))))
+        if scale == 0.0:  # t = 1 or c = 0: no bonus, but unrouted experts still come first
+            return np.where(self.counts > 0, self.means, np.inf)
+        return self.means + scale * self._rsqrt
+
+
+class BetaPosterior:
+    """Per-run, per-expert ``Beta(alpha_i, beta_i)`` posteriors of Thompson sampling.
+
+    Parameters
+    ----------
+    n_runs, n_experts : int
+    prior_alpha, prior_beta : float
+        The prior, ``Beta(1, 1)`` in the paper.
+    """
+
+    def __init__(
+        self, n_runs: int, n_experts: int, prior_alpha: float = 1.0, prior_beta: float = 1.0
+    ) -> None:
+        self.alpha: FloatArray = np.full((n_runs, n_experts), prior_alpha, dtype=np.float64)
+        self.beta: FloatArray = np.full((n_runs, n_experts), prior_beta, dtype=np.float64)
+
+    def update(self, routed: IntArray, success: FloatArray) -> None:
+        """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1]."""
+        self.alpha.reshape(-1)[routed] += success[:, None]
+        self.beta.reshape(-1)[routed] += (1.0 - success)[:, None]
+
+    def sample(self, rng: np.random.Generator) -> FloatArray:
+        """One posterior draw per run and expert, shape (R, K)."""
+        return np.asarray(rng.beta(self.alpha, self.beta), dtype=np.float64)
+
+
+def default_bwk_step(horizon: int) -> float:
+    """The paper's dual step ``10 / sqrt(T)`` for CBwK and TS-BwK."""
+    return 10.0 / float(np.sqrt(horizon))
+
+
+class TeamRounds:
+    """Round skeleton of the baselines: a mixin that goes before ``BasePolicy`` in the bases.
+
+    ``select``: while ``t < warmup`` the :func:`round_robin` team; afterwards :func:`top_m` of
+    the family's :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C[:, i]``
+    when the policy has a dual that acts on scores. ``update``: the shared-reward statistics,
+    then the family's :meth:`_learn`, then one dual step; all three also learn from the
+    warm-up rounds.
+
+    Subclasses call :meth:`_setup_rounds` after ``BasePolicy.__init__`` and implement
+    :meth:`_scores` (and :meth:`_learn` when they learn more than the shared statistics);
+    constraint-aware ones call :meth:`_attach_dual`.
+    """
+
+    # Provided by BasePolicy.
+    batch: ProblemBatch
+    rng: np.random.Generator
+    horizon: int
+    t: int
+    n_runs: int
+    n_experts: int
+    m_draws: int
+
+    #: Whether the dual's penalty is added to the selection scores (False: MoE uses it on the
+    #: reward instead).
+    _dual_in_scores: ClassVar[bool] = True
+
+    warmup: int
+    stats: SharedRewardStats
+    dual: LagrangianDual | None = None
+
+    def _setup_rounds(self, warmup: int) -> None:
+        if self.m_draws > self.n_experts:
+            raise ValueError(
+                f"m_draws == {self.m_draws} with {self.n_experts} experts: "
+                f"{type(self).__name__} routes M distinct experts, so it needs M <= K"
+            )
+        self.warmup = check_positive_int(warmup, "warmup", minimum=0)
+        self.stats = SharedRewardStats(self.n_runs, self.n_experts)
+
+    def _attach_dual(
+        self, dual_step: float | None, violation: Violation, default: float
+    ) -> LagrangianDual:
+        step = default if dual_step is None else check_hyper(dual_step, "dual_step")
+        self.dual = LagrangianDual(
+            self.batch.lo_ori, self.batch.hi_ori, step=step, violation=violation
+        )
+        return self.dual
+
+    # ------------------------------------------------------------------ diagnostics
+    @property
+    def counts(self) -> FloatArray:
+        """How often each expert has been routed, shape (R, K) (a copy)."""
+        return self.stats.counts.copy()
+
+    @property
+    def lambda_(self) -> FloatArray:
+        """The Lagrangian multipliers, shape (R, B) (empty for unconstrained policies)."""
+        if self.dual is None:
+            return np.zeros((self.n_runs, 0))
+        return self.dual.lam.copy()
+
+    # ------------------------------------------------------------------ the round
+    def _select(self, context: IntArray | None) -> IntArray:
+        if self.t < self.warmup:
+            return round_robin(self.t, self.n_runs, self.n_experts, self.m_draws)
+        scores = self._scores()
+        if self.dual is not None and self._dual_in_scores:
+            scores = scores + self.dual.penalty(self.batch.costs)
+        return top_m(scores, self.m_draws)
+
+    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        routed = routed_index(draws, self.n_experts)
+        self.stats.update(routed, reward)
+        self._learn(routed, reward, cost)
+        if self.dual is not None:
+            self.dual.step(cost)
+
+    def _scores(self) -> FloatArray:
+        """The family's selection scores after the warm-up, shape (R, K)."""
+        raise NotImplementedError
+
+    def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        """Family-specific learning from one round (the shared statistics are already updated).
+
+        ``routed`` holds the flat indices of :func:`routed_index`, shape (R, M).
+        """

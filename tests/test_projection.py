@@ -1,0 +1,347 @@
+"""Tests of the exact QP step (6): KKT certificates, cvxpy cross-checks, batching, errors."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from msroute.errors import EmptyFeasibleSetError
+from msroute.projection import (
+    FEASIBILITY_RTOL,
+    _project_step_unchecked,
+    _search_mu,
+    _solve,
+    project_step,
+)
+
+KKT_TOL = 1e-9
+
+
+# ---------------------------------------------------------------------- independent helpers
+def floored_simplex_bisect(y: np.ndarray, gamma: float) -> np.ndarray:
+    """Projection onto {sum q = 1, q >= gamma} by bisection on the threshold (independent)."""
+    k = y.size
+    if k * gamma >= 1.0:
+        return np.full(k, 1.0 / k)
+    lo, hi = float(y.min()) - 1.0, float(y.max())  # sum(max(gamma, y - t)) >= 1 at lo, <= at hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.maximum(gamma, y - mid).sum() > 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return np.maximum(gamma, y - 0.5 * (lo + hi))
+
+
+def smallest_reach(a: np.ndarray, gamma: float) -> float:
+    """min a . q over the floored simplex: the floor everywhere, the rest on the smallest a_i."""
+    return float(gamma * a.sum() + (1.0 - a.size * gamma) * a.min())
+
+
+def kkt_violation(
+    y: np.ndarray, gamma: float, a: np.ndarray, b: float, q: np.ndarray, mu: float
+) -> dict[str, float]:
+    """Violations of the KKT conditions of min ||q - y||^2/2 s.t. 1.q = 1, q >= gamma, a.q <= b.
+
+    Stationarity: q - y + mu a - nu 1 - lam = 0 with lam >= 0 and lam_i = 0 where q_i > gamma,
+    i.e. r = q - y + mu a equals nu on the free coordinates and is >= nu on the floored ones.
+    Each violation is scaled by the size of the numbers involved.
+    """
+    scale = 1.0 + np.abs(y).max() + abs(mu) * np.abs(a).max()
+    r = q - y + mu * a
+    free = q > gamma
+    nu = float(r[free].mean()) if free.any() else float(r.min())
+    return {
+        "sum": abs(q.sum() - 1.0),
+        "floor": max(0.0, gamma - q.min()),
+        "halfspace": max(0.0, (a @ q - b) / (1.0 + np.abs(a).max())),
+        "mu_sign": max(0.0, -mu),
+        "stationarity_free": float(np.abs(r[free] - nu).max()) / scale if free.any() else 0.0,
+        "lambda_sign": max(0.0, float((nu - r).max())) / scale,
+        "slackness": abs(mu * (a @ q - b)) / scale,
+    }
+
+
+def assert_kkt(y: np.ndarray, gamma: float, a: np.ndarray, b: float, q: np.ndarray, mu: float):
+    bad = {k: v for k, v in kkt_violation(y, gamma, a, b, q, mu).items() if v > KKT_TOL}
+    assert not bad, f"KKT violated: {bad}"
+
+
+def cvxpy_projection(y: np.ndarray, gamma: float, a: np.ndarray | None, b: float | None):
+    cp = pytest.importorskip("cvxpy")
+    x = cp.Variable(y.size)
+    cons = [cp.sum(x) == 1, x >= gamma]
+    if a is not None:
+        cons.append(a @ x <= b)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(x - y)), cons)
+    prob.solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, tol_ktratio=1e-10
+    )
+    assert prob.status == "optimal"
+    return np.asarray(x.value)
+
+
+@st.composite
+def instances(draw: st.DrawFn, binding: bool = True) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """A (y, gamma, a, b) with a non-empty set; the cut binds when ``binding`` (most of the time).
+
+    ``a`` sometimes takes few distinct values (ties), ``gamma`` sometimes sits at 0 or 1/K.
+    """
+    k = draw(st.integers(1, 30))
+    gfrac = draw(st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 0.999)))
+    gamma = gfrac / k
+    yscale = draw(st.sampled_from([0.01, 1.0, 30.0]))
+    y = draw(hnp.arrays(np.float64, k, elements=st.floats(-1.0, 1.0))) * yscale
+    if draw(st.booleans()):
+        a = draw(hnp.arrays(np.float64, k, elements=st.floats(-3.0, 3.0)))
+    else:
+        a = draw(hnp.arrays(np.float64, k, elements=st.sampled_from([-1.0, 0.0, 0.5, 2.0])))
+    q0 = floored_simplex_bisect(y, gamma)
+    reach = smallest_reach(a, gamma)
+    t = draw(st.floats(0.0, 0.999) if binding else st.floats(0.0, 1.5))
+    b = reach + t * (float(a @ q0) - reach)
+    return y, gamma, a, b
+
+
+# ---------------------------------------------------------------------- KKT and references
+@settings(max_examples=300, deadline=None)
+@given(instances(binding=False))
+def test_kkt_holds_on_random_instances(inst):
+    y, gamma, a, b = inst
+    q, mu = _solve(y, gamma, a, b)
+    assert q.shape == y.shape and mu.shape == ()
+    assert_kkt(y, gamma, a, b, q, float(mu))
+    np.testing.assert_array_equal(project_step(y, gamma, a, b), q)
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(binding=True))
+def test_safeguarded_search_agrees_with_active_set_path(inst):
+    """The fallback search (used when active-set steps do not settle) solves the same problem."""
+    y, gamma, a, b = inst
+    q, _ = _solve(y, gamma, a, b)
+    reach = smallest_reach(a, gamma)
+    if not (a @ floored_simplex_bisect(y, gamma) > b > reach + 1e-6 * np.abs(a).max()):
+        return  # the search is only defined for a binding, non-degenerate cut
+    qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
+    assert_kkt(y, gamma, a, b, qs[0], float(ms[0]))
+    np.testing.assert_allclose(qs[0], q, rtol=0, atol=1e-9 * (1 + np.abs(y).max()))
+
+
+def test_search_path_is_taken_and_exact():
+    """A cut whose normal is constant on the free set at mu = 0 defeats the first Newton step."""
+    y = np.array([11.802480834485724, 8.510507876884622, -0.4866029367131749])
+    a = np.array([-0.7000421761704606, 0.08560981069367146, -0.7077351936331538])
+    gamma, b = 0.05084045161870594, -0.6657589447137965
+    # At mu = 0 only coordinate 0 is free; a . q(mu) is flat until coordinate 2 enters.
+    q, mu = _solve(y, gamma, a, b)
+    assert_kkt(y, gamma, a, b, q, float(mu))
+    assert abs(a @ q - b) < 1e-12
+    np.testing.assert_allclose(q, cvxpy_projection(y, gamma, a, b), atol=1e-7)
+
+
+def test_matches_cvxpy_on_random_instances():
+    rng = np.random.default_rng(20260601)
+    n_binding = 0
+    for _ in range(30):
+        k = int(rng.integers(2, 60))
+        gamma = float(rng.uniform(0, 1.0 / k))
+        y = rng.dirichlet(np.ones(k)) + rng.normal(scale=rng.choice([0.01, 0.3]), size=k)
+        a = rng.normal(size=k)
+        reach = smallest_reach(a, gamma)
+        b = reach + rng.uniform(0.02, 1.3) * (a @ floored_simplex_bisect(y, gamma) - reach)
+        q = project_step(y, gamma, a, b)
+        ref = cvxpy_projection(y, gamma, a, b)
+        n_binding += bool(a @ ref > b - 1e-7)
+        # Clarabel at tight tolerances is accurate to ~1e-10; compare within its accuracy.
+        np.testing.assert_allclose(q, ref, rtol=0, atol=1e-7)
+    assert n_binding >= 15  # the comparison exercised the cut, not only the floored simplex
+
+
+def test_floored_simplex_projection_matches_cvxpy():
+    rng = np.random.default_rng(7)
+    for k in (1, 2, 5, 40):
+        y = rng.normal(size=k)
+        np.testing.assert_allclose(
+            project_step(y, 0.2 / k), cvxpy_projection(y, 0.2 / k, None, None), atol=1e-7
+        )
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(binding=False))
+def test_no_cut_equals_plain_floored_projection(inst):
+    y, gamma, a, _ = inst
+    plain = floored_simplex_bisect(y, gamma)
+    tol = 1e-10 * (1 + np.abs(y).max())
+    np.testing.assert_allclose(project_step(y, gamma), plain, atol=tol)
+    zeros = np.zeros_like(y)
+    # a = 0 is the dual w = 0: no cut whatever b is.
+    np.testing.assert_array_equal(project_step(y, gamma, zeros, 0.0), project_step(y, gamma))
+    np.testing.assert_array_equal(project_step(y, gamma, zeros, -1.0), project_step(y, gamma))
+    # A cut that the plain projection already meets changes nothing.
+    b_slack = float(a @ plain) + 1e-6
+    q, mu = _solve(y, gamma, a, b_slack)
+    np.testing.assert_allclose(q, plain, atol=tol)
+    assert mu == 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(binding=True), st.floats(1e-12, 1e6), st.floats(-5.0, 5.0))
+def test_cut_invariances(inst, scale, shift):
+    """(a, b) -> (c a, c b) and (a + s, b + s) describe the same set on the simplex.
+
+    The first is the DESIGN.md warning: a tiny nonzero w enforces the whole half-space.
+    """
+    y, gamma, a, b = inst
+    q = project_step(y, gamma, a, b)
+    tol = 1e-8 * (1 + np.abs(y).max())
+    np.testing.assert_allclose(project_step(y, gamma, scale * a, scale * b), q, atol=tol)
+    q_shift, mu_shift = _solve(y, gamma, a + shift, b + shift)
+    assert_kkt(y, gamma, a + shift, b + shift, q_shift, float(mu_shift))
+
+
+def test_feasible_point_is_fixed():
+    rng = np.random.default_rng(3)
+    k, gamma = 12, 0.01
+    q = gamma + (1 - k * gamma) * rng.dirichlet(np.ones(k))
+    a = rng.normal(size=k)
+    np.testing.assert_allclose(project_step(q, gamma, a, a @ q + 1e-9), q, atol=1e-14)
+    np.testing.assert_allclose(project_step(q, gamma, a, a @ q), q, atol=1e-13)
+
+
+def test_docstring_style_example_by_hand():
+    # y = (0.9, 0.3, -0.4), gamma = 0, cut q_0 <= 0.5: mass moves to coordinate 1 (q = .5, .5, 0).
+    q = project_step([0.9, 0.3, -0.4], 0.0, [1.0, 0.0, 0.0], 0.5)
+    np.testing.assert_allclose(q, [0.5, 0.5, 0.0], atol=1e-15)
+
+
+# ---------------------------------------------------------------------- batching
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 25), st.integers(0, 2**32 - 1))
+def test_batched_equals_looped_single_solves(n_runs, k, seed):
+    rng = np.random.default_rng(seed)
+    gamma = float(rng.uniform(0, 1.0 / k))
+    y = rng.normal(scale=rng.choice([0.05, 1.0]), size=(n_runs, k)) + 1.0 / k
+    a = rng.normal(size=(n_runs, k))
+    a[rng.random(n_runs) < 0.2] = 0.0  # some runs have w = 0
+    reach = gamma * a.sum(-1) + (1 - k * gamma) * a.min(-1)
+    f0 = np.array([a[r] @ floored_simplex_bisect(y[r], gamma) for r in range(n_runs)])
+    b = reach + rng.uniform(0.01, 1.2, size=n_runs) * (f0 - reach)
+    q = project_step(y, gamma, a, b)
+    looped = np.stack([project_step(y[r], gamma, a[r], b[r]) for r in range(n_runs)])
+    np.testing.assert_allclose(q, looped, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(_project_step_unchecked(y, gamma, a, b), q)
+    # Any leading shape: (2, R, K) with b (2, R).
+    q2 = project_step(np.stack([y, y]), gamma, np.stack([a, a]), np.stack([b, b]))
+    np.testing.assert_array_equal(q2, np.stack([q, q]))
+
+
+def test_broadcasting_of_a_and_b():
+    rng = np.random.default_rng(11)
+    k, gamma = 6, 0.02
+    y = rng.normal(size=(4, k))
+    a = rng.normal(size=k)
+    b = float(smallest_reach(a, gamma) + 0.1)
+    q = project_step(y, gamma, a, b)  # one cut shared by all rows
+    assert q.shape == (4, k)
+    for r in range(4):
+        np.testing.assert_allclose(q[r], project_step(y[r], gamma, a, b), atol=1e-12)
+    b_neg = float(smallest_reach(-a, gamma) + 0.1)
+    q_one_y = project_step(y[0], gamma, np.stack([a, -a]), [b, b_neg])  # one y, two cuts
+    assert q_one_y.shape == (2, k)
+    np.testing.assert_allclose(q_one_y[1], project_step(y[0], gamma, -a, b_neg), atol=1e-12)
+
+
+def test_single_row_batch_equals_vector():
+    y = np.array([[0.5, 0.2, 0.3, -0.1]])
+    a = np.array([[1.0, -1.0, 0.5, 0.0]])
+    b = np.array([0.05])
+    q = project_step(y, 0.01, a, b)
+    assert q.shape == (1, 4)
+    np.testing.assert_array_equal(q[0], project_step(y[0], 0.01, a[0], 0.05))
+
+
+# ---------------------------------------------------------------------- empty and degenerate sets
+def test_empty_set_raises_with_diagnosis():
+    a = np.array([0.3, 0.5, 0.9, 0.4])
+    gamma = 0.05
+    reach = smallest_reach(a, gamma)  # 0.05 * 2.1 + 0.8 * 0.3 = 0.345
+    b = reach - 0.01
+    with pytest.raises(EmptyFeasibleSetError, match="smallest reachable") as info:
+        project_step(np.full(4, 0.25), gamma, a, b)
+    msg = str(info.value)
+    assert f"{reach:.10g}" in msg and f"{b:.10g}" in msg
+    assert "gamma * sum(a) + (1 - K gamma) * min(a)" in msg
+    assert isinstance(info.value, ValueError)  # callers may catch ValueError too
+
+
+def test_empty_set_in_a_batch_names_the_row():
+    a = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    b = np.array([2.0, 0.5])  # row 1 asks a . q <= 0.5 < min a = 1
+    with pytest.raises(EmptyFeasibleSetError, match=re.escape("in row 1")):
+        _project_step_unchecked(np.full((2, 3), 1 / 3), 0.0, a, b)
+
+
+def test_b_at_the_smallest_reach_returns_the_minimising_face():
+    a = np.array([2.0, 1.0, 3.0, 1.0, 5.0])
+    gamma = 0.02
+    y = np.array([0.9, 0.1, 0.5, 0.3, 0.2])
+    reach = smallest_reach(a, gamma)
+    for b in (reach, reach - 0.1 * FEASIBILITY_RTOL * 5.0, reach + 0.1 * FEASIBILITY_RTOL * 5.0):
+        q, mu = _solve(y, gamma, a, b)
+        # Off the face {a_i = min a} everything sits at the floor; on it, the floored projection
+        # of y's face coordinates with the remaining mass: 1 - 3*0.02 = 0.94 over (0.1, 0.3).
+        np.testing.assert_allclose(q[[0, 2, 4]], gamma, atol=1e-15)
+        np.testing.assert_allclose(q[[1, 3]], [0.37, 0.57], atol=1e-12)
+        assert abs(a @ q - reach) < 1e-12
+        assert_kkt(y, gamma, a, max(b, reach), q, float(mu))
+
+
+def test_k_gamma_equal_one_is_the_single_point():
+    k = 4
+    q = project_step([3.0, -1.0, 0.0, 2.0], 1.0 / k, [1.0, 2.0, 3.0, 4.0], 2.5)
+    np.testing.assert_allclose(q, 0.25)
+    with pytest.raises(EmptyFeasibleSetError):
+        project_step([3.0, -1.0, 0.0, 2.0], 1.0 / k, [1.0, 2.0, 3.0, 4.0], 2.4)
+
+
+# ---------------------------------------------------------------------- input validation
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"y": [0.5, np.nan]}, ValueError, "y contains 1 NaN"),
+        ({"y": [0.5, np.inf]}, ValueError, "y contains 1 NaN or infinite"),
+        ({"y": 0.5}, ValueError, "y must have"),
+        ({"y": np.zeros((2, 0))}, ValueError, "y must have at least one expert"),
+        ({"gamma": 0.6}, ValueError, "gamma == 0.6 with 2 experts"),
+        ({"gamma": -0.1}, ValueError, "gamma == -0.1"),
+        ({"gamma": np.nan}, ValueError, "gamma == nan"),
+        ({"gamma": "0.1"}, TypeError, "gamma must be a real number"),
+        ({"a": [1.0, np.nan], "b": 0.0}, ValueError, "a contains 1 NaN"),
+        ({"a": [1.0, 2.0, 3.0], "b": 0.0}, ValueError, "a has 3 entries"),
+        ({"a": [1.0, 2.0], "b": np.inf}, ValueError, "b contains 1 NaN or infinite"),
+        ({"a": [1.0, 2.0], "b": [0.0, 1.0]}, ValueError, "b has shape"),
+        ({"a": [1.0, 2.0]}, ValueError, "a was given without b"),
+        ({"b": 1.0}, ValueError, "b was given without a"),
+        ({"y": [[0.5, 0.5]] * 3, "a": [[1.0, 2.0]] * 2, "b": 0.0}, ValueError, "leading axes"),
+    ],
+)
+def test_bad_inputs_raise_naming_the_argument(kwargs, error, match):
+    args = {"y": [0.5, 0.5], "gamma": 0.1, **kwargs}
+    with pytest.raises(error, match=match):
+        project_step(**args)
+
+
+def test_inputs_are_not_mutated():
+    y = np.array([[0.9, 0.3, -0.2], [0.1, 0.1, 0.8]])
+    a = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    b = np.array([0.5, 0.3])
+    copies = (y.copy(), a.copy(), b.copy())
+    project_step(y, 0.05, a, b)
+    for before, after in zip(copies, (y, a, b), strict=True):
+        np.testing.assert_array_equal(before, after)

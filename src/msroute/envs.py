@@ -44,7 +44,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -107,11 +107,13 @@ class SkillEnv(Protocol):
 
 
 # ---------------------------------------------------------------------------- seeds
-def _as_seed_sequence(seed: SeedLike | None, name: str) -> np.random.SeedSequence:
+def _as_seed_sequence(seed: object, name: str) -> np.random.SeedSequence:
     if seed is None:
         return np.random.SeedSequence()
     if isinstance(seed, np.random.SeedSequence):
         return seed
+    if isinstance(seed, np.ndarray) and seed.ndim == 0 and np.issubdtype(seed.dtype, np.integer):
+        seed = seed.item()
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         kind = type(seed).__name__
         raise TypeError(f"{name} must be an int or a numpy SeedSequence, got {kind}")
@@ -127,8 +129,10 @@ def _child(seed: np.random.SeedSequence, *key: int) -> np.random.SeedSequence:
     )
 
 
-def _is_seed_sequence_arg(seed: SeedArg) -> bool:
-    return isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes)
+def _is_seed_sequence_arg(seed: object) -> TypeGuard[Sequence[SeedLike] | IntArray]:
+    if isinstance(seed, np.ndarray):
+        return seed.ndim > 0
+    return isinstance(seed, Sequence) and not isinstance(seed, str | bytes)
 
 
 def run_seed_sequences(seed: SeedArg, n_runs: int) -> tuple[np.random.SeedSequence, ...]:
@@ -155,11 +159,11 @@ def run_seed_sequences(seed: SeedArg, n_runs: int) -> tuple[np.random.SeedSequen
     """
     r = check_positive_int(n_runs, "n_runs")
     if _is_seed_sequence_arg(seed):
-        seeds = list(seed)  # type: ignore[arg-type]
+        seeds = list(seed)
         if len(seeds) != r:
             raise ValueError(f"seed has {len(seeds)} entries for {r} runs; give one per run")
         return tuple(_as_seed_sequence(s, f"seed[{i}]") for i, s in enumerate(seeds))
-    base = _as_seed_sequence(seed, "seed")  # type: ignore[arg-type]
+    base = _as_seed_sequence(seed, "seed")
     if r == 1:
         return (base,)
     return tuple(_child(base, i) for i in range(r))
@@ -227,7 +231,7 @@ class _BetaEnv:
             raise ValueError(f"kappa == {kappa}, must be a finite number > 0")
         r = _resolve_runs(
             ("skills_base", base.shape[0] if base.ndim == 3 else None),
-            ("seed", len(seed) if _is_seed_sequence_arg(seed) else None),  # type: ignore[arg-type]
+            ("seed", len(seed) if _is_seed_sequence_arg(seed) else None),
             ("n_runs", None if n_runs is None else check_positive_int(n_runs, "n_runs")),
         )
         self.n_runs: int = r

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from msroute.policies.bandit import (
+    CUCB,
+    CBwK,
+    GreedyPolicy,
+    RandomPolicy,
+    ThompsonSampling,
+    ThompsonSamplingBwK,
+)
 from msroute.policies.base import BasePolicy, Policy
+from msroute.policies.lagrangian import LagrangianDual
+from msroute.policies.moe import MoEGating
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
 from msroute.policies.registry import (
     POLICIES,
@@ -12,12 +22,20 @@ from msroute.policies.registry import (
 )
 
 __all__ = [
+    "CUCB",
     "POLICIES",
     "ApproachabilityDual",
     "BasePolicy",
+    "CBwK",
     "ContextualOMD",
+    "GreedyPolicy",
+    "LagrangianDual",
+    "MoEGating",
     "OMDApproachability",
     "Policy",
+    "RandomPolicy",
+    "ThompsonSampling",
+    "ThompsonSamplingBwK",
     "available_policies",
     "get_policy_class",
     "make_policy",

@@ -1,0 +1,695 @@
+"""Figures of the experiments, drawn from tidy result rows.
+
+Each ``plot_*`` function takes the rows of one experiment's CSV file (a sequence of mappings, as
+:class:`csv.DictReader` yields them, so values may be strings; native ``int``/``float``/``bool``
+values work too) and returns a :class:`matplotlib.figure.Figure`; :func:`save_figure` writes it
+as ``.png`` and ``.svg``.
+
+* :func:`plot_fig1` -- Figure 1: objective regret :math:`R_1(n)` and constraint regret
+  :math:`R_2(n)` of OMD-Approachability against its step, per constraint level.
+* :func:`plot_fig2` -- Figure 2: time-averaged reward and share of feasible runs per policy and
+  constraint level, in each environment.
+* :func:`plot_fig3` -- Figure 3: rolling-average reward per policy over the rounds.
+* :func:`plot_contextual` -- the contextual experiment: reward (with the per-context OPT) and
+  regret per policy.
+
+Figures are built without :mod:`matplotlib.pyplot`: each one gets its own Agg canvas, so no
+screen is needed and no global backend is switched. This module is not imported by
+``import msroute``; matplotlib is loaded only when it is.
+
+Every policy keeps one color across figures; OMD-Approachability (``"omd"``) is always blue and
+drawn above the other lines.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import matplotlib
+import numpy as np
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from msroute.errors import DataFormatError
+
+__all__ = [
+    "LEVEL_ORDER",
+    "POLICY_COLORS",
+    "POLICY_LABELS",
+    "plot_contextual",
+    "plot_fig1",
+    "plot_fig2",
+    "plot_fig3",
+    "policy_color",
+    "policy_label",
+    "save_figure",
+]
+
+Row = Mapping[str, object]
+
+#: Display order of the constraint levels (unknown levels follow, sorted by name).
+LEVEL_ORDER: tuple[str, ...] = ("tight", "medium", "loose", "none")
+_ENV_ORDER: tuple[str, ...] = ("stochastic", "regime")
+_POLICY_ORDER: tuple[str, ...] = (
+    "omd",
+    "omd-contextual",
+    "ts-bwk",
+    "cbwk",
+    "moe",
+    "ts",
+    "cucb",
+    "greedy",
+    "random",
+)
+
+#: One color per registered policy, shared by every figure.
+POLICY_COLORS: dict[str, str] = {
+    "omd": "#1f77b4",  # blue
+    "omd-contextual": "#17becf",  # cyan
+    "ts-bwk": "#8c564b",  # brown
+    "cbwk": "#d62728",  # red
+    "moe": "#e377c2",  # pink
+    "ts": "#9467bd",  # purple
+    "cucb": "#2ca02c",  # green
+    "greedy": "#ff7f0e",  # orange
+    "random": "#7f7f7f",  # gray
+}
+_EXTRA_COLORS: tuple[str, ...] = ("#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173")
+
+#: Readable names of the registered policies.
+POLICY_LABELS: dict[str, str] = {
+    "omd": "OMD-Approachability",
+    "omd-contextual": "Contextual OMD",
+    "ts-bwk": "TS-BwK",
+    "cbwk": "CBwK",
+    "moe": "MoE",
+    "ts": "TS",
+    "cucb": "CUCB",
+    "greedy": "Greedy",
+    "random": "Random",
+}
+_LEVEL_LABELS = {"tight": "Tight", "medium": "Medium", "loose": "Loose", "none": "Unconstrained"}
+_LEVEL_COLORS = {"tight": "#d62728", "medium": "#ff7f0e", "loose": "#2ca02c", "none": "#7f7f7f"}
+_ENV_LABELS = {"stochastic": "Stochastic", "regime": "Regime-switching"}
+
+_TOP_ZORDER = 10.0  # OMD-Approachability is drawn above every other line
+_BAND_ALPHA = 0.15
+
+
+# --------------------------------------------------------------------------------------------
+# Names, colors, order
+# --------------------------------------------------------------------------------------------
+
+
+def policy_color(name: str) -> str:
+    """The color of a policy in every figure.
+
+    Parameters
+    ----------
+    name : str
+        Registered policy name, e.g. ``"omd"``.
+
+    Returns
+    -------
+    str
+        A hex color. Registered names have a fixed color (``"omd"`` is blue); any other name
+        gets a color from a spare palette chosen by a stable hash of the name.
+
+    Examples
+    --------
+    >>> policy_color("omd")
+    '#1f77b4'
+    """
+    if name in POLICY_COLORS:
+        return POLICY_COLORS[name]
+    return _EXTRA_COLORS[zlib.crc32(name.encode()) % len(_EXTRA_COLORS)]
+
+
+def policy_label(name: str) -> str:
+    """The readable name of a policy (the name itself when it is not registered).
+
+    Examples
+    --------
+    >>> policy_label("ts-bwk")
+    'TS-BwK'
+    """
+    return POLICY_LABELS.get(name, name)
+
+
+def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
+    """Distinct ``names``, the known ones in ``order``, the others after them sorted."""
+    present = set(names)
+    known = [n for n in order if n in present]
+    return known + sorted(present.difference(order))
+
+
+def _level_label(level: str) -> str:
+    return _LEVEL_LABELS.get(level, level)
+
+
+def _env_label(env: str) -> str:
+    return _ENV_LABELS.get(env, env)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading rows
+# --------------------------------------------------------------------------------------------
+
+
+def _rows(rows: Iterable[Row], required: Sequence[str], what: str) -> list[Row]:
+    """Materialize ``rows`` and check that each has the ``required`` keys."""
+    out = list(rows)
+    if not out:
+        raise ValueError(f"{what}: rows is empty; pass the result rows of the experiment")
+    for i, row in enumerate(out):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"{what}: row {i} is a {type(row).__name__}, expected a mapping")
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise DataFormatError(
+                f"{what}: row {i} lacks the key(s) {missing}; expected {list(required)}, "
+                f"got {sorted(row)}"
+            )
+    return out
+
+
+def _float(row: Row, key: str) -> float:
+    value = row[key]
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise DataFormatError(f"{key} == {value!r} is not a number") from None
+    if isinstance(value, int | float | np.number):
+        return float(value)
+    raise TypeError(f"{key} == {value!r} has type {type(value).__name__}, expected a number")
+
+
+def _int(row: Row, key: str) -> int:
+    value = _float(row, key)
+    if not value.is_integer():
+        raise DataFormatError(f"{key} == {row[key]!r} is not an integer")
+    return int(value)
+
+
+_TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
+_FALSE = frozenset({"false", "f", "no", "n", "0", "0.0"})
+
+
+def _bool(row: Row, key: str) -> bool:
+    value = row[key]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    elif isinstance(value, int | float | np.number) and float(value) in (0.0, 1.0):
+        return bool(value)
+    raise DataFormatError(f"{key} == {value!r} is not a boolean (use True/False or 1/0)")
+
+
+def _str(row: Row, key: str) -> str:
+    return str(row[key]).strip()
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof=1``; 0 for a single value)."""
+    arr = np.asarray(values, dtype=float)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return float(arr.mean()), std
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    """A figure on its own Agg canvas (no pyplot, no screen, no global backend switch)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _grid(
+    fig: Figure,
+    nrows: int,
+    ncols: int,
+    *,
+    sharex: bool | Literal["col", "row"] = False,
+    sharey: bool | Literal["col", "row"] = False,
+) -> list[list[Axes]]:
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex, sharey=sharey)
+    return [[axes[i, j] for j in range(ncols)] for i in range(nrows)]
+
+
+def save_figure(
+    fig: Figure, path_without_suffix: str | os.PathLike[str], *, dpi: int = 150
+) -> tuple[Path, Path]:
+    """Write ``fig`` as ``<path>.png`` and ``<path>.svg``, creating missing folders.
+
+    Parameters
+    ----------
+    fig : Figure
+        The figure to save.
+    path_without_suffix : str or path-like
+        Target path without extension; ``"out/fig1"`` writes ``out/fig1.png`` and
+        ``out/fig1.svg``.
+    dpi : int, default 150
+        Resolution of the PNG.
+
+    Returns
+    -------
+    tuple of Path
+        The PNG and SVG paths.
+
+    Raises
+    ------
+    ValueError
+        If the path already ends in ``.png`` or ``.svg``.
+
+    Notes
+    -----
+    The SVG carries no date and fixed element ids, so the same figure gives the same file.
+    """
+    base = Path(path_without_suffix)
+    if base.suffix.lower() in (".png", ".svg"):
+        raise ValueError(
+            f"path_without_suffix == {str(base)!r} ends in {base.suffix!r}; pass the path "
+            f"without it ({str(base.with_suffix(''))!r}) and both .png and .svg are written"
+        )
+    base.parent.mkdir(parents=True, exist_ok=True)
+    png = base.with_name(base.name + ".png")
+    svg = base.with_name(base.name + ".svg")
+    fig.savefig(png, dpi=dpi, format="png")
+    with matplotlib.rc_context({"svg.hashsalt": "msroute"}):
+        fig.savefig(svg, format="svg", metadata={"Date": None})
+    return png, svg
+
+
+def _policy_handles(policies: Sequence[str], kind: str) -> list[Line2D]:
+    """Legend entries for ``policies`` (``kind`` is ``"line"`` or ``"patch"``)."""
+    handles = []
+    for p in policies:
+        if kind == "line":
+            handles.append(Line2D([], [], color=policy_color(p), lw=2, label=policy_label(p)))
+        else:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=policy_color(p),
+                    marker="s",
+                    ls="",
+                    markersize=9,
+                    label=policy_label(p),
+                )
+            )
+    return handles
+
+
+def _symlog_threshold(means: np.ndarray) -> float:
+    """Linear range of a symlog axis (see the Notes of :func:`plot_fig1`)."""
+    finite = np.abs(means[np.isfinite(means)])
+    peak = float(finite.max()) if finite.size else 0.0
+    if not peak > 0:
+        return 1.0
+    threshold = 10.0 ** (math.floor(math.log10(peak)) - 3)
+    negative = means[np.isfinite(means) & (means < 0)]
+    if negative.size:
+        threshold = max(threshold, 10.0 ** math.ceil(math.log10(float(-negative.min()))))
+    return float(threshold)
+
+
+def _reference_constant(means_at: Mapping[str, Mapping[int, float]]) -> float | None:
+    """The ``c`` of the ``c / sqrt(n)`` line of :func:`plot_fig1` (see its Notes)."""
+    for level in _ordered(means_at, LEVEL_ORDER):
+        positive = sorted(s for s, m in means_at[level].items() if s > 0 and m > 0)
+        if positive:
+            pivot = positive[len(positive) // 2]
+            return means_at[level][pivot] * math.sqrt(pivot)
+    return None
+
+
+def plot_fig1(rows: Iterable[Row], *, r1_key: str = "r1") -> Figure:
+    """Figure 1: objective and constraint regret of OMD-Approachability against its step.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One row per (``n_dims``, ``level``, ``seed``, ``step``) with the keys ``n_dims``,
+        ``level``, ``seed``, ``step``, ``r1`` and ``r2`` (objective regret :math:`R_1(n)` and
+        constraint regret :math:`R_2(n)` of Section 6.1 at batch endpoint ``step``).
+    r1_key : str, default "r1"
+        Column plotted as :math:`R_1`, e.g. ``"r1_mc"`` for the Monte Carlo estimate.
+
+    Returns
+    -------
+    Figure
+        Two rows of panels (top :math:`R_1(n)`, bottom :math:`R_2(n)`) and one column per
+        number of skill groups ``N`` (titled ``"N = 3"``, ...). Each constraint level is one
+        curve: the mean over seeds with a band of ± one sample standard deviation.
+
+    Notes
+    -----
+    Axes. The step axis is logarithmic. The value axis of a panel is
+
+    * logarithmic when every band edge (mean ± std) is positive;
+    * ``symlog`` otherwise (regrets are often exactly 0, e.g. :math:`R_2` once feasible, and
+      an estimated :math:`R_1` may dip below 0): logarithmic beyond a linear range
+      :math:`\\pm\\tau`, where :math:`\\tau` is three decades below the decade of the
+      panel's largest mean magnitude, raised to the decade above the most negative mean if
+      any, so that noise around 0 is drawn on a linear scale and not blown up by the log;
+    * linear when every mean is 0 (e.g. :math:`R_2` of a configuration that is never
+      violated).
+
+    Reference line. The dashed line is :math:`c/\\sqrt{n}` with :math:`c` fitted per panel so
+    that it passes through the tight curve's mean at its median step, the median taken over
+    the steps where that mean is positive (all steps while it is; :math:`R_2` drops to 0 once
+    feasible). Without a tight curve, or if it is never positive, the first level (in the
+    order tight, medium, loose, none) with a positive mean is used; a panel with no positive
+    mean has no reference line. Each panel prints its :math:`c`.
+    """
+    data = _rows(rows, ("n_dims", "level", "step", r1_key, "r2"), "plot_fig1")
+    # values[(n_dims, metric)][level][step] -> per-seed values
+    values: dict[tuple[int, str], dict[str, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for row in data:
+        n_dims, level, step = _int(row, "n_dims"), _str(row, "level"), _int(row, "step")
+        values[(n_dims, "r1")][level][step].append(_float(row, r1_key))
+        values[(n_dims, "r2")][level][step].append(_float(row, "r2"))
+    dims = sorted({n for n, _ in values})
+    levels = _ordered((lv for d in values.values() for lv in d), LEVEL_ORDER)
+
+    fig = _new_figure(4.3 * len(dims) + 0.6, 6.6)
+    grid = _grid(fig, 2, len(dims), sharex="col")
+    metrics = (("r1", "objective regret $R_1(n)$"), ("r2", "constraint regret $R_2(n)$"))
+    for col, n_dims in enumerate(dims):
+        for row_i, (metric, ylabel) in enumerate(metrics):
+            ax = grid[row_i][col]
+            _regret_panel(ax, values[(n_dims, metric)], levels)
+            if row_i == 0:
+                ax.set_title(f"N = {n_dims}")
+            else:
+                ax.set_xlabel("OMD step $n$")
+            if col == 0:
+                ax.set_ylabel(ylabel)
+    legend: dict[str, Artist] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(
+        list(legend.values()),
+        list(legend),
+        loc="outside lower center",
+        ncols=len(legend),
+        frameon=False,
+    )
+    return fig
+
+
+def _regret_panel(
+    ax: Axes, curves: Mapping[str, Mapping[int, Sequence[float]]], levels: Sequence[str]
+) -> None:
+    """One panel of :func:`plot_fig1`: a mean ± std curve per level and the reference line."""
+    means: list[np.ndarray] = []
+    edges: list[np.ndarray] = []
+    means_at: dict[str, dict[int, float]] = {}
+    for level in levels:
+        if level not in curves:
+            continue
+        steps = np.array(sorted(curves[level]))
+        stats = np.array([_mean_std(curves[level][s]) for s in steps])
+        mean, std = stats[:, 0], stats[:, 1]
+        means_at[level] = dict(zip(steps.tolist(), mean.tolist(), strict=True))
+        color = _LEVEL_COLORS.get(level, policy_color(level))
+        ax.plot(steps, mean, color=color, lw=1.8, label=_level_label(level), zorder=3)
+        ax.fill_between(
+            steps, mean - std, mean + std, color=color, alpha=_BAND_ALPHA, lw=0, zorder=2
+        )
+        means.append(mean)
+        edges.extend([mean - std, mean + std])
+    c = _reference_constant(means_at)
+    if c is not None:
+        ref_x = np.array(sorted({s for m in means_at.values() for s in m if s > 0}), dtype=float)
+        ax.plot(
+            ref_x,
+            c / np.sqrt(ref_x),
+            ls="--",
+            color="black",
+            lw=1.2,
+            zorder=4,
+            label=r"$c/\sqrt{n}$",
+            gid="reference",
+        )
+        ax.text(
+            0.98, 0.96, f"c = {c:.3g}", transform=ax.transAxes, ha="right", va="top", fontsize=8
+        )
+    all_means = np.concatenate(means)
+    band = np.concatenate(edges)
+    band = band[np.isfinite(band)]
+    if band.size and bool(np.all(band > 0)):
+        ax.set_yscale("log")
+    elif np.any(np.isfinite(all_means) & (all_means != 0)):
+        ax.set_yscale("symlog", linthresh=_symlog_threshold(all_means))
+        ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
+    else:
+        ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
+    ax.set_xscale("log")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _grouped_bars(
+    ax: Axes,
+    groups: Sequence[str],
+    policies: Sequence[str],
+    stats: Mapping[tuple[str, str], tuple[float, float]],
+    *,
+    errors: bool,
+) -> None:
+    """Bars of ``stats[(group, policy)] = (height, err)``; missing pairs are left empty (NaN)."""
+    x = np.arange(len(groups), dtype=float)
+    width = 0.8 / max(len(policies), 1)
+    for j, policy in enumerate(policies):
+        heights = [stats.get((g, policy), (math.nan, math.nan))[0] for g in groups]
+        errs = [stats.get((g, policy), (math.nan, math.nan))[1] for g in groups]
+        ax.bar(
+            x - 0.4 + width * (j + 0.5),
+            heights,
+            width,
+            yerr=errs if errors else None,
+            color=policy_color(policy),
+            edgecolor="black" if policy == "omd" else "none",
+            linewidth=0.8,
+            error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "0.25"},
+            label=policy_label(policy),
+            gid=policy,
+        )
+    ax.set_xticks(x, [_level_label(g) for g in groups])
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def plot_fig2(rows: Iterable[Row]) -> Figure:
+    """Figure 2: time-averaged reward and share of feasible runs, per level and policy.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One row per (``env``, ``level``, ``policy``, ``seed``) with the keys ``env``,
+        ``level``, ``policy``, ``seed``, ``avg_reward`` (time-averaged realized reward of the
+        run) and ``feasible`` (whether the run ends inside the constraint box; ``True``/
+        ``False``, ``1``/``0`` or their string forms).
+
+    Returns
+    -------
+    Figure
+        One row of panels per environment (stochastic, then regime-switching). Left: grouped
+        bars, one group per constraint level and one bar per policy, of the mean ``avg_reward``
+        over seeds with ± one sample standard deviation as error bars. Right: percentage of
+        seeds whose run is feasible. One legend for the whole figure; OMD-Approachability's
+        bars are outlined.
+    """
+    data = _rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
+    reward: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    feasible: dict[tuple[str, str, str], list[bool]] = defaultdict(list)
+    for row in data:
+        key = (_str(row, "env"), _str(row, "level"), _str(row, "policy"))
+        reward[key].append(_float(row, "avg_reward"))
+        feasible[key].append(_bool(row, "feasible"))
+    envs = _ordered((k[0] for k in reward), _ENV_ORDER)
+    policies = _ordered((k[2] for k in reward), _POLICY_ORDER)
+
+    fig = _new_figure(12.0, 3.3 * len(envs) + 0.7)
+    grid = _grid(fig, len(envs), 2)
+    for i, env in enumerate(envs):
+        levels = _ordered((k[1] for k in reward if k[0] == env), LEVEL_ORDER)
+        reward_stats = {(k[1], k[2]): _mean_std(v) for k, v in reward.items() if k[0] == env}
+        feasible_pct = {
+            (k[1], k[2]): (100.0 * float(np.mean(v)), 0.0)
+            for k, v in feasible.items()
+            if k[0] == env
+        }
+        left, right = grid[i]
+        _grouped_bars(left, levels, policies, reward_stats, errors=True)
+        left.set_ylabel("time-averaged reward")
+        left.set_title(f"{_env_label(env)}: average reward (mean ± std over seeds)")
+        _grouped_bars(right, levels, policies, feasible_pct, errors=False)
+        right.set_ylim(0.0, 105.0)
+        right.set_ylabel("% feasible runs")
+        right.set_title(f"{_env_label(env)}: feasible runs")
+    fig.legend(
+        handles=_policy_handles(policies, "patch"),
+        loc="outside lower center",
+        ncols=min(len(policies), 9),
+        frameon=False,
+    )
+    return fig
+
+
+def plot_fig3(rows: Iterable[Row]) -> Figure:
+    """Figure 3: rolling-average reward per policy over the rounds.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One row per (``env``, ``level``, ``policy``, ``round``) with the keys ``env``,
+        ``level``, ``policy``, ``round``, ``mean`` and ``std``: the rolling-average reward
+        at that round, already averaged over seeds, and its standard deviation over seeds.
+
+    Returns
+    -------
+    Figure
+        One row per environment and one column per constraint level present (e.g. tight and
+        loose), sharing the value axis within a row. Each policy is a line with a light
+        ± ``std`` band; OMD-Approachability is drawn on top. One legend for the whole figure.
+    """
+    data = _rows(rows, ("env", "level", "policy", "round", "mean", "std"), "plot_fig3")
+    series: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for row in data:
+        key = (_str(row, "env"), _str(row, "level"), _str(row, "policy"))
+        series[key].append((_float(row, "round"), _float(row, "mean"), _float(row, "std")))
+    envs = _ordered((k[0] for k in series), _ENV_ORDER)
+    levels = _ordered((k[1] for k in series), LEVEL_ORDER)
+    policies = _ordered((k[2] for k in series), _POLICY_ORDER)
+
+    fig = _new_figure(4.6 * len(levels) + 0.6, 3.2 * len(envs) + 0.7)
+    grid = _grid(fig, len(envs), len(levels), sharex=True, sharey="row")
+    for i, env in enumerate(envs):
+        for j, level in enumerate(levels):
+            ax = grid[i][j]
+            for policy in policies:
+                points = series.get((env, level, policy))
+                if not points:
+                    continue
+                arr = np.array(sorted(points))
+                rnd, mean, std = arr[:, 0], arr[:, 1], arr[:, 2]
+                color = policy_color(policy)
+                z = _TOP_ZORDER if policy == "omd" else 3.0
+                lw = 2.0 if policy == "omd" else 1.3
+                ax.fill_between(
+                    rnd, mean - std, mean + std, color=color, alpha=_BAND_ALPHA, lw=0, zorder=z - 1
+                )
+                ax.plot(rnd, mean, color=color, lw=lw, zorder=z, label=policy_label(policy))
+            ax.set_title(f"{_env_label(env)}, {_level_label(level).lower()}")
+            ax.grid(True, alpha=0.3)
+            if i == len(envs) - 1:
+                ax.set_xlabel("round $t$")
+            if j == 0:
+                ax.set_ylabel("rolling-average reward")
+    fig.legend(
+        handles=_policy_handles(policies, "line"),
+        loc="outside lower center",
+        ncols=min(len(policies), 9),
+        frameon=False,
+    )
+    return fig
+
+
+def plot_contextual(rows: Iterable[Row]) -> Figure:
+    """The contextual experiment: average reward and regret against the per-context OPT.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One row per (``policy``, ``seed``) with the keys ``policy``, ``seed``, ``avg_reward``,
+        ``feasible`` and ``regret`` (regret against the best fixed feasible routing policy of
+        each context), and optionally ``opt`` (that benchmark's average reward).
+
+    Returns
+    -------
+    Figure
+        Two panels. Left: mean ± sample standard deviation of ``avg_reward`` per policy, with
+        the share of feasible seeds under each policy's name and, when rows carry ``opt``, the
+        mean OPT over seeds (each seed counted once) as a dashed horizontal line. Right: mean
+        ± standard deviation of ``regret`` per policy.
+    """
+    data = _rows(rows, ("policy", "seed", "avg_reward", "feasible", "regret"), "plot_contextual")
+    reward: dict[str, list[float]] = defaultdict(list)
+    regret: dict[str, list[float]] = defaultdict(list)
+    feasible: dict[str, list[bool]] = defaultdict(list)
+    opt_by_seed: dict[str, float] = {}
+    for row in data:
+        policy = _str(row, "policy")
+        reward[policy].append(_float(row, "avg_reward"))
+        regret[policy].append(_float(row, "regret"))
+        feasible[policy].append(_bool(row, "feasible"))
+        if "opt" in row and str(row["opt"]).strip() != "":
+            opt_by_seed.setdefault(_str(row, "seed"), _float(row, "opt"))
+    policies = _ordered(reward, _POLICY_ORDER)
+    x = np.arange(len(policies), dtype=float)
+    colors = [policy_color(p) for p in policies]
+    ticks = [
+        f"{policy_label(p)}\n{100.0 * float(np.mean(feasible[p])):.0f}% feasible" for p in policies
+    ]
+
+    fig = _new_figure(max(8.0, 3.2 * len(policies) + 1.0), 3.8)
+    left, right = _grid(fig, 1, 2)[0]
+    for ax, values, ylabel in (
+        (left, reward, "time-averaged reward"),
+        (right, regret, "regret vs per-context OPT"),
+    ):
+        stats = [_mean_std(values[p]) for p in policies]
+        ax.bar(
+            x,
+            [s[0] for s in stats],
+            0.6,
+            yerr=[s[1] for s in stats],
+            color=colors,
+            edgecolor=["black" if p == "omd" else "none" for p in policies],
+            error_kw={"elinewidth": 0.8, "capsize": 3, "ecolor": "0.25"},
+        )
+        ax.set_xticks(x, ticks)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    if opt_by_seed:
+        opt = float(np.mean(list(opt_by_seed.values())))
+        left.axhline(opt, ls="--", color="black", lw=1.2, zorder=5, gid="opt")
+        left.text(
+            0.99,
+            opt,
+            f"OPT (mean over seeds) = {opt:.3g}",
+            transform=left.get_yaxis_transform(),
+            ha="right",
+            va="bottom",
+            fontsize=8,
+        )
+        bottom, top = left.get_ylim()
+        left.set_ylim(bottom, max(top, opt + 0.08 * (opt - bottom)))
+    left.set_title("Average reward (mean ± std over seeds)")
+    right.set_title("Regret (mean ± std over seeds)")
+    return fig

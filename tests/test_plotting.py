@@ -1,0 +1,380 @@
+"""Figures from tidy result rows (native values and the all-string rows of csv.DictReader)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from msroute.errors import DataFormatError
+from msroute.plotting import (
+    plot_contextual,
+    plot_fig1,
+    plot_fig2,
+    plot_fig3,
+    policy_color,
+    save_figure,
+)
+
+Rows = list[dict[str, Any]]
+
+
+def as_csv(rows: Rows) -> list[dict[str, str]]:
+    """The rows as they come back from a CSV file: every value a string."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    buf.seek(0)
+    return list(csv.DictReader(buf))
+
+
+def check_saved(fig: Figure, tmp_path: Path, name: str) -> None:
+    png, svg = save_figure(fig, tmp_path / "out" / name, dpi=60)
+    assert png == tmp_path / "out" / f"{name}.png"
+    assert svg == tmp_path / "out" / f"{name}.svg"
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in svg.read_bytes()[:2000]
+
+
+def xy(line: Line2D) -> tuple[np.ndarray, np.ndarray]:
+    """The data of a line as float arrays."""
+    return np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic results
+# ----------------------------------------------------------------------------------------------
+
+STEPS = [10, 20, 50, 100, 200, 500, 1000]
+
+
+def fig1_rows(negative: bool = False) -> Rows:
+    rng = np.random.default_rng(1)
+    rows = []
+    for n_dims in (3, 5):
+        for scale, level in ((3.0, "tight"), (1.5, "medium"), (0.8, "loose")):
+            for seed in range(3):
+                for step in STEPS:
+                    r1 = scale / np.sqrt(step) * (1.0 + 0.2 * rng.random())
+                    if negative and step == STEPS[-1]:
+                        r1 = -0.01
+                    r2 = 0.3 / np.sqrt(step) if level == "tight" and step <= 100 else 0.0
+                    rows.append(
+                        {
+                            "n_dims": n_dims,
+                            "level": level,
+                            "seed": seed,
+                            "step": step,
+                            "r1": r1,
+                            "r2": r2,
+                        }
+                    )
+    return rows
+
+
+POLICIES = ["random", "omd", "cbwk", "ts-bwk"]  # deliberately not in display order
+
+
+def fig2_rows() -> Rows:
+    rng = np.random.default_rng(2)
+    rows = []
+    for env in ("regime", "stochastic"):
+        for level in ("loose", "tight", "medium", "none"):
+            for policy in POLICIES:
+                for seed in range(4):
+                    rows.append(
+                        {
+                            "env": env,
+                            "level": level,
+                            "policy": policy,
+                            "seed": seed,
+                            "avg_reward": 2.0 + rng.random(),
+                            "feasible": bool(rng.random() < 0.6),
+                        }
+                    )
+    return rows
+
+
+def fig3_rows() -> Rows:
+    rows = []
+    for env in ("stochastic", "regime"):
+        for level in ("tight", "loose"):
+            for k, policy in enumerate(["ts", "omd", "cbwk"]):
+                for rnd in range(500, 3001, 250):
+                    rows.append(
+                        {
+                            "env": env,
+                            "level": level,
+                            "policy": policy,
+                            "round": rnd,
+                            "mean": 2.5 + 0.1 * k - 1.0 / rnd,
+                            "std": 0.05,
+                        }
+                    )
+    return rows
+
+
+def contextual_rows() -> Rows:
+    rng = np.random.default_rng(3)
+    rows = []
+    for policy in ("omd-contextual", "omd", "ts-bwk"):
+        for seed in range(4):
+            rows.append(
+                {
+                    "policy": policy,
+                    "seed": seed,
+                    "avg_reward": 2.5 + 0.3 * rng.random(),
+                    "feasible": int(rng.random() < 0.7),
+                    "regret": 0.2 * rng.random(),
+                    "opt": 2.9 + 0.01 * seed,
+                }
+            )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers to read figures back
+# ----------------------------------------------------------------------------------------------
+
+
+def bar_heights(ax: Axes) -> dict[str, list[float]]:
+    """Heights of each bar series of a grouped-bar panel, keyed by the series label."""
+    out = {}
+    for container in ax.containers:
+        if isinstance(container, BarContainer):
+            out[str(container.get_label())] = [p.get_height() for p in container.patches]
+    return out
+
+
+def labelled_lines(ax: Axes) -> dict[str, Line2D]:
+    return {str(line.get_label()): line for line in ax.get_lines()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Tests
+# ----------------------------------------------------------------------------------------------
+
+
+def test_import_msroute_does_not_load_matplotlib() -> None:
+    code = "import sys, msroute; sys.exit('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
+def test_fig1_layout_curves_and_reference(tmp_path: Path, csv_form: bool) -> None:
+    rows = fig1_rows()
+    fig = plot_fig1(as_csv(rows) if csv_form else rows)
+    assert len(fig.axes) == 4  # 2 metrics x 2 values of N
+    top = [ax for ax in fig.axes if ax.get_title()]
+    assert sorted(ax.get_title() for ax in top) == ["N = 3", "N = 5"]
+    ax = next(ax for ax in top if ax.get_title() == "N = 5")
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"  # R1 all positive here
+
+    # The tight curve is the mean over seeds at each step.
+    tight = [r for r in rows if r["n_dims"] == 5 and r["level"] == "tight"]
+    expected = [np.mean([r["r1"] for r in tight if r["step"] == s]) for s in STEPS]
+    lines = labelled_lines(ax)
+    assert set(lines) >= {"Tight", "Medium", "Loose"}
+    np.testing.assert_allclose(xy(lines["Tight"])[0], STEPS)
+    np.testing.assert_allclose(xy(lines["Tight"])[1], expected)
+
+    # The c/sqrt(n) reference passes through the tight mean at the median step.
+    ref = next(line for line in ax.get_lines() if line.get_gid() == "reference")
+    assert ref.get_linestyle() == "--"
+    x = np.asarray(ref.get_xdata(), dtype=float)
+    y = np.asarray(ref.get_ydata(), dtype=float)
+    median_step = STEPS[len(STEPS) // 2]
+    np.testing.assert_allclose(y[x == median_step], expected[len(STEPS) // 2])
+    np.testing.assert_allclose(y * np.sqrt(x), y[0] * np.sqrt(x[0]))
+    if not csv_form:
+        check_saved(fig, tmp_path, "fig1")
+
+
+def test_fig1_reference_skips_the_zero_tail_and_zeros_use_symlog() -> None:
+    fig = plot_fig1(fig1_rows())
+    r2_axes = [ax for ax in fig.axes if not ax.get_title()]
+    for ax in r2_axes:
+        # R2 is exactly 0 for medium/loose and for tight after step 100: no log axis.
+        assert ax.get_yscale() == "symlog"
+        ref = next(line for line in ax.get_lines() if line.get_gid() == "reference")
+        positive = [s for s in STEPS if s <= 100]
+        pivot = positive[len(positive) // 2]
+        x = np.asarray(ref.get_xdata(), dtype=float)
+        np.testing.assert_allclose(np.asarray(ref.get_ydata())[x == pivot], 0.3 / np.sqrt(pivot))
+
+
+def test_fig1_negative_r1_uses_symlog_and_r1_key() -> None:
+    rows = fig1_rows(negative=True)
+    fig = plot_fig1(rows)
+    assert all(ax.get_yscale() == "symlog" for ax in fig.axes)
+    for row in rows:
+        row["r1_mc"] = 2.0
+    fig = plot_fig1(rows, r1_key="r1_mc")
+    line = labelled_lines(fig.axes[0])["Tight"]
+    np.testing.assert_allclose(xy(line)[1], 2.0)
+
+
+def test_fig1_all_zero_panel_is_linear_without_reference() -> None:
+    rows = [{**r, "r2": 0.0} for r in fig1_rows()]
+    fig = plot_fig1(rows)
+    for ax in fig.axes:
+        has_reference = any(line.get_gid() == "reference" for line in ax.get_lines())
+        if ax.get_title():  # R1: positive, log-log with the reference line
+            assert ax.get_yscale() == "log" and has_reference
+        else:  # R2: identically 0
+            assert ax.get_yscale() == "linear" and not has_reference
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["Tight", "Medium", "Loose", r"$c/\sqrt{n}$"]
+
+
+@pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
+def test_fig2_bars_are_the_means_and_feasible_shares(tmp_path: Path, csv_form: bool) -> None:
+    rows = fig2_rows()
+    fig = plot_fig2(as_csv(rows) if csv_form else rows)
+    assert len(fig.axes) == 4  # 2 envs x (reward, feasible)
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    # Rows: stochastic first, then regime; columns: reward, feasibility.
+    assert fig.axes[0].get_title().startswith("Stochastic")
+    assert fig.axes[2].get_title().startswith("Regime-switching")
+    levels = ["tight", "medium", "loose", "none"]
+    labels = {"omd": "OMD-Approachability", "random": "Random", "cbwk": "CBwK", "ts-bwk": "TS-BwK"}
+    for i, env in enumerate(("stochastic", "regime")):
+        reward_ax, feasible_ax = fig.axes[2 * i], fig.axes[2 * i + 1]
+        assert [t.get_text() for t in reward_ax.get_xticklabels()] == [
+            "Tight",
+            "Medium",
+            "Loose",
+            "Unconstrained",
+        ]
+        heights = bar_heights(reward_ax)
+        shares = bar_heights(feasible_ax)
+        assert next(iter(heights)) == "OMD-Approachability"
+        for policy, label in labels.items():
+            cells = [
+                [r for r in rows if (r["env"], r["level"], r["policy"]) == (env, lv, policy)]
+                for lv in levels
+            ]
+            np.testing.assert_allclose(
+                heights[label], [np.mean([r["avg_reward"] for r in c]) for c in cells]
+            )
+            np.testing.assert_allclose(
+                shares[label], [100.0 * np.mean([r["feasible"] for r in c]) for c in cells]
+            )
+        omd_bars = next(
+            c
+            for c in reward_ax.containers
+            if isinstance(c, BarContainer) and c.get_label() == labels["omd"]
+        )
+        assert omd_bars.patches[0].get_facecolor()[:3] == pytest.approx((0.122, 0.467, 0.706), 1e-2)
+    if not csv_form:
+        check_saved(fig, tmp_path, "fig2")
+
+
+def test_fig2_missing_cell_is_an_empty_bar() -> None:
+    rows = [r for r in fig2_rows() if not (r["policy"] == "cbwk" and r["level"] == "none")]
+    heights = bar_heights(plot_fig2(rows).axes[0])
+    assert np.isnan(heights["CBwK"][3]) and np.isfinite(heights["CBwK"][:3]).all()
+
+
+@pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
+def test_fig3_lines_per_policy_omd_blue_on_top(tmp_path: Path, csv_form: bool) -> None:
+    rows = fig3_rows()
+    fig = plot_fig3(as_csv(rows) if csv_form else rows)
+    assert len(fig.axes) == 4  # 2 envs x {tight, loose}
+    assert [ax.get_title() for ax in fig.axes] == [
+        "Stochastic, tight",
+        "Stochastic, loose",
+        "Regime-switching, tight",
+        "Regime-switching, loose",
+    ]
+    for ax in fig.axes:
+        lines = labelled_lines(ax)
+        assert set(lines) == {"OMD-Approachability", "TS", "CBwK"}
+        omd = lines["OMD-Approachability"]
+        assert omd.get_color() == policy_color("omd") == "#1f77b4"
+        assert all(
+            omd.get_zorder() > other.get_zorder() for other in ax.get_lines() if other is not omd
+        )
+        assert len(ax.collections) == 3  # one std band per policy
+    ts = labelled_lines(fig.axes[0])["TS"]
+    np.testing.assert_allclose(np.asarray(ts.get_xdata()), np.arange(500, 3001, 250))
+    if not csv_form:
+        check_saved(fig, tmp_path, "fig3")
+
+
+@pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
+def test_contextual_bars_and_opt_line(tmp_path: Path, csv_form: bool) -> None:
+    rows = contextual_rows()
+    fig = plot_contextual(as_csv(rows) if csv_form else rows)
+    assert len(fig.axes) == 2
+    reward_ax, regret_ax = fig.axes
+    order = ["omd", "omd-contextual", "ts-bwk"]
+    for ax, key in ((reward_ax, "avg_reward"), (regret_ax, "regret")):
+        (heights,) = bar_heights(ax).values()
+        expected = [np.mean([r[key] for r in rows if r["policy"] == p]) for p in order]
+        np.testing.assert_allclose(heights, expected)
+    ticks = [t.get_text() for t in reward_ax.get_xticklabels()]
+    assert ticks[0].startswith("OMD-Approachability") and ticks[1].startswith("Contextual OMD")
+    feasible = 100 * np.mean([r["feasible"] for r in rows if r["policy"] == "ts-bwk"])
+    assert ticks[2].endswith(f"{feasible:.0f}% feasible")
+    opt = next(line for line in reward_ax.get_lines() if line.get_gid() == "opt")
+    np.testing.assert_allclose(np.asarray(opt.get_ydata()), 2.9 + 0.01 * 1.5)
+    if not csv_form:
+        check_saved(fig, tmp_path, "contextual")
+
+
+def test_contextual_without_opt_has_no_line() -> None:
+    rows = [{k: v for k, v in r.items() if k != "opt"} for r in contextual_rows()]
+    fig = plot_contextual(rows)
+    assert not [line for line in fig.axes[0].get_lines() if line.get_gid() == "opt"]
+
+
+def test_save_figure_rejects_suffix_and_is_reproducible(tmp_path: Path) -> None:
+    fig = plot_contextual(contextual_rows())
+    with pytest.raises(ValueError, match=r"without it .*'.*fig'"):
+        save_figure(fig, tmp_path / "fig.png")
+    _, svg1 = save_figure(fig, tmp_path / "a" / "fig")
+    _, svg2 = save_figure(fig, tmp_path / "b" / "fig")
+    assert svg1.read_bytes() == svg2.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("plot", "rows", "error", "match"),
+    [
+        (plot_fig1, [], ValueError, "rows is empty"),
+        (plot_fig1, [{"n_dims": 3, "level": "tight", "step": 1, "r1": 0.1}], DataFormatError, "r2"),
+        (
+            plot_fig2,
+            [{"env": "e", "level": "tight", "policy": "omd", "avg_reward": 1, "feasible": "maybe"}],
+            DataFormatError,
+            "feasible == 'maybe'",
+        ),
+        (
+            plot_fig3,
+            [{"env": "e", "level": "l", "policy": "p", "round": "x", "mean": 1, "std": 0}],
+            DataFormatError,
+            "round == 'x' is not a number",
+        ),
+        (plot_contextual, [["omd", 1]], TypeError, "row 0 is a list"),
+    ],
+)
+def test_invalid_rows(plot: Any, rows: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        plot(rows)
+
+
+def test_policy_colors_are_fixed_and_stable() -> None:
+    assert policy_color("omd") == "#1f77b4"
+    assert len({policy_color(p) for p in ("omd", "random", "greedy", "cucb", "cbwk")}) == 5
+    assert policy_color("my-policy") == policy_color("my-policy")

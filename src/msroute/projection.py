@@ -46,6 +46,8 @@ FEASIBILITY_RTOL = 1e-10
 _EPS = float(np.finfo(np.float64).eps)
 _MAX_ACTIVE_SET_STEPS = 8
 _MAX_SEARCH_STEPS = 400
+#: Largest mu (for max|a| = 1) the search tries, far below overflow of y - mu a.
+_MU_CAP = 1e250
 
 
 # ---------------------------------------------------------------------- public entry point
@@ -217,11 +219,13 @@ def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray
         tau = z.max(axis=-1) - 1.0 / k
         return np.full((n, k), 1.0 / k), np.zeros((n, k), dtype=bool), tau
     u = np.sort(z, axis=-1)[:, ::-1]
+    top = u[:, 0].copy()
+    u -= top[:, None]  # shift-invariant; keeps the cumulative sums on the scale of the spread
     css = np.cumsum(u, axis=-1)
     css -= mass
     # The top rho coordinates are free: rho = #{j : u_j > (sum_{i<=j} u_i - mass) / j} >= 1.
     rho = np.count_nonzero(u * np.arange(1.0, k + 1.0) > css, axis=-1)
-    tau = css[np.arange(n), rho - 1] / rho - gamma
+    tau = css[np.arange(n), rho - 1] / rho - gamma + top
     shifted = z - tau[:, None]
     return np.maximum(shifted, gamma), shifted > gamma, tau
 
@@ -240,10 +244,12 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
         free = np.zeros(k, dtype=bool)
     else:
         u = np.sort(y)[::-1]
+        top = float(u[0])
+        u -= top
         css = u.cumsum()
         css -= mass
         rho = int(np.count_nonzero(u * np.arange(1.0, k + 1.0) > css))
-        z = y - (float(css[rho - 1]) / rho - gamma)
+        z = y - (float(css[rho - 1]) / rho - gamma + top)
         q0 = np.maximum(z, gamma)
         free = z > gamma
     if float(a @ q0) <= b:
@@ -259,7 +265,10 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     if b <= reach + tol:
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
-    # Active-set Newton steps (see _active_set_solve), scalars kept as Python floats.
+    # Active-set Newton steps (see _active_set_solve), scalars kept as Python floats, on the
+    # cut scaled to max|a| = 1 (the same set; mu scales back on return).
+    a = a / scale
+    b, asum = b / scale, asum / scale
     slack_base = 64.0 * _EPS * (float(np.abs(y).max()) + 1.0)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
         fm = free.astype(np.float64)
@@ -280,13 +289,13 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
         new_free = z > gamma
         if mu >= 0.0:
             if (new_free == free).all():
-                return np.maximum(z, gamma), mu
+                return np.maximum(z, gamma), mu / scale
             slack = slack_base + 64.0 * _EPS * float(np.abs(z).max())
             if not np.where(free, z < gamma - slack, z > gamma + slack).any():
-                return np.maximum(z, gamma), mu
+                return np.maximum(z, gamma), mu / scale
         free = new_free
     qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
-    return qs[0], float(ms[0])
+    return qs[0], float(ms[0]) / scale
 
 
 def _empty_message(reach: float, b: float, gamma: float, k: int, row: int | None) -> str:
@@ -351,8 +360,9 @@ def _face_point(
     q, _, tau = _floored_simplex(z, gamma)
     if 1.0 - k * gamma <= 0.0:
         return q, np.zeros(y.shape[0])
-    gap = a - amin[:, None]
-    need = np.where(at_min, 0.0, (y - tau[:, None] - gamma) / np.where(at_min, 1.0, gap))
+    gap = np.where(at_min, 1.0, a - amin[:, None])
+    with np.errstate(over="ignore"):  # inf only for subnormal gaps of a
+        need = np.where(at_min, 0.0, (y - tau[:, None] - gamma) / gap)
     return q, np.maximum(need.max(axis=-1), 0.0)
 
 
@@ -365,6 +375,10 @@ def _cut_active(
     row whose point satisfies every KKT condition keeps its free set, so its later steps repeat
     the same computation. Rows that do not settle go to :func:`_search_mu`.
     """
+    # (a, b) and (a, b) / max|a| cut the same set; mu scales back on return.
+    scale = np.abs(a).max(axis=-1)
+    a = a / scale[:, None]
+    b = b / scale
     asum = a.sum(axis=-1)
     slack_base = 64.0 * _EPS * (np.abs(y).max(axis=-1) + 1.0)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
@@ -374,12 +388,12 @@ def _cut_active(
         bad = np.where(free, z < gamma - slack, z > gamma + slack).any(axis=-1)
         good = ok & (mu >= 0.0) & ~bad
         if good.all():
-            return np.maximum(z, gamma), mu
+            return np.maximum(z, gamma), mu / scale
         free = np.where(good[:, None], free, new_free)
     q = np.maximum(z, gamma)
     rows = np.flatnonzero(~good)
     q[rows], mu[rows] = _search_mu(y[rows], gamma, a[rows], b[rows])
-    return q, mu
+    return q, mu / scale
 
 
 def _active_set_solve(
@@ -428,11 +442,16 @@ def _search_mu(
     the bracket has shrunk to a few ulps.
     """
     n, k = y.shape
+    # (a, b) and (a, b) / max|a| cut the same set; the multiplier scales back at the end.
+    a_scale = np.abs(a).max(axis=-1)
+    a = a / a_scale[:, None]
+    b = b / a_scale
     amin = a.min(axis=-1)
     gap = np.where(a > amin[:, None], a - amin[:, None], np.inf).min(axis=-1)
     # For mu >= (ptp(y) + 1) / gap every coordinate with a_i > min(a) is at the floor, so
     # a . q(mu) is the smallest reachable value, which is below b: a valid upper bracket.
-    hi = (np.ptp(y, axis=-1) + 1.0) / gap * (1.0 + 1e-9) + 1e-300
+    with np.errstate(over="ignore"):
+        hi = np.minimum((np.ptp(y, axis=-1) + 1.0) / gap * (1.0 + 1e-9), _MU_CAP)
     lo = np.zeros(n)
     mu = np.zeros(n)
     # q(mu) is the projection of y - mu (a - c) for any per-row constant c (it only shifts the
@@ -462,7 +481,10 @@ def _search_mu(
         with np.errstate(divide="ignore", invalid="ignore"):
             cand = mu + (f - b) / slope
         step_ok = (slope > 0.0) & (cand > lo) & (cand < hi)
-        nxt = np.where(step_ok, cand, 0.5 * (lo + hi))
+        # Bisect in log1p(mu): the bracket can span hundreds of orders of magnitude when a has
+        # near-ties (the bound above divides by the smallest gap of a).
+        mid = np.expm1(0.5 * (np.log1p(lo) + np.log1p(hi)))
+        nxt = np.where(step_ok, cand, np.clip(mid, lo, hi))
         newton = step_ok & ~done
         mu = np.where(done, mu, nxt)
         centre = np.where(done, centre, abar)
@@ -475,4 +497,5 @@ def _search_mu(
         mu[late] = hi[late]
         z = y[late] - mu[late, None] * (a[late] - centre[late, None])
         q[late] = _floored_simplex(z, gamma)[0]
-    return q, mu
+    with np.errstate(over="ignore"):
+        return q, mu / a_scale

@@ -62,7 +62,7 @@ def sum_max_reward(skills: ArrayLike, subset: ArrayLike) -> float:
 
     Examples
     --------
-    >>> sum_max_reward([[0.9, 0.1, 0.5], [0.2, 0.8, 0.3]], [0, 1, 1])
+    >>> round(sum_max_reward([[0.9, 0.1, 0.5], [0.2, 0.8, 0.3]], [0, 1, 1]), 12)
     1.7
     """
     v = _check_skills(skills)
@@ -160,6 +160,12 @@ def expected_reward(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray
 
 def expected_reward_grad(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray:
     """Exact gradient of :func:`expected_reward` with respect to ``q``.
+
+    This is the gradient of the closed form above. The paper's estimator ``r(A) count_i / q_i``
+    (Lemma 6.7 of its reference 37) is unbiased for the gradient of another extension of
+    ``Phi`` off the simplex, the degree-M polynomial ``E[r(A)]``; the two agree on the simplex,
+    so their gradients differ by a multiple of the all-ones vector. Only the differences
+    ``g_i - g_j`` are intrinsic, and the projection step (6) ignores such a shift.
 
     Returns
     -------

@@ -198,7 +198,9 @@ class TeamRounds:
 
     Subclasses call :meth:`_setup_rounds` after ``BasePolicy.__init__`` and implement
     :meth:`_scores` (and :meth:`_learn` when they learn more than the shared statistics);
-    constraint-aware ones call :meth:`_attach_dual`.
+    constraint-aware ones call :meth:`_attach_dual`. Being a mixin rather than a level of the
+    class tree keeps every baseline within two levels of ``BasePolicy`` while CBwK and TS-BwK
+    still subclass CUCB and TS and add nothing but the dual.
     """
 
     # Provided by BasePolicy.

@@ -334,6 +334,13 @@ class Problem:
         lo_ori, hi_ori = self.original_box()
         for j in range(self.n_costs):
             name = self.constraints.coordinate_name(j)
+            if np.isfinite(lo_ori[j]) and np.isfinite(hi_ori[j]) and lo[j] > hi[j]:
+                parts.append(
+                    f"coordinate {name}: lower bound {lo_ori[j]:.6g} is above upper bound / M = "
+                    f"{hi[j]:.6g} (M={m}), so the surrogate interval of Section 4.2 is empty; "
+                    f"the bounds must satisfy l <= u/M"
+                )
+                continue
             if reach_min[j] > hi[j] + 1e-12:
                 parts.append(
                     f"coordinate {name}: upper bound {hi_ori[j]:.6g} needs C^T q <= "

@@ -271,21 +271,19 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     b, asum = b / scale, asum / scale
     slack_base = 64.0 * _EPS * (float(np.abs(y).max()) + 1.0)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
-        fm = free.astype(np.float64)
-        nf = float(fm.sum())
-        if nf == 0.0:
+        a_f = a[free]
+        nf = a_f.size
+        abar = float(a_f.sum()) / nf if nf else 0.0
+        a_f -= abar
+        beta = float(a_f @ a_f)
+        if not beta > 1e3 * _EPS * nf:  # |a| <= 1 here, so sum_F a_i^2 <= |F|
             break
-        a_f = a * fm
-        a_free = float(a_f.sum())
-        abar = a_free / nf
-        ac = a_f - abar * fm
-        beta = float(ac @ ac)
-        if not beta > 1e3 * _EPS * float(a_f @ a_f):
-            break
+        y_f = y[free]
         mass_free = 1.0 - gamma * (k - nf)
-        mu = (float(ac @ y) + abar * mass_free - b + gamma * (asum - a_free)) / beta
-        shift = (float(y @ fm) - mass_free) / nf
-        z = y - mu * (a - abar) - shift
+        mu = (float(a_f @ y_f) + abar * mass_free - b + gamma * (asum - abar * nf)) / beta
+        shift = (float(y_f.sum()) - mass_free) / nf
+        z = y - mu * (a - abar)
+        z -= shift
         new_free = z > gamma
         if mu >= 0.0:
             if (new_free == free).all():
@@ -372,27 +370,42 @@ def _cut_active(
     """Rows whose cut binds (``a . q(0) > b``) and is not degenerate: find ``mu > 0``.
 
     Active-set Newton steps from ``free`` (the free set at ``mu = 0``) on all rows at once; a
-    row whose point satisfies every KKT condition keeps its free set, so its later steps repeat
-    the same computation. Rows that do not settle go to :func:`_search_mu`.
+    row leaves the working set as soon as its point satisfies every KKT condition. Rows that
+    do not settle go to :func:`_search_mu`.
     """
+    n = y.shape[0]
     # (a, b) and (a, b) / max|a| cut the same set; mu scales back on return.
     scale = np.abs(a).max(axis=-1)
     a = a / scale[:, None]
     b = b / scale
     asum = a.sum(axis=-1)
     slack_base = 64.0 * _EPS * (np.abs(y).max(axis=-1) + 1.0)
+    q = np.empty_like(y)
+    mu = np.zeros(n)
+    todo = np.arange(n)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
-        z, mu, ok = _active_set_solve(y, gamma, a, b, free, asum)
+        z, m, ok = _active_set_solve(y, gamma, a, b, free, asum)
         new_free = z > gamma
         slack = (slack_base + 64.0 * _EPS * np.abs(z).max(axis=-1))[:, None]
         bad = np.where(free, z < gamma - slack, z > gamma + slack).any(axis=-1)
-        good = ok & (mu >= 0.0) & ~bad
+        good = ok & (m >= 0.0) & ~bad
         if good.all():
-            return np.maximum(z, gamma), mu / scale
-        free = np.where(good[:, None], free, new_free)
-    q = np.maximum(z, gamma)
-    rows = np.flatnonzero(~good)
-    q[rows], mu[rows] = _search_mu(y[rows], gamma, a[rows], b[rows])
+            q[todo], mu[todo] = np.maximum(z, gamma), m
+            return q, mu / scale
+        free = new_free
+        if good.any():  # settled rows leave the working set
+            q[todo[good]], mu[todo[good]] = np.maximum(z[good], gamma), m[good]
+            keep = ~good
+            todo = todo[keep]
+            y, a, b, asum, slack_base, free = (
+                y[keep],
+                a[keep],
+                b[keep],
+                asum[keep],
+                slack_base[keep],
+                free[keep],
+            )
+    q[todo], mu[todo] = _search_mu(y, gamma, a, b)
     return q, mu / scale
 
 

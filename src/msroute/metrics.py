@@ -21,7 +21,6 @@ means "after the first ``t`` rounds".
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -347,7 +346,7 @@ def objective_regret_proxy(
     m_draws: int,
     at: ArrayLike | None = None,
     *,
-    method: Literal["exact", "monte_carlo"] = "exact",
+    method: str = "exact",
     n_samples: int = 200,
     seed: SeedLike = None,
     contexts: ArrayLike | None = None,

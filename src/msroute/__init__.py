@@ -1,18 +1,59 @@
 """msroute: Multinomial Subset Routing with OMD-Approachability.
 
 Learn online whom to route each query to when only the team's sum-max reward is observed and
-long-term packing/covering constraints must hold. See the README for a tour.
+long-term packing/covering constraints must hold. Everything users need is importable from
+here; see the README for a tour.
+
+Examples
+--------
+>>> import msroute
+>>> problem = msroute.Problem([[1.0], [0.0], [0.5]], m_draws=2,
+...                           constraints=msroute.Constraints(upper=[1.0]))
+>>> policy = msroute.OMDApproachability(problem, horizon=100, n_runs=2, seed=0)
+>>> policy.select().shape
+(2, 2)
 """
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from msroute.datasets import CrowdData, Instance, build_instance, load_crowd, sample_instance
+from msroute.envs import RegimeSwitchingEnv, SequenceEnv, SkillEnv, StochasticEnv
 from msroute.errors import (
     DataFormatError,
     EmptyFeasibleSetError,
     InfeasibleConstraintsError,
     MSRouteError,
 )
-from msroute.problem import Constraints, Problem
+from msroute.metrics import (
+    constraint_regret,
+    feasible,
+    objective_regret_proxy,
+    rolling_mean,
+    time_averaged,
+    true_regret,
+)
+from msroute.oracle import OracleResult, best_fixed_policy, best_fixed_policy_for, contextual_opt
+from msroute.policies import (
+    CUCB,
+    POLICIES,
+    BasePolicy,
+    CBwK,
+    ContextualOMD,
+    GreedyPolicy,
+    MoEGating,
+    OMDApproachability,
+    Policy,
+    RandomPolicy,
+    ThompsonSampling,
+    ThompsonSamplingBwK,
+    available_policies,
+    make_policy,
+)
+from msroute.problem import Constraints, Problem, ProblemBatch
+from msroute.projection import project_step
 from msroute.reward import (
     batch_sum_max_reward,
     expected_reward,
@@ -20,20 +61,61 @@ from msroute.reward import (
     monte_carlo_reward,
     sum_max_reward,
 )
+from msroute.simulate import Trajectory, simulate
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("msroute")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0+unknown"
 
 __all__ = [
+    "CUCB",
+    "POLICIES",
+    "BasePolicy",
+    "CBwK",
     "Constraints",
+    "ContextualOMD",
+    "CrowdData",
     "DataFormatError",
     "EmptyFeasibleSetError",
+    "GreedyPolicy",
     "InfeasibleConstraintsError",
+    "Instance",
     "MSRouteError",
+    "MoEGating",
+    "OMDApproachability",
+    "OracleResult",
+    "Policy",
     "Problem",
+    "ProblemBatch",
+    "RandomPolicy",
+    "RegimeSwitchingEnv",
+    "SequenceEnv",
+    "SkillEnv",
+    "StochasticEnv",
+    "ThompsonSampling",
+    "ThompsonSamplingBwK",
+    "Trajectory",
     "__version__",
+    "available_policies",
     "batch_sum_max_reward",
+    "best_fixed_policy",
+    "best_fixed_policy_for",
+    "build_instance",
+    "constraint_regret",
+    "contextual_opt",
     "expected_reward",
     "expected_reward_grad",
+    "feasible",
+    "load_crowd",
+    "make_policy",
     "monte_carlo_reward",
+    "objective_regret_proxy",
+    "project_step",
+    "rolling_mean",
+    "sample_instance",
+    "simulate",
     "sum_max_reward",
+    "time_averaged",
+    "true_regret",
 ]

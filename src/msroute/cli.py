@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from msroute.errors import MSRouteError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("data",)
+COMMANDS: tuple[str, ...] = ("reproduce", "run", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:

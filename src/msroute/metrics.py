@@ -33,7 +33,7 @@ from msroute._validation import (
     check_simplex,
 )
 from msroute.problem import box_distance
-from msroute.reward import monte_carlo_reward
+from msroute.reward import expected_reward_core, monte_carlo_reward
 
 __all__ = [
     "constraint_regret",
@@ -292,53 +292,6 @@ def true_regret(
     return np.asarray(opt - running_average(phi, at), dtype=np.float64)
 
 
-def _exact_expected_rewards(q: FloatArray, v: FloatArray, m: int) -> FloatArray:
-    """``Phi(q)`` for q (c, R, K) against skills v (c, R, N, K) -> (c, R): the closed form of
-    :mod:`msroute.reward`, sorted by packed integer keys instead of an argsort.
-
-    A non-negative float's bit pattern, read as an int64, orders like the float; its lowest
-    ``b`` bits (``2^b >= K``) are replaced by the expert index and the keys sorted in place,
-    several times faster than ``argsort``. The skills themselves are then gathered exactly.
-    Two skills equal to within ``2^(b-52)`` relative may come out in either order, which
-    changes ``Phi`` by at most their difference (rounding level). In ascending order, with
-    ``u_1 <= ... <= u_K`` and ``B_i`` the mass of ``q`` strictly below position ``i``,
-    ``Phi = sum_n sum_i (u_i - u_{i-1}) (1 - B_i^M)``. Rounds are processed in blocks of
-    about 2^17 entries so that the temporaries stay in cache.
-    """
-    c, n_runs, n_dims, k = v.shape
-    bits = max(1, (k - 1).bit_length())
-    low = np.int64((1 << bits) - 1)
-    experts = np.arange(k, dtype=np.int64)
-    out = np.empty((c, n_runs))
-    step = max(1, (1 << 17) // (n_runs * n_dims * k))
-    for a in range(0, c, step):
-        b = min(a + step, c)
-        vb = np.ascontiguousarray(v[a:b]).reshape(-1, k)  # rows (round, run, dim)
-        qb = np.ascontiguousarray(np.broadcast_to(q[a:b], (b - a, n_runs, k))).reshape(-1)
-        rows = vb.shape[0]
-        keys = vb.view(np.int64) & ~low
-        keys |= experts
-        keys.sort(axis=-1)
-        keys &= low  # expert at each ascending position
-        qidx = keys + (np.arange(rows, dtype=np.int64) // n_dims * k)[:, None]
-        keys += (np.arange(rows, dtype=np.int64) * k)[:, None]
-        u = np.take(vb.reshape(-1), keys)
-        qs = np.take(qb, qidx)
-        below = np.cumsum(qs, axis=-1)
-        below -= qs
-        np.clip(below, 0.0, 1.0, out=below)
-        power = below.copy()
-        for _ in range(m - 1):
-            power *= below
-        du = np.empty_like(u)
-        du[:, 0] = u[:, 0]
-        np.subtract(u[:, 1:], u[:, :-1], out=du[:, 1:])
-        power *= du
-        per_row = du.sum(axis=-1) - power.sum(axis=-1)
-        out[a:b] = per_row.reshape(b - a, n_runs, n_dims).sum(axis=-1)
-    return out
-
-
 def objective_regret_proxy(
     rewards: ArrayLike,
     final_q: ArrayLike,
@@ -434,7 +387,7 @@ def objective_regret_proxy(
         else:
             q_rounds = np.broadcast_to(q[None], (stop - start, n_runs, k))
         if method == "exact":
-            phi[start:stop] = _exact_expected_rewards(q_rounds, v, m)
+            phi[start:stop] = expected_reward_core(q_rounds, v, m)
         else:
             per_round = n_runs * n_mc * max(m, v.shape[2]) * k
             step = max(1, _MC_ENTRIES // per_round)

@@ -70,9 +70,9 @@ class Constraints:
     [1.0, inf]
     """
 
-    upper: tuple[Bound, ...] | None = None
-    lower: tuple[Bound, ...] | None = None
-    names: tuple[str, ...] | None = field(default=None)
+    upper: Sequence[Bound] | None = None
+    lower: Sequence[Bound] | None = None
+    names: Sequence[str] | None = field(default=None)
 
     def __post_init__(self) -> None:
         upper = _bound_tuple(self.upper, "upper")

@@ -95,7 +95,7 @@ def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
 
 def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
     """Per dimension: gaps ``v(j) - v(j+1)``, ``1 - Q_j`` and the sorting order (descending)."""
-    order = np.argsort(-v, axis=-1, kind="stable")
+    order = np.argsort(-v, axis=-1)
     v_sorted = np.take_along_axis(v, order, axis=-1)
     # Broadcast q against v's leading axes before gathering along the sort order.
     lead = np.broadcast_shapes(q.shape[:-1], v.shape[:-2])
@@ -106,6 +106,53 @@ def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray,
     tail = np.clip(1.0 - np.cumsum(q_sorted, axis=-1), 0.0, 1.0)
     gaps = v_b - np.concatenate([v_b[..., 1:], np.zeros_like(v_b[..., :1])], axis=-1)
     return gaps, tail, np.asarray(order_b, dtype=np.int64)
+
+
+def expected_reward_core(q: FloatArray, v: FloatArray, m: int) -> FloatArray:
+    """``Phi(q)`` for q (c, R, K) against skills v (c, R, N, K) -> (c, R), unchecked: the closed
+    form of the module docstring, sorted by packed integer keys instead of an argsort.
+
+    A non-negative float's bit pattern, read as an int64, orders like the float; its lowest
+    ``b`` bits (``2^b >= K``) are replaced by the expert index and the keys sorted in place,
+    several times faster than ``argsort``. The skills themselves are then gathered exactly.
+    Two skills equal to within ``2^(b-52)`` relative may come out in either order, which
+    changes ``Phi`` by at most their difference (rounding level). In ascending order, with
+    ``u_1 <= ... <= u_K`` and ``B_i`` the mass of ``q`` strictly below position ``i``,
+    ``Phi = sum_n sum_i (u_i - u_{i-1}) (1 - B_i^M)``. Rounds are processed in blocks of
+    about 2^17 entries so that the temporaries stay in cache.
+    """
+    c, n_runs, n_dims, k = v.shape
+    bits = max(1, (k - 1).bit_length())
+    low = np.int64((1 << bits) - 1)
+    experts = np.arange(k, dtype=np.int64)
+    out = np.empty((c, n_runs))
+    step = max(1, (1 << 17) // (n_runs * n_dims * k))
+    for a in range(0, c, step):
+        b = min(a + step, c)
+        vb = np.ascontiguousarray(v[a:b]).reshape(-1, k)  # rows (round, run, dim)
+        qb = np.ascontiguousarray(np.broadcast_to(q[a:b], (b - a, n_runs, k))).reshape(-1)
+        rows = vb.shape[0]
+        keys = vb.view(np.int64) & ~low
+        keys |= experts
+        keys.sort(axis=-1)
+        keys &= low  # expert at each ascending position
+        qidx = keys + (np.arange(rows, dtype=np.int64) // n_dims * k)[:, None]
+        keys += (np.arange(rows, dtype=np.int64) * k)[:, None]
+        u = np.take(vb.reshape(-1), keys)
+        qs = np.take(qb, qidx)
+        below = np.cumsum(qs, axis=-1)
+        below -= qs
+        np.clip(below, 0.0, 1.0, out=below)
+        power = below.copy()
+        for _ in range(m - 1):
+            power *= below
+        du = np.empty_like(u)
+        du[:, 0] = u[:, 0]
+        np.subtract(u[:, 1:], u[:, :-1], out=du[:, 1:])
+        power *= du
+        per_row = du.sum(axis=-1) - power.sum(axis=-1)
+        out[a:b] = per_row.reshape(b - a, n_runs, n_dims).sum(axis=-1)
+    return out
 
 
 def _check_pair(
@@ -154,8 +201,12 @@ def expected_reward(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray
     0.75
     """
     qa, v, m = _check_pair(q, skills, m_draws)
-    gaps, tail, _ = _sorted_terms(qa, v)
-    return np.asarray(np.sum(gaps * (1.0 - tail**m), axis=(-2, -1)), dtype=np.float64)
+    lead = np.broadcast_shapes(qa.shape[:-1], v.shape[:-2])
+    n_dims, k = v.shape[-2:]
+    size = int(np.prod(lead, dtype=np.int64))
+    q_flat = np.broadcast_to(qa, (*lead, k)).reshape(size, 1, k)
+    v_flat = np.broadcast_to(v, (*lead, n_dims, k)).reshape(size, 1, n_dims, k)
+    return expected_reward_core(q_flat, v_flat, m).reshape(lead)
 
 
 def expected_reward_grad(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray:

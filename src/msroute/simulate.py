@@ -7,8 +7,8 @@ sees only these. Every policy steps on the *same* skills each round (common rand
 so comparisons between policies are paired.
 
 For policies that expose their routing distribution (``routing() -> (R, K)``, e.g.
-OMD-Approachability) the simulator also records the exact expected reward ``Phi_t(q_t)`` of the
-policy actually played each round, which the true regret of eq. (4) needs; it is computed in
+OMD-Approachability) the simulator can also record the exact expected reward ``Phi_t(q_t)`` of
+the policy actually played each round, which the true regret of eq. (4) needs; it is computed in
 vectorized blocks, never in the per-round loop.
 """
 
@@ -111,6 +111,7 @@ def simulate(
     contexts: ArrayLike | None = None,
     context_weights: ArrayLike | None = None,
     chunk: int = 1000,
+    track_expected: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Trajectory]:
     """Run every policy for ``horizon`` rounds on the same skill stream.
@@ -133,6 +134,9 @@ def simulate(
         pick the case type's own dimensions).
     chunk : int, default 1000
         Rounds of skills fetched from the environment at a time.
+    track_expected : bool, default False
+        Record ``Phi_t(q_t)`` for the policies that expose ``routing()`` (the true regret
+        needs it); it costs a sort of every round's skills, so it is off unless asked for.
     progress : callable, optional
         Called with the number of rounds done after each chunk.
 
@@ -158,7 +162,9 @@ def simulate(
     names = list(policies)
     rewards = {n: np.empty((t_total, r)) for n in names}
     costs = {n: np.empty((t_total, r, d)) for n in names}
-    tracked = [n for n in names if callable(getattr(policies[n], "routing", None))]
+    tracked = [
+        n for n in names if track_expected and callable(getattr(policies[n], "routing", None))
+    ]
     expected = {n: np.empty((t_total, r)) for n in tracked}
     q_buf = {n: np.empty((chunk, r, k)) for n in tracked}
     clock = dict.fromkeys(names, 0.0)

@@ -128,7 +128,8 @@ class BasePolicy:
                 f"{type(self).__name__} with {self.n_contexts} contexts needs context= "
                 "(one int per run)"
             )
-        ctx = None if context is None else self._check_context(context)
+        # Context-free policies ignore the context (one signature for both uses).
+        ctx = None if context is None or self.n_contexts == 1 else self._check_context(context)
         return self._select(ctx)
 
     def update(self, draws: ArrayLike, reward: ArrayLike, cost: ArrayLike) -> None:

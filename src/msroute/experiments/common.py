@@ -1,0 +1,303 @@
+"""Shared machinery of the paper's experiments (Section 6): constraint levels, seeds,
+instances, environments, and the cached, resumable, optionally parallel cell runner.
+
+Seeds (DESIGN.md "Randomness"): every seed ``s`` of a sweep derives three independent streams
+from ``SeedSequence(s)``: the instance stream (which K workers are sampled), the environment
+stream (one per environment kind, shared by every level and every policy: common random
+numbers), and the policies' streams. A *cell* is one (environment, policy) pair run on every
+level and seed at once as one batch of ``levels x seeds`` runs; its result depends only on its
+specification, so serial, parallel and resumed sweeps give identical numbers, bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
+from msroute.envs import RegimeSwitchingEnv, StochasticEnv
+from msroute.problem import Constraints, Problem, ProblemBatch
+
+__all__ = [
+    "ENVIRONMENTS",
+    "LEVELS",
+    "CellSpec",
+    "RunMapEnv",
+    "level_constraints",
+    "run_cells",
+]
+
+#: Table 1 of the paper: (budget margin added to M * mean workload, expert cap); "none" is
+#: unconstrained (Section 6.3 only).
+LEVELS: dict[str, tuple[float, float] | None] = {
+    "tight": (0.0, 2.0),
+    "medium": (0.1, 2.5),
+    "loose": (0.5, 5.0),
+    "none": None,
+}
+
+#: Environment kinds of Section 6.1.
+ENVIRONMENTS: tuple[str, ...] = ("stochastic", "regime")
+
+_INSTANCE_STREAM, _ENV_STREAM, _POLICY_STREAM, _CONTEXT_STREAM = 0, 1, 2, 3
+
+
+def level_constraints(instance: Instance, m_draws: int, level: str) -> Constraints:
+    """The constraints of a Table 1 level for one sampled pool.
+
+    Budget: time-averaged workload at most ``M * mean(workload over the pool) + margin``;
+    expert cap: time-averaged number of flagged experts routed at most ``alpha``. Both bound
+    the realized per-round cost, each distinct routed expert counted once (DESIGN.md).
+    """
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
+    spec = LEVELS[level]
+    names = tuple(instance.cost_names)
+    if spec is None:
+        return Constraints(upper=[None] * len(names), names=names)
+    margin, cap = spec
+    budget = m_draws * float(instance.costs[:, 0].mean()) + margin
+    return Constraints(upper=[budget, cap], names=names)
+
+
+def stream(seed: int, *key: int) -> np.random.SeedSequence:
+    """The child stream ``key`` of seed ``seed`` (independent of every other key)."""
+    return np.random.SeedSequence(entropy=seed, spawn_key=key)
+
+
+def name_key(name: str) -> int:
+    """A stable integer for a name, to key streams (Python's ``hash`` is salted per process)."""
+    return zlib.crc32(name.encode())
+
+
+@cache
+def _packaged_data() -> CrowdData:
+    return load_crowd()
+
+
+def paper_instance(seed: int, n_experts: int, n_dims: int) -> Instance:
+    """The worker pool and matrices of one seed (Section 6.1), on the packaged TREC data."""
+    return sample_instance(
+        _packaged_data(), n_experts=n_experts, n_dims=n_dims, seed=stream(seed, _INSTANCE_STREAM)
+    )
+
+
+class RunMapEnv:
+    """Serve runs of an environment under another run layout (``run_map[r]`` = source run).
+
+    Levels of a sweep share their seed's skill stream: the environment is drawn once per seed
+    and every (level, seed) run reads its seed's skills.
+    """
+
+    def __init__(self, env: Any, run_map: IntArray) -> None:
+        self.env = env
+        self.run_map = np.asarray(run_map, dtype=np.int64)
+        self.n_runs = int(self.run_map.size)
+        self.n_dims = int(env.n_dims)
+        self.n_experts = int(env.n_experts)
+
+    def skills(self, start: int, stop: int) -> FloatArray:
+        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        return np.asarray(self.env.skills(start, stop)[:, self.run_map], dtype=np.float64)
+
+
+def make_env(
+    kind: str,
+    bases: FloatArray,
+    seeds: Sequence[int],
+    horizon: int,
+    params: Mapping[str, Any],
+) -> StochasticEnv | RegimeSwitchingEnv:
+    """The environment of kind ``kind`` for the given seeds (one run each)."""
+    ss = [stream(s, _ENV_STREAM, name_key(kind)) for s in seeds]
+    kappa = float(params.get("kappa", 20.0))
+    if kind == "stochastic":
+        return StochasticEnv(bases, kappa, seed=ss)
+    if kind == "regime":
+        return RegimeSwitchingEnv(
+            bases,
+            horizon=horizon,
+            n_blocks=int(params.get("n_blocks", 10)),
+            fraction=float(params.get("fraction", 0.1)),
+            shrink=float(params.get("shrink", 0.2)),
+            kappa=kappa,
+            seed=ss,
+        )
+    raise ValueError(f"unknown environment {kind!r}; choose from {', '.join(ENVIRONMENTS)}")
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything that determines one cell's numbers (and nothing else).
+
+    Attributes
+    ----------
+    experiment : str
+        The experiment the cell belongs to (part of its cache path).
+    env : str
+        Environment kind ("stochastic" or "regime").
+    policy : str
+        Registered policy name.
+    levels : tuple of str
+        Constraint levels (Table 1) run in the batch.
+    seeds : tuple of int
+        Seeds run in the batch; run ``li * len(seeds) + si`` is (levels[li], seeds[si]).
+    horizon, n_experts, m_draws, n_dims : int
+        T, K, M, N.
+    env_params : tuple of (str, value)
+        kappa, n_blocks, fraction, shrink.
+    policy_params : tuple of (str, value)
+        Keyword arguments of the policy's constructor (beyond problem, horizon, runs, seed).
+    record : tuple of str
+        Extra outputs: "rewards" (per-round rewards, float32), "curves" (R1/R2 at the OMD
+        batch ends, for Figure 1).
+    """
+
+    experiment: str
+    env: str
+    policy: str
+    levels: tuple[str, ...]
+    seeds: tuple[int, ...]
+    horizon: int
+    n_experts: int = 50
+    m_draws: int = 5
+    n_dims: int = 3
+    env_params: tuple[tuple[str, Any], ...] = ()
+    policy_params: tuple[tuple[str, Any], ...] = ()
+    record: tuple[str, ...] = field(default=())
+
+    def key(self) -> str:
+        """A short content hash of the specification (the cache file name)."""
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def n_runs(self) -> int:
+        """Runs in the batch: levels x seeds."""
+        return len(self.levels) * len(self.seeds)
+
+
+def build_batch(spec: CellSpec) -> tuple[list[Instance], ProblemBatch, RunMapEnv]:
+    """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
+    instances = [paper_instance(s, spec.n_experts, spec.n_dims) for s in spec.seeds]
+    problems = [
+        Problem(inst.costs, spec.m_draws, level_constraints(inst, spec.m_draws, level))
+        for level in spec.levels
+        for inst in instances
+    ]
+    bases = np.stack([inst.skills_base for inst in instances])
+    env = make_env(spec.env, bases, spec.seeds, spec.horizon, dict(spec.env_params))
+    run_map = np.tile(np.arange(len(spec.seeds)), len(spec.levels))
+    return instances, ProblemBatch(problems), RunMapEnv(env, run_map)
+
+
+def policy_seed(spec: CellSpec) -> np.random.SeedSequence:
+    """The policy stream of a cell: keyed by its seeds, environment, policy and levels."""
+    return np.random.SeedSequence(
+        entropy=list(spec.seeds),
+        spawn_key=(
+            _POLICY_STREAM,
+            name_key(spec.env),
+            name_key(spec.policy),
+            name_key(",".join(spec.levels)),
+        ),
+    )
+
+
+CellResult = dict[str, np.ndarray]
+
+
+def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
+    return out_dir / "cells" / spec.experiment / f"{spec.env}-{spec.policy}-{spec.key()}.npz"
+
+
+def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
+    """A finished cell's result from the cache, or None (missing, foreign or damaged file)."""
+    path = _cell_path(out_dir, spec)
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if str(data["__spec__"]) != json.dumps(asdict(spec), sort_keys=True, default=str):
+                return None
+            return {k: data[k] for k in data.files if k != "__spec__"}
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def save_cell(out_dir: Path, spec: CellSpec, result: CellResult) -> None:
+    """Store a finished cell atomically (write to a temporary name, then rename)."""
+    path = _cell_path(out_dir, spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    spec_text = np.array(json.dumps(asdict(spec), sort_keys=True, default=str))
+    arrays: dict[str, Any] = {"__spec__": spec_text, **result}
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(path)
+
+
+def run_cells(
+    specs: Sequence[CellSpec],
+    worker: Callable[[CellSpec], CellResult],
+    out_dir: Path,
+    *,
+    jobs: int = 1,
+    on_done: Callable[[CellSpec, bool], None] | None = None,
+) -> list[CellResult]:
+    """Run (or load from the cache) every cell; results in the order of ``specs``.
+
+    Parameters
+    ----------
+    specs : sequence of CellSpec
+    worker : callable
+        A module-level function ``spec -> result`` (picklable, for process parallelism).
+    out_dir : Path
+        Results directory; finished cells are cached under ``out_dir/cells`` and reused, so
+        an interrupted sweep resumes where it stopped.
+    jobs : int, default 1
+        Worker processes; 1 runs serially in this process.
+    on_done : callable, optional
+        Called with ``(spec, from_cache)`` as each cell finishes.
+    """
+    results: list[CellResult | None] = [load_cell(out_dir, s) for s in specs]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if on_done is not None:
+        for i, r in enumerate(results):
+            if r is not None:
+                on_done(specs[i], True)
+    if jobs <= 1 or len(todo) <= 1:
+        for i in todo:
+            results[i] = worker(specs[i])
+            save_cell(out_dir, specs[i], results[i])  # type: ignore[arg-type]
+            if on_done is not None:
+                on_done(specs[i], False)
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            futures = {pool.submit(worker, specs[i]): i for i in todo}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                save_cell(out_dir, specs[i], results[i])  # type: ignore[arg-type]
+                if on_done is not None:
+                    on_done(specs[i], False)
+    return [r for r in results if r is not None]
+
+
+def params_items(params: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """A canonical, hashable form of a parameter mapping."""
+    return tuple(sorted((params or {}).items()))
+
+
+def unique(values: Iterable[str]) -> list[str]:
+    """Values in first-seen order without repeats."""
+    return list(dict.fromkeys(values))

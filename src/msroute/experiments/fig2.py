@@ -1,0 +1,262 @@
+"""Figure 2: the constraint-tightness sweep (Section 6.3).
+
+Eight policies x four levels (Table 1) x two environments x 20 seeds, N = 3, K = 50, M = 5,
+T = 10,000, OMD's ``eta_mult = 0.05``: the mean +- std of the time-averaged reward and the
+percentage of seeds whose time-averaged realized cost meets every bound.
+
+The constraint-aware baselines' dual can be read on the running-average violation (the text's
+words, the default) or on the per-round violation; ``bwk_violations`` runs CBwK and TS-BwK
+under each reading given (labelled ``cbwk[round]`` etc. for the non-default one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msroute.experiments.common import CellSpec, params_items, run_cells
+from msroute.experiments.config import (
+    ExperimentConfig,
+    check_envs,
+    check_levels,
+    check_names,
+    check_policies,
+)
+from msroute.experiments.output import Progress, print_table, write_csv, write_sidecar
+from msroute.experiments.sweep import sweep_worker
+from msroute.policies.lagrangian import VIOLATIONS
+
+__all__ = ["Fig2Config", "run_fig2", "sweep_specs"]
+
+PAPER_POLICIES = ("random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd")
+DUAL_BASELINES = ("cbwk", "ts-bwk")
+TS_FAMILY = ("ts", "ts-bwk")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fig2Config(ExperimentConfig):
+    """Settings of Figure 2 (the paper's by default).
+
+    Attributes
+    ----------
+    n_dims : int
+        N = 3 task groups.
+    envs, levels, policies : tuple of str
+    eta_mult : float
+        OMD's proximal multiplier (0.05 in Section 6.3).
+    bwk_violations : tuple of str
+        Readings of the CBwK/TS-BwK dual to run: "average" (default) and/or "round".
+    n_blocks, fraction, shrink : regime-switching environment (10, 0.1, 0.2).
+    """
+
+    n_dims: int = 3
+    envs: tuple[str, ...] = ("stochastic", "regime")
+    levels: tuple[str, ...] = ("tight", "medium", "loose", "none")
+    policies: tuple[str, ...] = PAPER_POLICIES
+    eta_mult: float = 0.05
+    bwk_violations: tuple[str, ...] = ("average",)
+    n_blocks: int = 10
+    fraction: float = 0.1
+    shrink: float = 0.2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_envs(self.envs)
+        check_levels(self.levels)
+        check_policies(self.policies)
+        check_names(self.bwk_violations, VIOLATIONS, "bwk_violations")
+
+
+def _policy_variants(cfg: Fig2Config) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, registered name, constructor params) of every policy run."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for name in cfg.policies:
+        # TS normalizes its Beta update by N (Section 6.3's r_t / N).
+        base: dict[str, Any] = {"reward_scale": float(cfg.n_dims)} if name in TS_FAMILY else {}
+        if name == "omd":
+            out.append((name, name, {"eta_mult": cfg.eta_mult}))
+        elif name in DUAL_BASELINES:
+            for i, v in enumerate(cfg.bwk_violations):
+                label = name if i == 0 and v == "average" else f"{name}[{v}]"
+                out.append((label, name, {**base, "violation": v}))
+        else:
+            out.append((name, name, base))
+    return out
+
+
+def sweep_specs(
+    cfg: Fig2Config, experiment: str, record: tuple[str, ...] = ()
+) -> list[tuple[str, CellSpec]]:
+    """The (policy label, cell) pairs of the sweep: one cell per environment and policy."""
+    env_params = params_items(
+        {
+            "kappa": cfg.kappa,
+            "n_blocks": cfg.n_blocks,
+            "fraction": cfg.fraction,
+            "shrink": cfg.shrink,
+        }
+    )
+    specs = []
+    for env in cfg.envs:
+        for label, name, params in _policy_variants(cfg):
+            specs.append(
+                (
+                    label,
+                    CellSpec(
+                        experiment=experiment,
+                        env=env,
+                        policy=name,
+                        levels=cfg.levels,
+                        seeds=cfg.seed_list,
+                        horizon=cfg.horizon,
+                        n_experts=cfg.n_experts,
+                        m_draws=cfg.m_draws,
+                        n_dims=cfg.n_dims,
+                        env_params=env_params,
+                        policy_params=params_items(params),
+                        record=record,
+                    ),
+                )
+            )
+    return specs
+
+
+def run_sweep(
+    cfg: Fig2Config, out: Path, jobs: int, progress: Progress
+) -> tuple[list[tuple[str, CellSpec]], list[dict[str, np.ndarray]]]:
+    """Run (or resume) the sweep's cells, with a progress bar.
+
+    The cells record per-round rewards too, so that Figure 3 reads the same cells from the
+    cache instead of simulating them again.
+    """
+    experiment = "sweep"
+    labelled = sweep_specs(cfg, experiment, ("rewards",))
+    specs = [s for _, s in labelled]
+    with progress.track(f"{experiment}: cells", len(specs)) as bar:
+        results = run_cells(
+            specs,
+            sweep_worker,
+            out,
+            jobs=jobs,
+            on_done=lambda s, cached: bar.advance(
+                f"{s.env}/{s.policy}" + (" (cached)" if cached else "")
+            ),
+        )
+    return labelled, results
+
+
+def tidy_rows(
+    cfg: Fig2Config, labelled: Sequence[tuple[str, CellSpec]], results: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per environment, level, policy and seed."""
+    rows = []
+    n_seeds = len(cfg.seed_list)
+    for (label, spec), res in zip(labelled, results, strict=True):
+        for li, level in enumerate(spec.levels):
+            for si, seed in enumerate(spec.seeds):
+                r = li * n_seeds + si
+                rows.append(
+                    {
+                        "env": spec.env,
+                        "level": level,
+                        "policy": label,
+                        "seed": seed,
+                        "avg_reward": float(res["avg_reward"][r]),
+                        "feasible": bool(res["feasible"][r]),
+                        "feasible_1e3": bool(res["feasible_1e3"][r]),
+                        "avg_workload": float(res["avg_cost"][r, 0]),
+                        "avg_experts": float(res["avg_cost"][r, 1]),
+                        "budget_bound": float(res["bounds"][r, 0]),
+                        "expert_cap": float(res["bounds"][r, 1]),
+                        "r2": float(res["r2"][r]),
+                    }
+                )
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Per (env, level, policy): mean and std reward, % feasible at 1e-9 and at 1e-3."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["env"], row["level"], row["policy"]), []).append(row)
+    out = []
+    for (env, level, policy), grp in groups.items():
+        rew = np.array([g["avg_reward"] for g in grp])
+        out.append(
+            (
+                env,
+                level,
+                policy,
+                float(rew.mean()),
+                float(rew.std()),
+                100.0 * float(np.mean([g["feasible"] for g in grp])),
+                100.0 * float(np.mean([g["feasible_1e3"] for g in grp])),
+            )
+        )
+    return out
+
+
+def run_fig2(
+    cfg: Fig2Config,
+    out: Path,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    plot: bool = True,
+    quiet: bool = False,
+) -> list[dict[str, Any]]:
+    """Run Figure 2 and write ``fig2.csv``, ``fig2.json``, ``fig2.png`` and ``fig2.svg``."""
+    tic = time.perf_counter()
+    progress = progress or Progress(enabled=not quiet)
+    labelled, results = run_sweep(cfg, out, jobs, progress)
+    rows = tidy_rows(cfg, labelled, results)
+    write_csv(out / "fig2.csv", rows)
+    summary = summarize(rows)
+    wall = time.perf_counter() - tic
+    write_sidecar(
+        out / "fig2.json",
+        experiment="fig2",
+        config=cfg,
+        seeds=cfg.seed_list,
+        wall_time=wall,
+        extra={
+            "cell_seconds": {
+                f"{s.env}/{label}": float(r["wall_time"])
+                for (label, s), r in zip(labelled, results, strict=True)
+            },
+            "summary": [
+                dict(
+                    zip(
+                        (
+                            "env",
+                            "level",
+                            "policy",
+                            "reward_mean",
+                            "reward_std",
+                            "feasible_pct",
+                            "feasible_1e3_pct",
+                        ),
+                        s,
+                        strict=True,
+                    )
+                )
+                for s in summary
+            ],
+        },
+    )
+    if plot:
+        from msroute.plotting import plot_fig2, save_figure
+
+        save_figure(plot_fig2(rows), out / "fig2")
+    if not quiet:
+        print_table(
+            "Figure 2: time-averaged reward and % feasible seeds",
+            ("env", "level", "policy", "reward", "std", "% feasible", "% feas. 1e-3"),
+            summary,
+        )
+    return rows

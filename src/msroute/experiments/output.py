@@ -1,0 +1,132 @@
+"""Writing experiment results: tidy CSV tables, JSON sidecars, progress bars, summary tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Progress", "print_table", "write_csv", "write_sidecar"]
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write tidy rows (all with the same keys) as CSV; floats keep full precision."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(rows[0]) if rows else []
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _plain(v) for k, v in row.items()})
+    return path
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def write_sidecar(
+    path: Path,
+    *,
+    experiment: str,
+    config: Any,
+    seeds: Sequence[int],
+    wall_time: float,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """The JSON record of a result: parameters, seeds, package version, timings."""
+    from msroute import __version__
+
+    record = {
+        "experiment": experiment,
+        "msroute_version": __version__,
+        "parameters": asdict(config)
+        if is_dataclass(config) and not isinstance(config, type)
+        else dict(config),
+        "seeds": list(seeds),
+        "wall_time_seconds": round(wall_time, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    if extra:
+        record.update(extra)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, tuple | set):
+        return list(value)
+    return str(value)
+
+
+class Progress:
+    """A rich progress bar over cells (quiet when ``enabled`` is False, e.g. in tests)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+        self._task: Any = None
+
+    @contextmanager
+    def track(self, description: str, total: int) -> Iterator[Progress]:
+        """Show a bar for ``total`` cells while the block runs."""
+        if not self.enabled:
+            yield self
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        with RichProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            transient=False,
+        ) as progress:
+            self._progress = progress
+            self._task = progress.add_task(description, total=total, last="")
+            yield self
+        self._progress = None
+
+    def advance(self, label: str) -> None:
+        """One more cell done."""
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, last=label)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a summary table with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right" if col not in ("env", "level", "policy") else "left")
+    for row in rows:
+        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    Console().print(table)

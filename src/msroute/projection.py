@@ -18,8 +18,8 @@ exactly on the right linear piece:
 1. an active-set (semismooth) Newton iteration: for a guess of the set ``F`` of coordinates above
    the floor, ``sum(q) = 1`` and ``a . q = b`` are two linear equations in ``(tau, mu)``; solve
    them, recompute ``F`` and stop as soon as the point satisfies every KKT condition (so it is
-   the exact solution, up to rounding). It starts from the free set of ``q(0)`` and needs one
-   or two steps on typical instances;
+   the exact solution, up to rounding). It starts from the free set of ``q(0)`` and settles in
+   two to four steps on typical instances;
 2. rows where that does not settle within a few steps (cycling, or ``a`` constant on ``F``) go to
    a safeguarded search on ``mu``: Newton steps on the current linear piece of ``a . q(mu)``
    inside a bisection bracket, stopping when the piece a step was computed on is still the

@@ -30,6 +30,8 @@ No general QP solver is involved; every step is vectorized over the leading (run
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -207,6 +209,14 @@ def _solve(
 
 
 # ---------------------------------------------------------------------- the floored simplex
+@functools.lru_cache(maxsize=16)
+def _ranks(k: int) -> FloatArray:
+    """``1, 2, ..., K`` as floats (cached: the hot path calls this every step)."""
+    out = np.arange(1.0, k + 1.0)
+    out.setflags(write=False)
+    return out
+
+
 def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray, FloatArray]:
     """Project each row of ``z`` (n, K) onto ``{q : sum q = 1, q >= gamma}`` by sort and threshold.
 
@@ -224,7 +234,7 @@ def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray
     css = np.cumsum(u, axis=-1)
     css -= mass
     # The top rho coordinates are free: rho = #{j : u_j > (sum_{i<=j} u_i - mass) / j} >= 1.
-    rho = np.count_nonzero(u * np.arange(1.0, k + 1.0) > css, axis=-1)
+    rho = np.count_nonzero(u * _ranks(k) > css, axis=-1)
     tau = css[np.arange(n), rho - 1] / rho - gamma + top
     shifted = z - tau[:, None]
     return np.maximum(shifted, gamma), shifted > gamma, tau
@@ -248,7 +258,7 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
         u -= top
         css = u.cumsum()
         css -= mass
-        rho = int(np.count_nonzero(u * np.arange(1.0, k + 1.0) > css))
+        rho = int(np.count_nonzero(u * _ranks(k) > css))
         z = y - (float(css[rho - 1]) / rho - gamma + top)
         q0 = np.maximum(z, gamma)
         free = z > gamma
@@ -269,7 +279,6 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     # cut scaled to max|a| = 1 (the same set; mu scales back on return).
     a = a / scale
     b, asum = b / scale, asum / scale
-    slack_base = 64.0 * _EPS * (float(np.abs(y).max()) + 1.0)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
         a_f = a[free]
         nf = a_f.size
@@ -286,9 +295,10 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
         z -= shift
         new_free = z > gamma
         if mu >= 0.0:
-            if (new_free == free).all():
+            if not np.count_nonzero(new_free ^ free):
                 return np.maximum(z, gamma), mu / scale
-            slack = slack_base + 64.0 * _EPS * float(np.abs(z).max())
+            # The sets differ: accept if only by ties with the floor (rounding).
+            slack = 64.0 * _EPS * (float(np.abs(y).max()) + float(np.abs(z).max()) + 1.0)
             if not np.where(free, z < gamma - slack, z > gamma + slack).any():
                 return np.maximum(z, gamma), mu / scale
         free = new_free

@@ -102,6 +102,17 @@ def _check_contexts(
     return c.astype(np.int64), w
 
 
+def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
+    if run_map is None:
+        return None
+    rm = np.asarray(run_map)
+    if rm.shape != (n_runs,) or not np.issubdtype(rm.dtype, np.integer):
+        raise ValueError(f"run_map must be ints of shape (R,) = ({n_runs},), got {rm.shape}")
+    if rm.min() < 0 or rm.max() >= env_runs:
+        raise ValueError(f"run_map entries must be environment runs in [0, {env_runs - 1}]")
+    return np.asarray(rm, dtype=np.int64)
+
+
 def simulate(
     policies: Mapping[str, BasePolicy],
     env: SkillSource,
@@ -111,6 +122,7 @@ def simulate(
     contexts: ArrayLike | None = None,
     context_weights: ArrayLike | None = None,
     chunk: int = 1000,
+    run_map: ArrayLike | None = None,
     track_expected: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Trajectory]:
@@ -134,6 +146,9 @@ def simulate(
         pick the case type's own dimensions).
     chunk : int, default 1000
         Rounds of skills fetched from the environment at a time.
+    run_map : array_like of int, shape (R,), optional
+        Run ``r`` of the batch reads the skills of run ``run_map[r]`` of the environment (the
+        levels of a sweep share their seed's skill stream); default: run r reads run r.
     track_expected : bool, default False
         Record ``Phi_t(q_t)`` for the policies that expose ``routing()`` (the true regret
         needs it); it costs a sort of every round's skills, so it is off unless asked for.
@@ -147,7 +162,8 @@ def simulate(
     t_total = check_positive_int(horizon, "horizon")
     chunk = check_positive_int(chunk, "chunk")
     r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
-    if env.n_runs != r or env.n_experts != k:
+    runs = _check_run_map(run_map, r, env.n_runs)
+    if env.n_experts != k or (runs is None and env.n_runs != r):
         raise ValueError(
             f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
             f"has {(r, k)}"
@@ -171,12 +187,12 @@ def simulate(
     for start in range(0, t_total, chunk):
         stop = min(start + chunk, t_total)
         skills = env.skills(start, stop)
-        if weights is not None and ctx_all is not None:
-            skills = skills * weights[ctx_all[start:stop]][..., None]
         for step in range(stop - start):
-            v = skills[step]
             t = start + step
+            v = skills[step] if runs is None else skills[step][runs]
             ctx = None if ctx_all is None else ctx_all[t]
+            if weights is not None and ctx is not None:
+                v = v * weights[ctx][:, :, None]
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
@@ -190,10 +206,14 @@ def simulate(
                 clock[name] += time.perf_counter() - tic
                 rewards[name][t] = reward
                 costs[name][t] = cost
-        for name in tracked:
-            expected[name][start:stop] = expected_reward(
-                q_buf[name][: stop - start], skills, batch.m_draws
-            )
+        if tracked:
+            scored = skills if runs is None else skills[:, runs]
+            if weights is not None and ctx_all is not None:
+                scored = scored * weights[ctx_all[start:stop]][..., None]
+            for name in tracked:
+                expected[name][start:stop] = expected_reward(
+                    q_buf[name][: stop - start], scored, batch.m_draws
+                )
         if progress is not None:
             progress(stop)
     out: dict[str, Trajectory] = {}

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ def _packaged_data() -> CrowdData:
     return load_crowd()
 
 
+@lru_cache(maxsize=256)
 def paper_instance(seed: int, n_experts: int, n_dims: int) -> Instance:
     """The worker pool and matrices of one seed (Section 6.1), on the packaged TREC data."""
     return sample_instance(
@@ -121,8 +122,9 @@ def make_env(
     """The environment of kind ``kind`` for the given seeds (one run each)."""
     ss = [stream(s, _ENV_STREAM, name_key(kind)) for s in seeds]
     kappa = float(params.get("kappa", 20.0))
+    cached = max(2, -(-horizon // 1000))  # keep every chunk: cells of a process share it
     if kind == "stochastic":
-        return StochasticEnv(bases, kappa, seed=ss)
+        return StochasticEnv(bases, kappa, seed=ss, cache_chunks=cached)
     if kind == "regime":
         return RegimeSwitchingEnv(
             bases,
@@ -132,6 +134,7 @@ def make_env(
             shrink=float(params.get("shrink", 0.2)),
             kappa=kappa,
             seed=ss,
+            cache_chunks=cached,
         )
     raise ValueError(f"unknown environment {kind!r}; choose from {', '.join(ENVIRONMENTS)}")
 
@@ -187,7 +190,33 @@ class CellSpec:
         return len(self.levels) * len(self.seeds)
 
 
-def build_batch(spec: CellSpec) -> tuple[list[Instance], ProblemBatch, RunMapEnv]:
+@dataclass(frozen=True)
+class Cell:
+    """What a cell runs on: the pools, the (level, seed) problems and the seeds' skill stream.
+
+    Attributes
+    ----------
+    instances : list of Instance
+        One sampled pool per seed.
+    batch : ProblemBatch
+        One problem per run, run ``li * S + si`` being (level li, seed si).
+    env : StochasticEnv or RegimeSwitchingEnv
+        One run per seed.
+    run_map : ndarray of int, shape (R,)
+        The environment run (seed) of each batch run.
+    """
+
+    instances: list[Instance]
+    batch: ProblemBatch
+    env: StochasticEnv | RegimeSwitchingEnv
+    run_map: IntArray
+
+    def replay(self) -> RunMapEnv:
+        """The skills as the batch's runs see them (for metrics that replay the rounds)."""
+        return RunMapEnv(self.env, self.run_map)
+
+
+def build_batch(spec: CellSpec) -> Cell:
     """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
     instances = [paper_instance(s, spec.n_experts, spec.n_dims) for s in spec.seeds]
     problems = [
@@ -195,10 +224,27 @@ def build_batch(spec: CellSpec) -> tuple[list[Instance], ProblemBatch, RunMapEnv
         for level in spec.levels
         for inst in instances
     ]
-    bases = np.stack([inst.skills_base for inst in instances])
-    env = make_env(spec.env, bases, spec.seeds, spec.horizon, dict(spec.env_params))
+    env = _cached_env(
+        spec.env, spec.seeds, spec.n_experts, spec.n_dims, spec.horizon, spec.env_params
+    )
     run_map = np.tile(np.arange(len(spec.seeds)), len(spec.levels))
-    return instances, ProblemBatch(problems), RunMapEnv(env, run_map)
+    return Cell(instances, ProblemBatch(problems), env, run_map)
+
+
+@lru_cache(maxsize=2)
+def _cached_env(
+    kind: str,
+    seeds: tuple[int, ...],
+    n_experts: int,
+    n_dims: int,
+    horizon: int,
+    env_params: tuple[tuple[str, Any], ...],
+) -> StochasticEnv | RegimeSwitchingEnv:
+    """The seeds' environment, kept for the next cells of this process: the cells of one
+    environment (one per policy) then draw its skills once, not once per policy. The stream
+    is a pure function of the arguments, so sharing it changes no number."""
+    bases = np.stack([paper_instance(s, n_experts, n_dims).skills_base for s in seeds])
+    return make_env(kind, bases, seeds, horizon, dict(env_params))
 
 
 def policy_seed(spec: CellSpec) -> np.random.SeedSequence:

@@ -101,7 +101,8 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     params = dict(spec.policy_params)
     weights = np.asarray(params.pop("weights"), dtype=np.float64)
     n_ctx = weights.shape[0]
-    _, batch, env = build_batch(spec)
+    cell = build_batch(spec)
+    batch, env = cell.batch, cell.replay()
     contexts = np.stack(
         [
             np.random.default_rng(stream(s, _CONTEXT_STREAM)).integers(0, n_ctx, spec.horizon)

@@ -98,9 +98,18 @@ def fig1_worker(spec: CellSpec) -> CellResult:
     r1_method = str(params.pop("r1_method"))
     mc_samples = int(params.pop("mc_samples"))
     with_opt = bool(params.pop("opt"))
-    _, batch, env = build_batch(spec)
+    cell = build_batch(spec)
+    batch = cell.batch
     policy = OMDApproachability(batch, horizon=spec.horizon, seed=policy_seed(spec), **params)
-    traj = simulate({"omd": policy}, env, batch, spec.horizon, track_expected=with_opt)["omd"]
+    traj = simulate(
+        {"omd": policy},
+        cell.env,
+        batch,
+        spec.horizon,
+        run_map=cell.run_map,
+        track_expected=with_opt,
+    )["omd"]
+    replay = cell.replay()
     at = np.arange(batch_size, spec.horizon + 1, batch_size)
     assert traj.final_q is not None
     result: CellResult = {
@@ -109,7 +118,7 @@ def fig1_worker(spec: CellSpec) -> CellResult:
         "r1": objective_regret_proxy(
             traj.rewards,
             traj.final_q,
-            env.skills,
+            replay.skills,
             spec.m_draws,
             at=at,
             method=r1_method,
@@ -121,7 +130,7 @@ def fig1_worker(spec: CellSpec) -> CellResult:
     }
     if with_opt:
         assert traj.expected_rewards is not None
-        skills = env.skills(0, spec.horizon)
+        skills = replay.skills(0, spec.horizon)
         opts = [best_fixed_policy_for(p, skills[:, r]) for r, p in enumerate(batch.problems)]
         opt = np.array([o.value for o in opts])
         result["opt"] = opt

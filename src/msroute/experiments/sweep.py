@@ -25,7 +25,8 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         ``spec.record`` also the per-round ``rewards`` (T, R) as float32.
     """
     tic = time.perf_counter()
-    _, batch, env = build_batch(spec)
+    cell = build_batch(spec)
+    batch = cell.batch
     policy = make_policy(
         spec.policy,
         batch,
@@ -33,7 +34,9 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         seed=policy_seed(spec),
         **dict(spec.policy_params),
     )
-    traj = simulate({spec.policy: policy}, env, batch, spec.horizon)[spec.policy]
+    traj = simulate({spec.policy: policy}, cell.env, batch, spec.horizon, run_map=cell.run_map)[
+        spec.policy
+    ]
     avg_cost = traj.costs.mean(axis=0)
     result: CellResult = {
         "avg_reward": traj.rewards.mean(axis=0),

@@ -1,0 +1,219 @@
+"""The experiments: end-to-end runs, tidy outputs, caching/resume, serial = parallel, configs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import msroute
+from msroute.cli import main
+from msroute.experiments import fig2 as fig2_module
+from msroute.experiments.common import LEVELS, level_constraints, paper_instance
+from msroute.experiments.contextual import ContextualConfig, run_contextual
+from msroute.experiments.fig1 import Fig1Config, run_fig1
+from msroute.experiments.fig2 import Fig2Config, run_fig2
+from msroute.experiments.fig3 import Fig3Config, run_fig3
+
+SMALL = {"seeds": 2, "horizon": 150}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_level_constraints_follow_table_1() -> None:
+    inst = paper_instance(0, 50, 3)
+    mean_workload = inst.costs[:, 0].mean()
+    for level, spec in LEVELS.items():
+        c = level_constraints(inst, 5, level)
+        if spec is None:
+            assert np.all(np.isinf(c.upper_array()))
+        else:
+            margin, cap = spec
+            np.testing.assert_allclose(c.upper_array(), [5 * mean_workload + margin, cap])
+    with pytest.raises(ValueError, match="unknown level"):
+        level_constraints(inst, 5, "tighter")
+
+
+def test_fig2_quick_end_to_end_through_the_cli(tmp_path: Path) -> None:
+    code = main(
+        ["reproduce", "fig2", "--quick", "--out", str(tmp_path), "--quiet", "--horizon", "300"]
+    )
+    assert code == 0
+    rows = read_csv(tmp_path / "fig2.csv")
+    for col in ("env", "level", "policy", "seed", "avg_reward", "feasible"):
+        assert col in rows[0]
+    cfg = Fig2Config()
+    assert len(rows) == len(cfg.envs) * len(cfg.levels) * len(cfg.policies) * 2
+    assert {r["policy"] for r in rows} == set(cfg.policies)
+    side = json.loads((tmp_path / "fig2.json").read_text())
+    assert side["msroute_version"] == msroute.__version__
+    assert side["seeds"] == [0, 1]
+    assert side["parameters"]["horizon"] == 300
+    assert (tmp_path / "fig2.png").stat().st_size > 0
+    assert (tmp_path / "fig2.svg").stat().st_size > 0
+    # Rewards are sum-max over N = 3 dimensions of skills in [0, 1].
+    assert all(0.0 < float(r["avg_reward"]) <= 3.0 for r in rows)
+    # Unconstrained runs are always feasible.
+    assert all(r["feasible"] == "True" for r in rows if r["level"] == "none")
+
+
+def test_interrupted_sweep_resumes_without_recomputing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = Fig2Config(policies=("random", "omd"), envs=("stochastic",), **SMALL)
+    first = run_fig2(cfg, tmp_path, plot=False, quiet=True)
+    cells = sorted((tmp_path / "cells").rglob("*.npz"))
+    assert len(cells) == 2
+    cells[0].unlink()  # as if the run had been interrupted before this cell finished
+    calls: list[str] = []
+    real = fig2_module.sweep_worker
+
+    def counting(spec):  # type: ignore[no-untyped-def]
+        calls.append(spec.policy)
+        return real(spec)
+
+    monkeypatch.setattr(fig2_module, "sweep_worker", counting)
+    second = run_fig2(cfg, tmp_path, plot=False, quiet=True)
+    assert len(calls) == 1
+    assert first == second
+
+
+def test_serial_and_parallel_runs_give_identical_numbers(tmp_path: Path) -> None:
+    cfg = Fig2Config(policies=("ts", "cbwk", "omd"), envs=("regime",), levels=("tight",), **SMALL)
+    serial = run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True)
+    parallel = run_fig2(cfg, tmp_path / "parallel", jobs=2, plot=False, quiet=True)
+    assert serial == parallel
+
+
+def test_same_seed_same_numbers_different_seed_different(tmp_path: Path) -> None:
+    base = {
+        "policies": ("omd",),
+        "envs": ("stochastic",),
+        "levels": ("tight",),
+        "horizon": 150,
+        "seeds": 1,
+    }
+    a = run_fig2(Fig2Config(**base), tmp_path / "a", plot=False, quiet=True)
+    b = run_fig2(Fig2Config(**base), tmp_path / "b", plot=False, quiet=True)
+    c = run_fig2(Fig2Config(**base, first_seed=7), tmp_path / "c", plot=False, quiet=True)
+    assert a == b
+    assert a[0]["avg_reward"] != c[0]["avg_reward"]
+
+
+def test_fig3_reads_the_sweep_cells_and_writes_rolling_curves(tmp_path: Path) -> None:
+    cfg = Fig3Config(
+        window=50, every=10, envs=("stochastic",), policies=("greedy", "omd", "random"), **SMALL
+    )
+    run_fig2(
+        Fig2Config(**{k: getattr(cfg, k) for k in ("policies", "envs", "seeds", "horizon")}),
+        tmp_path,
+        plot=False,
+        quiet=True,
+    )
+    n_cells = len(list((tmp_path / "cells").rglob("*.npz")))
+    rows = run_fig3(cfg, tmp_path, plot=False, quiet=True)
+    assert len(list((tmp_path / "cells").rglob("*.npz"))) == n_cells  # nothing new simulated
+    assert {r["policy"] for r in rows} == {"greedy", "omd"}  # Random is not shown
+    assert {r["level"] for r in rows} == {"tight", "loose"}
+    first = [r for r in rows if r["policy"] == "omd" and r["level"] == "tight"]
+    assert first[0]["round"] == 50 and first[-1]["round"] == 150
+    assert (tmp_path / "fig3.csv").exists() and (tmp_path / "fig3.json").exists()
+
+
+def test_fig1_curves_are_regrets(tmp_path: Path) -> None:
+    cfg = Fig1Config(seeds=1, horizon=200, dims=(3,), levels=("tight", "loose"))
+    rows = run_fig1(cfg, tmp_path, plot=False, quiet=True)
+    assert len(rows) == 2 * 200 // 10
+    assert all(float(r["r2"]) >= 0 for r in rows)
+    # True regret is against the certified best fixed policy: it dominates the proxy's q_T.
+    assert all("r1_true" in r for r in rows)
+    side = json.loads((tmp_path / "fig1.json").read_text())
+    assert side["max_opt_gap"] <= 1e-6
+    assert [r["step"] for r in rows[:3]] == [1, 2, 3]
+
+
+def test_contextual_experiment_reports_both_policies(tmp_path: Path) -> None:
+    cfg = ContextualConfig(seeds=1, horizon=200)
+    rows = run_contextual(cfg, tmp_path, plot=False, quiet=True)
+    assert {r["policy"] for r in rows} == {"omd-contextual", "omd"}
+    for r in rows:
+        # OPT^ctx optimizes one policy per case type: never below the single best policy.
+        assert r["opt"] >= r["opt_flat"] - 1e-9
+
+
+def test_toml_config_and_flags_override_defaults(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        'horizon = 120\n[fig2]\nseeds = 1\npolicies = ["random"]\n'
+        'envs = ["stochastic"]\nlevels = ["none"]\n'
+    )
+    code = main(
+        [
+            "reproduce",
+            "fig2",
+            "--config",
+            str(toml),
+            "--horizon",
+            "100",
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--no-plot",
+        ]
+    )
+    assert code == 0
+    side = json.loads((tmp_path / "o" / "fig2.json").read_text())
+    assert side["parameters"]["horizon"] == 100  # the flag wins over the file
+    assert side["parameters"]["seeds"] == 1
+    assert side["parameters"]["policies"] == ["random"]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[fig2]\nwindow = 3\n", "unknown setting"),
+        ("[fig2]\npolicies = ['nope']\n", "unknown policy"),
+        ("[fig2]\nseeds = 0\n", "seeds"),
+        ("[fig2\n", "not valid TOML"),
+    ],
+)
+def test_bad_configs_fail_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, match: str
+) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text(text)
+    code = main(["reproduce", "fig2", "--config", str(toml), "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_run_command_prints_a_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "run",
+            "--policy",
+            "cbwk",
+            "--env",
+            "regime",
+            "--level",
+            "tight",
+            "--seed",
+            "0",
+            "1",
+            "--horizon",
+            "200",
+            "--json",
+        ]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["seed"] for r in out["runs"]] == [0, 1]
+    assert all(0 < r["avg_reward"] <= 3 for r in out["runs"])
+    assert out["runs"][0]["expert_cap"] == 2.0

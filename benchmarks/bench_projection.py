@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from msroute.projection import _floored_simplex, project_step
+from msroute.projection import _floored_simplex, _solve, project_step
 
 #: Stop the cvxpy loops after this many seconds (and say how many instances they covered).
 CVXPY_BUDGET_S = 100.0
@@ -50,44 +50,67 @@ def make_instances(
     return y, gamma, a, b
 
 
-def time_calls(fn, *args) -> float:  # type: ignore[no-untyped-def]
-    tic = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - tic
+def kkt_residual(y: np.ndarray, gamma: float, a: np.ndarray, b: float) -> float:
+    """Largest violation of the KKT conditions of (6) at project_step's point and multiplier."""
+    q, mu = _solve(y, gamma, a, b)
+    r = q - y + float(mu) * a  # = nu on free coordinates, >= nu on floored ones
+    free = q > gamma
+    nu = r[free].mean() if free.any() else r.min()
+    return float(
+        max(
+            abs(q.sum() - 1),
+            gamma - q.min(),
+            a @ q - b,
+            -float(mu),
+            np.abs(r[free] - nu).max(initial=0.0),
+            (nu - r).max(),
+            abs(float(mu) * (a @ q - b)),
+        )
+    )
 
 
-def bench_against_cvxpy(n: int, k: int, seed: int) -> list[str]:
+def solve_one_by_one(y: np.ndarray, gamma: float, a: np.ndarray, b: np.ndarray) -> None:
+    for r in range(y.shape[0]):
+        project_step(y[r], gamma, a[r], b[r])
+
+
+def best_of(repeat: int, fn, *args):  # type: ignore[no-untyped-def]
+    """(smallest wall time of ``repeat`` calls, last result): robust to other processes' load."""
+    best, out = np.inf, None
+    for _ in range(repeat):
+        tic = time.perf_counter()
+        out = fn(*args)
+        best = min(best, time.perf_counter() - tic)
+    return best, out
+
+
+def bench_against_cvxpy(n: int, k: int, seed: int, repeat: int) -> list[str]:
     import cvxpy as cp
 
     rng = np.random.default_rng(seed)
     y, gamma, a, b = make_instances(rng, n, k)
     for i in range(min(n, 20)):  # warm-up
         project_step(y[i], gamma, a[i], b[i])
-    ours, t_ours = [], []
-    for i in range(n):
-        tic = time.perf_counter()
-        q = project_step(y[i], gamma, a[i], b[i])
-        t_ours.append(time.perf_counter() - tic)
-        ours.append(q)
+    t_ours, ours = zip(
+        *(best_of(repeat, project_step, y[i], gamma, a[i], b[i]) for i in range(n)), strict=True
+    )
     q_ours = np.array(ours)
     binding = np.einsum("nk,nk->n", a, q_ours) > b - 1e-9
 
-    def build_and_solve(i: int) -> tuple[np.ndarray, str]:
+    def build_and_solve(i: int, **solver_args: object) -> tuple[np.ndarray, str]:
         x = cp.Variable(k)
         cons = [cp.sum(x) == 1, x >= gamma, a[i] @ x <= b[i]]
         prob = cp.Problem(cp.Minimize(cp.sum_squares(x - y[i])), cons)
-        prob.solve()
+        prob.solve(**solver_args)
         return np.asarray(x.value), prob.solver_stats.solver_name
 
     t_build, q_build, solver = [], [], ""
     spent = 0.0
     for i in range(n):
-        tic = time.perf_counter()
-        xi, solver = build_and_solve(i)
-        dt = time.perf_counter() - tic
+        dt, (xi, solver) = best_of(repeat, build_and_solve, i)
         t_build.append(dt)
         q_build.append(xi)
-        spent += dt
+        spent += dt * repeat
         if spent > CVXPY_BUDGET_S:
             break
     n_build = len(q_build)
@@ -101,40 +124,59 @@ def bench_against_cvxpy(n: int, k: int, seed: int) -> list[str]:
     spent = 0.0
     for i in range(n):
         yp.value, ap.value, bp.value = y[i], a[i], b[i]
-        tic = time.perf_counter()
-        prob.solve()
-        dt = time.perf_counter() - tic
+        dt, _ = best_of(repeat, prob.solve)
         t_param.append(dt)
         q_param.append(np.asarray(x.value))
-        spent += dt
+        spent += dt * repeat
         if spent > CVXPY_BUDGET_S:
             break
     n_param = len(q_param)
+
+    # Accuracy reference: Clarabel (interior point) at tight tolerances on the first instances.
+    n_tight = min(n, 200)
+    tight = {
+        "solver": cp.CLARABEL,
+        "tol_gap_abs": 1e-12,
+        "tol_gap_rel": 1e-12,
+        "tol_feas": 1e-12,
+        "tol_ktratio": 1e-10,
+    }
+    q_tight = np.array([build_and_solve(i, **tight)[0] for i in range(n_tight)])
+    diff_tight = float(np.abs(q_tight - q_ours[:n_tight]).max())
+    obj_ours = ((q_ours[:n_tight] - y[:n_tight]) ** 2).sum(1)
+    obj_tight = ((q_tight - y[:n_tight]) ** 2).sum(1)
+    obj_excess = float((obj_ours - obj_tight).max())  # > 0 would mean Clarabel found better
+    kkt = max(kkt_residual(y[i], gamma, a[i], b[i]) for i in range(n))
 
     med_ours = float(np.median(t_ours))
     med_build = float(np.median(t_build))
     med_param = float(np.median(t_param))
     diff_build = float(np.abs(np.array(q_build) - q_ours[:n_build]).max())
     diff_param = float(np.abs(np.array(q_param) - q_ours[:n_param]).max())
+    t_ours_a = np.array(t_ours)
     lines = [
         f"### project_step vs cvxpy ({solver}, default tolerances), K = {k}, gamma = 1/(10K)",
         "",
         f"{n} instances, cut binding in {int(binding.sum())} of them. cvxpy build-and-solve "
         f"covered {n_build} instances, the parametrised re-solve {n_param}"
         + (" (time budget reached)" if min(n_build, n_param) < n else "")
-        + ".",
+        + f". Each time is the best of {repeat} calls on that instance; medians over instances.",
         "",
         "| method | median time per solve | ratio to project_step | max abs diff to project_step |",
         "|---|---:|---:|---:|",
-        f"| project_step (one call per instance) | {med_ours * 1e6:.1f} µs | 1 | — |",
-        f"| cvxpy, build and solve | {med_build * 1e3:.2f} ms | {med_build / med_ours:.0f}x "
+        f"| project_step (one call per instance) | {fmt(med_ours)} | 1 | — |",
+        f"| cvxpy, build and solve | {fmt(med_build)} | {med_build / med_ours:.0f}x "
         f"| {diff_build:.1e} |",
-        f"| cvxpy, parametrised re-solve | {med_param * 1e3:.2f} ms | {med_param / med_ours:.0f}x "
+        f"| cvxpy, parametrised re-solve | {fmt(med_param)} | {med_param / med_ours:.0f}x "
         f"| {diff_param:.1e} |",
         "",
-        f"project_step median on binding cuts {np.median(np.array(t_ours)[binding]) * 1e6:.1f} µs, "
-        f"on non-binding cuts {np.median(np.array(t_ours)[~binding]) * 1e6:.1f} µs. "
-        "The differences are cvxpy's own accuracy at its default tolerances.",
+        f"project_step median on binding cuts {fmt(float(np.median(t_ours_a[binding])))} "
+        f"({np.median(t_build) / np.median(t_ours_a[binding]):.0f}x faster than build and "
+        f"solve), on non-binding cuts {fmt(float(np.median(t_ours_a[~binding])))}. "
+        f"Against Clarabel at tolerances 1e-12 ({n_tight} instances) the largest difference is "
+        f"{diff_tight:.1e}, and project_step's objective is never worse than Clarabel's by more "
+        f"than {max(obj_excess, 0.0):.1e}. project_step's largest KKT residual over all {n} "
+        f"instances is {kkt:.1e}: the differences above are the solvers' accuracy.",
     ]
     return lines
 
@@ -161,14 +203,16 @@ def bench_large(seed: int, quick: bool) -> list[str]:
         for _ in range(reps):
             y, gamma, a, b = make_instances(rng, runs, k)
             project_step(y, gamma, a, b)  # warm-up on these shapes
-            tic = time.perf_counter()
-            for r in range(runs):
-                project_step(y[r], gamma, a[r], b[r])
-            t_single.append((time.perf_counter() - tic) / runs)
-            t_batch.append(time_calls(project_step, y, gamma, a, b))
+
+            t_single.append(best_of(3, solve_one_by_one, y, gamma, a, b)[0] / runs)
+            t_batch.append(best_of(3, project_step, y, gamma, a, b)[0])
         single, batch = float(np.median(t_single)), float(np.median(t_batch))
         lines.append(f"| {k:,} | {runs} | {fmt(single)} | {fmt(batch)} | {fmt(batch / runs)} |")
-    lines += ["", "Medians over repetitions with fresh instances (cut binding in about half)."]
+    lines += [
+        "",
+        "Medians over repetitions with fresh instances (cut binding in about half); each time "
+        "is the best of 3.",
+    ]
     return lines
 
 
@@ -185,7 +229,7 @@ def main() -> None:
         f"{os.getloadavg()[0]:.2f}_\n"
     )
     n = 100 if args.quick else 1_000
-    print("\n".join(bench_against_cvxpy(n, 50, args.seed)))
+    print("\n".join(bench_against_cvxpy(n, 50, args.seed, repeat=1 if args.quick else 3)))
     print()
     print("\n".join(bench_large(args.seed + 1, args.quick)))
 

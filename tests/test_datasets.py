@@ -343,3 +343,17 @@ def test_doctests_of_the_module() -> None:
 
     result = doctest.testmod(crowd_module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_contiguous_split_groups_blocks_of_sorted_tasks() -> None:
+    """Four tasks, two groups: round-robin takes tasks {1, 3} / {2, 4}, contiguous {1, 2} / {3, 4}."""
+    from msroute.datasets import CrowdData, build_instance
+
+    # One worker, right on tasks 1 and 2, wrong on 3 and 4.
+    data = CrowdData([1, 2, 3, 4], [5, 5, 5, 5], [1, 1, 0, 0], [1, 1, 1, 1])
+    rr = build_instance(data, [5], n_dims=2, n_flagged=0)
+    blocks = build_instance(data, [5], n_dims=2, n_flagged=0, split="contiguous")
+    assert rr.skills_base[:, 0].tolist() == [0.5, 0.5]
+    assert blocks.skills_base[:, 0].tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="split"):
+        build_instance(data, [5], n_dims=2, n_flagged=0, split="random")

@@ -120,3 +120,38 @@ def test_mismatched_runs_are_refused() -> None:
     batch = ProblemBatch(problem(), 2)
     with pytest.raises(ValueError, match="environment"):
         simulate({"r": RandomPolicy(batch, horizon=10)}, env, batch, 10)
+
+
+def _spying(pol: OMDApproachability) -> list[np.ndarray]:
+    """Record every draw the policy makes (wraps its select)."""
+    seen: list[np.ndarray] = []
+    original = pol.select
+
+    def spy(context: object = None) -> np.ndarray:
+        draws = original(context)  # type: ignore[arg-type]
+        seen.append(draws.copy())
+        return draws
+
+    pol.select = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_cost_count_draws_counts_repeated_draws() -> None:
+    """With cost_count="draws" an expert drawn twice costs twice; "distinct" counts it once."""
+    skills = np.random.default_rng(3).random((200, 3, 4))
+    batch = ProblemBatch(problem(), 1)
+    out = {}
+    for mode in ("distinct", "draws"):
+        pol = OMDApproachability(batch, horizon=200, seed=4, batch=1)
+        seen = _spying(pol)
+        traj = simulate({"omd": pol}, SequenceEnv(skills, n_runs=1), batch, 200, cost_count=mode)[
+            "omd"
+        ]
+        out[mode] = (traj.costs[:, 0], seen)
+    costs, draws = out["draws"]
+    np.testing.assert_allclose(costs, [COSTS[d[0]].sum(axis=0) for d in draws])
+    costs_d, draws_d = out["distinct"]
+    np.testing.assert_allclose(costs_d, [COSTS[sorted(set(d[0]))].sum(axis=0) for d in draws_d])
+    assert any(len(set(d[0])) < 2 for d in draws)  # some round drew an expert twice
+    with pytest.raises(ValueError, match="cost_count"):
+        simulate({"omd": pol}, SequenceEnv(skills, n_runs=1), batch, 10, cost_count="all")

@@ -457,6 +457,11 @@ class ProblemBatch:
         """``C^T q`` per run: q (R, K) -> (R, d)."""
         return np.asarray(np.einsum("rkd,rk->rd", self.costs, q), dtype=np.float64)
 
+    def draws_cost(self, draws: np.ndarray) -> FloatArray:
+        """Cost of the draws, an expert drawn twice counted twice: draws (R, M) -> (R, d)."""
+        picked = np.take_along_axis(self.costs, draws[:, :, None], axis=1)  # (R, M, d)
+        return np.asarray(picked.sum(axis=1), dtype=np.float64)
+
     def realized_cost(self, mask: np.ndarray) -> FloatArray:
         """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
         return np.asarray(

@@ -123,6 +123,7 @@ def simulate(
     context_weights: ArrayLike | None = None,
     chunk: int = 1000,
     run_map: ArrayLike | None = None,
+    cost_count: str = "distinct",
     track_expected: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Trajectory]:
@@ -149,6 +150,11 @@ def simulate(
     run_map : array_like of int, shape (R,), optional
         Run ``r`` of the batch reads the skills of run ``run_map[r]`` of the environment (the
         levels of a sweep share their seed's skill stream); default: run r reads run r.
+    cost_count : {"distinct", "draws"}, default "distinct"
+        How the realized cost of a round counts the routed experts: each distinct expert once
+        (DESIGN.md, the paper's ``l_t = sum_i 1[i in A_t] c_i``), or once per draw (an expert
+        drawn twice costs twice; then ``E[l_t] = M C^T q_t`` and the surrogate box is exact).
+        The two differ only for policies that may draw an expert more than once (OMD).
     track_expected : bool, default False
         Record ``Phi_t(q_t)`` for the policies that expose ``routing()`` (the true regret
         needs it); it costs a sort of every round's skills, so it is off unless asked for.
@@ -174,6 +180,9 @@ def simulate(
                 f"policy {name!r} has (R, K, M) = {(pol.n_runs, pol.n_experts, pol.m_draws)}, "
                 f"the batch has {(r, k, batch.m_draws)}"
             )
+    if cost_count not in ("distinct", "draws"):
+        raise ValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
+    by_draw = cost_count == "draws"
     ctx_all, weights = _check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     names = list(policies)
     rewards = {n: np.empty((t_total, r)) for n in names}
@@ -201,7 +210,7 @@ def simulate(
                     q_buf[name][step] = pol.routing()  # type: ignore[attr-defined]
                 mask = draws_to_mask(draws, k)
                 reward = batch_sum_max_reward(v, mask)
-                cost = batch.realized_cost(mask)
+                cost = batch.draws_cost(draws) if by_draw else batch.realized_cost(mask)
                 pol.update(draws, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 rewards[name][t] = reward

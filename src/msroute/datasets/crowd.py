@@ -60,6 +60,9 @@ PACKAGED_SOURCE = "TREC 2010 (packaged trec_crowd.txt + trec_truth.txt)"
 #: The paper's reliability threshold: workers with fewer annotations are discarded.
 DEFAULT_MIN_ANNOTATIONS = 5
 
+#: How the sorted tasks can be cut into skill dimensions (see :func:`build_instance`).
+SPLITS: tuple[str, ...] = ("round-robin", "contiguous")
+
 _CROWD_COLUMNS = ("task", "worker", "response")
 _TRUTH_COLUMNS = ("task", "gold")
 #: Any character that cannot appear in a file of ASCII integers separated by whitespace.
@@ -528,6 +531,8 @@ def build_instance(
     workers: Sequence[int] | ArrayLike,
     n_dims: int,
     n_flagged: int = 10,
+    *,
+    split: str = "round-robin",
 ) -> Instance:
     """Build the instance of Section 6.1 for an explicit pool of workers.
 
@@ -541,12 +546,17 @@ def build_instance(
     n_flagged : int, default 10
         How many of the pool's most accurate workers get the expert flag (ties go to the lower
         worker id); at most K.
+    split : {"round-robin", "contiguous"}, default "round-robin"
+        How the sorted tasks are cut into N groups: the paper's round-robin (task j goes to
+        group ``j mod N``, so every group is a uniform sample of the tasks), or N contiguous
+        blocks of the sorted ids (task j goes to group ``j N // n_tasks``; in TREC 2010 the ids
+        run topic by topic, so blocks keep related tasks together and the groups differ).
 
     Returns
     -------
     Instance
-        ``skills_base`` (N, K): the j-th task in sorted id order belongs to group ``j mod N``
-        (the groups are over all tasks of ``data``); entry ``[n, i]`` is worker i's accuracy on
+        ``skills_base`` (N, K): the tasks grouped as ``split`` says (the groups are over all
+        tasks of ``data``); entry ``[n, i]`` is worker i's accuracy on
         group n, or their overall accuracy if they have no annotation there. ``costs`` (K, 2):
         workload = annotation count / the pool's largest count, and the expert flag.
 
@@ -575,6 +585,8 @@ def build_instance(
             f"n_dims == {n}, must be <= the number of tasks ({data.n_tasks}) so that every "
             "task group is non-empty"
         )
+    if split not in SPLITS:
+        raise ValueError(f"split == {split!r}, must be one of {', '.join(SPLITS)}")
     flagged = check_positive_int(n_flagged, "n_flagged", minimum=0)
     if flagged > k:
         raise ValueError(f"n_flagged == {flagged}, must be <= the pool size K = {k}")
@@ -583,7 +595,9 @@ def build_instance(
     column[pos] = np.arange(k)
     col = column[data._worker_pos]
     mine = col >= 0
-    cell = (data._task_rank[mine] % n) * k + col[mine]
+    rank = data._task_rank[mine]
+    group = rank % n if split == "round-robin" else rank * n // data.n_tasks
+    cell = group * k + col[mine]
     hits = np.bincount(cell, weights=data.correct[mine], minlength=n * k).reshape(n, k)
     seen = np.bincount(cell, minlength=n * k).reshape(n, k)
     accuracy = data.accuracy[pos]
@@ -612,6 +626,7 @@ def sample_instance(
     *,
     n_flagged: int = 10,
     min_annotations: int = DEFAULT_MIN_ANNOTATIONS,
+    split: str = "round-robin",
 ) -> Instance:
     """Draw a pool of workers and build its instance, as each seed of Section 6.1 does.
 
@@ -630,6 +645,8 @@ def sample_instance(
         The instance stream of a run; the same seed gives the same pool.
     n_flagged : int, default 10
     min_annotations : int, default 5
+    split : {"round-robin", "contiguous"}, default "round-robin"
+        How tasks are grouped (see :func:`build_instance`).
 
     Returns
     -------
@@ -655,4 +672,4 @@ def sample_instance(
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     pool = np.sort(rng.choice(reliable, size=k, replace=False))
-    return build_instance(data, pool, n_dims, n_flagged=n_flagged)
+    return build_instance(data, pool, n_dims, n_flagged=n_flagged, split=split)

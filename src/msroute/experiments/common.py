@@ -86,10 +86,14 @@ def _packaged_data() -> CrowdData:
 
 
 @lru_cache(maxsize=256)
-def paper_instance(seed: int, n_experts: int, n_dims: int) -> Instance:
+def paper_instance(seed: int, n_experts: int, n_dims: int, split: str = "round-robin") -> Instance:
     """The worker pool and matrices of one seed (Section 6.1), on the packaged TREC data."""
     return sample_instance(
-        _packaged_data(), n_experts=n_experts, n_dims=n_dims, seed=stream(seed, _INSTANCE_STREAM)
+        _packaged_data(),
+        n_experts=n_experts,
+        n_dims=n_dims,
+        seed=stream(seed, _INSTANCE_STREAM),
+        split=split,
     )
 
 
@@ -162,8 +166,13 @@ class CellSpec:
     policy_params : tuple of (str, value)
         Keyword arguments of the policy's constructor (beyond problem, horizon, runs, seed).
     record : tuple of str
-        Extra outputs: "rewards" (per-round rewards, float32), "curves" (R1/R2 at the OMD
-        batch ends, for Figure 1).
+        Extra outputs: "rewards" (per-round rewards, float32).
+    cost_count : str
+        "distinct" (each routed expert once) or "draws" (once per draw); see
+        :func:`msroute.simulate.simulate`.
+    split : str
+        How tasks are grouped into skill dimensions ("round-robin", the paper's, or
+        "contiguous"); see :func:`msroute.datasets.build_instance`.
     """
 
     experiment: str
@@ -178,6 +187,8 @@ class CellSpec:
     env_params: tuple[tuple[str, Any], ...] = ()
     policy_params: tuple[tuple[str, Any], ...] = ()
     record: tuple[str, ...] = field(default=())
+    cost_count: str = "distinct"
+    split: str = "round-robin"
 
     def key(self) -> str:
         """A short content hash of the specification (the cache file name)."""
@@ -218,14 +229,20 @@ class Cell:
 
 def build_batch(spec: CellSpec) -> Cell:
     """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
-    instances = [paper_instance(s, spec.n_experts, spec.n_dims) for s in spec.seeds]
+    instances = [paper_instance(s, spec.n_experts, spec.n_dims, spec.split) for s in spec.seeds]
     problems = [
         Problem(inst.costs, spec.m_draws, level_constraints(inst, spec.m_draws, level))
         for level in spec.levels
         for inst in instances
     ]
     env = _cached_env(
-        spec.env, spec.seeds, spec.n_experts, spec.n_dims, spec.horizon, spec.env_params
+        spec.env,
+        spec.seeds,
+        spec.n_experts,
+        spec.n_dims,
+        spec.split,
+        spec.horizon,
+        spec.env_params,
     )
     run_map = np.tile(np.arange(len(spec.seeds)), len(spec.levels))
     return Cell(instances, ProblemBatch(problems), env, run_map)
@@ -237,13 +254,14 @@ def _cached_env(
     seeds: tuple[int, ...],
     n_experts: int,
     n_dims: int,
+    split: str,
     horizon: int,
     env_params: tuple[tuple[str, Any], ...],
 ) -> StochasticEnv | RegimeSwitchingEnv:
     """The seeds' environment, kept for the next cells of this process: the cells of one
     environment (one per policy) then draw its skills once, not once per policy. The stream
     is a pure function of the arguments, so sharing it changes no number."""
-    bases = np.stack([paper_instance(s, n_experts, n_dims).skills_base for s in seeds])
+    bases = np.stack([paper_instance(s, n_experts, n_dims, split).skills_base for s in seeds])
     return make_env(kind, bases, seeds, horizon, dict(env_params))
 
 

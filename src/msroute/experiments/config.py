@@ -32,6 +32,9 @@ class ExperimentConfig:
         K and M (50 and 5 in the paper).
     kappa : float
         Beta concentration of the environments (20).
+    cost_count : str
+        How a round's realized cost counts the routed experts: "distinct" (each once, the
+        paper's ``l_t``; default) or "draws" (once per draw; an alternative reading).
     """
 
     seeds: int = 20
@@ -40,6 +43,7 @@ class ExperimentConfig:
     n_experts: int = 50
     m_draws: int = 5
     kappa: float = 20.0
+    cost_count: str = "distinct"
 
     def __post_init__(self) -> None:
         for name in ("seeds", "horizon", "n_experts", "m_draws"):
@@ -48,6 +52,8 @@ class ExperimentConfig:
                 raise ValueError(f"{name} == {value!r}, must be an integer >= 1")
         if self.kappa <= 0:
             raise ValueError(f"kappa == {self.kappa}, must be > 0")
+        if self.cost_count not in ("distinct", "draws"):
+            raise ValueError(f"cost_count == {self.cost_count!r}, must be 'distinct' or 'draws'")
 
     @property
     def seed_list(self) -> tuple[int, ...]:

@@ -63,6 +63,10 @@ class ContextualConfig(ExperimentConfig):
         "anytime" (Corollary 2's ``a sqrt(n_x)``) or "fixed".
     ctx_eta_mult, ctx_batch : float, int
         Algorithm 2's multiplier of ``a`` and its batch.
+    split : str
+        How tasks are grouped: "round-robin" (the paper's; every group is a uniform sample, so
+        the case types are alike) or "contiguous" (blocks of sorted task ids, which keep a
+        topic's tasks together and make the case types differ more).
     """
 
     seeds: int = 10
@@ -74,6 +78,7 @@ class ContextualConfig(ExperimentConfig):
     ctx_eta_schedule: str = "anytime"
     ctx_eta_mult: float = 0.1
     ctx_batch: int = 10
+    split: str = "round-robin"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -107,6 +107,7 @@ def fig1_worker(spec: CellSpec) -> CellResult:
         batch,
         spec.horizon,
         run_map=cell.run_map,
+        cost_count=spec.cost_count,
         track_expected=with_opt,
     )["omd"]
     replay = cell.replay()

@@ -120,6 +120,7 @@ def sweep_specs(
                         env_params=env_params,
                         policy_params=params_items(params),
                         record=record,
+                        cost_count=cfg.cost_count,
                     ),
                 )
             )

@@ -34,9 +34,14 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         seed=policy_seed(spec),
         **dict(spec.policy_params),
     )
-    traj = simulate({spec.policy: policy}, cell.env, batch, spec.horizon, run_map=cell.run_map)[
-        spec.policy
-    ]
+    traj = simulate(
+        {spec.policy: policy},
+        cell.env,
+        batch,
+        spec.horizon,
+        run_map=cell.run_map,
+        cost_count=spec.cost_count,
+    )[spec.policy]
     avg_cost = traj.costs.mean(axis=0)
     result: CellResult = {
         "avg_reward": traj.rewards.mean(axis=0),

@@ -346,7 +346,7 @@ def test_doctests_of_the_module() -> None:
 
 
 def test_contiguous_split_groups_blocks_of_sorted_tasks() -> None:
-    """Four tasks, two groups: round-robin takes tasks {1, 3} / {2, 4}, contiguous {1, 2} / {3, 4}."""
+    """Four tasks, two groups: round-robin {1, 3} / {2, 4}, contiguous {1, 2} / {3, 4}."""
     from msroute.datasets import CrowdData, build_instance
 
     # One worker, right on tasks 1 and 2, wrong on 3 and 4.

@@ -217,3 +217,28 @@ def test_run_command_prints_a_json_summary(capsys: pytest.CaptureFixture[str]) -
     assert [r["seed"] for r in out["runs"]] == [0, 1]
     assert all(0 < r["avg_reward"] <= 3 for r in out["runs"])
     assert out["runs"][0]["expert_cap"] == 2.0
+
+
+def test_every_reading_option_reaches_the_simulation(tmp_path: Path) -> None:
+    """cost_count and split change the numbers (they are not silently dropped)."""
+    base = {
+        "seeds": 1,
+        "horizon": 300,
+        "policies": ("omd",),
+        "envs": ("stochastic",),
+        "levels": ("none",),
+    }
+    a = run_fig2(Fig2Config(**base), tmp_path / "a", plot=False, quiet=True)
+    b = run_fig2(Fig2Config(**base, cost_count="draws"), tmp_path / "b", plot=False, quiet=True)
+    assert a[0]["avg_reward"] == b[0]["avg_reward"]  # OMD's rewards do not depend on it
+    assert b[0]["avg_workload"] > a[0]["avg_workload"]  # repeated draws now cost again
+    c1 = run_contextual(
+        ContextualConfig(seeds=1, horizon=100), tmp_path / "c", plot=False, quiet=True
+    )
+    c2 = run_contextual(
+        ContextualConfig(seeds=1, horizon=100, split="contiguous"),
+        tmp_path / "d",
+        plot=False,
+        quiet=True,
+    )
+    assert c1[0]["opt"] != c2[0]["opt"]

@@ -475,9 +475,6 @@ def plot_fig1(
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             if handle.get_gid() != _TRUE_GID:
                 legend.setdefault(label, handle)
-    if has_true:
-        legend[_PROXY_LEGEND] = Line2D([], [], color="0.35", lw=1.8)
-        legend[_TRUE_LEGEND] = Line2D([], [], color="0.35", lw=1.8, ls=_TRUE_LINESTYLE)
     fig.legend(
         list(legend.values()),
         list(legend),
@@ -485,11 +482,21 @@ def plot_fig1(
         ncols=len(legend),
         frameon=False,
     )
+    if has_true:  # the key to the line styles of the top row, above it
+        fig.legend(
+            [
+                Line2D([], [], color="0.3", lw=1.8),
+                Line2D([], [], color="0.3", lw=1.8, ls=_TRUE_LINESTYLE),
+            ],
+            [_PROXY_LEGEND, _TRUE_LEGEND],
+            loc="outside upper center",
+            ncols=2,
+            frameon=False,
+        )
     return fig
 
 
 _TRUE_LINESTYLE = (0, (4.0, 1.6))  # dashes of the true-regret curves
-_TRUE_BAND_ALPHA = 0.08
 
 
 def _mean_band(
@@ -540,7 +547,7 @@ def _regret_panel(
         means.append(mean)
         edges.extend([low, high])
         if true_curves is not None and level in true_curves:
-            steps, mean, low, high = _mean_band(true_curves[level], nonnegative=nonnegative)
+            steps, mean, _, _ = _mean_band(true_curves[level], nonnegative=nonnegative)
             ax.plot(
                 steps,
                 mean,
@@ -551,15 +558,34 @@ def _regret_panel(
                 gid=_TRUE_GID,
                 zorder=3,
             )
-            ax.fill_between(steps, low, high, color=color, alpha=_TRUE_BAND_ALPHA, lw=0, zorder=2)
             means.append(mean)
-            edges.extend([low, high])
+            edges.append(mean)
     c = _reference_constant(means_at)
+    ref_x = np.array(sorted({s for m in means_at.values() for s in m if s > 0}), dtype=float)
+    ref_y = c / np.sqrt(ref_x) if c is not None else np.empty(0)
+    ax.set_xscale("log")
+    ax.grid(True, which="major", alpha=0.3)
+    all_means = np.concatenate(means)
+    finite_means = all_means[np.isfinite(all_means)]
+    band = np.concatenate(edges)
+    band = band[np.isfinite(band)]
+    log = band.size > 0 and bool(np.all(band > 0))
+    signed_symlog = False
+    if log:
+        ax.set_yscale("log")
+    elif np.any(finite_means != 0) and nonnegative:
+        threshold = _nonnegative_threshold(np.concatenate([finite_means, ref_y]))
+        ax.set_yscale("symlog", linthresh=threshold)
+        keep = ref_y >= threshold  # the reference line only where the axis is logarithmic
+        ref_x, ref_y = ref_x[keep], ref_y[keep]
+    elif np.any(finite_means != 0):
+        threshold = _symlog_threshold(finite_means)
+        ax.set_yscale("symlog", linthresh=threshold)
+        signed_symlog = True
     if c is not None:
-        ref_x = np.array(sorted({s for m in means_at.values() for s in m if s > 0}), dtype=float)
         ax.plot(
             ref_x,
-            c / np.sqrt(ref_x),
+            ref_y,
             ls="--",
             color="black",
             lw=1.2,
@@ -570,27 +596,16 @@ def _regret_panel(
         ax.text(
             0.98, 0.96, f"c = {c:.3g}", transform=ax.transAxes, ha="right", va="top", fontsize=8
         )
-    ax.set_xscale("log")
-    ax.grid(True, which="major", alpha=0.3)
-    all_means = np.concatenate(means)
-    finite_means = all_means[np.isfinite(all_means)]
-    band = np.concatenate(edges)
-    band = band[np.isfinite(band)]
-    if band.size and bool(np.all(band > 0)):
-        ax.set_yscale("log")
-    elif nonnegative:
-        if np.any(finite_means != 0):
-            ax.set_yscale("symlog", linthresh=_nonnegative_threshold(finite_means))
+    if log:
+        return
+    if nonnegative:
         ax.set_ylim(bottom=0.0)
-    elif np.any(finite_means != 0):
-        threshold = _symlog_threshold(finite_means)
-        ax.set_yscale("symlog", linthresh=threshold)
+        return
+    if signed_symlog:  # the negative side shows the linear range, not decades of noise
         lowest = min(-threshold, 1.2 * float(finite_means.min()))
         bottom, top = ax.get_ylim()
         ax.set_ylim(max(bottom, lowest), top)
-        ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
-    else:
-        ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
+    ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
 
 
 def _grouped_bars(

@@ -139,6 +139,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
         spec.horizon,
         contexts=contexts,
         context_weights=weights,
+        cost_count=spec.cost_count,
         track_expected=True,
     )
     skills = env.skills(0, spec.horizon)
@@ -195,6 +196,8 @@ def run_contextual(
         m_draws=cfg.m_draws,
         n_dims=cfg.n_dims,
         env_params=params_items({"kappa": cfg.kappa}),
+        cost_count=cfg.cost_count,
+        split=cfg.split,
         policy_params=params_items(
             {
                 "weights": tuple(map(tuple, weights.tolist())),

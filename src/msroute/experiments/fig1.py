@@ -178,6 +178,7 @@ def run_fig1(
             n_dims=int(n),
             env_params=params_items({"kappa": cfg.kappa}),
             policy_params=policy_params,
+            cost_count=cfg.cost_count,
         )
         for n in cfg.dims
     ]

@@ -31,6 +31,8 @@ No general QP solver is involved; every step is vectorized over the leading (run
 from __future__ import annotations
 
 import functools
+import math
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -116,6 +118,27 @@ def project_step(
     array([[0.5, 0.5, 0. ],
            [0.3, 0.3, 0.4]])
     """
+    if (
+        type(y) is np.ndarray
+        and y.ndim == 1
+        and y.dtype == np.float64
+        and y.shape[0] > 0
+        and isinstance(gamma, float)
+        and gamma >= 0.0
+        and gamma * y.shape[0] <= 1.0 + 1e-12
+    ):  # one problem with float arguments (the common case): a cheaper validation
+        if a is None and b is None:
+            if math.isfinite(float(y @ y)):  # false on NaN or inf (or overflow: checked below)
+                return _floored_single(y, float(gamma))[0]
+        elif (
+            type(a) is np.ndarray
+            and a.dtype == np.float64
+            and a.shape == y.shape
+            and isinstance(b_obj := cast(object, b), float)
+            and math.isfinite(b_obj)
+            and math.isfinite(float(y @ a))  # false on NaN or inf in y or a (or overflow)
+        ):
+            return _solve_single(y, float(gamma), a, float(b_obj))[0]
     ya = as_float_array(y, "y", ndim_min=1)
     k = ya.shape[-1]
     if k < 1:
@@ -169,6 +192,8 @@ def _project_step_unchecked(
     The inputs must be finite float arrays with consistent shapes and ``0 <= gamma <= 1/K``;
     only an empty feasible set is still detected (it raises :class:`EmptyFeasibleSetError`).
     """
+    if a is not None and y.ndim == 1 and a.ndim == 1 and isinstance(b, float):
+        return _solve_single(y, gamma, a, b)[0]
     return _solve(y, gamma, a, b)[0]
 
 
@@ -186,6 +211,8 @@ def _solve(
     mu : ndarray, shape (...)
     """
     y = np.asarray(y, dtype=np.float64)
+    if a is None and y.ndim == 1:
+        return _floored_single(y, gamma)[0], np.zeros(())
     if a is None:
         q, _, _ = _floored_simplex(y.reshape(-1, y.shape[-1]), gamma)
         return q.reshape(y.shape), np.zeros(y.shape[:-1])
@@ -241,33 +268,68 @@ def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray
 
 
 # ---------------------------------------------------------------------- one row
-def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
-    """One problem, y and a of shape (K,): the common cases with scalar bookkeeping.
+@functools.lru_cache(maxsize=16)
+def _ones(k: int) -> FloatArray:
+    """``K`` ones (cached): ``x @ ones`` is numpy's cheapest sum of a short vector."""
+    out = np.ones(k)
+    out.setflags(write=False)
+    return out
 
-    The same method as :func:`_solve_rows`, written for one row because numpy's per-call
-    overhead, not arithmetic, dominates at K ~ 50. Degenerate rows go to the batched helpers.
-    """
+
+def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray, float]:
+    """:func:`_floored_simplex` for one row ``y`` (K,): ``q(0)``, its free set and ``max |y|``."""
     k = y.shape[0]
-    mass = max(1.0 - k * gamma, 0.0)
-    if mass == 0.0:
-        q0 = np.full(k, 1.0 / k)
-        free = np.zeros(k, dtype=bool)
-    else:
-        u = np.sort(y)[::-1]
-        top = float(u[0])
-        u -= top
-        css = u.cumsum()
-        css -= mass
-        rho = int(np.count_nonzero(u * _ranks(k) > css))
-        z = y - (float(css[rho - 1]) / rho - gamma + top)
-        q0 = np.maximum(z, gamma)
-        free = z > gamma
+    mass = 1.0 - k * gamma
+    if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
+        return np.full(k, 1.0 / k), np.zeros(k, dtype=bool), float(np.abs(y).max())
+    u = y.copy()
+    u.sort()
+    u = u[::-1]
+    top = float(u[0])
+    u -= top  # shift-invariant; keeps the cumulative sums on the scale of the spread
+    css = u.cumsum()
+    css -= mass
+    rho = int(np.count_nonzero(u * _ranks(k) > css))
+    z = y - (float(css[rho - 1]) / rho - gamma + top)
+    return np.maximum(z, gamma), z > gamma, max(abs(top), abs(top + float(u[-1])))
+
+
+def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
+    """One problem, y and a of shape (K,): the method of :func:`_solve_rows` for a single row.
+
+    At K ~ 50 numpy's per-call overhead, not arithmetic, dominates, so this path makes few
+    calls: one sort of ``y`` for ``q(0)``, then active-set steps whose five sums over the free
+    set ``F`` (``|F|``, and the sums of ``a``, ``y``, ``a^2``, ``a y`` on ``F``) come from one
+    matrix-vector product, with the 2x2 system solved in closed form on Python floats. ``a`` is
+    first centred on its mean (the same cut on the simplex, see :func:`_cut_active`), which
+    keeps ``sum_F a^2 - |F| abar^2`` well conditioned; rows where it is not (``a`` nearly
+    constant on ``F``), or that do not settle, go to the batched helpers.
+    """
+    q0, free, yabs = _floored_single(y, gamma)
     if float(a @ q0) <= b:
         return q0, 0.0
-    amin, amax, asum = float(a.min()), float(a.max()), float(a.sum())
+    return _solve_single_cut(y, gamma, a, b, q0, free, max(1.0 - y.shape[0] * gamma, 0.0), yabs)
+
+
+def _solve_single_cut(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray,
+    b: float,
+    q0: FloatArray,
+    free: BoolArray,
+    mass: float,
+    yabs: float,
+) -> tuple[FloatArray, float]:
+    """:func:`_solve_single` once the cut is known to be violated at ``q0 = q(0)``."""
+    k = y.shape[0]
+    srt = a.copy()
+    srt.sort()
+    amin, amax = float(srt[0]), float(srt[-1])
     scale = max(amax, -amin)
     if scale == 0.0:  # a = 0: no cut
         return q0, 0.0
+    asum = float(a @ _ones(k))
     reach = gamma * asum + mass * amin
     tol = FEASIBILITY_RTOL * scale
     if b < reach - tol:
@@ -275,35 +337,45 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     if b <= reach + tol:
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
-    # Active-set Newton steps (see _active_set_solve), scalars kept as Python floats, on the
-    # cut scaled to max|a| = 1 (the same set; mu scales back on return).
-    a = a / scale
-    b, asum = b / scale, asum / scale
+    # With c the mean of a, (a - c) . q <= b - c is the same cut on the simplex, with the same
+    # multiplier. Rows 1, a - c, y, (a - c)^2, (a - c) y: their sums over F are one product.
+    c = asum / k
+    rows = np.empty((5, k))
+    rows[0] = 1.0
+    ac = rows[1]
+    np.subtract(a, c, out=ac)
+    rows[2] = y
+    np.multiply(ac, rows[1:3], out=rows[3:5])
+    bc = b - c
+    # sum(a - c) is 0 up to rounding (of the order of the other rounding errors of the step).
+    ulps = 64.0 * _EPS * (yabs + 1.0)  # ties of y - mu a with the threshold
+    fm = free.astype(np.float64)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
-        a_f = a[free]
-        nf = a_f.size
-        abar = float(a_f.sum()) / nf if nf else 0.0
-        a_f -= abar
-        beta = float(a_f @ a_f)
-        if not beta > 1e3 * _EPS * nf:  # |a| <= 1 here, so sum_F a_i^2 <= |F|
+        nf, sa, sy, saa, say = np.dot(rows, fm).tolist()
+        if nf == 0.0:
             break
-        y_f = y[free]
+        abar = sa / nf
+        beta = saa - sa * abar  # sum_F (a_i - abar)^2
+        if not beta > 1e-6 * saa:  # a (nearly) constant on F: the careful path
+            break
         mass_free = 1.0 - gamma * (k - nf)
-        mu = (float(a_f @ y_f) + abar * mass_free - b + gamma * (asum - abar * nf)) / beta
-        shift = (float(y_f.sum()) - mass_free) / nf
-        z = y - mu * (a - abar)
-        z -= shift
-        new_free = z > gamma
+        # sum q = 1 and (a - c) . q = b - c with q_F = y_F - mu (a_F - c) - t, q = gamma off F.
+        mu = (say - abar * sy + abar * mass_free - gamma * sa - bc) / beta
+        t = (sy - mu * sa - mass_free) / nf
+        w = y - mu * ac
+        new_free = w > t + gamma
         if mu >= 0.0:
-            if not np.count_nonzero(new_free ^ free):
-                return np.maximum(z, gamma), mu / scale
+            if new_free.tobytes() == free.tobytes():
+                return np.maximum(w - t, gamma), mu
             # The sets differ: accept if only by ties with the floor (rounding).
-            slack = 64.0 * _EPS * (float(np.abs(y).max()) + float(np.abs(z).max()) + 1.0)
-            if not np.where(free, z < gamma - slack, z > gamma + slack).any():
-                return np.maximum(z, gamma), mu / scale
+            slack = ulps + 64.0 * _EPS * (2.0 * mu * scale + abs(t))
+            thr = t + gamma
+            if all(abs(v - thr) <= slack for v in w[new_free ^ free].tolist()):
+                return np.maximum(w - t, gamma), mu
         free = new_free
-    qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
-    return qs[0], float(ms[0]) / scale
+        fm = free.astype(np.float64)
+    qs, ms = _cut_active(y[None], gamma, a[None], np.array([b]), free[None])
+    return qs[0], float(ms[0])
 
 
 def _empty_message(reach: float, b: float, gamma: float, k: int, row: int | None) -> str:

@@ -238,6 +238,121 @@ def test_fig1_all_zero_panel_is_linear_without_reference() -> None:
     assert labels == ["Tight", "Medium", "Loose", r"$c/\sqrt{n}$"]
 
 
+def band_edges(ax: Axes) -> np.ndarray:
+    """The y values of every std band (filled polygon) of a panel."""
+    return np.concatenate(
+        [path.vertices[:, 1] for coll in ax.collections for path in coll.get_paths()]
+    )
+
+
+def r1_curves(ax: Axes) -> list[Line2D]:
+    """The R1 (or R2) curves of a panel: every line but the reference and the zero line."""
+    return [
+        line
+        for line in ax.get_lines()
+        if line.get_gid() != "reference" and line.get_label()[0] != "_"
+    ]
+
+
+def test_fig1_r2_band_is_clipped_at_zero_and_axis_starts_at_zero() -> None:
+    # One seed in three violates: the std exceeds the mean, so mean - std < 0 unclipped.
+    rows = [{**r, "r2": r["r2"] if r["seed"] == 0 else 0.0} for r in fig1_rows()]
+    fig = plot_fig1(rows)
+    r2_axes = [ax for ax in fig.axes if not ax.get_title()]
+    assert len(r2_axes) == 2
+    for ax in r2_axes:
+        edges = band_edges(ax)
+        assert edges.min() == 0.0  # clipped exactly at 0, never below
+        assert ax.get_yscale() == "symlog"
+        assert ax.get_ylim()[0] == 0.0
+        low, high = ax.get_ylim()
+        assert not [t for t in ax.get_yticks() if low <= t <= high and t < 0]
+        # linthresh: the decade of the smallest positive mean or reference value, the lower.
+        tight = np.asarray(labelled_lines(ax)["Tight"].get_ydata(), dtype=float)
+        ref = next(line for line in ax.get_lines() if line.get_gid() == "reference")
+        smallest = min(tight[tight > 0].min(), np.min(np.asarray(ref.get_ydata(), dtype=float)))
+        linthresh = ax.yaxis.get_transform().linthresh
+        assert linthresh == pytest.approx(10.0 ** np.floor(np.log10(smallest)))
+        assert np.all(np.asarray(ref.get_ydata(), dtype=float) >= linthresh)
+    # The R1 bands are not clipped: a proxy R1 may be negative.
+    rows = fig1_rows(negative=True)
+    for r in rows:
+        if r["step"] == STEPS[-1]:
+            r["r1"] = -0.02 + 1.0 * (r["seed"] - 1)  # mean -0.02, std 1
+    ax = plot_fig1(rows).axes[0]
+    assert band_edges(ax).min() == pytest.approx(-1.02)
+    # ... but the axis shows only the linear range below 0 (tau = 0.1 here), not decades.
+    assert ax.get_yscale() == "symlog"
+    assert ax.yaxis.get_transform().linthresh == pytest.approx(0.1)
+    assert ax.get_ylim()[0] == pytest.approx(-0.12)
+
+
+def with_true_regret(rows: Rows) -> Rows:
+    return [{**r, "r1_true": 1.5 * abs(r["r1"]) + 0.001 * r["seed"]} for r in rows]
+
+
+@pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
+def test_fig1_true_regret_is_a_dashed_curve_per_level(csv_form: bool) -> None:
+    rows = with_true_regret(fig1_rows())
+    fig = plot_fig1(as_csv(rows) if csv_form else rows)
+    top = [ax for ax in fig.axes if ax.get_title()]
+    bottom = [ax for ax in fig.axes if not ax.get_title()]
+    for ax in top:
+        curves = r1_curves(ax)
+        assert len(curves) == 6  # twice the 3 levels
+        dashed = [line for line in curves if line.get_gid() == "r1_true"]
+        solid = [line for line in curves if line.get_gid() != "r1_true"]
+        assert len(dashed) == len(solid) == 3
+        assert all(line.get_linestyle() == "-" for line in solid)
+        assert all(line.get_linestyle() == "--" for line in dashed)
+        assert [line.get_color() for line in dashed] == [line.get_color() for line in solid]
+        assert len(ax.collections) == 3  # bands for the proxy only
+    for ax in bottom:  # R2 has no true counterpart
+        assert len(r1_curves(ax)) == 3
+    # The dashed curve is the mean of r1_true over seeds.
+    ax = next(ax for ax in top if ax.get_title() == "N = 5")
+    line = next(line for line in r1_curves(ax) if line.get_label() == "Tight, true regret")
+    tight = [r for r in rows if r["n_dims"] == 5 and r["level"] == "tight"]
+    expected = [np.mean([r["r1_true"] for r in tight if r["step"] == s]) for s in STEPS]
+    np.testing.assert_allclose(xy(line)[1], expected)
+    # The reference line is still fitted to the proxy (solid) tight curve.
+    ref = next(line for line in ax.get_lines() if line.get_gid() == "reference")
+    solid = labelled_lines(ax)["Tight"]
+    mid = STEPS[len(STEPS) // 2]
+    np.testing.assert_allclose(xy(ref)[1][xy(ref)[0] == mid], xy(solid)[1][xy(solid)[0] == mid])
+    # Legends: the levels below (no entry per dashed curve), the line-style key above.
+    assert len(fig.legends) == 2
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["Tight", "Medium", "Loose", r"$c/\sqrt{n}$"]
+    key = [t.get_text() for t in fig.legends[1].get_texts()]
+    assert len(key) == 2 and key[0].startswith("solid: paper's proxy") and "$q_T$" in key[0]
+    assert key[1].startswith("dashed: true regret") and "OPT" in key[1]
+
+
+@pytest.mark.parametrize(
+    "variant", ["no-column", "blank", "disabled", "same-key"], ids=lambda v: str(v)
+)
+def test_fig1_without_true_regret_is_as_before(variant: str) -> None:
+    rows: Any = fig1_rows()
+    kwargs: dict[str, Any] = {}
+    if variant == "blank":
+        rows = as_csv([{**r, "r1_true": ""} for r in rows])
+    elif variant == "disabled":
+        rows, kwargs = with_true_regret(rows), {"true_key": None}
+    elif variant == "same-key":
+        rows, kwargs = with_true_regret(rows), {"r1_key": "r1_true", "true_key": "r1_true"}
+    fig = plot_fig1(rows, **kwargs)
+    assert len(fig.legends) == 1
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["Tight", "Medium", "Loose", r"$c/\sqrt{n}$"]
+    for ax in fig.axes:
+        curves = r1_curves(ax)
+        assert [line.get_label() for line in curves] == ["Tight", "Medium", "Loose"]
+        assert all(line.get_linestyle() == "-" and line.get_gid() is None for line in curves)
+        ref = next(line for line in ax.get_lines() if line.get_gid() == "reference")
+        assert ref.get_linestyle() == "--"
+
+
 @pytest.mark.parametrize("csv_form", [False, True], ids=["native", "csv"])
 def test_fig2_bars_are_the_means_and_feasible_shares(tmp_path: Path, csv_form: bool) -> None:
     rows = fig2_rows()

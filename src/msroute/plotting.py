@@ -371,6 +371,7 @@ def _optional_float(row: Row, key: str) -> float | None:
 
 
 _PROXY_LEGEND = "solid: paper's proxy $R_1$ with $q_T$"
+_TRUE_LINESTYLE = (0, (4.0, 1.6))  # dashes of the true-regret curves
 _TRUE_LEGEND = "dashed: true regret $R_1$ vs OPT"
 _TRUE_GID = "r1_true"
 
@@ -401,8 +402,9 @@ def plot_fig1(
         Two rows of panels (top :math:`R_1(n)`, bottom :math:`R_2(n)`) and one column per
         number of skill groups ``N`` (titled ``"N = 3"``, ...). Each constraint level is one
         curve: the mean over seeds with a band of ± one sample standard deviation. With the
-        true regret, each level has a second, dashed curve (and band) of the same color in
-        the top row, and the legend tells the solid proxy from the dashed true regret.
+        true regret, each level has a second curve in the top row: its mean, dashed, in the
+        same color, without a band; a second legend above the panels tells the solid proxy
+        from the dashed true regret.
 
     Notes
     -----
@@ -411,16 +413,16 @@ def plot_fig1(
 
     Axes. The step axis is logarithmic. The value axis of a panel is
 
-    * logarithmic when every band edge is positive;
+    * logarithmic when every band edge (and every dashed mean) is positive;
     * for :math:`R_1`, ``symlog`` otherwise: logarithmic beyond a linear range
       :math:`\\pm\\tau`, where :math:`\\tau` is three decades below the decade of the
       panel's largest mean magnitude, raised to the decade above the most negative mean if
       any, so that noise around 0 is drawn on a linear scale and not blown up by the log.
-      The axis goes down no further than :math:`-\\tau` (or 1.2 times the most negative
-      mean, if lower): a band reaching further is cut at the bottom of the panel;
+      The axis goes down no further than 1.2 times :math:`-\\tau` or the most negative
+      mean, whichever is lower: a band reaching further is cut at the bottom of the panel;
     * for :math:`R_2`, ``symlog`` otherwise (it is exactly 0 once feasible), with
-      :math:`\\tau` the decade of the smallest positive mean (but at most four decades
-      below the decade of the largest) and the axis starting at 0;
+      :math:`\\tau` the decade of the smallest positive mean or reference-line value (but at
+      most four decades below the decade of the largest mean) and the axis starting at 0;
     * linear when every mean is 0 (e.g. :math:`R_2` of a configuration that is never
       violated).
 
@@ -429,8 +431,9 @@ def plot_fig1(
     its median step, the median taken over the steps where that mean is positive (all steps
     while it is; :math:`R_2` drops to 0 once feasible). Without a tight curve, or if it is
     never positive, the first level (in the order tight, medium, loose, none) with a positive
-    mean is used; a panel with no positive mean has no reference line. Each panel prints its
-    :math:`c`.
+    mean is used; a panel with no positive mean has no reference line. On a ``symlog`` axis
+    the line stops where it enters the linear range (where it would no longer be straight).
+    Each panel prints its :math:`c`.
     """
     data = _rows(rows, ("n_dims", "level", "step", r1_key, "r2"), "plot_fig1")
     # values[(n_dims, metric)][level][step] -> per-seed values
@@ -494,9 +497,6 @@ def plot_fig1(
             frameon=False,
         )
     return fig
-
-
-_TRUE_LINESTYLE = (0, (4.0, 1.6))  # dashes of the true-regret curves
 
 
 def _mean_band(
@@ -573,15 +573,15 @@ def _regret_panel(
     signed_symlog = False
     if log:
         ax.set_yscale("log")
-    elif np.any(finite_means != 0) and nonnegative:
-        threshold = _nonnegative_threshold(np.concatenate([finite_means, ref_y]))
+    elif np.any(finite_means != 0):
+        if nonnegative:
+            threshold = _nonnegative_threshold(np.concatenate([finite_means, ref_y]))
+        else:
+            threshold = _symlog_threshold(finite_means)
+            signed_symlog = True
         ax.set_yscale("symlog", linthresh=threshold)
         keep = ref_y >= threshold  # the reference line only where the axis is logarithmic
         ref_x, ref_y = ref_x[keep], ref_y[keep]
-    elif np.any(finite_means != 0):
-        threshold = _symlog_threshold(finite_means)
-        ax.set_yscale("symlog", linthresh=threshold)
-        signed_symlog = True
     if c is not None:
         ax.plot(
             ref_x,
@@ -602,7 +602,7 @@ def _regret_panel(
         ax.set_ylim(bottom=0.0)
         return
     if signed_symlog:  # the negative side shows the linear range, not decades of noise
-        lowest = min(-threshold, 1.2 * float(finite_means.min()))
+        lowest = 1.2 * min(-threshold, float(finite_means.min()))
         bottom, top = ax.get_ylim()
         ax.set_ylim(max(bottom, lowest), top)
     ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)

@@ -349,6 +349,9 @@ def _solve_single_cut(
     bc = b - c
     # sum(a - c) is 0 up to rounding (of the order of the other rounding errors of the step).
     ulps = 64.0 * _EPS * (yabs + 1.0)  # ties of y - mu a with the threshold
+    # z = y - mu (a - c) - t is one product: coef @ rows[:3] with coef = (-t, -mu, 1).
+    coef = np.empty(3)
+    coef[2] = 1.0
     fm = free.astype(np.float64)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
         nf, sa, sy, saa, say = np.dot(rows, fm).tolist()
@@ -361,17 +364,24 @@ def _solve_single_cut(
         mass_free = 1.0 - gamma * (k - nf)
         # sum q = 1 and (a - c) . q = b - c with q_F = y_F - mu (a_F - c) - t, q = gamma off F.
         mu = (say - abar * sy + abar * mass_free - gamma * sa - bc) / beta
-        t = (sy - mu * sa - mass_free) / nf
-        w = y - mu * ac
-        new_free = w > t + gamma
-        if mu >= 0.0:
-            if new_free.tobytes() == free.tobytes():
-                return np.maximum(w - t, gamma), mu
+        shift = (sy - mass_free) / nf
+        coef[0] = mu * abar - shift  # -t
+        coef[1] = -mu
+        z = np.dot(coef, rows[:3])
+        new_free = z > gamma
+        if mu >= 0.0 and (
+            new_free.tobytes() == free.tobytes()
             # The sets differ: accept if only by ties with the floor (rounding).
-            slack = ulps + 64.0 * _EPS * (2.0 * mu * scale + abs(t))
-            thr = t + gamma
-            if all(abs(v - thr) <= slack for v in w[new_free ^ free].tolist()):
-                return np.maximum(w - t, gamma), mu
+            or all(
+                abs(v - gamma) <= ulps + 64.0 * _EPS * (2.0 * mu * scale + abs(coef[0]))
+                for v in z[new_free ^ free].tolist()
+            )
+        ):
+            if mu * abs(abar) > yabs + 1.0:
+                # -t = mu abar - shift cancels: the centred form, as in _active_set_solve.
+                z = y - mu * (ac - abar)
+                z -= shift
+            return np.maximum(z, gamma), mu
         free = new_free
         fm = free.astype(np.float64)
     qs, ms = _cut_active(y[None], gamma, a[None], np.array([b]), free[None])

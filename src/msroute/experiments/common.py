@@ -26,6 +26,7 @@ import numpy as np
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, StochasticEnv
+from msroute.experiments.output import Progress
 from msroute.problem import Constraints, Problem, ProblemBatch
 
 __all__ = [
@@ -316,7 +317,8 @@ def run_cells(
     out_dir: Path,
     *,
     jobs: int = 1,
-    on_done: Callable[[CellSpec, bool], None] | None = None,
+    progress: Progress | None = None,
+    title: str = "cells",
 ) -> list[CellResult]:
     """Run (or load from the cache) every cell; results in the order of ``specs``.
 
@@ -330,31 +332,38 @@ def run_cells(
         an interrupted sweep resumes where it stopped.
     jobs : int, default 1
         Worker processes; 1 runs serially in this process.
-    on_done : callable, optional
-        Called with ``(spec, from_cache)`` as each cell finishes.
+    progress : Progress, optional
+        Shows a bar over the cells (none by default).
+    title : str
+        The bar's label.
     """
+    bar = progress or Progress(enabled=False)
     results: list[CellResult | None] = [load_cell(out_dir, s) for s in specs]
     todo = [i for i, r in enumerate(results) if r is None]
-    if on_done is not None:
+    with bar.track(title, len(specs)):
         for i, r in enumerate(results):
             if r is not None:
-                on_done(specs[i], True)
-    if jobs <= 1 or len(todo) <= 1:
-        for i in todo:
-            results[i] = worker(specs[i])
-            save_cell(out_dir, specs[i], results[i])  # type: ignore[arg-type]
-            if on_done is not None:
-                on_done(specs[i], False)
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            futures = {pool.submit(worker, specs[i]): i for i in todo}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                save_cell(out_dir, specs[i], results[i])  # type: ignore[arg-type]
-                if on_done is not None:
-                    on_done(specs[i], False)
+                bar.advance(_label(specs[i]) + " (cached)")
+
+        def done(i: int, result: CellResult) -> None:
+            results[i] = result
+            save_cell(out_dir, specs[i], result)
+            bar.advance(_label(specs[i]))
+
+        if jobs <= 1 or len(todo) <= 1:
+            for i in todo:
+                done(i, worker(specs[i]))
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+                futures = {pool.submit(worker, specs[i]): i for i in todo}
+                for fut in as_completed(futures):
+                    done(futures[fut], fut.result())
     return [r for r in results if r is not None]
+
+
+def _label(spec: CellSpec) -> str:
+    seeds = f"seed {spec.seeds[0]}" if len(spec.seeds) == 1 else f"{len(spec.seeds)} seeds"
+    return f"{spec.env}/{spec.policy} N={spec.n_dims} {seeds}"
 
 
 def params_items(params: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:

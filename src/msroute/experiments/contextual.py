@@ -31,7 +31,7 @@ from msroute.experiments.common import (
     stream,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
-from msroute.experiments.output import Progress, print_table, write_csv, write_sidecar
+from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import feasible, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.omd import ContextualOMD, OMDApproachability
@@ -211,14 +211,9 @@ def run_contextual(
     )
     # Each seed is its own cell, so the oracles of different seeds run in parallel.
     specs = [dataclasses.replace(spec, seeds=(s,)) for s in cfg.seed_list]
-    with progress.track("contextual: seeds", len(specs)) as bar:
-        results = run_cells(
-            specs,
-            contextual_worker,
-            out,
-            jobs=jobs,
-            on_done=lambda s, c: bar.advance(f"seed {s.seeds[0]}" + (" (cached)" if c else "")),
-        )
+    results = run_cells(
+        specs, contextual_worker, out, jobs=jobs, progress=progress, title="contextual: seeds"
+    )
     rows: list[dict[str, Any]] = []
     for s, res in zip(specs, results, strict=True):
         for name in ("omd-contextual", "omd"):
@@ -236,64 +231,35 @@ def run_contextual(
                     "regret_flat": float(res[f"{key}_regret_flat"][0]),
                 }
             )
-    write_csv(out / "contextual.csv", rows)
-    summary = []
+    summary = Summary(
+        "Contextual: Algorithm 2 vs context-free OMD (means over seeds)",
+        (
+            "policy",
+            "reward",
+            "OPT ctx",
+            "OPT flat",
+            "regret vs OPT ctx",
+            "regret vs OPT flat",
+            "% feasible",
+        ),
+    )
     for name in ("omd-contextual", "omd"):
         grp = [r for r in rows if r["policy"] == name]
-        summary.append(
-            (
-                name,
-                *(
-                    float(np.mean([g[k] for g in grp]))
-                    for k in ("avg_reward", "opt", "opt_flat", "regret", "regret_flat")
-                ),
-                100.0 * float(np.mean([g["feasible"] for g in grp])),
-            )
+        means = (
+            float(np.mean([g[k] for g in grp]))
+            for k in ("avg_reward", "opt", "opt_flat", "regret", "regret_flat")
         )
-    write_sidecar(
-        out / "contextual.json",
-        experiment="contextual",
+        summary.rows.append((name, *means, 100.0 * float(np.mean([g["feasible"] for g in grp]))))
+    publish(
+        out,
+        "contextual",
+        rows,
         config=cfg,
         seeds=cfg.seed_list,
-        wall_time=time.perf_counter() - tic,
-        extra={
-            "summary": [
-                dict(
-                    zip(
-                        (
-                            "policy",
-                            "avg_reward",
-                            "opt_ctx",
-                            "opt_flat",
-                            "regret_ctx",
-                            "regret_flat",
-                            "feasible_pct",
-                        ),
-                        s,
-                        strict=True,
-                    )
-                )
-                for s in summary
-            ],
-            "max_opt_gap": max(float(r["opt_gap"].max()) for r in results),
-        },
+        started=tic,
+        summary=summary,
+        extra={"max_opt_gap": max(float(r["opt_gap"].max()) for r in results)},
+        plot=plot,
+        quiet=quiet,
     )
-    if plot:
-        from msroute.plotting import plot_contextual, save_figure
-
-        save_figure(plot_contextual(rows), out / "contextual")
-    if not quiet:
-        print_table(
-            "Contextual: Algorithm 2 vs context-free OMD (means over seeds)",
-            (
-                "policy",
-                "reward",
-                "OPT ctx",
-                "OPT flat",
-                "regret vs OPT ctx",
-                "regret vs OPT flat",
-                "% feasible",
-            ),
-            summary,
-        )
     return rows

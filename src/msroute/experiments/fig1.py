@@ -31,7 +31,7 @@ from msroute.experiments.common import (
     run_cells,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
-from msroute.experiments.output import Progress, print_table, write_csv, write_sidecar
+from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import (
     constraint_regret,
     feasible,
@@ -182,16 +182,12 @@ def run_fig1(
         )
         for n in cfg.dims
     ]
-    with progress.track("fig1: cells", len(specs)) as bar:
-        results = run_cells(
-            specs,
-            fig1_worker,
-            out,
-            jobs=jobs,
-            on_done=lambda s, c: bar.advance(f"N={s.n_dims}" + (" (cached)" if c else "")),
-        )
+    results = run_cells(specs, fig1_worker, out, jobs=jobs, progress=progress, title="fig1")
     rows: list[dict[str, Any]] = []
-    summary = []
+    summary = Summary(
+        "Figure 1: regret of OMD-Approachability at the last step (mean over seeds)",
+        ("N", "level", "R1 proxy", "R1 true", "R2", "R2 = 0 from step", "% feasible"),
+    )
     n_seeds = len(cfg.seed_list)
     for spec, res in zip(specs, results, strict=True):
         steps = res["rounds"] // cfg.batch
@@ -213,7 +209,7 @@ def run_fig1(
                     rows.append(row)
             runs = slice(li * n_seeds, (li + 1) * n_seeds)
             first_zero = _first_step_zero(res["r2"][:, runs], steps)
-            summary.append(
+            summary.rows.append(
                 (
                     f"N={spec.n_dims}",
                     level,
@@ -224,45 +220,19 @@ def run_fig1(
                     100.0 * float(res["feasible"][runs].mean()),
                 )
             )
-    write_csv(out / "fig1.csv", rows)
-    write_sidecar(
-        out / "fig1.json",
-        experiment="fig1",
+    max_gap = max(float(r["opt_gap"].max()) for r in results) if cfg.opt else None
+    publish(
+        out,
+        "fig1",
+        rows,
         config=cfg,
         seeds=cfg.seed_list,
-        wall_time=time.perf_counter() - tic,
-        extra={
-            "summary": [
-                dict(
-                    zip(
-                        (
-                            "N",
-                            "level",
-                            "r1_final",
-                            "r1_true_final",
-                            "r2_final",
-                            "r2_zero_from_step",
-                            "feasible_pct",
-                        ),
-                        s,
-                        strict=True,
-                    )
-                )
-                for s in summary
-            ],
-            "max_opt_gap": max(float(r["opt_gap"].max()) for r in results) if cfg.opt else None,
-        },
+        started=tic,
+        summary=summary,
+        extra={"max_opt_gap": max_gap},
+        plot=plot,
+        quiet=quiet,
     )
-    if plot:
-        from msroute.plotting import plot_fig1, save_figure
-
-        save_figure(plot_fig1(rows), out / "fig1")
-    if not quiet:
-        print_table(
-            "Figure 1: regret of OMD-Approachability at the last step (mean over seeds)",
-            ("N", "level", "R1 proxy", "R1 true", "R2", "R2 = 0 from step", "% feasible"),
-            summary,
-        )
     return rows
 
 

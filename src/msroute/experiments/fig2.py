@@ -27,7 +27,7 @@ from msroute.experiments.config import (
     check_names,
     check_policies,
 )
-from msroute.experiments.output import Progress, print_table, write_csv, write_sidecar
+from msroute.experiments.output import Progress, Summary, publish
 from msroute.experiments.sweep import sweep_worker
 from msroute.policies.lagrangian import VIOLATIONS
 
@@ -138,16 +138,7 @@ def run_sweep(
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
     specs = [s for _, s in labelled]
-    with progress.track(f"{experiment}: cells", len(specs)) as bar:
-        results = run_cells(
-            specs,
-            sweep_worker,
-            out,
-            jobs=jobs,
-            on_done=lambda s, cached: bar.advance(
-                f"{s.env}/{s.policy}" + (" (cached)" if cached else "")
-            ),
-        )
+    results = run_cells(specs, sweep_worker, out, jobs=jobs, progress=progress, title="sweep")
     return labelled, results
 
 
@@ -216,48 +207,25 @@ def run_fig2(
     progress = progress or Progress(enabled=not quiet)
     labelled, results = run_sweep(cfg, out, jobs, progress)
     rows = tidy_rows(cfg, labelled, results)
-    write_csv(out / "fig2.csv", rows)
-    summary = summarize(rows)
-    wall = time.perf_counter() - tic
-    write_sidecar(
-        out / "fig2.json",
-        experiment="fig2",
+    summary = Summary(
+        "Figure 2: time-averaged reward and % feasible seeds",
+        ("env", "level", "policy", "reward", "std", "% feasible", "% feas. 1e-3"),
+        summarize(rows),
+    )
+    cell_seconds = {
+        f"{s.env}/{label}": float(r["wall_time"])
+        for (label, s), r in zip(labelled, results, strict=True)
+    }
+    publish(
+        out,
+        "fig2",
+        rows,
         config=cfg,
         seeds=cfg.seed_list,
-        wall_time=wall,
-        extra={
-            "cell_seconds": {
-                f"{s.env}/{label}": float(r["wall_time"])
-                for (label, s), r in zip(labelled, results, strict=True)
-            },
-            "summary": [
-                dict(
-                    zip(
-                        (
-                            "env",
-                            "level",
-                            "policy",
-                            "reward_mean",
-                            "reward_std",
-                            "feasible_pct",
-                            "feasible_1e3_pct",
-                        ),
-                        s,
-                        strict=True,
-                    )
-                )
-                for s in summary
-            ],
-        },
+        started=tic,
+        summary=summary,
+        extra={"cell_seconds": cell_seconds},
+        plot=plot,
+        quiet=quiet,
     )
-    if plot:
-        from msroute.plotting import plot_fig2, save_figure
-
-        save_figure(plot_fig2(rows), out / "fig2")
-    if not quiet:
-        print_table(
-            "Figure 2: time-averaged reward and % feasible seeds",
-            ("env", "level", "policy", "reward", "std", "% feasible", "% feas. 1e-3"),
-            summary,
-        )
     return rows

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from msroute.experiments.fig2 import Fig2Config, run_sweep
-from msroute.experiments.output import Progress, print_table, write_csv, write_sidecar
+from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import rolling_mean
 
 __all__ = ["Fig3Config", "run_fig3"]
@@ -73,7 +73,10 @@ def run_fig3(
     labelled, results = run_sweep(sweep_cfg, out, jobs, progress)
     n_seeds = len(cfg.seed_list)
     rows: list[dict[str, Any]] = []
-    summary = []
+    summary = Summary(
+        f"Figure 3: rolling reward (window {cfg.window}) at the last round",
+        ("env", "level", "policy", "rolling reward", "std"),
+    )
     for (label, spec), res in zip(labelled, results, strict=True):
         if label not in cfg.show_policies:
             continue
@@ -98,20 +101,16 @@ def run_fig3(
                 }
                 for i in keep
             )
-            summary.append((spec.env, level, label, float(mean[-1]), float(std[-1])))
-    write_csv(out / "fig3.csv", rows)
-    wall = time.perf_counter() - tic
-    write_sidecar(
-        out / "fig3.json", experiment="fig3", config=cfg, seeds=cfg.seed_list, wall_time=wall
+            summary.rows.append((spec.env, level, label, float(mean[-1]), float(std[-1])))
+    publish(
+        out,
+        "fig3",
+        rows,
+        config=cfg,
+        seeds=cfg.seed_list,
+        started=tic,
+        summary=summary,
+        plot=plot,
+        quiet=quiet,
     )
-    if plot:
-        from msroute.plotting import plot_fig3, save_figure
-
-        save_figure(plot_fig3(rows), out / "fig3")
-    if not quiet:
-        print_table(
-            f"Figure 3: rolling reward (window {cfg.window}) at the last round",
-            ("env", "level", "policy", "rolling reward", "std"),
-            summary,
-        )
     return rows

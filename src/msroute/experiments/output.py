@@ -8,13 +8,13 @@ import platform
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Progress", "print_table", "write_csv", "write_sidecar"]
+__all__ = ["Progress", "Summary", "print_table", "publish", "write_csv", "write_sidecar"]
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -130,3 +130,46 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for row in rows:
         table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
     Console().print(table)
+
+
+@dataclass
+class Summary:
+    """The table an experiment prints at the end (and stores in its JSON sidecar)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def publish(
+    out: Path,
+    name: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    config: Any,
+    seeds: Sequence[int],
+    started: float,
+    summary: Summary,
+    extra: Mapping[str, Any] | None = None,
+    plot: bool = True,
+    quiet: bool = False,
+) -> None:
+    """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.json`` (parameters,
+    seeds, version, wall time since ``started``, the summary), ``name.png``/``.svg`` (drawn by
+    ``msroute.plotting.plot_<name>``), and print the summary table."""
+    write_csv(out / f"{name}.csv", rows)
+    record = {"summary": [dict(zip(summary.columns, r, strict=True)) for r in summary.rows]}
+    write_sidecar(
+        out / f"{name}.json",
+        experiment=name,
+        config=config,
+        seeds=seeds,
+        wall_time=time.perf_counter() - started,
+        extra={**record, **(extra or {})},
+    )
+    if plot:
+        from msroute import plotting
+
+        plotting.save_figure(getattr(plotting, f"plot_{name}")(rows), out / name)
+    if not quiet:
+        print_table(summary.title, summary.columns, summary.rows)

@@ -64,3 +64,37 @@ def check_gamma(gamma: float, n_experts: int) -> float:
             f"gamma == {gamma} with {n_experts} experts, must be <= 1/K = {1.0 / n_experts:.6g}"
         )
     return gamma
+
+
+def check_contexts(
+    contexts: ArrayLike | None,
+    weights: ArrayLike | None,
+    n_rounds: int,
+    n_runs: int,
+    n_dims: int | None = None,
+) -> tuple[IntArray | None, FloatArray | None]:
+    """Validate per-round contexts and their reward-dimension weights (given together or not).
+
+    Returns ``contexts`` as ints of shape (T, R) (a (T,) sequence is shared by every run) and
+    ``weights`` as floats of shape (X, N), both None when neither is given.
+    """
+    if contexts is None and weights is None:
+        return None, None
+    if contexts is None or weights is None:
+        raise ValueError("contexts and context_weights go together: give both or neither")
+    w = as_float_array(weights, "context_weights", ndim_min=2, ndim_max=2)
+    if np.any(w < 0):
+        raise ValueError(f"context_weights must be >= 0; min is {w.min():.3g}")
+    if n_dims is not None and w.shape[1] != n_dims:
+        raise ValueError(f"context_weights must have shape (X, N = {n_dims}), got {w.shape}")
+    c = np.asarray(contexts)
+    if c.shape == (n_rounds,):
+        c = np.broadcast_to(c[:, None], (n_rounds, n_runs))
+    if c.shape != (n_rounds, n_runs) or not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(
+            f"contexts must be ints of shape (T,) or (T, R) = {(n_rounds, n_runs)}, "
+            f"got {c.dtype} {c.shape}"
+        )
+    if c.min() < 0 or c.max() >= w.shape[0]:
+        raise ValueError(f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)")
+    return np.asarray(c, dtype=np.int64), w

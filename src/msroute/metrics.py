@@ -29,6 +29,7 @@ from msroute._validation import (
     FloatArray,
     IntArray,
     as_float_array,
+    check_contexts,
     check_positive_int,
     check_simplex,
 )
@@ -357,7 +358,7 @@ def objective_regret_proxy(
     if method not in ("exact", "monte_carlo"):
         raise ValueError(f"method == {method!r}, must be 'exact' or 'monte_carlo'")
     n_mc = check_positive_int(n_samples, "n_samples")
-    ctx, weights = _check_context_args(contexts, context_weights, t_len, n_runs)
+    ctx, weights = check_contexts(contexts, context_weights, t_len, n_runs)
     q = as_float_array(final_q, "final_q", ndim_min=2, ndim_max=3)
     want_ndim = 2 if ctx is None else 3
     if q.ndim != want_ndim or q.shape[0] != n_runs:
@@ -397,29 +398,6 @@ def objective_regret_proxy(
                     q_rounds[a:b], v[a:b], m, n_samples=n_mc, seed=rng
                 )[0]
     return np.asarray(running_average(phi - r, counts), dtype=np.float64)
-
-
-def _check_context_args(
-    contexts: ArrayLike | None, weights: ArrayLike | None, t_len: int, n_runs: int
-) -> tuple[IntArray | None, FloatArray | None]:
-    if contexts is None and weights is None:
-        return None, None
-    if contexts is None or weights is None:
-        raise ValueError("contexts and context_weights go together: give both or neither")
-    w = as_float_array(weights, "context_weights", ndim_min=2, ndim_max=2)
-    if np.any(w < 0):
-        raise ValueError(f"context_weights must be >= 0; min is {w.min():.3g}")
-    c = np.asarray(contexts)
-    if c.shape == (t_len,):
-        c = np.broadcast_to(c[:, None], (t_len, n_runs))
-    if c.shape != (t_len, n_runs) or not np.issubdtype(c.dtype, np.integer):
-        raise ValueError(
-            f"contexts must be ints of shape (T,) or (T, R) = {(t_len, n_runs)}, "
-            f"got {c.dtype} {c.shape}"
-        )
-    if c.min() < 0 or c.max() >= w.shape[0]:
-        raise ValueError(f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)")
-    return c.astype(np.int64), w
 
 
 def _skill_fetcher(

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, IntArray, as_float_array, check_positive_int
+from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward
@@ -75,31 +75,6 @@ class Trajectory:
     def horizon(self) -> int:
         """Number of rounds T recorded."""
         return int(self.rewards.shape[0])
-
-
-def _check_contexts(
-    contexts: ArrayLike | None, weights: ArrayLike | None, horizon: int, n_runs: int, n_dims: int
-) -> tuple[IntArray | None, FloatArray | None]:
-    if contexts is None and weights is None:
-        return None, None
-    if contexts is None or weights is None:
-        raise ValueError("contexts and context_weights go together: give both or neither")
-    w = as_float_array(weights, "context_weights", ndim_min=2, ndim_max=2)
-    if w.shape[1] != n_dims or np.any(w < 0):
-        raise ValueError(
-            f"context_weights must be (X, N) = (X, {n_dims}) and >= 0, got shape {w.shape}"
-        )
-    c = np.asarray(contexts)
-    if c.shape == (horizon,):
-        c = np.broadcast_to(c[:, None], (horizon, n_runs))
-    if c.shape != (horizon, n_runs) or not np.issubdtype(c.dtype, np.integer):
-        raise ValueError(
-            f"contexts must be ints of shape (T,) or (T, R) = {(horizon, n_runs)}, "
-            f"got {c.dtype} {c.shape}"
-        )
-    if c.min() < 0 or c.max() >= w.shape[0]:
-        raise ValueError(f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)")
-    return c.astype(np.int64), w
 
 
 def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
@@ -183,7 +158,7 @@ def simulate(
     if cost_count not in ("distinct", "draws"):
         raise ValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
     by_draw = cost_count == "draws"
-    ctx_all, weights = _check_contexts(contexts, context_weights, t_total, r, env.n_dims)
+    ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     names = list(policies)
     rewards = {n: np.empty((t_total, r)) for n in names}
     costs = {n: np.empty((t_total, r, d)) for n in names}

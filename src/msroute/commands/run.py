@@ -109,11 +109,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from msroute.experiments.output import print_table
 
-    cols = list(runs[0])
+    short = {
+        "avg_reward": "reward",
+        "avg_workload": "workload",
+        "budget_bound": "budget",
+        "avg_experts": "experts",
+        "expert_cap": "cap",
+        "feasible": "feasible",
+        "r2": "R2",
+    }
     print_table(
         f"{args.policy} on {args.env}, level {args.level}, T = {args.horizon} "
-        f"({float(res['wall_time']):.1f} s)",
-        cols,
-        [[r[c] for c in cols] for r in runs],
+        f"({float(res['wall_time']):.1f} s): time averages per seed",
+        ["seed", *short.values()],
+        [[r["seed"], *(r[k] for k in short)] for r in runs],
     )
     return 0

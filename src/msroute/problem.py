@@ -455,7 +455,7 @@ class ProblemBatch:
 
     def surrogate_cost(self, q: FloatArray) -> FloatArray:
         """``C^T q`` per run: q (R, K) -> (R, d)."""
-        return np.asarray(np.einsum("rkd,rk->rd", self.costs, q), dtype=np.float64)
+        return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
 
     def draws_cost(self, draws: np.ndarray) -> FloatArray:
         """Cost of the draws, an expert drawn twice counted twice: draws (R, M) -> (R, d)."""
@@ -464,6 +464,5 @@ class ProblemBatch:
 
     def realized_cost(self, mask: np.ndarray) -> FloatArray:
         """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
-        return np.asarray(
-            np.einsum("rkd,rk->rd", self.costs, mask.astype(np.float64)), dtype=np.float64
-        )
+        weights = mask.astype(np.float64)[:, None, :]
+        return np.asarray(np.matmul(weights, self.costs)[:, 0, :], dtype=np.float64)

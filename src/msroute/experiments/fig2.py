@@ -128,15 +128,21 @@ def sweep_specs(
 
 
 def run_sweep(
-    cfg: Fig2Config, out: Path, jobs: int, progress: Progress
+    cfg: Fig2Config,
+    out: Path,
+    jobs: int,
+    progress: Progress,
+    labels: Sequence[str] | None = None,
 ) -> tuple[list[tuple[str, CellSpec]], list[dict[str, np.ndarray]]]:
     """Run (or resume) the sweep's cells, with a progress bar.
 
     The cells record per-round rewards too, so that Figure 3 reads the same cells from the
-    cache instead of simulating them again.
+    cache instead of simulating them again; ``labels`` keeps only the policies it names.
     """
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
+    if labels is not None:
+        labelled = [(label, spec) for label, spec in labelled if label in labels]
     specs = [s for _, s in labelled]
     results = run_cells(specs, sweep_worker, out, jobs=jobs, progress=progress, title="sweep")
     return labelled, results

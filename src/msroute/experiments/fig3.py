@@ -70,7 +70,7 @@ def run_fig3(
     tic = time.perf_counter()
     progress = progress or Progress(enabled=not quiet)
     sweep_cfg = Fig2Config(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(Fig2Config)})
-    labelled, results = run_sweep(sweep_cfg, out, jobs, progress)
+    labelled, results = run_sweep(sweep_cfg, out, jobs, progress, labels=cfg.show_policies)
     n_seeds = len(cfg.seed_list)
     rows: list[dict[str, Any]] = []
     summary = Summary(

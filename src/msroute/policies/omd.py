@@ -78,7 +78,7 @@ class ApproachabilityDual:
     def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
         """The QP cut ``a . q <= b`` of some runs: ``a = C w`` (R', K), ``b = h_S(w)`` (R',)."""
         w = self.w[runs]
-        a = np.einsum("rkd,rd->rk", costs[runs], w)
+        a = np.matmul(costs[runs], w[:, :, None])[:, :, 0]
         b = support_box(w, self.lo[runs], self.hi[runs])
         return np.asarray(a, dtype=np.float64), b
 

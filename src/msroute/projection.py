@@ -276,22 +276,35 @@ def _ones(k: int) -> FloatArray:
     return out
 
 
-def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray, float]:
-    """:func:`_floored_simplex` for one row ``y`` (K,): ``q(0)``, its free set and ``max |y|``."""
+def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray, float]:
+    """:func:`_floored_simplex` for one row ``y`` (K,) in few numpy calls.
+
+    Returns ``q(0)``, ``z = y - tau`` (its free set is ``z > gamma``) and ``max |y|``.
+    """
     k = y.shape[0]
     mass = 1.0 - k * gamma
     if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
-        return np.full(k, 1.0 / k), np.zeros(k, dtype=bool), float(np.abs(y).max())
+        return np.full(k, 1.0 / k), np.full(k, gamma), float(np.abs(y).max())
     u = y.copy()
     u.sort()
     u = u[::-1]
     top = float(u[0])
     u -= top  # shift-invariant; keeps the cumulative sums on the scale of the spread
     css = u.cumsum()
-    css -= mass
-    rho = int(np.count_nonzero(u * _ranks(k) > css))
-    z = y - (float(css[rho - 1]) / rho - gamma + top)
-    return np.maximum(z, gamma), z > gamma, max(abs(top), abs(top + float(u[-1])))
+    # The top rho coordinates are free: rho = #{j : sum_{i<=j} (u_i - u_j) < mass}, whose
+    # left side is nondecreasing in j (and 0 at j = 1).
+    rho = int((css - u * _ranks(k)).searchsorted(mass))
+    z = y - ((float(css[rho - 1]) - mass) / rho - gamma + top)
+    return np.maximum(z, gamma), z, max(abs(top), abs(top + float(u[-1])))
+
+
+@functools.lru_cache(maxsize=16)
+def _ones_rows(k: int) -> FloatArray:
+    """A (5, K) array whose first row is ones (cached; :func:`_solve_single_cut` copies it)."""
+    out = np.zeros((5, k))
+    out[0] = 1.0
+    out.setflags(write=False)
+    return out
 
 
 def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
@@ -303,12 +316,14 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     matrix-vector product, with the 2x2 system solved in closed form on Python floats. ``a`` is
     first centred on its mean (the same cut on the simplex, see :func:`_cut_active`), which
     keeps ``sum_F a^2 - |F| abar^2`` well conditioned; rows where it is not (``a`` nearly
-    constant on ``F``), or that do not settle, go to the batched helpers.
+    constant on ``F``), or that do not settle, go to :func:`_search_mu`.
     """
-    q0, free, yabs = _floored_single(y, gamma)
+    q0, z, yabs = _floored_single(y, gamma)
     if float(a @ q0) <= b:
         return q0, 0.0
-    return _solve_single_cut(y, gamma, a, b, q0, free, max(1.0 - y.shape[0] * gamma, 0.0), yabs)
+    return _solve_single_cut(
+        y, gamma, a, b, q0, z > gamma, max(1.0 - y.shape[0] * gamma, 0.0), yabs
+    )
 
 
 def _solve_single_cut(
@@ -340,8 +355,7 @@ def _solve_single_cut(
     # With c the mean of a, (a - c) . q <= b - c is the same cut on the simplex, with the same
     # multiplier. Rows 1, a - c, y, (a - c)^2, (a - c) y: their sums over F are one product.
     c = asum / k
-    rows = np.empty((5, k))
-    rows[0] = 1.0
+    rows = _ones_rows(k).copy()
     ac = rows[1]
     np.subtract(a, c, out=ac)
     rows[2] = y
@@ -352,29 +366,36 @@ def _solve_single_cut(
     # z = y - mu (a - c) - t is one product: coef @ rows[:3] with coef = (-t, -mu, 1).
     coef = np.empty(3)
     coef[2] = 1.0
+    rows3 = rows[:3]
     fm = free.astype(np.float64)
+    key, prev_key = free.tobytes(), b""
     for _ in range(_MAX_ACTIVE_SET_STEPS):
         nf, sa, sy, saa, say = np.dot(rows, fm).tolist()
         if nf == 0.0:
             break
         abar = sa / nf
         beta = saa - sa * abar  # sum_F (a_i - abar)^2
-        if not beta > 1e-6 * saa:  # a (nearly) constant on F: the careful path
+        if not beta > 1e-6 * saa:  # a (nearly) constant on F
             break
         mass_free = 1.0 - gamma * (k - nf)
         # sum q = 1 and (a - c) . q = b - c with q_F = y_F - mu (a_F - c) - t, q = gamma off F.
         mu = (say - abar * sy + abar * mass_free - gamma * sa - bc) / beta
         shift = (sy - mass_free) / nf
-        coef[0] = mu * abar - shift  # -t
+        coef[0] = minus_t = mu * abar - shift
         coef[1] = -mu
-        z = np.dot(coef, rows[:3])
+        z = np.dot(coef, rows3)
         new_free = z > gamma
+        new_key = new_free.tobytes()
+        # Settled when F is reproduced; a set that alternates with the previous one can only
+        # differ from it by ties with the floor (rounding): accept it when they are.
         if mu >= 0.0 and (
-            new_free.tobytes() == free.tobytes()
-            # The sets differ: accept if only by ties with the floor (rounding).
-            or all(
-                abs(v - gamma) <= ulps + 64.0 * _EPS * (2.0 * mu * scale + abs(coef[0]))
-                for v in z[new_free ^ free].tolist()
+            new_key == key
+            or (
+                new_key == prev_key
+                and all(
+                    abs(v - gamma) <= ulps + 64.0 * _EPS * (2.0 * mu * scale + abs(minus_t))
+                    for v in z[new_free ^ free].tolist()
+                )
             )
         ):
             if mu * abs(abar) > yabs + 1.0:
@@ -382,9 +403,10 @@ def _solve_single_cut(
                 z = y - mu * (ac - abar)
                 z -= shift
             return np.maximum(z, gamma), mu
-        free = new_free
+        free, key, prev_key = new_free, new_key, key
         fm = free.astype(np.float64)
-    qs, ms = _cut_active(y[None], gamma, a[None], np.array([b]), free[None])
+    # a constant on F (the Newton step is undefined) or no settling: the safeguarded search.
+    qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
     return qs[0], float(ms[0])
 
 

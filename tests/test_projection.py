@@ -275,6 +275,29 @@ def test_single_row_batch_equals_vector():
     np.testing.assert_array_equal(q[0], project_step(y[0], 0.01, a[0], 0.05))
 
 
+def test_single_row_path_matches_batched_path_on_step_like_instances():
+    """The one-row fast path (scalar 2x2 solves) and the batched path solve the same problems."""
+    rng = np.random.default_rng(2024)
+    n, k = 200, 50
+    gamma = 1.0 / (10 * k)
+    y = gamma + (1 - k * gamma) * rng.dirichlet(np.full(k, 0.5), size=n)
+    y += rng.normal(scale=rng.choice([2.0 / k, 1.0]), size=(n, 1)) * rng.normal(size=(n, k))
+    a = rng.normal(size=(n, k)) + rng.choice([0.0, 3.0], size=(n, 1))
+    reach = gamma * a.sum(-1) + (1 - k * gamma) * a.min(-1)
+    f0 = np.array([a[r] @ floored_simplex_bisect(y[r], gamma) for r in range(n)])
+    b = reach + rng.uniform(0.01, 1.3, size=n) * (f0 - reach)
+    q_rows, _ = _solve(y, gamma, a, b)
+    n_binding = 0
+    for r in range(n):
+        q, mu = _solve(y[r], gamma, a[r], float(b[r]))
+        assert_kkt(y[r], gamma, a[r], float(b[r]), q, float(mu))
+        np.testing.assert_allclose(q, q_rows[r], rtol=0, atol=1e-12 * (1 + np.abs(y[r]).max()))
+        np.testing.assert_array_equal(project_step(y[r], gamma, a[r], b[r]), q)
+        np.testing.assert_array_equal(_project_step_unchecked(y[r], gamma, a[r], float(b[r])), q)
+        n_binding += bool(mu > 0)
+    assert n_binding >= 100
+
+
 # ---------------------------------------------------------------------- empty and degenerate sets
 def test_empty_set_raises_with_diagnosis():
     a = np.array([0.3, 0.5, 0.9, 0.4])
@@ -344,6 +367,31 @@ def test_bad_inputs_raise_naming_the_argument(kwargs, error, match):
     args = {"y": [0.5, 0.5], "gamma": 0.1, **kwargs}
     with pytest.raises(error, match=match):
         project_step(**args)
+
+
+@pytest.mark.parametrize(
+    ("y", "a", "b", "match"),
+    [
+        (np.array([0.5, np.nan]), np.array([1.0, 0.0]), 0.5, "y contains 1 NaN"),
+        (np.array([0.5, 0.5]), np.array([1.0, -np.inf]), 0.5, "a contains 1 NaN or infinite"),
+        (np.array([0.5, 0.5]), np.array([0.0, np.inf]), 0.5, "a contains 1 NaN or infinite"),
+        (np.array([0.5, 0.5]), np.array([1.0, 0.0]), np.float64(np.nan), "b contains 1 NaN"),
+        (np.array([np.inf, 0.5]), None, None, "y contains 1 NaN or infinite"),
+    ],
+)
+def test_bad_float_arrays_raise_on_the_single_row_path(y, a, b, match):
+    """1-d float64 arrays take a cheaper validation; it must reject the same inputs."""
+    with pytest.raises(ValueError, match=match):
+        project_step(y, 0.1, a, b)
+
+
+def test_huge_and_tiny_cuts_match_the_unit_cut():
+    """Cuts scaled by 1e200 or 1e-200 (their squares overflow or underflow) cut the same set."""
+    y, a, b = np.array([0.6, 0.3, 0.1]), np.array([3.0, 1.0, 0.0]), 1.5
+    q = project_step(y, 0.0, a, b)
+    np.testing.assert_allclose(q, np.array([2.7, 2.4, 1.9]) / 7, atol=1e-15)
+    for scale in (1e200, 1e-200):
+        np.testing.assert_allclose(project_step(y, 0.0, scale * a, scale * b), q, atol=1e-14)
 
 
 def test_inputs_are_not_mutated():

@@ -127,18 +127,21 @@ def project_step(
         and gamma >= 0.0
         and gamma * y.shape[0] <= 1.0 + 1e-12
     ):  # one problem with float arguments (the common case): a cheaper validation
+        # NaN or infinite entries make the helpers return None: the checks below name them.
         if a is None and b is None:
-            if math.isfinite(float(y @ y)):  # false on NaN or inf (or overflow: checked below)
-                return _floored_single(y, float(gamma))[0]
+            floored = _floored_single(y, float(gamma))
+            if floored is not None:
+                return floored[0]
         elif (
             type(a) is np.ndarray
             and a.dtype == np.float64
             and a.shape == y.shape
             and isinstance(b_obj := cast(object, b), float)
             and math.isfinite(b_obj)
-            and math.isfinite(float(y @ a))  # false on NaN or inf in y or a (or overflow)
         ):
-            return _solve_single(y, float(gamma), a, float(b_obj))[0]
+            cut = _solve_single(y, float(gamma), a, float(b_obj))
+            if cut is not None:
+                return cut[0]
     ya = as_float_array(y, "y", ndim_min=1)
     k = ya.shape[-1]
     if k < 1:
@@ -193,7 +196,7 @@ def _project_step_unchecked(
     only an empty feasible set is still detected (it raises :class:`EmptyFeasibleSetError`).
     """
     if a is not None and y.ndim == 1 and a.ndim == 1 and isinstance(b, float):
-        return _solve_single(y, gamma, a, b)[0]
+        return _solve_one(y, gamma, a, b)[0]
     return _solve(y, gamma, a, b)[0]
 
 
@@ -212,7 +215,9 @@ def _solve(
     """
     y = np.asarray(y, dtype=np.float64)
     if a is None and y.ndim == 1:
-        return _floored_single(y, gamma)[0], np.zeros(())
+        floored = _floored_single(y, gamma)
+        q = _floored_simplex(y[None], gamma)[0][0] if floored is None else floored[0]
+        return q, np.zeros(())
     if a is None:
         q, _, _ = _floored_simplex(y.reshape(-1, y.shape[-1]), gamma)
         return q.reshape(y.shape), np.zeros(y.shape[:-1])
@@ -221,7 +226,7 @@ def _solve(
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if y.ndim == 1 and a.ndim == 1 and b.ndim == 0:  # one problem: skip the broadcasting
-        q1, mu1 = _solve_single(y, gamma, a, float(b))
+        q1, mu1 = _solve_one(y, gamma, a, float(b))
         return q1, np.asarray(mu1)
     shape = np.broadcast_shapes(y.shape, a.shape)
     k = shape[-1]
@@ -229,7 +234,7 @@ def _solve(
     a2 = np.broadcast_to(a, shape).reshape(-1, k)
     b1 = np.broadcast_to(b, shape[:-1]).reshape(-1)
     if y2.shape[0] == 1:
-        q1, mu1 = _solve_single(y2[0], gamma, a2[0], float(b1[0]))
+        q1, mu1 = _solve_one(y2[0], gamma, a2[0], float(b1[0]))
         return q1.reshape(shape), np.full(shape[:-1], mu1)
     q, mu = _solve_rows(y2, gamma, a2, b1)
     return q.reshape(shape), mu.reshape(shape[:-1])
@@ -276,26 +281,30 @@ def _ones(k: int) -> FloatArray:
     return out
 
 
-def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray, float]:
+def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray, float] | None:
     """:func:`_floored_simplex` for one row ``y`` (K,) in few numpy calls.
 
-    Returns ``q(0)``, ``z = y - tau`` (its free set is ``z > gamma``) and ``max |y|``.
+    Returns ``q(0)``, ``z = y - tau`` (its free set is ``z > gamma``) and ``max |y|``, or None
+    if ``y`` has a NaN or infinite entry (the sort finds them for free).
     """
     k = y.shape[0]
     mass = 1.0 - k * gamma
-    if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
-        return np.full(k, 1.0 / k), np.full(k, gamma), float(np.abs(y).max())
     u = y.copy()
-    u.sort()
+    u.sort()  # NaN last
+    top, bottom = float(u[-1]), float(u[0])
+    if not (math.isfinite(top) and math.isfinite(bottom)):
+        return None
+    yabs = max(top, -bottom)
+    if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
+        return np.full(k, 1.0 / k), np.full(k, gamma), yabs
     u = u[::-1]
-    top = float(u[0])
     u -= top  # shift-invariant; keeps the cumulative sums on the scale of the spread
     css = u.cumsum()
     # The top rho coordinates are free: rho = #{j : sum_{i<=j} (u_i - u_j) < mass}, whose
     # left side is nondecreasing in j (and 0 at j = 1).
     rho = int((css - u * _ranks(k)).searchsorted(mass))
     z = y - ((float(css[rho - 1]) - mass) / rho - gamma + top)
-    return np.maximum(z, gamma), z, max(abs(top), abs(top + float(u[-1])))
+    return np.maximum(z, gamma), z, yabs
 
 
 @functools.lru_cache(maxsize=16)
@@ -307,7 +316,9 @@ def _ones_rows(k: int) -> FloatArray:
     return out
 
 
-def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
+def _solve_single(
+    y: FloatArray, gamma: float, a: FloatArray, b: float
+) -> tuple[FloatArray, float] | None:
     """One problem, y and a of shape (K,): the method of :func:`_solve_rows` for a single row.
 
     At K ~ 50 numpy's per-call overhead, not arithmetic, dominates, so this path makes few
@@ -317,13 +328,28 @@ def _solve_single(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple
     first centred on its mean (the same cut on the simplex, see :func:`_cut_active`), which
     keeps ``sum_F a^2 - |F| abar^2`` well conditioned; rows where it is not (``a`` nearly
     constant on ``F``), or that do not settle, go to :func:`_search_mu`.
+
+    Returns None, before any other outcome, if ``y`` or ``a`` has a NaN or infinite entry (or
+    ``sum(a)`` overflows), which the public function uses as its finiteness check.
     """
-    q0, z, yabs = _floored_single(y, gamma)
+    floored = _floored_single(y, gamma)
+    k = y.shape[0]
+    asum = float(a @ _ones(k))
+    if floored is None or not math.isfinite(asum):
+        return None
+    q0, z, yabs = floored
     if float(a @ q0) <= b:
         return q0, 0.0
-    return _solve_single_cut(
-        y, gamma, a, b, q0, z > gamma, max(1.0 - y.shape[0] * gamma, 0.0), yabs
-    )
+    return _solve_single_cut(y, gamma, a, b, q0, z > gamma, asum, yabs)
+
+
+def _solve_one(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
+    """:func:`_solve_single` for finite inputs (the batched path if a sum of them overflows)."""
+    out = _solve_single(y, gamma, a, b)
+    if out is None:
+        q, mu = _solve_rows(y[None], gamma, a[None], np.array([b]))
+        return q[0], float(mu[0])
+    return out
 
 
 def _solve_single_cut(
@@ -333,18 +359,18 @@ def _solve_single_cut(
     b: float,
     q0: FloatArray,
     free: BoolArray,
-    mass: float,
+    asum: float,
     yabs: float,
 ) -> tuple[FloatArray, float]:
     """:func:`_solve_single` once the cut is known to be violated at ``q0 = q(0)``."""
     k = y.shape[0]
+    mass = max(1.0 - k * gamma, 0.0)
     srt = a.copy()
     srt.sort()
     amin, amax = float(srt[0]), float(srt[-1])
     scale = max(amax, -amin)
     if scale == 0.0:  # a = 0: no cut
         return q0, 0.0
-    asum = float(a @ _ones(k))
     reach = gamma * asum + mass * amin
     tol = FEASIBILITY_RTOL * scale
     if b < reach - tol:
@@ -352,6 +378,9 @@ def _solve_single_cut(
     if b <= reach + tol:
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
+    if not (1e-100 < scale < 1e100 and yabs < 1e100):  # squares below would under/overflow
+        qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
+        return qs[0], float(ms[0])
     # With c the mean of a, (a - c) . q <= b - c is the same cut on the simplex, with the same
     # multiplier. Rows 1, a - c, y, (a - c)^2, (a - c) y: their sums over F are one product.
     c = asum / k

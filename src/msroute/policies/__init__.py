@@ -14,6 +14,7 @@ from msroute.policies.base import BasePolicy, Policy
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
+from msroute.policies.persist import PolicyFileError, load_policy, save_policy
 from msroute.policies.registry import (
     POLICIES,
     available_policies,
@@ -33,10 +34,13 @@ __all__ = [
     "MoEGating",
     "OMDApproachability",
     "Policy",
+    "PolicyFileError",
     "RandomPolicy",
     "ThompsonSampling",
     "ThompsonSamplingBwK",
     "available_policies",
     "get_policy_class",
+    "load_policy",
     "make_policy",
+    "save_policy",
 ]

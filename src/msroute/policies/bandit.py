@@ -242,6 +242,8 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "ts"
+    #: The learned state beyond TeamRounds' (persistence).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
 
     def __init__(
         self,

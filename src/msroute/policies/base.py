@@ -11,8 +11,9 @@ the same seed and the same inputs give the same decisions, bit for bit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -84,11 +85,30 @@ class BasePolicy:
         R; defaults to the number of problems given (1 for a single problem).
     seed : int or SeedSequence, optional
         Seed of the policy's private random stream.
+
+    Notes
+    -----
+    Persistence (:mod:`msroute.policies.persist`): the keyword arguments of the constructor
+    are recorded once, in ``__new__``, so that a saved policy can be rebuilt; what changes while
+    the policy learns is declared by ``_state_attrs`` on each class (attributes holding arrays,
+    plain scalars, the random stream or a stateful component that declares its own). A class
+    declares only the attributes it adds; the declarations of its bases are collected along the
+    MRO.
     """
 
     name: ClassVar[str] = "base"
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
+    #: The round counter and the random stream: the state every policy has.
+    _state_attrs: ClassVar[tuple[str, ...]] = ("t", "rng")
+    #: Keyword arguments the policy was constructed with (the problem aside).
+    _init_kwargs: dict[str, Any]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # Record the outermost constructor call once for every subclass (no subclass code).
+        obj = super().__new__(cls)
+        obj._init_kwargs = {k: v for k, v in kwargs.items() if k != "problem"}
+        return obj
 
     def __init__(
         self,
@@ -185,6 +205,15 @@ class BasePolicy:
                 f"({self.n_contexts} context(s)), got {sorted(set(ctx.tolist()))}"
             )
         return ctx.astype(np.int64, copy=False)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save the policy to one file; :func:`msroute.policies.load_policy` resumes it.
+
+        See :func:`msroute.policies.persist.save_policy`.
+        """
+        from msroute.policies.persist import save_policy
+
+        save_policy(self, path)
 
     # ------------------------------------------------------------------ to implement
     def _select(self, context: IntArray | None) -> IntArray:

@@ -33,7 +33,7 @@ says it does ("steering away from constraint-violating arms as lambda grows"):
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -94,6 +94,9 @@ class LagrangianDual:
     >>> dual.penalty(np.array([[[2.0], [0.0]]])).tolist()  # -lambda * c_i per expert
     [[-2.0, 0.0]]
     """
+
+    #: What changes as the dual learns (persistence; the rest comes from the constructor).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("lam", "_cost_sum", "n_steps")
 
     def __init__(
         self,

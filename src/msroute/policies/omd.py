@@ -59,6 +59,9 @@ class ApproachabilityDual:
         Width of the "on the bound" band of the tie rule.
     """
 
+    #: What changes as the dual learns (persistence; the rest comes from the constructor).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("w",)
+
     def __init__(self, lo: FloatArray, hi: FloatArray, step: float, tol: float) -> None:
         self.lo = lo
         self.hi = hi
@@ -130,6 +133,18 @@ class OMDApproachability(BasePolicy):
     """
 
     name: ClassVar[str] = "omd"
+    #: The learned state (persistence); ``_ctx``/``_q_play`` make a save between ``select``
+    #: and ``update`` exact too.
+    _state_attrs: ClassVar[tuple[str, ...]] = (
+        "_q",
+        "_grad",
+        "_visits",
+        "_steps",
+        "_reward_sum",
+        "_ctx",
+        "_q_play",
+        "dual",
+    )
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
     _default_eta_mult: ClassVar[float] = 0.05

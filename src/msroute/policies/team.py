@@ -129,6 +129,9 @@ class SharedRewardStats:
         ``mu_i``, the mean shared reward over those rounds (0 while ``n_i = 0``).
     """
 
+    #: The learned state (persistence).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("counts", "means", "_rsqrt")
+
     def __init__(self, n_runs: int, n_experts: int) -> None:
         self.counts: FloatArray = np.zeros((n_runs, n_experts))
         self.means: FloatArray = np.zeros((n_runs, n_experts))
@@ -165,6 +168,9 @@ class BetaPosterior:
     prior_alpha, prior_beta : float
         The prior, ``Beta(1, 1)`` in the paper.
     """
+
+    #: The learned state (persistence).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("alpha", "beta")
 
     def __init__(
         self, n_runs: int, n_experts: int, prior_alpha: float = 1.0, prior_beta: float = 1.0
@@ -215,6 +221,8 @@ class TeamRounds:
     #: Whether the dual's penalty is added to the selection scores (False: MoE uses it on the
     #: reward instead).
     _dual_in_scores: ClassVar[bool] = True
+    #: The learned state (persistence): the shared statistics and the dual (None without one).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("stats", "dual")
 
     warmup: int
     stats: SharedRewardStats

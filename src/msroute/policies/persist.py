@@ -1,0 +1,444 @@
+"""Saving and resuming routing policies: one zip file of a JSON manifest and ``.npy`` arrays.
+
+A router serving real traffic must survive restarts: :func:`save_policy` writes everything a
+policy has learned, and :func:`load_policy` rebuilds it so that, fed the same feedback, it makes
+exactly the decisions the original would have made, bit for bit (random stream included).
+
+Format (``format_version`` 1)
+-----------------------------
+One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
+zip tool (``unzip -p router.npz manifest.json``):
+
+* ``manifest.json`` — UTF-8 JSON: ``format`` (``"msroute-policy"``), ``format_version``,
+  ``msroute_version``, ``policy`` (the registered name), ``kwargs`` (the constructor's keyword
+  arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``), ``problems`` (``m_draws``,
+  ``cbar`` and ``constraints`` of each distinct problem, the latter by
+  :meth:`Constraints.to_dict`), ``problem_of_run`` (which problem each run uses), ``state`` (the
+  non-array state: the round counter ``t``, the generator's ``bit_generator.state`` under ``rng``,
+  counters such as ``dual.n_steps``) and ``arrays`` (the names of the array state).
+* ``problem.<i>.costs.npy`` — the cost matrix (K, d) of distinct problem ``i``.
+* ``state.<name>.npy`` — one array of state each, e.g. ``state._q.npy``, ``state.dual.w.npy``.
+
+Why one file rather than a directory: it is written to a temporary file and renamed over the
+target, so a crash while saving never leaves a half-written checkpoint in place, and it is one
+object to copy or upload. Why a hand-written zip rather than ``numpy.savez``: the manifest stays
+a plain JSON member that people and other tools can read; the arrays are written by numpy's own
+``.npy`` writer with ``allow_pickle=False``, exactly as ``savez`` would.
+
+What the state is
+-----------------
+Each stateful class declares the attributes it adds in ``_state_attrs`` (``BasePolicy``: ``t``
+and ``rng``; ``OMDApproachability``: ``_q``, ``_grad``, ..., ``dual``; ``SharedRewardStats``:
+``counts``, ``means``, ``_rsqrt``; ...); :func:`state_dict` collects them along the MRO and
+walks into components that declare their own, giving flat dotted names (``dual.lam``). Allowed
+values: numpy arrays, ``numpy.random.Generator`` (its ``bit_generator.state``), ``int``,
+``float``, ``str``, ``bool``, ``None`` and declared components. Everything else a policy holds is
+rebuilt by its constructor from the saved problems and keyword arguments, which the constructor
+validates again.
+
+Loading never executes code: the archive is read with ``allow_pickle=False`` and the manifest
+is JSON. Each state entry is checked against the freshly built policy (same entries, same kind,
+dtype and shape) before it replaces the fresh value.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from msroute import Constraints, Problem, make_policy
+>>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
+>>> pol = make_policy("omd", p, horizon=100, n_runs=2, seed=0)
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     path = pathlib.Path(tmp) / "router.npz"
+...     pol.save(path)
+...     twin = load_policy(path)
+>>> bool((twin.select() == pol.select()).all())
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from msroute.errors import DataFormatError
+from msroute.policies.base import BasePolicy
+from msroute.policies.registry import POLICIES, get_policy_class
+from msroute.problem import Constraints, Problem
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PolicyFileError",
+    "StateValue",
+    "load_policy",
+    "load_state_dict",
+    "save_policy",
+    "state_attrs",
+    "state_dict",
+]
+
+#: Version of the file layout written by :func:`save_policy`; files of a newer one are refused.
+FORMAT_VERSION = 1
+_FORMAT = "msroute-policy"
+_MANIFEST = "manifest.json"
+
+#: One entry of a state dict: an array, a plain scalar, None or a generator's state (a dict).
+StateValue = np.ndarray | int | float | str | bool | dict[str, Any] | None
+_SCALARS = (bool, int, float, str)
+
+
+class PolicyFileError(DataFormatError):
+    """A saved policy file cannot be loaded: missing, not a policy file, corrupt or truncated,
+    written by a newer msroute, or naming a policy this msroute does not know.
+
+    The message names the file and the problem.
+    """
+
+
+# ---------------------------------------------------------------------- the state walk
+def state_attrs(obj: object) -> tuple[str, ...]:
+    """The state attributes ``obj`` declares, bases first (``_state_attrs`` along the MRO)."""
+    names: dict[str, None] = {}
+    for cls in reversed(type(obj).__mro__):
+        names.update(dict.fromkeys(cls.__dict__.get("_state_attrs", ())))
+    return tuple(names)
+
+
+def _is_component(value: object) -> bool:
+    return not isinstance(value, type) and bool(state_attrs(value))
+
+
+def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
+    """The declared state of a policy or component, flat, with dotted names (copies).
+
+    Parameters
+    ----------
+    obj : object
+        A policy or a stateful component (anything whose class declares ``_state_attrs``).
+    prefix : str, optional
+        Prepended to every name (used for nested components).
+
+    Returns
+    -------
+    dict
+        ``name -> value``: arrays (copied), plain scalars, ``None``, and for a
+        ``numpy.random.Generator`` its ``bit_generator.state`` (a JSON-able dict).
+    """
+    out: dict[str, StateValue] = {}
+    for name in state_attrs(obj):
+        value = getattr(obj, name)
+        key = prefix + name
+        if isinstance(value, np.ndarray):
+            out[key] = value.copy()
+        elif isinstance(value, np.random.Generator):
+            out[key] = dict(value.bit_generator.state)
+        elif value is None or type(value) in _SCALARS:
+            out[key] = value
+        elif _is_component(value):
+            out.update(state_dict(value, key + "."))
+        else:
+            raise TypeError(
+                f"state attribute {key!r} of {type(obj).__name__} holds a "
+                f"{type(value).__name__}; declare only arrays, plain scalars, None, a Generator "
+                "or components with their own _state_attrs"
+            )
+    return out
+
+
+def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
+    """Overwrite the declared state of ``obj`` with ``state`` (as made by :func:`state_dict`).
+
+    Every entry is checked first against ``obj``'s own: the same names, and per entry the same
+    kind (array, generator, scalar type, None), and for arrays the same dtype and shape. Arrays
+    are copied in (C-ordered, writable), the generator's state is set in place.
+
+    Raises
+    ------
+    ValueError
+        Naming the first entry that is missing, unexpected or does not match.
+    """
+    expected = state_dict(obj)
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        raise ValueError(
+            f"the state does not fit a {type(obj).__name__}: missing entries {missing}, "
+            f"unexpected entries {extra}"
+        )
+    for key, current in expected.items():
+        _check_entry(key, current, state[key])
+    _assign(obj, state, "")
+
+
+def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
+    if isinstance(current, np.ndarray):
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"state entry {key!r} must be an array, got {type(value).__name__}")
+        if value.dtype != current.dtype or value.shape != current.shape:
+            raise ValueError(
+                f"state entry {key!r} must be {current.dtype} of shape {current.shape}, "
+                f"got {value.dtype} of shape {value.shape}"
+            )
+    elif isinstance(current, dict):  # a generator's state
+        if not isinstance(value, dict) or value.get("bit_generator") != current["bit_generator"]:
+            raise ValueError(
+                f"state entry {key!r} must be the state of a {current['bit_generator']} "
+                f"bit generator, got {value!r}"
+            )
+    elif type(value) is not type(current):
+        raise ValueError(
+            f"state entry {key!r} must be {type(current).__name__}, got {type(value).__name__}"
+        )
+
+
+def _assign(obj: object, state: dict[str, StateValue], prefix: str) -> None:
+    for name in state_attrs(obj):
+        key = prefix + name
+        current = getattr(obj, name)
+        if isinstance(current, np.ndarray):
+            # C order: the policies update some arrays in place through ``reshape(-1)`` views.
+            setattr(obj, name, np.array(state[key], dtype=current.dtype, order="C", copy=True))
+        elif isinstance(current, np.random.Generator):
+            current.bit_generator.state = cast(dict[str, Any], state[key])  # checked
+        elif current is None or type(current) in _SCALARS:
+            setattr(obj, name, state[key])
+        else:  # a component: checked by state_dict
+            _assign(current, state, key + ".")
+
+
+# ---------------------------------------------------------------------- save
+def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
+    """Save a registered policy, its problems and its learned state to one file.
+
+    The file is a zip of ``manifest.json`` and ``.npy`` arrays (see the module docstring); it is
+    written next to ``path`` and renamed over it, so an existing checkpoint is replaced only by
+    a complete one. Saving does not touch the policy (its random stream included).
+
+    Parameters
+    ----------
+    policy : BasePolicy
+        An instance of a class in :data:`msroute.policies.POLICIES` (not a subclass of one).
+    path : str or path-like
+        Target file; no suffix is added (``.npz`` is a good one: ``numpy.load`` reads it).
+
+    Raises
+    ------
+    TypeError
+        The policy's class is not registered, or a constructor argument or state attribute is
+        not of a type the format stores.
+    """
+    cls = type(policy)
+    if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
+        raise TypeError(
+            f"only registered policies can be saved: {cls.__qualname__} (name {cls.name!r}) is "
+            f"not the class registered under that name; add it to msroute.policies.POLICIES"
+        )
+    from msroute import __version__
+
+    problems: list[Problem] = []
+    index: dict[int, int] = {}
+    problem_of_run = [index.setdefault(id(p), len(index)) for p in policy.batch.problems]
+    for p in policy.batch.problems:
+        if index[id(p)] == len(problems):
+            problems.append(p)
+    arrays: dict[str, np.ndarray] = {
+        f"problem.{i}.costs": np.asarray(p.costs) for i, p in enumerate(problems)
+    }
+    scalars: dict[str, StateValue] = {}
+    for key, value in state_dict(policy).items():
+        if isinstance(value, np.ndarray):
+            arrays[f"state.{key}"] = value
+        else:
+            scalars[key] = value
+    manifest = {
+        "format": _FORMAT,
+        "format_version": FORMAT_VERSION,
+        "msroute_version": __version__,
+        "policy": cls.name,
+        "kwargs": {k: _encode_kwarg(k, v) for k, v in policy._init_kwargs.items()},
+        "problems": [
+            {"m_draws": p.m_draws, "cbar": p.cbar, "constraints": p.constraints.to_dict()}
+            for p in problems
+        ],
+        "problem_of_run": problem_of_run,
+        "state": scalars,
+        "arrays": sorted(k.removeprefix("state.") for k in arrays if k.startswith("state.")),
+    }
+    _write_zip(Path(path), json.dumps(manifest, indent=2), arrays)
+
+
+def _encode_kwarg(name: str, value: object) -> object:
+    if value is None or type(value) in _SCALARS:
+        return value
+    if isinstance(value, np.generic) and type(value.item()) in _SCALARS:
+        return value.item()
+    if isinstance(value, np.random.SeedSequence):
+        entropy = value.entropy
+        return {
+            "SeedSequence": {
+                "entropy": (
+                    entropy if entropy is None or isinstance(entropy, int) else list(entropy)
+                ),
+                "spawn_key": [int(k) for k in value.spawn_key],
+                "pool_size": int(value.pool_size),
+            }
+        }
+    raise TypeError(
+        f"cannot save constructor argument {name}={value!r} ({type(value).__name__}); the "
+        "format stores None, bool, int, float, str and a SeedSequence seed"
+    )
+
+
+def _write_zip(path: Path, manifest: str, arrays: dict[str, np.ndarray]) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            # A fixed timestamp, as for the arrays: the same state gives the same bytes.
+            info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
+            for key, arr in arrays.items():
+                with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------- load
+def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
+    """Rebuild a policy saved by :func:`save_policy`, ready to continue where it stopped.
+
+    The policy is constructed again from its registered name, its problems and its keyword
+    arguments, and its declared state (round counter, random stream, learned arrays) is then
+    overwritten with the saved one. Nothing is unpickled.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    BasePolicy
+        An instance of the registered class.
+
+    Raises
+    ------
+    PolicyFileError
+        The file is missing, is not a policy file, is corrupt or truncated, was written in a
+        newer format version, names an unknown policy, or its state does not fit the policy.
+
+    Warns
+    -----
+    UserWarning
+        The file was written by another msroute version (the format is understood, but the
+        algorithms may have changed, and with them the decisions).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PolicyFileError(f"{p}: no such file (expected a policy saved by save_policy)")
+    manifest, arrays = _read_zip(p)
+    version = manifest.get("format_version")
+    if manifest.get("format") != _FORMAT or type(version) is not int:
+        raise PolicyFileError(
+            f"{p}: not an msroute policy file (manifest.json lacks format={_FORMAT!r} and an "
+            "integer format_version)"
+        )
+    if version > FORMAT_VERSION:
+        raise PolicyFileError(
+            f"{p}: written in policy format version {version} (msroute "
+            f"{manifest.get('msroute_version')}); this msroute reads versions up to "
+            f"{FORMAT_VERSION}: upgrade msroute to load it"
+        )
+    try:
+        policy = _rebuild(manifest, arrays)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise PolicyFileError(f"{p}: cannot rebuild the saved policy: {detail}") from exc
+    from msroute import __version__
+
+    saved_version = manifest.get("msroute_version")
+    if saved_version != __version__:
+        warnings.warn(
+            f"{p} was saved by msroute {saved_version} and is loaded by msroute {__version__}: "
+            "if the policy's algorithm changed in between, its next decisions may differ",
+            UserWarning,
+            stacklevel=2,
+        )
+    return policy
+
+
+def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The manifest and every array of the archive, read without unpickling."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":
+                raise PolicyFileError(
+                    f"{path}: not an msroute policy file: not a zip archive (empty, truncated "
+                    "or another kind of file)"
+                )
+        with np.load(path, allow_pickle=False) as npz:
+            if _MANIFEST not in npz.files:
+                raise PolicyFileError(
+                    f"{path}: not an msroute policy file (no manifest.json; a plain .npz?)"
+                )
+            manifest = json.loads(npz[_MANIFEST].decode("utf-8"))
+            arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
+    except PolicyFileError:
+        raise
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+        raise PolicyFileError(
+            f"{path}: unreadable policy file (truncated or corrupt?): {exc}"
+        ) from exc
+    if not isinstance(manifest, dict):
+        raise PolicyFileError(f"{path}: manifest.json is not a JSON object")
+    bad = sorted(k for k, v in arrays.items() if not isinstance(v, np.ndarray))
+    if bad:
+        raise PolicyFileError(f"{path}: members {bad} are not .npy arrays")
+    return manifest, arrays
+
+
+def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> BasePolicy:
+    name = manifest["policy"]
+    if not isinstance(name, str) or name.lower() not in POLICIES:
+        raise ValueError(
+            f"unknown policy {name!r}; this msroute has: {', '.join(POLICIES)} "
+            "(was the file written by a newer msroute or with a custom registry?)"
+        )
+    cls = get_policy_class(name)
+    problems = [
+        Problem(
+            arrays[f"problem.{i}.costs"],
+            entry["m_draws"],
+            Constraints(**entry["constraints"]),
+            cbar=entry["cbar"],
+        )
+        for i, entry in enumerate(manifest["problems"])
+    ]
+    runs = [problems[i] for i in manifest["problem_of_run"]]
+    kwargs: dict[str, Any] = {k: _decode_kwarg(v) for k, v in manifest["kwargs"].items()}
+    policy = cls(runs, **kwargs)
+    state: dict[str, StateValue] = dict(manifest["state"])
+    for key in manifest["arrays"]:
+        state[key] = arrays[f"state.{key}"]
+    load_state_dict(policy, state)
+    return policy
+
+
+def _decode_kwarg(value: object) -> object:
+    if isinstance(value, dict):
+        if set(value) != {"SeedSequence"}:
+            raise ValueError(f"unknown constructor argument encoding {value!r}")
+        s = value["SeedSequence"]
+        return np.random.SeedSequence(
+            s["entropy"], spawn_key=s["spawn_key"], pool_size=s["pool_size"]
+        )
+    return value

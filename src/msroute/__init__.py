@@ -26,6 +26,7 @@ from msroute.errors import (
     EmptyFeasibleSetError,
     InfeasibleConstraintsError,
     MSRouteError,
+    PolicyFileError,
 )
 from msroute.metrics import (
     constraint_regret,
@@ -50,7 +51,9 @@ from msroute.policies import (
     ThompsonSampling,
     ThompsonSamplingBwK,
     available_policies,
+    load_policy,
     make_policy,
+    save_policy,
 )
 from msroute.problem import Constraints, Problem, ProblemBatch
 from msroute.projection import project_step
@@ -86,6 +89,7 @@ __all__ = [
     "OMDApproachability",
     "OracleResult",
     "Policy",
+    "PolicyFileError",
     "Problem",
     "ProblemBatch",
     "RandomPolicy",
@@ -108,12 +112,14 @@ __all__ = [
     "expected_reward_grad",
     "feasible",
     "load_crowd",
+    "load_policy",
     "make_policy",
     "monte_carlo_reward",
     "objective_regret_proxy",
     "project_step",
     "rolling_mean",
     "sample_instance",
+    "save_policy",
     "simulate",
     "sum_max_reward",
     "time_averaged",

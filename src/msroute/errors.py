@@ -12,6 +12,7 @@ __all__ = [
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
     "MSRouteError",
+    "PolicyFileError",
 ]
 
 
@@ -32,3 +33,11 @@ class EmptyFeasibleSetError(MSRouteError, ValueError):
 
 class DataFormatError(MSRouteError, ValueError):
     """A data file or a worker list is malformed; the message names the file and line."""
+
+
+class PolicyFileError(DataFormatError):
+    """A saved policy file cannot be loaded: missing, not a policy file, corrupt or truncated,
+    written by a newer msroute, or naming a policy this msroute does not know.
+
+    The message names the file and the problem.
+    """

@@ -67,7 +67,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from msroute.errors import DataFormatError
+from msroute.errors import PolicyFileError
 from msroute.policies.base import BasePolicy
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.problem import Constraints, Problem
@@ -91,14 +91,6 @@ _MANIFEST = "manifest.json"
 #: One entry of a state dict: an array, a plain scalar, None or a generator's state (a dict).
 StateValue = np.ndarray | int | float | str | bool | dict[str, Any] | None
 _SCALARS = (bool, int, float, str)
-
-
-class PolicyFileError(DataFormatError):
-    """A saved policy file cannot be loaded: missing, not a policy file, corrupt or truncated,
-    written by a newer msroute, or naming a policy this msroute does not know.
-
-    The message names the file and the problem.
-    """
 
 
 # ---------------------------------------------------------------------- the state walk

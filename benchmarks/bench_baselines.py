@@ -1,4 +1,4 @@
-"""Per-round time of the Section 6.3 baselines (select + update), batched over runs.
+"""Per-round time of the Section 6.3 baselines and of OMD-Approachability, batched over runs.
 
 Run: ``python benchmarks/bench_baselines.py [--runs 80] [--experts 50] [--draws 5]``.
 Each round is timed on its own and the median over the rounds after the warm-up is reported
@@ -19,7 +19,7 @@ from msroute.policies.base import draws_to_mask
 from msroute.policies.registry import make_policy
 from msroute.problem import ProblemBatch
 
-BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe"]
+BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd"]
 
 
 def pol_warmup(pol: object) -> int:

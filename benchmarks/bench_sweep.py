@@ -62,7 +62,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         t2 = timed(run_fig2, fig2, Path(tmp) / "a", jobs=2, plot=False, quiet=True)
-        rows.append(("Figure 2 sweep, --jobs 2", f"{fig2.seeds * 32} runs x {horizon}", t2))
+        n_runs = fig2.seeds * len(fig2.policies) * len(fig2.levels) * len(fig2.envs)
+        rows.append(("Figure 2 sweep, --jobs 2", f"{n_runs} runs x {horizon}", t2))
         t3 = timed(
             run_fig3,
             Fig3Config(seeds=seeds, horizon=horizon),
@@ -71,7 +72,7 @@ def main() -> None:
             plot=False,
             quiet=True,
         )
-        rows.append(("Figure 3 (cold cache), --jobs 2", "same cells as Figure 2", t3))
+        rows.append(("Figure 3 (cold cache), --jobs 2", "its 6 policies' Figure 2 cells", t3))
         f1 = Fig1Config(seeds=max(2, seeds // 4), horizon=horizon, opt=False)
         t1 = timed(run_fig1, f1, Path(tmp) / "c", jobs=2, plot=False, quiet=True)
         rows.append(("Figure 1 without OPT, --jobs 2", f"{f1.seeds * 6} runs", t1))
@@ -86,7 +87,7 @@ def main() -> None:
         print(f"| {name} | {size} | {sec:.1f} |")
     print(
         f"| Figure 2 one run at a time (R = 1), extrapolated from {sample} rounds of one run "
-        f"per policy | {fig2.seeds * 32} runs x {horizon} | {naive:.0f} |"
+        f"per policy | {n_runs} runs x {horizon} | {naive:.0f} |"
     )
     print()
     print(

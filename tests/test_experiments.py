@@ -242,3 +242,25 @@ def test_every_reading_option_reaches_the_simulation(tmp_path: Path) -> None:
         quiet=True,
     )
     assert c1[0]["opt"] != c2[0]["opt"]
+
+
+def test_cells_of_another_version_or_damaged_are_recomputed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = Fig2Config(policies=("random",), envs=("stochastic",), levels=("none",), **SMALL)
+    first = run_fig2(cfg, tmp_path, plot=False, quiet=True)
+    (cell,) = list((tmp_path / "cells").rglob("*.npz"))
+    calls: list[str] = []
+    real = fig2_module.sweep_worker
+
+    def counting(spec):  # type: ignore[no-untyped-def]
+        calls.append(spec.policy)
+        return real(spec)
+
+    monkeypatch.setattr(fig2_module, "sweep_worker", counting)
+    monkeypatch.setattr(msroute, "__version__", "0.0.0-other")
+    assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
+    assert calls == ["random"]  # stale version: recomputed
+    cell.write_bytes(cell.read_bytes()[:100])  # damaged
+    assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
+    assert calls == ["random", "random"]

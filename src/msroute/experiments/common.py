@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -286,17 +287,25 @@ def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
     return out_dir / "cells" / spec.experiment / f"{spec.env}-{spec.policy}-{spec.key()}.npz"
 
 
+def _cell_stamp(spec: CellSpec) -> str:
+    """What a cached cell must match to be reused: its specification and the msroute version
+    that computed it (another version may compute other numbers, so its cells are redone)."""
+    from msroute import __version__
+
+    return json.dumps({"msroute": __version__, **asdict(spec)}, sort_keys=True, default=str)
+
+
 def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
-    """A finished cell's result from the cache, or None (missing, foreign or damaged file)."""
+    """A finished cell's result from the cache, or None (missing, foreign, stale or damaged)."""
     path = _cell_path(out_dir, spec)
     if not path.exists():
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
-            if str(data["__spec__"]) != json.dumps(asdict(spec), sort_keys=True, default=str):
+            if str(data["__spec__"]) != _cell_stamp(spec):
                 return None
             return {k: data[k] for k in data.files if k != "__spec__"}
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
 
 
@@ -305,7 +314,7 @@ def save_cell(out_dir: Path, spec: CellSpec, result: CellResult) -> None:
     path = _cell_path(out_dir, spec)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
-    spec_text = np.array(json.dumps(asdict(spec), sort_keys=True, default=str))
+    spec_text = np.array(_cell_stamp(spec))
     arrays: dict[str, Any] = {"__spec__": spec_text, **result}
     np.savez_compressed(tmp, **arrays)
     tmp.replace(path)

@@ -1,0 +1,16 @@
+"""Shared test configuration.
+
+Under CI (``CI`` set in the environment) hypothesis runs derandomized, so a CI run explores the
+same examples every time and cannot fail on a draw nobody can reproduce; locally it explores
+fresh examples on each run, as usual.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")

@@ -264,3 +264,14 @@ def test_cells_of_another_version_or_damaged_are_recomputed(
     cell.write_bytes(cell.read_bytes()[:100])  # damaged
     assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
     assert calls == ["random", "random"]
+
+
+@pytest.mark.slow
+def test_reproduce_all_quick_writes_every_output(tmp_path: Path) -> None:
+    code = main(["reproduce", "all", "--quick", "--out", str(tmp_path), "--quiet"])
+    assert code == 0
+    for name in ("fig1", "fig2", "fig3", "contextual"):
+        for suffix in ("csv", "json", "png", "svg"):
+            assert (tmp_path / f"{name}.{suffix}").stat().st_size > 0, (name, suffix)
+        side = json.loads((tmp_path / f"{name}.json").read_text())
+        assert side["experiment"] == name and side["msroute_version"] == msroute.__version__

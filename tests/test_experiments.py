@@ -275,3 +275,33 @@ def test_reproduce_all_quick_writes_every_output(tmp_path: Path) -> None:
             assert (tmp_path / f"{name}.{suffix}").stat().st_size > 0, (name, suffix)
         side = json.loads((tmp_path / f"{name}.json").read_text())
         assert side["experiment"] == name and side["msroute_version"] == msroute.__version__
+
+
+@pytest.mark.parametrize("policy", ["ts", "omd", "moe"])
+def test_run_command_replays_one_run_of_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
+    """Each run has its own streams, so `msroute run` reproduces a sweep's run exactly."""
+    cfg = Fig2Config(policies=(policy,), envs=("regime",), levels=("tight", "none"), **SMALL)
+    rows = run_fig2(cfg, tmp_path, plot=False, quiet=True)
+    want = next(r for r in rows if r["seed"] == 1 and r["level"] == "none")
+    code = main(
+        [
+            "run",
+            "--policy",
+            policy,
+            "--env",
+            "regime",
+            "--level",
+            "none",
+            "--seed",
+            "1",
+            "--horizon",
+            str(SMALL["horizon"]),
+            "--json",
+        ]
+    )
+    assert code == 0
+    got = json.loads(capsys.readouterr().out)["runs"][0]
+    assert got["avg_reward"] == want["avg_reward"]
+    assert got["avg_experts"] == want["avg_experts"]

@@ -179,7 +179,9 @@ def test_file_holds_json_and_plain_arrays_only(name, skills, contexts, tmp_path)
     assert manifest["format_version"] == FORMAT_VERSION
     assert manifest["policy"] == name
     assert manifest["state"]["t"] == 5
-    assert manifest["state"]["rng"] == policy.rng.bit_generator.state
+    assert manifest["state"]["streams.generators"] == [
+        g.bit_generator.state for g in policy.streams.generators
+    ]
     assert manifest["kwargs"]["horizon"] == 200
     assert manifest["problems"][0]["constraints"] == PROBLEM.constraints.to_dict()
     assert manifest["problem_of_run"] == [0] * R
@@ -193,7 +195,9 @@ def test_saving_does_not_touch_the_policy_and_is_deterministic(skills, contexts,
     policy.save(tmp_path / "b.npz")
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     assert state_dict(policy).keys() == before.keys()
-    assert policy.rng.bit_generator.state == before["rng"]
+    assert [g.bit_generator.state for g in policy.streams.generators] == before[
+        "streams.generators"
+    ]
     policy.save(tmp_path / "a.npz")  # overwriting leaves no temporary file behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]
 
@@ -297,12 +301,18 @@ def test_corrupted_member(saved):
         load_policy(saved)
 
 
+def _into(path, write):
+    """Write through a handle that is closed afterwards (np.save on a path appends .npy)."""
+    with path.open("wb") as fh:
+        write(fh)
+
+
 @pytest.mark.parametrize(
     ("writer", "match"),
     [
         (lambda p: p.write_bytes(b"just some text, not a zip"), "not a zip archive"),
-        (lambda p: np.save(p.open("wb"), np.arange(3)), "not a zip archive"),
-        (lambda p: np.savez(p.open("wb"), q=np.arange(3)), "no manifest.json"),
+        (lambda p: _into(p, lambda f: np.save(f, np.arange(3))), "not a zip archive"),
+        (lambda p: _into(p, lambda f: np.savez(f, q=np.arange(3))), "no manifest.json"),
     ],
 )
 def test_not_a_policy_file(tmp_path, writer, match):

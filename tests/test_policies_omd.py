@@ -25,11 +25,14 @@ def binding_problem() -> Problem:
 
 
 def run_fixed_skills(pol: OMDApproachability, batch: ProblemBatch, skills: np.ndarray, t: int):
+    """Play ``t`` rounds on fixed skills: rewards, realized costs, Phi(q_t), C^T q_t per round."""
     rewards = np.empty((t, pol.n_runs))
     costs = np.empty((t, pol.n_runs, batch.n_costs))
     phis = np.empty((t, pol.n_runs))
+    surrogate = np.empty((t, pol.n_runs, batch.n_costs))
     for s in range(t):
         phis[s] = expected_reward(pol.routing(), skills, M)
+        surrogate[s] = batch.surrogate_cost(pol.routing())
         draws = pol.select()
         mask = draws_to_mask(draws, pol.n_experts)
         rewards[s] = batch_sum_max_reward(
@@ -37,7 +40,7 @@ def run_fixed_skills(pol: OMDApproachability, batch: ProblemBatch, skills: np.nd
         )
         costs[s] = batch.realized_cost(mask)
         pol.update(draws, rewards[s], costs[s])
-    return rewards, costs, phis
+    return rewards, costs, phis, surrogate
 
 
 def best_feasible_value(problem: Problem, skills: np.ndarray) -> float:
@@ -77,7 +80,7 @@ def test_omd_feasible_and_near_optimal_under_binding_packing_and_covering() -> N
     horizon, runs = 20_000, 4
     batch = ProblemBatch(problem, runs)
     pol = OMDApproachability(problem, horizon=horizon, n_runs=runs, seed=3, eta_mult=0.05)
-    _, costs, phis = run_fixed_skills(pol, batch, SKILLS, horizon)
+    _, costs, phis, surrogate = run_fixed_skills(pol, batch, SKILLS, horizon)
     avg_cost = costs.mean(axis=0)
     assert np.all(avg_cost[:, 0] <= 0.8 + 1e-9)
     assert np.all(avg_cost[:, 1] >= 0.4 - 1e-9)
@@ -90,10 +93,11 @@ def test_omd_feasible_and_near_optimal_under_binding_packing_and_covering() -> N
     # average is guaranteed), so it may beat OPT by a little, never by much.
     assert np.all(final <= opt + 0.01)
     assert np.all(phis[-horizon // 4 :].mean(axis=0) >= opt - 0.015)
-    # The surrogate cost of q_T is (nearly) in S: the dual did its job.
-    u = batch.surrogate_cost(pol.q)
-    assert np.all(u[:, 0] <= 0.4 + 0.01)
-    assert np.all(u[:, 1] >= 0.4 - 0.01)
+    # The time-averaged surrogate cost C^T q_t is (nearly) in S: the dual did its job (Lemma 5
+    # bounds its distance by the dual's regret / T; q_T alone may sit a little outside).
+    u = surrogate.mean(axis=0)
+    assert np.all(u[:, 0] <= 0.4 + 0.002)
+    assert np.all(u[:, 1] >= 0.4 - 0.002)
 
 
 def test_same_seed_same_trajectory_different_seed_different() -> None:
@@ -102,7 +106,7 @@ def test_same_seed_same_trajectory_different_seed_different() -> None:
 
     def run(seed: int) -> tuple[np.ndarray, np.ndarray]:
         pol = OMDApproachability(problem, horizon=500, n_runs=3, seed=seed)
-        rewards, _, _ = run_fixed_skills(pol, batch, SKILLS, 200)
+        rewards, _, _, _ = run_fixed_skills(pol, batch, SKILLS, 200)
         return rewards, pol.q
 
     r1, q1 = run(11)

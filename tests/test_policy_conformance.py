@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from _policy_sim import beta_skills, run
-from msroute import Constraints, Problem
-from msroute.policies.base import BasePolicy, Policy
+from msroute import Constraints, Problem, batch_sum_max_reward
+from msroute.policies.base import BasePolicy, Policy, draws_to_mask
 from msroute.policies.registry import POLICIES, available_policies, get_policy_class, make_policy
 
 NAMES = available_policies()
@@ -166,3 +166,23 @@ def test_bad_update_inputs_raise(name, case, bad, match):
     with pytest.raises(ValueError, match=match):
         pol.update(args["draws"], args["reward"], args["cost"])
     assert pol.t == t  # a refused update leaves the round counter alone
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_run_decides_the_same_alone_or_in_a_batch(name, skills):
+    """Each run has its own stream (DESIGN.md): run 1 of a batch seeded [5, 6, ...] is the run
+    seeded [6] alone, decision for decision, since its feedback is the same."""
+    kwargs = {"n_contexts": 2} if name == "omd-contextual" else {}
+    together = make_policy(
+        name, PROBLEM, horizon=200, n_runs=R, seed=list(range(5, 5 + R)), **kwargs
+    )
+    alone = make_policy(name, PROBLEM, horizon=200, n_runs=1, seed=[6], **kwargs)
+    ctx = np.arange(ROUNDS * R).reshape(ROUNDS, R) % 2
+    for t in range(ROUNDS):
+        context = ctx[t] if name == "omd-contextual" else None
+        d_all = together.select(context)
+        d_one = alone.select(None if context is None else context[1:2])
+        np.testing.assert_array_equal(d_all[1:2], d_one)
+        for pol, draws, v in ((together, d_all, skills[t]), (alone, d_one, skills[t][1:2])):
+            mask = draws_to_mask(draws, pol.n_experts)
+            pol.update(draws, batch_sum_max_reward(v, mask), pol.batch.realized_cost(mask))

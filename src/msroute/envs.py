@@ -42,13 +42,18 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeGuard, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import (
+    SeedArg,
+    _is_seed_sequence_arg,
+    child_seed,
+    run_seed_sequences,
+)
 from msroute._validation import FloatArray, IntArray, as_float_array, check_positive_int
 
 __all__ = [
@@ -68,9 +73,6 @@ MEAN_CLIP = 1e-3
 #: the same run seed (arbitrary constants: "msck" for skill chunks, "msrg" for regime draws).
 _CHUNK_DOMAIN = 0x6D73636B
 _REGIME_DOMAIN = 0x6D737267
-
-SeedLike = int | np.integer | np.random.SeedSequence
-SeedArg = SeedLike | Sequence[SeedLike] | None
 
 
 @runtime_checkable
@@ -104,69 +106,6 @@ class SkillEnv(Protocol):
     def mean_skills(self, start: int, stop: int) -> FloatArray:
         """Expected skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
         ...
-
-
-# ---------------------------------------------------------------------------- seeds
-def _as_seed_sequence(seed: object, name: str) -> np.random.SeedSequence:
-    if seed is None:
-        return np.random.SeedSequence()
-    if isinstance(seed, np.random.SeedSequence):
-        return seed
-    if isinstance(seed, np.ndarray) and seed.ndim == 0 and np.issubdtype(seed.dtype, np.integer):
-        seed = seed.item()
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        kind = type(seed).__name__
-        raise TypeError(f"{name} must be an int or a numpy SeedSequence, got {kind}")
-    if seed < 0:
-        raise ValueError(f"{name} == {seed}, must be >= 0")
-    return np.random.SeedSequence(int(seed))
-
-
-def _child(seed: np.random.SeedSequence, *key: int) -> np.random.SeedSequence:
-    """The seed sequence ``seed`` would spawn under ``key`` (``seed`` itself is untouched)."""
-    return np.random.SeedSequence(
-        seed.entropy, spawn_key=(*seed.spawn_key, *key), pool_size=seed.pool_size
-    )
-
-
-def _is_seed_sequence_arg(seed: object) -> TypeGuard[Sequence[SeedLike] | IntArray]:
-    if isinstance(seed, np.ndarray):
-        return seed.ndim > 0
-    return isinstance(seed, Sequence) and not isinstance(seed, str | bytes)
-
-
-def run_seed_sequences(seed: SeedArg, n_runs: int) -> tuple[np.random.SeedSequence, ...]:
-    """The seed of each run, as the environments derive them.
-
-    Parameters
-    ----------
-    seed : int, SeedSequence, sequence of those, or None
-        A sequence gives one seed per run (its length must be ``n_runs``). A single seed is the
-        run's seed when ``n_runs == 1``, and stands for its ``n_runs`` spawned children
-        otherwise. None draws fresh entropy.
-    n_runs : int
-
-    Returns
-    -------
-    tuple of SeedSequence, length n_runs
-
-    Examples
-    --------
-    >>> a = run_seed_sequences(7, 3)
-    >>> b = np.random.SeedSequence(7).spawn(3)
-    >>> [x.generate_state(2).tolist() == y.generate_state(2).tolist() for x, y in zip(a, b)]
-    [True, True, True]
-    """
-    r = check_positive_int(n_runs, "n_runs")
-    if _is_seed_sequence_arg(seed):
-        seeds = list(seed)
-        if len(seeds) != r:
-            raise ValueError(f"seed has {len(seeds)} entries for {r} runs; give one per run")
-        return tuple(_as_seed_sequence(s, f"seed[{i}]") for i, s in enumerate(seeds))
-    base = _as_seed_sequence(seed, "seed")
-    if r == 1:
-        return (base,)
-    return tuple(_child(base, i) for i in range(r))
 
 
 def _resolve_runs(*candidates: tuple[str, int | None]) -> int:
@@ -311,7 +250,7 @@ class _BetaEnv:
             # draws element after element, so consecutive calls over the segments give the
             # same values as one call with per-round parameters, and a shorter (last) chunk
             # is a prefix of the full one.
-            seed = _child(self.run_seeds[r], _CHUNK_DOMAIN, c)
+            seed = child_seed(self.run_seeds[r], _CHUNK_DOMAIN, c)
             rng = np.random.Generator(np.random.PCG64(seed))
             for lo, hi, a, b in segments:
                 out[lo:hi, r] = rng.beta(a[r], b[r], size=(hi - lo, n, k))
@@ -507,7 +446,7 @@ class RegimeSwitchingEnv(_BetaEnv):
         self._block_length = length
         shrunk = np.zeros((self.n_runs, blocks, k), dtype=bool)
         for r, seed_r in enumerate(self.run_seeds):
-            rng = np.random.Generator(np.random.PCG64(_child(seed_r, _REGIME_DOMAIN)))
+            rng = np.random.Generator(np.random.PCG64(child_seed(seed_r, _REGIME_DOMAIN)))
             # A uniformly random n_shrunk-subset per block: the first entries of a random order.
             chosen = np.argsort(rng.random((blocks, k)), axis=1)[:, : self.n_shrunk]
             np.put_along_axis(shrunk[r], chosen, True, axis=1)

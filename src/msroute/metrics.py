@@ -118,6 +118,9 @@ def _check_rounds(at: ArrayLike | None, horizon: int) -> IntArray:
 def time_averaged(x: ArrayLike) -> FloatArray:
     """Average over the round axis: rewards (T, R) -> (R,), costs (T, R, d) -> (R, d).
 
+    Each run's average is summed along its own contiguous row, so it is the same, bit for bit,
+    whichever other runs share the array (a run replayed alone matches the run in a sweep).
+
     Examples
     --------
     >>> time_averaged([[1.0, 2.0], [3.0, 6.0]]).tolist()
@@ -126,7 +129,8 @@ def time_averaged(x: ArrayLike) -> FloatArray:
     arr = as_float_array(x, "x", ndim_min=1)
     if arr.shape[0] < 1:
         raise ValueError("x must hold at least one round (axis 0)")
-    return np.asarray(arr.mean(axis=0), dtype=np.float64)
+    rows = np.ascontiguousarray(np.moveaxis(arr, 0, -1))
+    return np.asarray(rows.mean(axis=-1), dtype=np.float64)
 
 
 def running_average(x: ArrayLike, at: ArrayLike | None = None) -> FloatArray:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,7 +128,7 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
 def _read_text(path: PathLike) -> tuple[str, str]:
     """Text of a user file and the name used for it in messages."""
     source = os.fspath(path)
-    raw = open(source, "rb").read()  # noqa: SIM115 - read in one go; OSError propagates
+    raw = Path(source).read_bytes()  # OSError propagates
     return _decode(raw, source), source
 
 

@@ -267,17 +267,16 @@ def _cached_env(
     return make_env(kind, bases, seeds, horizon, dict(env_params))
 
 
-def policy_seed(spec: CellSpec) -> np.random.SeedSequence:
-    """The policy stream of a cell: keyed by its seeds, environment, policy and levels."""
-    return np.random.SeedSequence(
-        entropy=list(spec.seeds),
-        spawn_key=(
-            _POLICY_STREAM,
-            name_key(spec.env),
-            name_key(spec.policy),
-            name_key(",".join(spec.levels)),
-        ),
-    )
+def policy_seeds(spec: CellSpec, policy: str | None = None) -> list[np.random.SeedSequence]:
+    """The policy stream of every run of a cell, run ``li * S + si`` from seed ``seeds[si]``.
+
+    A run's stream depends only on its seed and the policy's name: the same whatever level,
+    environment or batch it is run in, so ``msroute run --seed s`` replays run ``s`` of a sweep
+    and every level of a seed sees the same policy randomness (common random numbers).
+    """
+    key = name_key(policy or spec.policy)
+    per_seed = [stream(s, _POLICY_STREAM, key) for s in spec.seeds]
+    return per_seed * len(spec.levels)
 
 
 CellResult = dict[str, np.ndarray]
@@ -301,7 +300,8 @@ def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as data:
+        # Our own handle: np.load leaves the file open when the archive is damaged.
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
             if str(data["__spec__"]) != _cell_stamp(spec):
                 return None
             return {k: data[k] for k in data.files if k != "__spec__"}

@@ -26,13 +26,13 @@ from msroute.experiments.common import (
     CellSpec,
     build_batch,
     params_items,
-    policy_seed,
+    policy_seeds,
     run_cells,
     stream,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
 from msroute.experiments.output import Progress, Summary, publish
-from msroute.metrics import feasible, true_regret
+from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.omd import ContextualOMD, OMDApproachability
 from msroute.simulate import simulate
@@ -115,11 +115,10 @@ def contextual_worker(spec: CellSpec) -> CellResult:
         ],
         axis=1,
     )
-    seeds = policy_seed(spec).spawn(2)
     ctx_pol = ContextualOMD(
         batch,
         horizon=spec.horizon,
-        seed=seeds[0],
+        seed=policy_seeds(spec, "omd-contextual"),
         n_contexts=n_ctx,
         eta_mult=params["ctx_eta_mult"],
         batch=params["ctx_batch"],
@@ -128,7 +127,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     flat_pol = OMDApproachability(
         batch,
         horizon=spec.horizon,
-        seed=seeds[1],
+        seed=policy_seeds(spec, "omd"),
         eta_mult=params["eta_mult"],
         batch=params["batch"],
     )
@@ -157,10 +156,10 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     for name, traj in trajs.items():
         assert traj.expected_rewards is not None
         key = name.replace("-", "_")
-        result[f"{key}_avg_reward"] = traj.rewards.mean(axis=0)
-        result[f"{key}_expected"] = traj.expected_rewards.mean(axis=0)
+        result[f"{key}_avg_reward"] = time_averaged(traj.rewards)
+        result[f"{key}_expected"] = time_averaged(traj.expected_rewards)
         result[f"{key}_feasible"] = feasible(
-            traj.costs.mean(axis=0), batch.lo_ori, batch.hi_ori, tol=1e-9
+            time_averaged(traj.costs), batch.lo_ori, batch.hi_ori, tol=1e-9
         )
         result[f"{key}_regret_ctx"] = true_regret(
             opt_ctx, traj.expected_rewards, at=[spec.horizon]

@@ -27,7 +27,7 @@ from msroute.experiments.common import (
     CellSpec,
     build_batch,
     params_items,
-    policy_seed,
+    policy_seeds,
     run_cells,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
@@ -36,6 +36,7 @@ from msroute.metrics import (
     constraint_regret,
     feasible,
     objective_regret_proxy,
+    time_averaged,
     true_regret,
 )
 from msroute.oracle import best_fixed_policy_for
@@ -100,7 +101,7 @@ def fig1_worker(spec: CellSpec) -> CellResult:
     with_opt = bool(params.pop("opt"))
     cell = build_batch(spec)
     batch = cell.batch
-    policy = OMDApproachability(batch, horizon=spec.horizon, seed=policy_seed(spec), **params)
+    policy = OMDApproachability(batch, horizon=spec.horizon, seed=policy_seeds(spec), **params)
     traj = simulate(
         {"omd": policy},
         cell.env,
@@ -126,8 +127,8 @@ def fig1_worker(spec: CellSpec) -> CellResult:
             n_samples=mc_samples,
             seed=np.random.SeedSequence(list(spec.seeds), spawn_key=(9,)),
         ),
-        "avg_reward": traj.rewards.mean(axis=0),
-        "feasible": feasible(traj.costs.mean(axis=0), batch.lo_ori, batch.hi_ori, tol=1e-9),
+        "avg_reward": time_averaged(traj.rewards),
+        "feasible": feasible(time_averaged(traj.costs), batch.lo_ori, batch.hi_ori, tol=1e-9),
     }
     if with_opt:
         assert traj.expected_rewards is not None

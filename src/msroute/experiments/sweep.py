@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from msroute.experiments.common import CellResult, CellSpec, build_batch, policy_seed
-from msroute.metrics import constraint_regret, feasible
+from msroute.experiments.common import CellResult, CellSpec, build_batch, policy_seeds
+from msroute.metrics import constraint_regret, feasible, time_averaged
 from msroute.policies.registry import make_policy
 from msroute.simulate import simulate
 
@@ -31,7 +31,7 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         spec.policy,
         batch,
         horizon=spec.horizon,
-        seed=policy_seed(spec),
+        seed=policy_seeds(spec),
         **dict(spec.policy_params),
     )
     traj = simulate(
@@ -42,9 +42,9 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         run_map=cell.run_map,
         cost_count=spec.cost_count,
     )[spec.policy]
-    avg_cost = traj.costs.mean(axis=0)
+    avg_cost = time_averaged(traj.costs)
     result: CellResult = {
-        "avg_reward": traj.rewards.mean(axis=0),
+        "avg_reward": time_averaged(traj.rewards),
         "avg_cost": avg_cost,
         "feasible": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-9),
         "feasible_1e3": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-3),

@@ -85,7 +85,7 @@ class RandomPolicy(TeamRounds, BasePolicy):
         self._setup_rounds(warmup)
 
     def _scores(self) -> FloatArray:
-        return self.rng.random((self.n_runs, self.n_experts))
+        return self.streams.uniform(self.n_experts)
 
 
 class GreedyPolicy(TeamRounds, BasePolicy):
@@ -271,7 +271,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
         self._reward_max: FloatArray = np.zeros(self.n_runs)
 
     def _scores(self) -> FloatArray:
-        return self.posterior.sample(self.rng)
+        return self.posterior.sample(self.streams)
 
     def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
         if self.reward_scale is not None:

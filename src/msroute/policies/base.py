@@ -5,8 +5,9 @@ convention of DESIGN.md): ``select`` returns each run's M draws, ``update`` rece
 run, only what bandit feedback gives — the draws, the aggregate (sum-max) reward and the
 realized cost vector. The routed subset is the set of distinct draws.
 
-Policies own their random stream: a private ``numpy.random.Generator`` built from ``seed``;
-the same seed and the same inputs give the same decisions, bit for bit.
+Policies own their random streams: one private ``numpy.random.Generator`` per run, built from
+the run's seed (:class:`~msroute.policies.streams.RunStreams`); the same seed and the same
+inputs give the same decisions, bit for bit, whatever the other runs of the batch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import SeedArg
 from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
 
 __all__ = [
@@ -31,7 +34,7 @@ __all__ = [
     "sample_multinomial",
 ]
 
-SeedLike = int | np.random.SeedSequence | None
+SeedLike = SeedArg
 
 
 @runtime_checkable
@@ -83,8 +86,10 @@ class BasePolicy:
         Number of rounds T the policy will be run for (sets step sizes such as eta).
     n_runs : int, optional
         R; defaults to the number of problems given (1 for a single problem).
-    seed : int or SeedSequence, optional
-        Seed of the policy's private random stream.
+    seed : int, SeedSequence, sequence of those, or None
+        The policy's random streams, one per run: a sequence gives each run's seed; a single
+        seed stands for its R spawned children (itself when R = 1). Run ``r``'s decisions
+        depend only on its own seed and feedback, not on the runs batched with it.
 
     Notes
     -----
@@ -100,7 +105,7 @@ class BasePolicy:
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.
-    _state_attrs: ClassVar[tuple[str, ...]] = ("t", "rng")
+    _state_attrs: ClassVar[tuple[str, ...]] = ("t", "streams")
     #: Keyword arguments the policy was constructed with (the problem aside).
     _init_kwargs: dict[str, Any]
 
@@ -126,7 +131,9 @@ class BasePolicy:
         self.m_draws = self.batch.m_draws
         self.n_costs = self.batch.n_costs
         self.horizon = check_positive_int(horizon, "horizon")
-        self.rng = np.random.default_rng(seed)
+        # One stream per run (DESIGN.md): a run decides the same alone or in any batch.
+        block = max(1024, 16 * max(self.n_experts, self.m_draws))
+        self.streams = RunStreams(seed, self.n_runs, block=block)
         self.t = 0  # rounds completed
         self._rows = np.arange(self.n_runs)
 
@@ -223,10 +230,10 @@ class BasePolicy:
         raise NotImplementedError
 
 
-def sample_multinomial(rng: np.random.Generator, q: FloatArray, m_draws: int) -> IntArray:
-    """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF: (R, M) ints."""
+def sample_multinomial(u: FloatArray, q: FloatArray) -> IntArray:
+    """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF of uniforms ``u`` (R, M)."""
     cdf = np.cumsum(q, axis=1)
-    u = rng.random((q.shape[0], m_draws)) * cdf[:, -1:]
+    u = u * cdf[:, -1:]
     draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
     return np.asarray(np.minimum(draws, q.shape[1] - 1), dtype=np.int64)
 

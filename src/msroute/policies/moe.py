@@ -104,7 +104,7 @@ class MoEGating(TeamRounds, BasePolicy):
         return softmax(self.theta)
 
     def _scores(self) -> FloatArray:
-        u = self.rng.random((self.n_runs, self.n_experts))
+        u = self.streams.uniform(self.n_experts)
         with np.errstate(divide="ignore"):  # U == 0 (probability 2^-53) gives -inf: never routed
             return self.theta - np.log(-np.log(u))
 

@@ -223,7 +223,7 @@ class OMDApproachability(BasePolicy):
         ctx = np.zeros(self.n_runs, dtype=np.int64) if context is None else context
         self._ctx = ctx
         self._q_play = self._q[self._rows, ctx]
-        return sample_multinomial(self.rng, self._q_play, self.m_draws)
+        return sample_multinomial(self.streams.uniform(self.m_draws), self._q_play)
 
     def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
         rows, ctx, q_play = self._rows, self._ctx, self._q_play

@@ -14,7 +14,7 @@ zip tool (``unzip -p router.npz manifest.json``):
   arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``), ``problems`` (``m_draws``,
   ``cbar`` and ``constraints`` of each distinct problem, the latter by
   :meth:`Constraints.to_dict`), ``problem_of_run`` (which problem each run uses), ``state`` (the
-  non-array state: the round counter ``t``, the generator's ``bit_generator.state`` under ``rng``,
+  non-array state: the round counter ``t``, each run's generator state under ``streams.generators``,
   counters such as ``dual.n_steps``) and ``arrays`` (the names of the array state).
 * ``problem.<i>.costs.npy`` — the cost matrix (K, d) of distinct problem ``i``.
 * ``state.<name>.npy`` — one array of state each, e.g. ``state._q.npy``, ``state.dual.w.npy``.
@@ -28,7 +28,7 @@ a plain JSON member that people and other tools can read; the arrays are written
 What the state is
 -----------------
 Each stateful class declares the attributes it adds in ``_state_attrs`` (``BasePolicy``: ``t``
-and ``rng``; ``OMDApproachability``: ``_q``, ``_grad``, ..., ``dual``; ``SharedRewardStats``:
+and ``streams``; ``OMDApproachability``: ``_q``, ``_grad``, ..., ``dual``; ``SharedRewardStats``:
 ``counts``, ``means``, ``_rsqrt``; ...); :func:`state_dict` collects them along the MRO and
 walks into components that declare their own, giving flat dotted names (``dual.lam``). Allowed
 values: numpy arrays, ``numpy.random.Generator`` (its ``bit_generator.state``), ``int``,
@@ -63,7 +63,7 @@ import warnings
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
@@ -89,7 +89,7 @@ _FORMAT = "msroute-policy"
 _MANIFEST = "manifest.json"
 
 #: One entry of a state dict: an array, a plain scalar, None or a generator's state (a dict).
-StateValue = np.ndarray | int | float | str | bool | dict[str, Any] | None
+StateValue = np.ndarray | int | float | str | bool | dict[str, Any] | list[dict[str, Any]] | None
 _SCALARS = (bool, int, float, str)
 
 
@@ -100,6 +100,11 @@ def state_attrs(obj: object) -> tuple[str, ...]:
     for cls in reversed(type(obj).__mro__):
         names.update(dict.fromkeys(cls.__dict__.get("_state_attrs", ())))
     return tuple(names)
+
+
+def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:
+    """A tuple of generators (one random stream per run)."""
+    return isinstance(value, tuple) and all(isinstance(g, np.random.Generator) for g in value)
 
 
 def _is_component(value: object) -> bool:
@@ -130,6 +135,8 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
             out[key] = value.copy()
         elif isinstance(value, np.random.Generator):
             out[key] = dict(value.bit_generator.state)
+        elif _is_generators(value):
+            out[key] = [dict(g.bit_generator.state) for g in value]
         elif value is None or type(value) in _SCALARS:
             out[key] = value
         elif _is_component(value):
@@ -183,6 +190,11 @@ def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
                 f"state entry {key!r} must be the state of a {current['bit_generator']} "
                 f"bit generator, got {value!r}"
             )
+    elif isinstance(current, list):  # the states of one generator per run
+        if not isinstance(value, list) or len(value) != len(current):
+            raise ValueError(f"state entry {key!r} must list {len(current)} generator states")
+        for i, (cur, val) in enumerate(zip(current, value, strict=True)):
+            _check_entry(f"{key}[{i}]", cur, val)
     elif type(value) is not type(current):
         raise ValueError(
             f"state entry {key!r} must be {type(current).__name__}, got {type(value).__name__}"
@@ -198,6 +210,9 @@ def _assign(obj: object, state: dict[str, StateValue], prefix: str) -> None:
             setattr(obj, name, np.array(state[key], dtype=current.dtype, order="C", copy=True))
         elif isinstance(current, np.random.Generator):
             current.bit_generator.state = cast(dict[str, Any], state[key])  # checked
+        elif _is_generators(current):
+            for gen, gen_state in zip(current, cast(list[Any], state[key]), strict=True):
+                gen.bit_generator.state = gen_state
         elif current is None or type(current) in _SCALARS:
             setattr(obj, name, state[key])
         else:  # a component: checked by state_dict
@@ -377,7 +392,8 @@ def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                     f"{path}: not an msroute policy file: not a zip archive (empty, truncated "
                     "or another kind of file)"
                 )
-        with np.load(path, allow_pickle=False) as npz:
+        # Our own handle: np.load leaves the file open when the archive is damaged.
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
             if _MANIFEST not in npz.files:
                 raise PolicyFileError(
                     f"{path}: not an msroute policy file (no manifest.json; a plain .npz?)"

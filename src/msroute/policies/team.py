@@ -24,6 +24,7 @@ import numpy as np
 from msroute._validation import FloatArray, IntArray, check_positive_int
 from msroute.policies.base import check_hyper
 from msroute.policies.lagrangian import LagrangianDual, Violation
+from msroute.policies.streams import RunStreams
 from msroute.problem import ProblemBatch
 
 __all__ = [
@@ -183,9 +184,9 @@ class BetaPosterior:
         self.alpha.reshape(-1)[routed] += success[:, None]
         self.beta.reshape(-1)[routed] += (1.0 - success)[:, None]
 
-    def sample(self, rng: np.random.Generator) -> FloatArray:
-        """One posterior draw per run and expert, shape (R, K)."""
-        return np.asarray(rng.beta(self.alpha, self.beta), dtype=np.float64)
+    def sample(self, streams: RunStreams) -> FloatArray:
+        """One posterior draw per run and expert, shape (R, K), each run from its own stream."""
+        return streams.beta(self.alpha, self.beta)
 
 
 def default_bwk_step(horizon: int) -> float:
@@ -211,7 +212,7 @@ class TeamRounds:
 
     # Provided by BasePolicy.
     batch: ProblemBatch
-    rng: np.random.Generator
+    streams: RunStreams
     horizon: int
     t: int
     n_runs: int

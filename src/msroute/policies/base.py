@@ -132,7 +132,7 @@ class BasePolicy:
         self.n_costs = self.batch.n_costs
         self.horizon = check_positive_int(horizon, "horizon")
         # One stream per run (DESIGN.md): a run decides the same alone or in any batch.
-        block = max(1024, 16 * max(self.n_experts, self.m_draws))
+        block = max(4096, 16 * max(self.n_experts, self.m_draws))
         self.streams = RunStreams(seed, self.n_runs, block=block)
         self.t = 0  # rounds completed
         self._rows = np.arange(self.n_runs)

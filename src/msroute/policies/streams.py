@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from msroute._seeding import SeedArg, run_seed_sequences
+from msroute._seeding import SeedArg, child_seed, run_seed_sequences
 from msroute._validation import FloatArray, check_positive_int
 
 __all__ = ["RunStreams"]
@@ -43,13 +43,19 @@ class RunStreams:
     """
 
     #: The state to save and restore (see :mod:`msroute.policies.persist`).
-    _state_attrs: ClassVar[tuple[str, ...]] = ("generators", "_buffer", "_pos")
+    _state_attrs: ClassVar[tuple[str, ...]] = ("generators", "_buffered", "_buffer", "_pos")
 
     def __init__(self, seed: SeedArg, n_runs: int, block: int = 1024) -> None:
         r = check_positive_int(n_runs, "n_runs")
         self.block = check_positive_int(block, "block")
+        seqs = run_seed_sequences(seed, r)
+        # Two independent streams per run: one for direct draws (Beta), one feeding the buffer
+        # of uniforms, so that neither depends on when the other is drawn from.
         self.generators: tuple[np.random.Generator, ...] = tuple(
-            np.random.default_rng(s) for s in run_seed_sequences(seed, r)
+            np.random.default_rng(child_seed(s, 0)) for s in seqs
+        )
+        self._buffered: tuple[np.random.Generator, ...] = tuple(
+            np.random.default_rng(child_seed(s, 1)) for s in seqs
         )
         # A fixed-shape buffer (so that saved state always fits); ``_pos`` uniforms are used.
         self._buffer: FloatArray = np.zeros((r, self.block))
@@ -64,12 +70,12 @@ class RunStreams:
         """The next ``width`` uniforms in ``[0, 1)`` of every run, shape (R, width).
 
         Each run consumes its own stream in order, so its values depend only on its seed and
-        on the widths asked so far, never on the other runs.
+        on the widths asked so far, never on the other runs or on the buffer's size.
         """
         if width > self.block:
             raise ValueError(f"width == {width} exceeds the buffer of {self.block} uniforms")
         if self._pos + width > self.block:
-            fresh = np.stack([g.random(self._pos) for g in self.generators])
+            fresh = np.stack([g.random(self._pos) for g in self._buffered])
             self._buffer = np.concatenate([self._buffer[:, self._pos :], fresh], axis=1)
             self._pos = 0
         out = self._buffer[:, self._pos : self._pos + width]
@@ -77,5 +83,15 @@ class RunStreams:
         return out
 
     def beta(self, a: FloatArray, b: FloatArray) -> FloatArray:
-        """One ``Beta(a[r, i], b[r, i])`` sample per entry, run ``r`` from its own stream."""
-        return np.stack([g.beta(a[r], b[r]) for r, g in enumerate(self.generators)])
+        """One ``Beta(a[r, i], b[r, i])`` sample per entry (R, K), run ``r`` from its own stream.
+
+        Drawn as ``X / (X + Y)`` with ``X ~ Gamma(a)`` and ``Y ~ Gamma(b)`` (exactly Beta), both
+        in one ``standard_gamma`` call per run: the per-call cost, not the sampling, dominates
+        at this size, and this halves the calls of per-run ``Generator.beta``.
+        """
+        k = a.shape[1]
+        shapes = np.concatenate([a, b], axis=1)
+        g = np.stack(
+            [gen.standard_gamma(row) for gen, row in zip(self.generators, shapes, strict=True)]
+        )
+        return np.asarray(g[:, :k] / (g[:, :k] + g[:, k:]), dtype=np.float64)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -69,7 +69,6 @@ class Trajectory:
     expected_rewards: FloatArray | None = None
     final_q: FloatArray | None = None
     wall_time: float = 0.0
-    extras: dict[str, FloatArray] = field(default_factory=dict)
 
     @property
     def horizon(self) -> int:

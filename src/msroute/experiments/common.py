@@ -15,7 +15,7 @@ import hashlib
 import json
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
@@ -197,10 +197,6 @@ class CellSpec:
         text = json.dumps(asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    @property
-    def n_runs(self) -> int:
-        """Runs in the batch: levels x seeds."""
-        return len(self.levels) * len(self.seeds)
 
 
 @dataclass(frozen=True)
@@ -378,8 +374,3 @@ def _label(spec: CellSpec) -> str:
 def params_items(params: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
     """A canonical, hashable form of a parameter mapping."""
     return tuple(sorted((params or {}).items()))
-
-
-def unique(values: Iterable[str]) -> list[str]:
-    """Values in first-seen order without repeats."""
-    return list(dict.fromkeys(values))

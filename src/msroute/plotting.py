@@ -320,6 +320,16 @@ def _policy_handles(policies: Sequence[str], kind: str) -> list[Line2D]:
     return handles
 
 
+def _policy_legend(fig: Figure, policies: Sequence[str], kind: Literal["line", "patch"]) -> None:
+    """One legend of the policies under the whole figure."""
+    fig.legend(
+        handles=_policy_handles(policies, kind),
+        loc="outside lower center",
+        ncols=min(len(policies), 9),
+        frameon=False,
+    )
+
+
 def _symlog_threshold(means: np.ndarray) -> float:
     """Linear range of a symlog axis of a signed quantity (see the Notes of :func:`plot_fig1`)."""
     finite = np.abs(means[np.isfinite(means)])
@@ -687,12 +697,7 @@ def plot_fig2(rows: Iterable[Row]) -> Figure:
         right.set_ylim(0.0, 105.0)
         right.set_ylabel("% feasible runs")
         right.set_title(f"{_env_label(env)}: feasible runs")
-    fig.legend(
-        handles=_policy_handles(policies, "patch"),
-        loc="outside lower center",
-        ncols=min(len(policies), 9),
-        frameon=False,
-    )
+    _policy_legend(fig, policies, "patch")
     return fig
 
 
@@ -746,12 +751,7 @@ def plot_fig3(rows: Iterable[Row]) -> Figure:
                 ax.set_xlabel("round $t$")
             if j == 0:
                 ax.set_ylabel("rolling-average reward")
-    fig.legend(
-        handles=_policy_handles(policies, "line"),
-        loc="outside lower center",
-        ncols=min(len(policies), 9),
-        frameon=False,
-    )
+    _policy_legend(fig, policies, "line")
     return fig
 
 

@@ -198,7 +198,6 @@ class CellSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-
 @dataclass(frozen=True)
 class Cell:
     """What a cell runs on: the pools, the (level, seed) problems and the seeds' skill stream.

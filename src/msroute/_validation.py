@@ -92,7 +92,7 @@ def check_contexts(
         c = np.broadcast_to(c[:, None], (n_rounds, n_runs))
     if c.shape != (n_rounds, n_runs) or not np.issubdtype(c.dtype, np.integer):
         raise ValueError(
-            f"contexts must be ints of shape (T,) or (T, R) = {(n_rounds, n_runs)}, "
+            f"contexts must be an integer array of shape (T,) or (T, R) = {(n_rounds, n_runs)}, "
             f"got {c.dtype} {c.shape}"
         )
     if c.min() < 0 or c.max() >= w.shape[0]:

@@ -48,7 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import linprog, minimize
 
-from msroute._validation import FloatArray, as_float_array, check_positive_int
+from msroute._validation import FloatArray, as_float_array, check_contexts, check_positive_int
 from msroute.errors import InfeasibleConstraintsError
 from msroute.problem import Problem
 
@@ -684,23 +684,12 @@ def contextual_opt(
     v, c, lo_a, hi_a, floor, tol = _check_inputs(
         skills, problem.costs, *problem.surrogate_box(), floor, tol
     )
-    w = as_float_array(context_weights, "context_weights", ndim_min=2, ndim_max=2)
     t_len, n_dims, _ = v.shape
-    if w.shape[1] != n_dims:
-        raise ValueError(f"context_weights must have shape (X, {n_dims}), got {w.shape}")
-    if np.any(w < 0):
-        raise ValueError(f"context_weights must be >= 0; min is {w.min():.3g}")
-    x = np.asarray(contexts)
-    if x.shape != (t_len,) or not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(
-            f"contexts must be an integer array of shape ({t_len},), got {x.dtype} {x.shape}"
-        )
+    ctx_rounds, w = check_contexts(contexts, context_weights, t_len, 1, n_dims)
+    if ctx_rounds is None or w is None:
+        raise ValueError("contextual_opt needs contexts and context_weights")
+    x = ctx_rounds[:, 0]
     n_ctx = w.shape[0]
-    if t_len and (x.min() < 0 or x.max() >= n_ctx):
-        raise ValueError(
-            f"contexts must lie in [0, {n_ctx - 1}] (one row of context_weights each), "
-            f"got values in [{x.min()}, {x.max()}]"
-        )
     max_iter = check_positive_int(max_iter, "max_iter")
     poly = _Polytope(c, lo_a, hi_a, floor)
     counts = np.bincount(x, minlength=n_ctx)

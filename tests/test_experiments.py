@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import msroute
-from msroute.cli import main
+from msroute.cli import build_parser, main
 from msroute.experiments import fig2 as fig2_module
 from msroute.experiments.common import LEVELS, level_constraints, paper_instance
 from msroute.experiments.contextual import ContextualConfig, run_contextual
@@ -61,6 +62,12 @@ def test_fig2_quick_end_to_end_through_the_cli(tmp_path: Path) -> None:
     assert all(0.0 < float(r["avg_reward"]) <= 3.0 for r in rows)
     # Unconstrained runs are always feasible.
     assert all(r["feasible"] == "True" for r in rows if r["level"] == "none")
+
+
+def test_jobs_default_to_the_cores_this_process_may_use() -> None:
+    args = build_parser().parse_args(["reproduce", "fig2"])
+    assert args.jobs == len(os.sched_getaffinity(0))
+    assert build_parser().parse_args(["reproduce", "fig2", "--jobs", "1"]).jobs == 1
 
 
 def test_interrupted_sweep_resumes_without_recomputing(

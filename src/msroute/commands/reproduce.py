@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXPERIMENTS", "register"]
+__all__ = ["EXPERIMENTS", "available_cores", "register"]
 
 #: Settings of ``--quick``: a reduced run that finishes in seconds (README, CI).
 QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000}
@@ -20,6 +21,14 @@ EXPERIMENTS: dict[str, tuple[str, str, str]] = {
     "fig3": ("msroute.experiments.fig3", "Fig3Config", "run_fig3"),
     "contextual": ("msroute.experiments.contextual", "ContextualConfig", "run_contextual"),
 }
+
+
+def available_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity, not the machine's count:
+    a container or ``taskset`` may allow fewer)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +43,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
     p.add_argument("--seeds", type=int, help="number of seeds (paper: 20; fig1: 5)")
     p.add_argument("--horizon", type=int, help="rounds per run (paper: 10,000)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=available_cores(),
+        help="worker processes (default: the cores this process may use, here %(default)s)",
+    )
     p.add_argument(
         "--config",
         type=Path,

@@ -269,7 +269,8 @@ def test_cells_of_another_version_or_damaged_are_recomputed(
     assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
     assert calls == ["random"]  # stale version: recomputed
     cell.write_bytes(cell.read_bytes()[:100])  # damaged
-    assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
+    with pytest.warns(msroute.CacheWarning, match="damaged"):
+        assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
     assert calls == ["random", "random"]
 
 

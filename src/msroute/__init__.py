@@ -22,10 +22,13 @@ from importlib.metadata import version as _version
 from msroute.datasets import CrowdData, Instance, build_instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, SequenceEnv, SkillEnv, StochasticEnv
 from msroute.errors import (
+    CacheWarning,
+    ConvergenceWarning,
     DataFormatError,
     EmptyFeasibleSetError,
     InfeasibleConstraintsError,
     MSRouteError,
+    MSRouteWarning,
     PolicyFileError,
 )
 from msroute.metrics import (
@@ -76,8 +79,10 @@ __all__ = [
     "POLICIES",
     "BasePolicy",
     "CBwK",
+    "CacheWarning",
     "Constraints",
     "ContextualOMD",
+    "ConvergenceWarning",
     "CrowdData",
     "DataFormatError",
     "EmptyFeasibleSetError",
@@ -85,6 +90,7 @@ __all__ = [
     "InfeasibleConstraintsError",
     "Instance",
     "MSRouteError",
+    "MSRouteWarning",
     "MoEGating",
     "OMDApproachability",
     "OracleResult",

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
-from msroute.errors import MSRouteError
+from msroute.errors import MSRouteError, MSRouteWarning
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = ("reproduce", "run", "data")
@@ -41,6 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``msroute`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
     except (MSRouteError, ValueError, TypeError, OSError) as exc:
@@ -50,6 +58,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"msroute {args.command}: interrupted", file=sys.stderr)
         return 130
     return code
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """msroute's own warnings as one line (``msroute: warning: ...``), others as usual."""
+    if issubclass(category, MSRouteWarning):
+        print(f"msroute: warning: {message}", file=file or sys.stderr)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 if __name__ == "__main__":  # pragma: no cover

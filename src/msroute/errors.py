@@ -8,10 +8,13 @@ catch the library's own failures in one place. Errors about a wrong *value* also
 from __future__ import annotations
 
 __all__ = [
+    "CacheWarning",
+    "ConvergenceWarning",
     "DataFormatError",
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
     "MSRouteError",
+    "MSRouteWarning",
     "PolicyFileError",
 ]
 
@@ -41,3 +44,17 @@ class PolicyFileError(DataFormatError):
 
     The message names the file and the problem.
     """
+
+
+class MSRouteWarning(UserWarning):
+    """Base class of every warning msroute issues on purpose (the command line prints each as
+    one line)."""
+
+
+class CacheWarning(MSRouteWarning):
+    """A cached result was damaged (unreadable, missing or misshapen arrays, NaN values) and is
+    recomputed; the message names the file and what was wrong."""
+
+
+class ConvergenceWarning(MSRouteWarning, RuntimeWarning):
+    """An iterative solver (the oracle of eq. (3)) stopped before its certified tolerance."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -24,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from msroute._atomic import atomic_path
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, StochasticEnv
+from msroute.errors import CacheWarning
 from msroute.experiments.output import Progress
 from msroute.problem import Constraints, Problem, ProblemBatch
 
@@ -281,38 +285,112 @@ def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
     return out_dir / "cells" / spec.experiment / f"{spec.env}-{spec.policy}-{spec.key()}.npz"
 
 
-def _cell_stamp(spec: CellSpec) -> str:
+def _cell_stamp(spec: CellSpec) -> dict[str, Any]:
     """What a cached cell must match to be reused: its specification and the msroute version
     that computed it (another version may compute other numbers, so its cells are redone)."""
     from msroute import __version__
 
-    return json.dumps({"msroute": __version__, **asdict(spec)}, sort_keys=True, default=str)
+    stamp: dict[str, Any] = json.loads(json.dumps(asdict(spec), default=str))
+    return {"msroute": __version__, **stamp}
+
+
+def _digest(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+
+
+def _manifest(result: CellResult) -> dict[str, list[Any]]:
+    """Name -> [dtype, shape, sha256 of the bytes] of every array of a result."""
+    return {
+        k: [np.asarray(v).dtype.str, list(np.shape(v)), _digest(np.asarray(v))]
+        for k, v in sorted(result.items())
+    }
+
+
+class _DamagedCell(Exception):
+    """A cached cell that must be recomputed (the message says why)."""
+
+
+def _check_cell(header: Any, arrays: CellResult) -> None:
+    """Validate a cell's arrays against the manifest stored with them.
+
+    Keys, dtypes, shapes and a SHA-256 of each array's bytes must match what was saved, and no
+    float array may hold NaN: a cell that was truncated, bit-flipped, edited or written by a
+    faulty run is recomputed instead of copied into the results.
+    """
+    manifest = header.get("arrays") if isinstance(header, dict) else None
+    if not isinstance(manifest, dict):
+        raise _DamagedCell("no array manifest")
+    missing = sorted(set(manifest) - set(arrays))
+    extra = sorted(set(arrays) - set(manifest))
+    if missing or extra:
+        raise _DamagedCell(f"missing arrays {missing}" if missing else f"extra arrays {extra}")
+    for name, arr in arrays.items():
+        entry = manifest[name]
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise _DamagedCell(f"bad manifest entry for {name!r}")
+        dtype, shape, digest = entry
+        if arr.dtype.str != dtype or list(arr.shape) != shape:
+            raise _DamagedCell(
+                f"array {name!r} is {arr.dtype.str} {arr.shape}, expected {dtype} {tuple(shape)}"
+            )
+        if arr.dtype.kind in "fc" and np.isnan(arr).any():
+            raise _DamagedCell(f"array {name!r} contains NaN")
+        if _digest(arr) != digest:
+            raise _DamagedCell(f"array {name!r} does not match its checksum")
+
+
+#: What a damaged cache file can raise while it is read (zip, zlib, npy and JSON layers).
+_READ_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    EOFError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    struct.error,
+    _DamagedCell,
+)
 
 
 def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
-    """A finished cell's result from the cache, or None (missing, foreign, stale or damaged)."""
+    """A finished cell's result from the cache, or None (missing, foreign, stale or damaged).
+
+    A cell of another specification or msroute version is silently recomputed; a damaged one
+    (unreadable, arrays missing, misshapen, of the wrong dtype, NaN or not matching their
+    checksum) is recomputed with one :class:`~msroute.errors.CacheWarning` naming the file.
+    """
     path = _cell_path(out_dir, spec)
     if not path.exists():
         return None
     try:
         # Our own handle: np.load leaves the file open when the archive is damaged.
         with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
-            if str(data["__spec__"]) != _cell_stamp(spec):
+            header = json.loads(str(data["__spec__"]))
+            if not isinstance(header, dict):
+                raise _DamagedCell("its header is not a JSON object")
+            if header.get("stamp") != _cell_stamp(spec):
                 return None
-            return {k: data[k] for k in data.files if k != "__spec__"}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            result = {k: data[k] for k in data.files if k != "__spec__"}
+        _check_cell(header, result)
+    except _READ_ERRORS as exc:
+        reason = str(exc) or type(exc).__name__
+        warnings.warn(
+            f"cached cell {path} is damaged ({reason[:120]}); recomputing it",
+            CacheWarning,
+            stacklevel=2,
+        )
         return None
+    return result
 
 
 def save_cell(out_dir: Path, spec: CellSpec, result: CellResult) -> None:
-    """Store a finished cell atomically (write to a temporary name, then rename)."""
-    path = _cell_path(out_dir, spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    spec_text = np.array(_cell_stamp(spec))
-    arrays: dict[str, Any] = {"__spec__": spec_text, **result}
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
+    """Store a finished cell atomically (write to a temporary name, then rename), with the
+    manifest :func:`load_cell` validates it against."""
+    header = {"stamp": _cell_stamp(spec), "arrays": _manifest(result)}
+    arrays: dict[str, Any] = {"__spec__": np.array(json.dumps(header, sort_keys=True)), **result}
+    with atomic_path(_cell_path(out_dir, spec)) as tmp:
+        np.savez_compressed(tmp, **arrays)
 
 
 def run_cells(

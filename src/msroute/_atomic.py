@@ -1,0 +1,70 @@
+"""Atomic file writes: every output is written to a temporary name and renamed over its target.
+
+A crash or a Ctrl-C while writing therefore leaves either the old file or the complete new one,
+never a truncated file under the target's name. Errors name the target, not the temporary file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["atomic_path", "write_text_atomic"]
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to ``target``; on success it is synced and renamed over it.
+
+    The temporary name keeps the target's suffix (writers such as ``numpy.savez`` and
+    matplotlib's ``savefig`` go by it) and starts with a dot. On any exception, Ctrl-C
+    included, the temporary file is removed and the target is left as it was. An ``OSError``
+    raised while writing or renaming is re-raised naming ``target``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     target = pathlib.Path(d) / "out.txt"
+    ...     with atomic_path(target) as tmp:
+    ...         _ = tmp.write_text("done")
+    ...     print(target.read_text(), sorted(p.name for p in pathlib.Path(d).iterdir()))
+    done ['out.txt']
+    """
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(
+            prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent
+        )
+        os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    tmp = Path(name)
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(target: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``target`` atomically; returns the target's path."""
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(target)
+
+
+def _fsync(path: Path) -> None:
+    """Flush the file's data to disk, so the rename never exposes an empty file after a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -40,6 +40,14 @@ def test_stats_on_the_packaged_trec_data(capsys: pytest.CaptureFixture[str]) -> 
     assert stats["reliable_workers"] == 270 and stats["min_annotations"] == 5
 
 
+def test_stats_on_the_packaged_web_data(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, ["data", "stats", "--dataset", "web"])
+    assert code == 0 and err == ""
+    stats = json.loads(out)
+    assert (stats["workers"], stats["tasks"], stats["annotations"]) == (176, 2653, 15539)
+    assert stats["reliable_workers"] == 139 and stats["labels"] == [1, 2, 3, 4, 5]
+
+
 def test_stats_on_given_files(capsys: pytest.CaptureFixture[str], files: list[str]) -> None:
     code, out, _ = run(capsys, ["data", "stats", *files, "--min-annotations", "2"])
     assert code == 0

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from msroute.datasets import (
+    DATASETS,
     TREC2010_SHA256,
+    WEB_SHA256,
     CrowdData,
     Instance,
     build_instance,
@@ -23,6 +25,7 @@ from msroute.datasets import crowd as crowd_module
 from msroute.errors import DataFormatError
 
 SHARED_TREC = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec2010"
+SHARED_WEB = Path(__file__).resolve().parents[2] / "shared" / "data" / "web"
 
 
 def write(path: Path, text: str) -> Path:
@@ -81,12 +84,53 @@ def test_trec_statistics_of_the_paper(trec: CrowdData) -> None:
 
 def test_packaged_files_match_their_checksums() -> None:
     folder = resources.files("msroute.datasets").joinpath("data")
-    for name, digest in TREC2010_SHA256.items():
-        raw = folder.joinpath(name).read_bytes()
-        assert hashlib.sha256(raw).hexdigest() == digest
-        shared = SHARED_TREC / name
-        if shared.exists():  # the packaged copy is the project's reference data
-            assert shared.read_bytes() == raw
+    for checksums, shared_dir in ((TREC2010_SHA256, SHARED_TREC), (WEB_SHA256, SHARED_WEB)):
+        for name, digest in checksums.items():
+            raw = folder.joinpath(name).read_bytes()
+            assert hashlib.sha256(raw).hexdigest() == digest
+            shared = shared_dir / name
+            if shared.exists():  # the packaged copy is the project's reference data
+                assert shared.read_bytes() == raw
+    names = {n for _, crowd, truth in DATASETS.values() for n in (crowd, truth)}
+    assert names == {*TREC2010_SHA256, *WEB_SHA256}
+
+
+def test_web_statistics_of_its_readme() -> None:
+    """The join and reliability counts stated in the web data's README (CRLF, tab-separated,
+    grades 1-5): 176 workers, 2,653 tasks, 15,539 annotations, 139 reliable workers."""
+    web = load_crowd(dataset="web")
+    assert (web.n_workers, web.n_tasks, web.n_annotations) == (176, 2653, 15539)
+    assert web.reliable_workers().size == 139
+    assert np.unique(web.ann_gold).tolist() == [1, 2, 3, 4, 5]
+    assert web.source.startswith("web relevance")
+    # An independent count straight from the text: a line per annotation; kept iff gold known.
+    folder = resources.files("msroute.datasets").joinpath("data")
+    gold = dict(
+        line.split("\t") for line in folder.joinpath("web_truth.txt").read_text().splitlines()
+    )
+    rows = [line.split("\t") for line in folder.joinpath("web_crowd.txt").read_text().splitlines()]
+    assert len(rows) == 15567
+    kept = [r for r in rows if r[0] in gold]
+    assert len(kept) == web.n_annotations
+    hits = sum(r[2] == gold[r[0]] for r in kept)
+    assert hits == int(web.correct.sum())
+
+
+def test_web_instances_follow_the_same_protocol() -> None:
+    web = load_crowd(dataset="web")
+    inst = sample_instance(web, n_experts=50, n_dims=3, seed=7)
+    assert inst.skills_base.shape == (3, 50) and int(inst.costs[:, 1].sum()) == 10
+    assert np.isin(inst.workers, web.reliable_workers()).all()
+    assert inst.costs[:, 0].max() == 1.0
+    with pytest.raises(DataFormatError, match="only 139 reliable workers"):
+        sample_instance(web, n_experts=140, seed=0)
+
+
+def test_dataset_names_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"dataset == 'imdb'.*trec, web"):
+        load_crowd(dataset="imdb")
+    with pytest.raises(ValueError, match="not both"):
+        load_crowd("a.txt", "b.txt", dataset="web")
 
 
 @pytest.fixture
@@ -95,6 +139,7 @@ def corrupted_checksum(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(
         crowd_module, "TREC2010_SHA256", {**TREC2010_SHA256, "trec_truth.txt": "0" * 64}
     )
+    monkeypatch.setattr(crowd_module, "WEB_SHA256", {**WEB_SHA256, "web_crowd.txt": "0" * 64})
     yield
     crowd_module._load_packaged.cache_clear()
 
@@ -102,6 +147,8 @@ def corrupted_checksum(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_packaged_data_fails_loudly_on_a_bad_checksum(corrupted_checksum: None) -> None:
     with pytest.raises(DataFormatError, match=r"trec_truth\.txt .*fails its SHA-256 check"):
         load_crowd()
+    with pytest.raises(DataFormatError, match=r"web_crowd\.txt .*web relevance.*SHA-256"):
+        load_crowd(dataset="web")
 
 
 @pytest.mark.skipif(not SHARED_TREC.exists(), reason="shared TREC files not available")

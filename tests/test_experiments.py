@@ -70,6 +70,33 @@ def test_jobs_default_to_the_cores_this_process_may_use() -> None:
     assert build_parser().parse_args(["reproduce", "fig2", "--jobs", "1"]).jobs == 1
 
 
+def test_fig2_on_the_web_dataset_through_flag_and_config(tmp_path: Path) -> None:
+    """``--dataset web`` and ``dataset = "web"`` run the same protocol on the web pools."""
+    base = ["reproduce", "fig2", "--quiet", "--no-plot", "--seeds", "2", "--horizon", "100"]
+    base += ["--jobs", "1"]
+    toml = tmp_path / "c.toml"
+    toml.write_text('[fig2]\npolicies = ["random", "omd"]\ndataset = "web"\n')
+    assert main([*base, "--config", str(toml), "--out", str(tmp_path / "cfg")]) == 0
+    toml.write_text('[fig2]\npolicies = ["random", "omd"]\n')
+    assert (
+        main([*base, "--config", str(toml), "--dataset", "web", "--out", str(tmp_path / "f")]) == 0
+    )
+    assert main([*base, "--config", str(toml), "--out", str(tmp_path / "trec")]) == 0
+    web_rows = read_csv(tmp_path / "cfg" / "fig2.csv")
+    assert web_rows == read_csv(tmp_path / "f" / "fig2.csv")
+    side = json.loads((tmp_path / "f" / "fig2.json").read_text())
+    assert side["parameters"]["dataset"] == "web"
+    trec_rows = read_csv(tmp_path / "trec" / "fig2.csv")
+    assert [r["avg_reward"] for r in web_rows] != [r["avg_reward"] for r in trec_rows]
+    # The budget bound is M * the mean workload of the seed's web pool (Table 1, margin 0).
+    inst = paper_instance(0, 50, 3, dataset="web")
+    assert inst.workers != paper_instance(0, 50, 3).workers
+    row = next(r for r in web_rows if r["level"] == "tight" and r["seed"] == "0")
+    assert float(row["budget_bound"]) == pytest.approx(5 * inst.costs[:, 0].mean())
+    with pytest.raises(ValueError, match="dataset"):
+        Fig2Config(dataset="nope")
+
+
 def test_interrupted_sweep_resumes_without_recomputing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

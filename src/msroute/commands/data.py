@@ -1,8 +1,9 @@
 """``msroute data``: statistics of crowd data and the instances built from it (Section 6.1).
 
-``msroute data stats`` prints the counts of the packaged TREC 2010 data (or of ``--crowd`` and
-``--truth`` files) as one JSON object; ``msroute data instance`` prints the instance of a pool
-of workers, given (``--workers``) or sampled from the reliable ones (``--sample K --seed S``).
+``msroute data stats`` prints the counts of the packaged TREC 2010 data (``--dataset web``: the
+packaged web relevance data; or of ``--crowd`` and ``--truth`` files) as one JSON object;
+``msroute data instance`` prints the instance of a pool of workers, given (``--workers``) or
+sampled from the reliable ones (``--sample K --seed S``).
 """
 
 from __future__ import annotations
@@ -88,10 +89,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_source(parser: argparse.ArgumentParser) -> None:
+    from msroute.datasets.crowd import DATASETS
+
     parser.add_argument(
         "--crowd", metavar="FILE", help="annotations, rows 'task worker response' (integers)"
     )
     parser.add_argument("--truth", metavar="FILE", help="gold labels, rows 'task gold'")
+    parser.add_argument(
+        "--dataset",
+        choices=list(DATASETS),
+        help="a packaged data set instead of --crowd/--truth (default: trec)",
+    )
 
 
 def _parse_workers(tokens: list[str]) -> list[int]:
@@ -122,7 +130,7 @@ def _flagged(args: argparse.Namespace, n_experts: int) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from msroute.datasets import load_crowd
 
-    data = load_crowd(args.crowd, args.truth)
+    data = load_crowd(args.crowd, args.truth, dataset=args.dataset)
     _emit(data.summary(args.min_annotations))
     return 0
 
@@ -130,7 +138,7 @@ def _stats(args: argparse.Namespace) -> int:
 def _instance(args: argparse.Namespace) -> int:
     from msroute.datasets import build_instance, load_crowd, sample_instance
 
-    data = load_crowd(args.crowd, args.truth)
+    data = load_crowd(args.crowd, args.truth, dataset=args.dataset)
     if args.workers is not None:
         workers = _parse_workers(args.workers)
         inst = build_instance(data, workers, args.dims, _flagged(args, len(workers)))

@@ -33,16 +33,24 @@ def available_cores() -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``reproduce`` subcommand."""
+    from msroute.datasets.crowd import DATASETS
+
     p: argparse.ArgumentParser = subparsers.add_parser(
         "reproduce",
         help="reproduce the paper's experiments (figures, tables, tidy CSV)",
-        description="Regenerate the paper's experiments on the packaged TREC 2010 data. "
+        description="Regenerate the paper's experiments on the packaged TREC 2010 data (or, "
+        "with --dataset web, on the packaged web relevance data under the same protocol). "
         "Finished cells are cached under OUT/cells, so an interrupted run resumes.",
     )
     p.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
     p.add_argument("--seeds", type=int, help="number of seeds (paper: 20; fig1: 5)")
     p.add_argument("--horizon", type=int, help="rounds per run (paper: 10,000)")
+    p.add_argument(
+        "--dataset",
+        choices=list(DATASETS),
+        help="packaged crowd data the instances are drawn from (default: trec, the paper's)",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -76,7 +84,8 @@ def build_config(name: str, args: argparse.Namespace) -> Any:
         cfg = with_overrides(cfg, quick, "--quick")
     if args.config is not None:
         cfg = with_overrides(cfg, load_toml(args.config, name), str(args.config))
-    flags = {k: v for k, v in (("seeds", args.seeds), ("horizon", args.horizon)) if v is not None}
+    given = (("seeds", args.seeds), ("horizon", args.horizon), ("dataset", args.dataset))
+    flags = {k: v for k, v in given if v is not None}
     return with_overrides(cfg, flags, "command line") if flags else cfg
 
 

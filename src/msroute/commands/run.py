@@ -23,13 +23,14 @@ def _param(text: str) -> tuple[str, Any]:
 
 def register(subparsers: Any) -> None:
     """Add the ``run`` subcommand."""
+    from msroute.datasets.crowd import DATASETS, DEFAULT_DATASET
     from msroute.experiments.common import ENVIRONMENTS, LEVELS
     from msroute.policies.registry import POLICIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "run",
         help="run one policy on one environment and constraint level, print a summary",
-        description="Run one cell of the paper's sweep on the packaged TREC data: the seed's "
+        description="Run one cell of the paper's sweep on packaged crowd data: the seed's "
         "worker pool, its skill stream and the level's constraints, exactly as in "
         "`reproduce fig2`.",
     )
@@ -40,6 +41,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--level", default="tight", choices=list(LEVELS))
     p.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
     p.add_argument("--horizon", type=int, default=10_000)
+    p.add_argument(
+        "--dataset",
+        default=DEFAULT_DATASET,
+        choices=list(DATASETS),
+        help="packaged crowd data (default: trec, the paper's TREC 2010)",
+    )
     p.add_argument("--n-dims", type=int, default=3)
     p.add_argument("--n-experts", type=int, default=50)
     p.add_argument("--m-draws", type=int, default=5)
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         m_draws=args.m_draws,
         n_dims=args.n_dims,
         policy_params=params_items(params),
+        dataset=args.dataset,
     )
     res = sweep_worker(spec)
     runs = [
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     "policy": args.policy,
                     "env": args.env,
                     "level": args.level,
+                    "dataset": args.dataset,
                     "horizon": args.horizon,
                     "params": params,
                     "seconds": float(res["wall_time"]),
@@ -119,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         "r2": "R2",
     }
     print_table(
-        f"{args.policy} on {args.env}, level {args.level}, T = {args.horizon} "
+        f"{args.policy} on {args.dataset}/{args.env}, level {args.level}, T = {args.horizon} "
         f"({float(res['wall_time']):.1f} s): time averages per seed",
         ["seed", *short.values()],
         [[r["seed"], *(r[k] for k in short)] for r in runs],

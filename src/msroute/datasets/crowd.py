@@ -3,8 +3,10 @@
 The paper's experiments use the TREC 2010 Crowdsourcing Track relevance judgements as
 distributed with the SpectralMethodsMeetEM repository: ``trec_crowd.txt`` holds one
 annotation per line (``task worker response``) and ``trec_truth.txt`` one gold label per line
-(``task gold``). Both files ship inside this package and are checked against their SHA-256 on
-load, so a pip-installed msroute needs no other file.
+(``task gold``). A second public crowd data set in the same format ships too: ``web``, web-page
+relevance judgements on five grades (``web_crowd.txt``, ``web_truth.txt``; 176 workers, 2,653
+tasks and 15,539 annotations after the join, 139 reliable workers). All packaged files are
+checked against their SHA-256 on load, so a pip-installed msroute needs no other file.
 
 Section 6.1, as implemented here:
 
@@ -41,7 +43,9 @@ from msroute._validation import FloatArray, IntArray, check_positive_int
 from msroute.errors import DataFormatError
 
 __all__ = [
+    "DATASETS",
     "TREC2010_SHA256",
+    "WEB_SHA256",
     "CrowdData",
     "Instance",
     "build_instance",
@@ -55,8 +59,20 @@ TREC2010_SHA256: Mapping[str, str] = {
     "trec_truth.txt": "405b4ff78e79b912252f19ff68116e71abe3a21c2051c7c701e7a16acbeae3e4",
 }
 
-#: How the packaged data is named in messages and in ``CrowdData.source``.
-PACKAGED_SOURCE = "TREC 2010 (packaged trec_crowd.txt + trec_truth.txt)"
+#: SHA-256 of the packaged web relevance files (5 grades), checked every time they are loaded.
+WEB_SHA256: Mapping[str, str] = {
+    "web_crowd.txt": "5b1ad44cebdcf59d42c83393a7dc3f4aa46746f5428c4caac275350247da6d6f",
+    "web_truth.txt": "7ff13173d6ad447e6959fa5226bcbef756ebe34d712eae908de30036824fc94f",
+}
+
+#: The data sets that ship with msroute: name -> (title, crowd file, truth file).
+DATASETS: Mapping[str, tuple[str, str, str]] = {
+    "trec": ("TREC 2010", "trec_crowd.txt", "trec_truth.txt"),
+    "web": ("web relevance", "web_crowd.txt", "web_truth.txt"),
+}
+
+#: The data set of the paper, used when none is named.
+DEFAULT_DATASET = "trec"
 
 #: The paper's reliability threshold: workers with fewer annotations are discarded.
 DEFAULT_MIN_ANNOTATIONS = 5
@@ -142,15 +158,25 @@ def _decode(raw: bytes, source: str) -> str:
         ) from None
 
 
-def _read_packaged(name: str) -> tuple[str, str]:
-    """Text of a packaged TREC 2010 file after its SHA-256 check."""
-    source = f"{name} (packaged TREC 2010 data)"
+def check_dataset(dataset: str) -> str:
+    """``dataset`` if it names a packaged data set, else a ValueError listing them."""
+    if dataset not in DATASETS:
+        raise ValueError(
+            f"dataset == {dataset!r}, must be one of the packaged data sets: {', '.join(DATASETS)}"
+        )
+    return dataset
+
+
+def _read_packaged(name: str, title: str) -> tuple[str, str]:
+    """Text of a packaged file after its SHA-256 check."""
+    source = f"{name} (packaged {title} data)"
+    expected = {**TREC2010_SHA256, **WEB_SHA256}[name]  # read now: tests patch them
     raw = resources.files("msroute.datasets").joinpath("data", name).read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
-    if digest != TREC2010_SHA256[name]:
+    if digest != expected:
         raise DataFormatError(
             f"{source} fails its SHA-256 check (got {digest}, expected "
-            f"{TREC2010_SHA256[name]}): the installation is damaged; reinstall msroute"
+            f"{expected}): the installation is damaged; reinstall msroute"
         )
     return _decode(raw, source), source
 
@@ -193,16 +219,23 @@ def _join(
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _load_packaged() -> CrowdData:
-    crowd_text, crowd_source = _read_packaged("trec_crowd.txt")
-    truth_text, truth_source = _read_packaged("trec_truth.txt")
+@functools.lru_cache(maxsize=len(DATASETS))
+def _load_packaged(dataset: str) -> CrowdData:
+    title, crowd_name, truth_name = DATASETS[dataset]
+    crowd_text, crowd_source = _read_packaged(crowd_name, title)
+    truth_text, truth_source = _read_packaged(truth_name, title)
     crowd, _ = _parse_table(crowd_text, crowd_source, _CROWD_COLUMNS)
     truth, truth_lines = _parse_table(truth_text, truth_source, _TRUTH_COLUMNS)
-    return _join(crowd, truth, truth_lines, crowd_source, truth_source, PACKAGED_SOURCE)
+    source = f"{title} (packaged {crowd_name} + {truth_name})"
+    return _join(crowd, truth, truth_lines, crowd_source, truth_source, source)
 
 
-def load_crowd(crowd_path: PathLike | None = None, truth_path: PathLike | None = None) -> CrowdData:
+def load_crowd(
+    crowd_path: PathLike | None = None,
+    truth_path: PathLike | None = None,
+    *,
+    dataset: str | None = None,
+) -> CrowdData:
     """Load crowd annotations joined with gold labels (Section 6.1).
 
     Parameters
@@ -211,7 +244,10 @@ def load_crowd(crowd_path: PathLike | None = None, truth_path: PathLike | None =
         Annotations, one per line: ``task worker response`` (whitespace-separated integers).
     truth_path : str or path, optional
         Gold labels, one per line: ``task gold``.
-        Give both paths, or neither for the packaged TREC 2010 files (SHA-256 checked).
+        Give both paths, or neither for a packaged data set (SHA-256 checked).
+    dataset : {"trec", "web"}, optional
+        Which packaged data set to load when no path is given (default "trec", the paper's
+        TREC 2010 files; "web" is the five-grade web relevance set). Not with paths.
 
     Returns
     -------
@@ -235,14 +271,22 @@ def load_crowd(crowd_path: PathLike | None = None, truth_path: PathLike | None =
     (677, 2275, 12863)
     >>> len(data.reliable_workers())
     270
+    >>> web = load_crowd(dataset="web")
+    >>> web.n_workers, web.n_tasks, web.n_annotations, len(web.reliable_workers())
+    (176, 2653, 15539, 139)
     """
     if crowd_path is None and truth_path is None:
-        return _load_packaged()
+        return _load_packaged(check_dataset(DEFAULT_DATASET if dataset is None else dataset))
+    if dataset is not None:
+        raise ValueError(
+            f"dataset == {dataset!r} names packaged data: give it or crowd_path and "
+            "truth_path, not both"
+        )
     if crowd_path is None or truth_path is None:
         missing = "crowd_path" if crowd_path is None else "truth_path"
         raise ValueError(
             f"{missing} is missing: give both crowd_path and truth_path, or neither for the "
-            "packaged TREC 2010 data"
+            "packaged data"
         )
     crowd_text, crowd_source = _read_text(crowd_path)
     truth_text, truth_source = _read_text(truth_path)

@@ -29,6 +29,7 @@ import numpy as np
 from msroute._atomic import atomic_path
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
+from msroute.datasets.crowd import DEFAULT_DATASET
 from msroute.envs import RegimeSwitchingEnv, StochasticEnv
 from msroute.errors import CacheWarning
 from msroute.experiments.output import Progress
@@ -87,15 +88,22 @@ def name_key(name: str) -> int:
 
 
 @cache
-def _packaged_data() -> CrowdData:
-    return load_crowd()
+def _packaged_data(dataset: str) -> CrowdData:
+    return load_crowd(dataset=dataset)
 
 
 @lru_cache(maxsize=256)
-def paper_instance(seed: int, n_experts: int, n_dims: int, split: str = "round-robin") -> Instance:
-    """The worker pool and matrices of one seed (Section 6.1), on the packaged TREC data."""
+def paper_instance(
+    seed: int,
+    n_experts: int,
+    n_dims: int,
+    split: str = "round-robin",
+    dataset: str = DEFAULT_DATASET,
+) -> Instance:
+    """The worker pool and matrices of one seed (Section 6.1) on a packaged data set (the
+    paper's TREC 2010 by default): the same protocol whatever the data."""
     return sample_instance(
-        _packaged_data(),
+        _packaged_data(dataset),
         n_experts=n_experts,
         n_dims=n_dims,
         seed=stream(seed, _INSTANCE_STREAM),
@@ -179,6 +187,9 @@ class CellSpec:
     split : str
         How tasks are grouped into skill dimensions ("round-robin", the paper's, or
         "contiguous"); see :func:`msroute.datasets.build_instance`.
+    dataset : str
+        The packaged crowd data the instances are sampled from ("trec", the paper's, or
+        "web"); see :data:`msroute.datasets.DATASETS`.
     """
 
     experiment: str
@@ -195,6 +206,7 @@ class CellSpec:
     record: tuple[str, ...] = field(default=())
     cost_count: str = "distinct"
     split: str = "round-robin"
+    dataset: str = DEFAULT_DATASET
 
     def key(self) -> str:
         """A short content hash of the specification (the cache file name)."""
@@ -230,7 +242,9 @@ class Cell:
 
 def build_batch(spec: CellSpec) -> Cell:
     """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
-    instances = [paper_instance(s, spec.n_experts, spec.n_dims, spec.split) for s in spec.seeds]
+    instances = [
+        paper_instance(s, spec.n_experts, spec.n_dims, spec.split, spec.dataset) for s in spec.seeds
+    ]
     problems = [
         Problem(inst.costs, spec.m_draws, level_constraints(inst, spec.m_draws, level))
         for level in spec.levels
@@ -242,6 +256,7 @@ def build_batch(spec: CellSpec) -> Cell:
         spec.n_experts,
         spec.n_dims,
         spec.split,
+        spec.dataset,
         spec.horizon,
         spec.env_params,
     )
@@ -256,13 +271,16 @@ def _cached_env(
     n_experts: int,
     n_dims: int,
     split: str,
+    dataset: str,
     horizon: int,
     env_params: tuple[tuple[str, Any], ...],
 ) -> StochasticEnv | RegimeSwitchingEnv:
     """The seeds' environment, kept for the next cells of this process: the cells of one
     environment (one per policy) then draw its skills once, not once per policy. The stream
     is a pure function of the arguments, so sharing it changes no number."""
-    bases = np.stack([paper_instance(s, n_experts, n_dims, split).skills_base for s in seeds])
+    bases = np.stack(
+        [paper_instance(s, n_experts, n_dims, split, dataset).skills_base for s in seeds]
+    )
     return make_env(kind, bases, seeds, horizon, dict(env_params))
 
 

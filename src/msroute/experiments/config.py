@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
 from msroute.experiments.common import ENVIRONMENTS, LEVELS
 from msroute.policies.registry import POLICIES
 
@@ -35,6 +36,9 @@ class ExperimentConfig:
     cost_count : str
         How a round's realized cost counts the routed experts: "distinct" (each once, the
         paper's ``l_t``; default) or "draws" (once per draw; an alternative reading).
+    dataset : str
+        The packaged crowd data the instances are sampled from: "trec" (the paper's TREC 2010,
+        default) or "web" (five-grade web relevance); the instance protocol is the same.
     """
 
     seeds: int = 20
@@ -44,6 +48,7 @@ class ExperimentConfig:
     m_draws: int = 5
     kappa: float = 20.0
     cost_count: str = "distinct"
+    dataset: str = DEFAULT_DATASET
 
     def __post_init__(self) -> None:
         for name in ("seeds", "horizon", "n_experts", "m_draws"):
@@ -54,6 +59,7 @@ class ExperimentConfig:
             raise ValueError(f"kappa == {self.kappa}, must be > 0")
         if self.cost_count not in ("distinct", "draws"):
             raise ValueError(f"cost_count == {self.cost_count!r}, must be 'distinct' or 'draws'")
+        check_dataset(self.dataset)
 
     @property
     def seed_list(self) -> tuple[int, ...]:

@@ -197,6 +197,7 @@ def run_contextual(
         env_params=params_items({"kappa": cfg.kappa}),
         cost_count=cfg.cost_count,
         split=cfg.split,
+        dataset=cfg.dataset,
         policy_params=params_items(
             {
                 "weights": tuple(map(tuple, weights.tolist())),

@@ -180,6 +180,7 @@ def run_fig1(
             env_params=params_items({"kappa": cfg.kappa}),
             policy_params=policy_params,
             cost_count=cfg.cost_count,
+            dataset=cfg.dataset,
         )
         for n in cfg.dims
     ]

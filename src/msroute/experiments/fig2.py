@@ -121,6 +121,7 @@ def sweep_specs(
                         policy_params=params_items(params),
                         record=record,
                         cost_count=cfg.cost_count,
+                        dataset=cfg.dataset,
                     ),
                 )
             )

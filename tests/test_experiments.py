@@ -292,7 +292,7 @@ def test_cells_of_another_version_or_damaged_are_recomputed(
         return real(spec)
 
     monkeypatch.setattr(fig2_module, "sweep_worker", counting)
-    monkeypatch.setattr(msroute, "__version__", "0.0.0-other")
+    monkeypatch.setattr(msroute._version, "__version__", "0.0.0-other")
     assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
     assert calls == ["random"]  # stale version: recomputed
     cell.write_bytes(cell.read_bytes()[:100])  # damaged

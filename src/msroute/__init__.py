@@ -16,9 +16,7 @@ Examples
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
-
+from msroute._version import __version__
 from msroute.datasets import CrowdData, Instance, build_instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, SequenceEnv, SkillEnv, StochasticEnv
 from msroute.errors import (
@@ -68,11 +66,6 @@ from msroute.reward import (
     sum_max_reward,
 )
 from msroute.simulate import Trajectory, simulate
-
-try:
-    __version__ = _version("msroute")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0+unknown"
 
 __all__ = [
     "CUCB",

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from msroute import _version
 from msroute.errors import MSRouteError, MSRouteWarning
 
 #: Subcommand modules, in the order ``--help`` lists them.
@@ -23,14 +24,12 @@ COMMANDS: tuple[str, ...] = ("reproduce", "run", "data")
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for tests and documentation)."""
-    from msroute import __version__
-
     parser = argparse.ArgumentParser(
         prog="msroute",
         description="Multinomial Subset Routing: learn whom to route each query to, online, "
         "under long-term constraints.",
     )
-    parser.add_argument("--version", action="version", version=f"msroute {__version__}")
+    parser.add_argument("--version", action="version", version=f"msroute {_version.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:

@@ -46,7 +46,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import linprog, minimize
 
 from msroute._validation import FloatArray, as_float_array, check_contexts, check_positive_int
 from msroute.errors import InfeasibleConstraintsError
@@ -272,6 +271,8 @@ class _Polytope:
         cost = np.zeros(k + 1)
         cost[-1] = -1.0
         bounds = [(None, None)] * k + [(None, 1.0)]
+        from scipy.optimize import linprog
+
         res = linprog(
             cost,
             A_ub=a_ub,
@@ -359,6 +360,8 @@ class _Polytope:
         a_eq = np.concatenate([np.ones(k), np.zeros(k)])[None, :]
         cost = np.concatenate([np.zeros(k), np.ones(k)])
         bounds = [(self.floor, None)] * k + [(0.0, None)] * k
+        from scipy.optimize import linprog
+
         res = linprog(
             cost,
             A_ub=a_ub,
@@ -375,6 +378,8 @@ class _Polytope:
 
     def linear_max(self, g: FloatArray) -> FloatArray:
         """A vertex ``s`` of ``P`` maximising ``g . s`` (the Frank-Wolfe oracle)."""
+        from scipy.optimize import linprog
+
         res = linprog(
             -g,
             A_ub=self.a_ub,
@@ -446,6 +451,8 @@ def _newton_step(
 
 
 def _solve(objective: _SumMaxObjective, poly: _Polytope, tol: float, max_iter: int) -> OracleResult:
+    from scipy.optimize import minimize  # scipy loads when an oracle is first solved
+
     k = poly.costs.shape[0]
     bounds = [(poly.floor, 1.0)] * k
     constraints = poly.slsqp_constraints()

@@ -27,7 +27,7 @@ import math
 import os
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +42,7 @@ from matplotlib.lines import Line2D
 from msroute.errors import DataFormatError
 
 __all__ = [
+    "FIGURES",
     "LEVEL_ORDER",
     "POLICY_COLORS",
     "POLICY_LABELS",
@@ -829,3 +830,12 @@ def plot_contextual(rows: Iterable[Row]) -> Figure:
     left.set_title("Average reward (mean ± std over seeds)")
     right.set_title("Regret (mean ± std over seeds)")
     return fig
+
+
+#: The figure of each experiment of ``msroute reproduce``, by experiment name.
+FIGURES: dict[str, Callable[[Iterable[Row]], Figure]] = {
+    "fig1": plot_fig1,
+    "fig2": plot_fig2,
+    "fig3": plot_fig3,
+    "contextual": plot_contextual,
+}

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import linprog
 
 from msroute._validation import FloatArray, as_float_array, check_gamma, check_positive_int
 from msroute.errors import InfeasibleConstraintsError
 
-__all__ = ["Constraints", "Problem"]
+__all__ = ["Constraints", "Problem", "ProblemBatch"]
 
 Bound = float | None
 
@@ -296,6 +295,8 @@ class Problem:
             When none exists; the message names the coordinates that cannot be met and the
             best value reachable for each.
         """
+        from scipy.optimize import linprog  # scipy loads only when an LP is solved
+
         k, d = self.costs.shape
         gamma = self.default_gamma() if gamma is None else check_gamma(gamma, k)
         lo, hi = self._lo, self._hi

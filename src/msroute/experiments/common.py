@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute import _version
 from msroute._atomic import atomic_path
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
@@ -306,10 +307,8 @@ def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
 def _cell_stamp(spec: CellSpec) -> dict[str, Any]:
     """What a cached cell must match to be reused: its specification and the msroute version
     that computed it (another version may compute other numbers, so its cells are redone)."""
-    from msroute import __version__
-
     stamp: dict[str, Any] = json.loads(json.dumps(asdict(spec), default=str))
-    return {"msroute": __version__, **stamp}
+    return {"msroute": _version.__version__, **stamp}
 
 
 def _digest(arr: np.ndarray) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from msroute import _version
+
 __all__ = ["Progress", "Summary", "print_table", "publish", "write_csv", "write_sidecar"]
 
 
@@ -47,11 +49,9 @@ def write_sidecar(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """The JSON record of a result: parameters, seeds, package version, timings."""
-    from msroute import __version__
-
     record = {
         "experiment": experiment,
-        "msroute_version": __version__,
+        "msroute_version": _version.__version__,
         "parameters": asdict(config)
         if is_dataclass(config) and not isinstance(config, type)
         else dict(config),
@@ -156,7 +156,7 @@ def publish(
 ) -> None:
     """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.json`` (parameters,
     seeds, version, wall time since ``started``, the summary), ``name.png``/``.svg`` (drawn by
-    ``msroute.plotting.plot_<name>``), and print the summary table."""
+    ``msroute.plotting.FIGURES[name]``), and print the summary table."""
     write_csv(out / f"{name}.csv", rows)
     record = {"summary": [dict(zip(summary.columns, r, strict=True)) for r in summary.rows]}
     write_sidecar(
@@ -170,6 +170,6 @@ def publish(
     if plot:
         from msroute import plotting
 
-        plotting.save_figure(getattr(plotting, f"plot_{name}")(rows), out / name)
+        plotting.save_figure(plotting.FIGURES[name](rows), out / name)
     if not quiet:
         print_table(summary.title, summary.columns, summary.rows)

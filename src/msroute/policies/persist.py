@@ -63,14 +63,17 @@ import warnings
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 
+from msroute import _version
 from msroute.errors import PolicyFileError
-from msroute.policies.base import BasePolicy
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.problem import Constraints, Problem
+
+if TYPE_CHECKING:  # base.py calls save_policy; persist needs the class for annotations only
+    from msroute.policies.base import BasePolicy
 
 __all__ = [
     "FORMAT_VERSION",
@@ -246,8 +249,6 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
             f"only registered policies can be saved: {cls.__qualname__} (name {cls.name!r}) is "
             f"not the class registered under that name; add it to msroute.policies.POLICIES"
         )
-    from msroute import __version__
-
     problems: list[Problem] = []
     index: dict[int, int] = {}
     problem_of_run = [index.setdefault(id(p), len(index)) for p in policy.batch.problems]
@@ -266,7 +267,7 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
     manifest = {
         "format": _FORMAT,
         "format_version": FORMAT_VERSION,
-        "msroute_version": __version__,
+        "msroute_version": _version.__version__,
         "policy": cls.name,
         "kwargs": {k: _encode_kwarg(k, v) for k, v in policy._init_kwargs.items()},
         "problems": [
@@ -370,12 +371,10 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc)
         raise PolicyFileError(f"{p}: cannot rebuild the saved policy: {detail}") from exc
-    from msroute import __version__
-
     saved_version = manifest.get("msroute_version")
-    if saved_version != __version__:
+    if saved_version != (current := _version.__version__):
         warnings.warn(
-            f"{p} was saved by msroute {saved_version} and is loaded by msroute {__version__}: "
+            f"{p} was saved by msroute {saved_version} and is loaded by msroute {current}: "
             "if the policy's algorithm changed in between, its next decisions may differ",
             UserWarning,
             stacklevel=2,

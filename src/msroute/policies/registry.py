@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from msroute.policies.base import BasePolicy
+if TYPE_CHECKING:  # the registry sits below the policies it names: no import at run time
+    from msroute.policies.base import BasePolicy
 
 __all__ = ["POLICIES", "available_policies", "get_policy_class", "make_policy"]
 

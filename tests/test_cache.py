@@ -90,7 +90,7 @@ def test_a_stale_or_foreign_cell_is_recomputed_silently(
 ) -> None:
     save_cell(tmp_path, SPEC, RESULT)
     path = _cell_path(tmp_path, SPEC)
-    monkeypatch.setattr(msroute, "__version__", "0.0.0-other")
+    monkeypatch.setattr(msroute._version, "__version__", "0.0.0-other")
     assert load_cell(tmp_path, SPEC) is None  # no warning: pytest turns one into an error
     # A cell in the format of an older msroute (a bare stamp, no manifest) is stale, not damaged.
     monkeypatch.undo()

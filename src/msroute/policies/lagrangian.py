@@ -25,6 +25,12 @@ says it does ("steering away from constraint-violating arms as lambda grows"):
   usual primal-dual reading). The two readings behave differently: the running average moves
   slowly, so its violation keeps its sign for many rounds and ``lambda`` overshoots and
   oscillates with a large amplitude; the per-round violation averages out around the bound.
+* **Units.** The violation and the penalty are measured in normalized units: coordinate ``j``
+  is divided by its scale ``s_j`` (:func:`msroute.policies.duals.cost_scale`, the column's
+  largest cost). A fixed step then means the same thing for a budget in dollars and a share
+  in [0, 1], and multiplying a cost column and its bounds by any factor leaves ``lambda``
+  and every decision unchanged. On the paper's instances every column's largest cost is 1, so
+  this is the paper's dual exactly there.
 * **Which box.** The bounds are those of the original box ``S_ori`` on the realized cost (each
   distinct routed expert counted once), the quantity whose time average the feasibility
   metric checks, not the surrogate box of Section 4.2. Absent bounds (infinite) have no effect:
@@ -75,6 +81,9 @@ class LagrangianDual:
         Subgradient step size (``10 / sqrt(T)`` for CBwK and TS-BwK, ``4e-4`` for MoE).
     violation : {"average", "round"}, default "average"
         Violation of the running-average realized cost or of the round's realized cost.
+    scale : array_like, shape (R, d), optional
+        The unit of each cost coordinate; violations and penalties are measured in
+        ``x / scale``. Default 1 (the costs' own units).
 
     Attributes
     ----------
@@ -105,6 +114,7 @@ class LagrangianDual:
         *,
         step: float,
         violation: Violation = "average",
+        scale: ArrayLike | None = None,
     ) -> None:
         lo_a = np.asarray(lo, dtype=np.float64)
         hi_a = np.asarray(hi, dtype=np.float64)
@@ -115,11 +125,15 @@ class LagrangianDual:
         self.step_size = check_hyper(step, "dual_step")
         self.violation: Violation = check_violation(violation)
         n_runs, n_costs = lo_a.shape
+        sc = np.ones(lo_a.shape) if scale is None else np.asarray(scale, dtype=np.float64)
+        if sc.shape != lo_a.shape or not np.all(np.isfinite(sc) & (sc > 0)):
+            raise ValueError(f"scale must be positive and finite of shape {lo_a.shape}")
+        self.scale: FloatArray = sc
         upper = np.flatnonzero(np.isfinite(hi_a).any(axis=0))
         lower = np.flatnonzero(np.isfinite(lo_a).any(axis=0))
         self.coord: IntArray = np.concatenate([upper, lower]).astype(np.int64)
         self.sign: FloatArray = np.concatenate([-np.ones(upper.size), np.ones(lower.size)])
-        bound = np.concatenate([hi_a[:, upper], lo_a[:, lower]], axis=1)
+        bound = np.concatenate([hi_a[:, upper] / sc[:, upper], lo_a[:, lower] / sc[:, lower]], 1)
         self._active = np.isfinite(bound)
         self._bound: FloatArray = np.where(self._active, bound, 0.0)
         self.lam: FloatArray = np.zeros(bound.shape)
@@ -143,11 +157,13 @@ class LagrangianDual:
         ]
 
     def weights(self) -> FloatArray:
-        """``lambda ⊙ sign`` gathered per cost coordinate, shape (R, d).
+        """``lambda ⊙ sign`` gathered per cost coordinate, per unit of cost, shape (R, d).
 
-        A coordinate with both bounds gets the difference of its two multipliers.
+        A coordinate with both bounds gets the difference of its two multipliers; each is
+        divided by the coordinate's scale, so that ``weights() . x`` is the penalty of a cost
+        ``x`` in the user's units.
         """
-        return np.asarray(self.lam @ self._signed_rows, dtype=np.float64)
+        return np.asarray(self.lam @ self._signed_rows / self.scale, dtype=np.float64)
 
     def penalty(self, costs: FloatArray) -> FloatArray:
         """The score term ``(lambda ⊙ sign)^T C[:, i]`` of every expert, shape (R, K).
@@ -167,9 +183,9 @@ class LagrangianDual:
         """Signed violation of every bound row by cost vectors (R, d): shape (R, B).
 
         ``x_j - u_j`` for an upper bound, ``l_j - x_j`` for a lower bound, 0 where a run has no
-        such bound.
+        such bound; in normalized units (divided by the coordinate's scale).
         """
-        gap = cost[:, self.coord] - self._bound
+        gap = cost[:, self.coord] / self.scale[:, self.coord] - self._bound
         return np.where(self._active, -self.sign * gap, 0.0)
 
     def step(self, cost: FloatArray) -> None:

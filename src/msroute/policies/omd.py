@@ -3,9 +3,11 @@
 The primal keeps a routing policy ``q`` on the floored simplex ``{q >= gamma, sum q = 1}`` and
 ascends an importance-weighted estimate of the gradient of the expected sum-max reward; each
 step is the proximal QP (6), which is the Euclidean projection of ``q + g / eta`` onto the
-floored simplex cut by the half-space ``(C w) . q <= h_S(w)`` (:func:`msroute.project_step`).
-The dual ``w`` (the approachability player, Lemma 5) runs projected online gradient ascent on
-the unit ball against ``f_t(w) = w . (C^T q_t) - h_S(w)``.
+floored simplex cut by the dual's half-space(s). The dual ``w`` (the approachability player,
+Lemma 5) runs projected online gradient ascent on the unit ball against
+``f_t(w) = w . (C^T q_t) - h_S(w)``; :mod:`msroute.policies.duals` holds it and its two
+constructions (scale-invariant, one cut per active bound: the default; the paper's single cut
+``(C w) . q <= h_S(w)``).
 
 The contextual form keeps one ``q`` per context and one shared dual (Remark 2).
 """
@@ -25,65 +27,17 @@ from msroute.policies.base import (
     draw_counts,
     sample_multinomial,
 )
-from msroute.problem import Problem, ProblemBatch, support_box, support_point_box
-from msroute.projection import _project_step_unchecked
+from msroute.policies.duals import (
+    ApproachabilityDual,
+    DualConstruction,
+    check_construction,
+    cost_scale,
+)
+from msroute.problem import Problem, ProblemBatch
 
 __all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
 
 EtaSchedule = Literal["fixed", "anytime"]
-
-
-class ApproachabilityDual:
-    """The dual player of Algorithm 1: projected online gradient ascent on the unit ball.
-
-    Each round it receives the surrogate cost ``u_t = C^T q_t`` and takes one step on
-    ``f_t(w) = w . u_t - h_S(w)``, whose supergradient is ``u_t - x*`` with ``x*`` a maximizer
-    of ``w . x`` over the box ``S``. Lemma 4 makes ``max_{|w| <= 1} f(w)`` the distance of
-    ``u`` to ``S``, so a no-regret ``w`` drives the average surrogate cost into ``S`` (Lemma 5).
-
-    Tie rule (DESIGN.md): where ``w_j == 0`` every point of ``S_j`` maximizes; we take
-    ``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the surrogate cost is
-    inside ``S``. A cost within ``tol`` of the box counts as inside there, so that rounding in
-    ``C^T q`` (the paper's margin-0 budget puts the uniform start exactly on the bound) cannot
-    switch on a constraint. This matters because the QP's half-space ``w . (C^T q) <= h_S(w)``
-    is invariant to scaling ``w``: any nonzero ``w``, however small, enforces a whole
-    half-space, while ``w == 0`` enforces nothing.
-
-    Parameters
-    ----------
-    lo, hi : ndarray, shape (R, d)
-        The surrogate box ``S`` of each run.
-    step : float
-        OGD step size (the paper's ``eta_ogd = 0.05``).
-    tol : float
-        Width of the "on the bound" band of the tie rule.
-    """
-
-    #: What changes as the dual learns (persistence; the rest comes from the constructor).
-    _state_attrs: ClassVar[tuple[str, ...]] = ("w",)
-
-    def __init__(self, lo: FloatArray, hi: FloatArray, step: float, tol: float) -> None:
-        self.lo = lo
-        self.hi = hi
-        self.step_size = step
-        self.tol = tol
-        self.w: FloatArray = np.zeros_like(lo)
-
-    def step(self, u: FloatArray) -> None:
-        """One ascent step for every run with surrogate costs ``u`` (R, d)."""
-        x_star = support_point_box(self.w, u, self.lo, self.hi)
-        grad = u - x_star
-        grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
-        w = self.w + self.step_size * grad
-        norm = np.sqrt(np.sum(w * w, axis=1, keepdims=True))
-        self.w = np.where(norm > 1.0, w / np.maximum(norm, 1.0), w)
-
-    def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
-        """The QP cut ``a . q <= b`` of some runs: ``a = C w`` (R', K), ``b = h_S(w)`` (R',)."""
-        w = self.w[runs]
-        a = np.matmul(costs[runs], w[:, :, None])[:, :, 0]
-        b = support_box(w, self.lo[runs], self.hi[runs])
-        return np.asarray(a, dtype=np.float64), b
 
 
 class OMDApproachability(BasePolicy):
@@ -98,6 +52,10 @@ class OMDApproachability(BasePolicy):
     expectation. At the end of every batch of ``B`` rounds, solve the QP (6) with the
     batch-averaged gradient and the
     current dual (step c). ``batch = 1`` is the plain per-round algorithm.
+
+    The dual's construction is a choice (``dual=``): by default the scale-invariant one of
+    :mod:`msroute.policies.duals`, whose feasibility does not depend on the units a user picks
+    for each cost; ``dual="paper"`` is the single cut ``(C w) . q <= h_S(w)`` as written.
 
     Parameters
     ----------
@@ -118,6 +76,10 @@ class OMDApproachability(BasePolicy):
         B, rounds per QP step.
     dual_step : float, default 0.05
         The dual OGD step ``eta_ogd``.
+    dual : {"invariant", "paper"}, default "invariant"
+        The approachability dual and its cut (:mod:`msroute.policies.duals`): per-coordinate
+        normalized units and one cut per active bound, so that feasibility does not depend on
+        the units of the costs; or Algorithm 1's single aggregated cut as written.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
         impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
@@ -164,6 +126,7 @@ class OMDApproachability(BasePolicy):
         check_feasible: bool = True,
         n_contexts: int = 1,
         eta_schedule: EtaSchedule | None = None,
+        dual: DualConstruction = "invariant",
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
@@ -198,10 +161,25 @@ class OMDApproachability(BasePolicy):
         self._visits: IntArray = np.zeros((r, x), dtype=np.int64)
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
         self._reward_sum: FloatArray = np.zeros((r, x))
-        tol = 1e-12 * max(1.0, self.batch.cbar)
-        self.dual = ApproachabilityDual(self.batch.lo, self.batch.hi, self.dual_step, tol)
+        self.dual = self._make_dual(check_construction(dual))
         self._ctx: IntArray = np.zeros(r, dtype=np.int64)
         self._q_play: FloatArray = self._q[:, 0, :]
+
+    def _make_dual(self, construction: DualConstruction) -> ApproachabilityDual:
+        b = self.batch
+        if construction == "paper":
+            tol = 1e-12 * max(1.0, b.cbar)
+            return ApproachabilityDual(b.lo, b.hi, self.dual_step, tol, construction="paper")
+        return ApproachabilityDual(
+            b.lo,
+            b.hi,
+            self.dual_step,
+            1e-12,
+            construction="invariant",
+            scale=cost_scale(b.costs, b.lo_ori, b.hi_ori),
+            has_lower=np.isfinite(b.lo_ori),
+            has_upper=np.isfinite(b.hi_ori),
+        )
 
     # ------------------------------------------------------------------ diagnostics
     @property
@@ -211,7 +189,7 @@ class OMDApproachability(BasePolicy):
 
     @property
     def w(self) -> FloatArray:
-        """Current approachability dual, shape (R, d) (a copy)."""
+        """Current approachability dual, shape (R, d) (a copy; normalized units by default)."""
         return self.dual.w.copy()
 
     def routing(self) -> FloatArray:
@@ -246,8 +224,7 @@ class OMDApproachability(BasePolicy):
         else:  # Corollary 2: eta = a sqrt(n_x) at the n-th step of context x
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
-        a, b = self.dual.halfspace(self.batch.costs, runs)
-        self._q[runs, ctx] = _project_step_unchecked(y, self.gamma, a, b)
+        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.batch.costs, runs)
         self._grad[runs, ctx] = 0.0
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from msroute._validation import FloatArray, IntArray, check_positive_int
 from msroute.policies.base import check_hyper
+from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
 from msroute.policies.streams import RunStreams
 from msroute.problem import ProblemBatch
@@ -242,8 +243,13 @@ class TeamRounds:
         self, dual_step: float | None, violation: Violation, default: float
     ) -> LagrangianDual:
         step = default if dual_step is None else check_hyper(dual_step, "dual_step")
+        b = self.batch
         self.dual = LagrangianDual(
-            self.batch.lo_ori, self.batch.hi_ori, step=step, violation=violation
+            b.lo_ori,
+            b.hi_ori,
+            step=step,
+            violation=violation,
+            scale=cost_scale(b.costs, b.lo_ori, b.hi_ori),
         )
         return self.dual
 

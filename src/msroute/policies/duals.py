@@ -1,0 +1,224 @@
+"""The approachability dual of OMD (Algorithms 1 and 2) and the cut it imposes on the QP (6).
+
+Two constructions, chosen with ``construction=``:
+
+``"invariant"`` (the default)
+    Feasibility does not depend on the units of the cost coordinates, by design:
+
+    * **The dual lives in normalized units.** Coordinate ``j`` is divided by its scale ``s_j``
+      (:func:`cost_scale`, the largest cost of the column), so ``w`` runs online gradient ascent
+      on the unit ball against ``f_t(w) = w . (u_t / s) - h_{S/s}(w)``. Multiplying a cost
+      column and its bounds by any factor leaves every quantity the dual sees unchanged.
+      Lemma 5 holds as written in these units: the average surrogate cost approaches ``S`` in the
+      weighted distance ``|(u - x) / s|``, which is unit-free.
+    * **A weight may only point where a bound is.** ``w_j >= 0`` where coordinate ``j`` has no
+      lower bound and ``w_j <= 0`` where it has no upper bound (the maximiser of Lemma 4 always
+      lies in this cone, because ``0 <= u_j <= cbar``), so a coordinate without the matching
+      bound never carries weight.
+    * **One cut per active bound.** Where ``w_j > 0`` the QP gets the half-space
+      ``C_j . q <= hi_j``, where ``w_j < 0`` the half-space ``C_j . q >= lo_j``; where ``w_j = 0``
+      none. The paper's single cut ``sum_j w_j (C_j . q - x*_j) <= 0`` is their weighted sum, so
+      every point that meets the cuts meets the paper's cut: ``f_t(w_t) <= 0`` at the projected
+      ``q``, which is all Lemma 5's proof uses. But the sum also lets the slack of one bound pay
+      for the violation of another (a coordinate far inside its box, with a small weight of the
+      wrong size for its units, cancels part of the budget's term): the separate cuts cannot.
+      Each cut is unit-free (it scales with its own column), and only the *sign* of ``w_j``
+      decides it, so the weight's size in its units no longer matters.
+
+``"paper"``
+    Algorithm 1 as written: ``w`` in the units of the costs, the single aggregated half-space
+    ``(C w) . q <= h_S(w)``. Kept for the record; it reproduces the paper's construction bit for
+    bit, including its dependence on the units.
+
+Tie rule (DESIGN.md), in both: where ``w_j == 0`` every point of ``S_j`` maximizes; we take
+``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the surrogate cost is inside
+``S``, and a cost within ``tol`` of the box counts as inside (rounding in ``C^T q`` cannot switch a
+bound on).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, get_args
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.problem import support_box, support_point_box
+from msroute.projection import _project_step_unchecked
+from msroute.projection_cuts import solve_cuts
+
+__all__ = [
+    "DUAL_CONSTRUCTIONS",
+    "ApproachabilityDual",
+    "DualConstruction",
+    "check_construction",
+    "cost_scale",
+]
+
+DualConstruction = Literal["invariant", "paper"]
+#: The accepted values of ``construction``.
+DUAL_CONSTRUCTIONS: tuple[str, ...] = get_args(DualConstruction)
+
+
+def check_construction(value: object) -> DualConstruction:
+    """Validate the ``dual`` / ``construction`` keyword ("invariant" or "paper")."""
+    if value == "invariant":
+        return "invariant"
+    if value == "paper":
+        return "paper"
+    raise ValueError(
+        f"dual == {value!r}, must be 'invariant' (per-coordinate units, one cut per active "
+        "bound) or 'paper' (Algorithm 1 as written: one aggregated cut)"
+    )
+
+
+def cost_scale(costs: FloatArray, lo_ori: FloatArray, hi_ori: FloatArray) -> FloatArray:
+    """The unit of each cost coordinate of each run: its largest cost, shape (R, d).
+
+    It scales with the column: multiplying ``costs[:, :, j]`` and the bounds of ``j`` by ``a > 0``
+    multiplies ``s_j`` by ``a``. A column of zeros falls back to its largest finite bound, and to
+    1 when it has none (a coordinate that no routing can move).
+
+    Parameters
+    ----------
+    costs : ndarray, shape (R, K, d)
+    lo_ori, hi_ori : ndarray, shape (R, d)
+        The original bounds (infinite where absent).
+    """
+    top = costs.max(axis=1)
+    bounds = np.maximum(
+        np.where(np.isfinite(lo_ori), np.abs(lo_ori), 0.0),
+        np.where(np.isfinite(hi_ori), np.abs(hi_ori), 0.0),
+    )
+    out = np.where(top > 0.0, top, np.where(bounds > 0.0, bounds, 1.0))
+    return np.asarray(out, dtype=np.float64)
+
+
+class ApproachabilityDual:
+    """The dual player of Algorithm 1: projected online gradient ascent on the unit ball.
+
+    Each round it receives the surrogate cost ``u_t = C^T q_t`` (in the user's units) and takes
+    one step on ``f_t(w) = w . u_t - h_S(w)`` (in normalized units under ``"invariant"``), whose
+    supergradient is ``u_t - x*`` with ``x*`` a maximizer of ``w . x`` over the box ``S``.
+    Lemma 4 makes ``max_{|w| <= 1} f(w)`` the distance of ``u`` to ``S``, so a no-regret ``w``
+    drives the average surrogate cost into ``S`` (Lemma 5). :meth:`project` is the QP (6) with
+    the cut(s) of the current ``w``. See the module docstring for the two constructions.
+
+    Parameters
+    ----------
+    lo, hi : ndarray, shape (R, d)
+        The surrogate box ``S`` of each run (:attr:`ProblemBatch.lo`, ``.hi``).
+    step : float
+        OGD step size (the paper's ``eta_ogd = 0.05``).
+    tol : float
+        Width of the "on the bound" band of the tie rule (in the dual's units).
+    construction : {"invariant", "paper"}, default "invariant"
+    scale : ndarray, shape (R, d), optional
+        Units of the coordinates (:func:`cost_scale`); required with ``"invariant"``.
+    has_lower, has_upper : ndarray of bool, shape (R, d), optional
+        Which coordinates have a lower / upper bound (required with ``"invariant"``).
+
+    Attributes
+    ----------
+    w : ndarray, shape (R, d)
+        The dual; under ``"invariant"`` in normalized units (``w_j`` weighs ``u_j / s_j``).
+    """
+
+    #: What changes as the dual learns (persistence; the rest comes from the constructor).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("w",)
+
+    def __init__(
+        self,
+        lo: FloatArray,
+        hi: FloatArray,
+        step: float,
+        tol: float,
+        *,
+        construction: DualConstruction = "paper",
+        scale: FloatArray | None = None,
+        has_lower: np.ndarray | None = None,
+        has_upper: np.ndarray | None = None,
+    ) -> None:
+        self.construction: DualConstruction = check_construction(construction)
+        self.step_size = step
+        self.tol = tol
+        self.lo = lo
+        self.hi = hi
+        if self.construction == "invariant":
+            if scale is None or has_lower is None or has_upper is None:
+                raise ValueError("the invariant dual needs scale, has_lower and has_upper")
+            self.scale: FloatArray = scale
+            self._lower = np.asarray(has_lower, dtype=bool)
+            self._upper = np.asarray(has_upper, dtype=bool)
+            # The box in normalized units; a side without a bound is open.
+            self._lo_n = np.where(self._lower, lo / scale, -np.inf)
+            self._hi_n = np.where(self._upper, hi / scale, np.inf)
+        self.w: FloatArray = np.zeros_like(lo)
+
+    def set_box(self, lo: FloatArray, hi: FloatArray) -> None:
+        """Replace the surrogate box (the adaptive surrogate moves it between steps)."""
+        self.lo, self.hi = lo, hi
+        if self.construction == "invariant":
+            self._lo_n = np.where(self._lower, lo / self.scale, -np.inf)
+            self._hi_n = np.where(self._upper, hi / self.scale, np.inf)
+
+    # ------------------------------------------------------------------ the dual's step
+    def step(self, u: FloatArray) -> None:
+        """One ascent step for every run with surrogate costs ``u`` (R, d), in the user's units."""
+        if self.construction == "paper":
+            x_star = support_point_box(self.w, u, self.lo, self.hi)
+            grad = u - x_star
+            grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
+            w = self.w + self.step_size * grad
+        else:
+            un = u / self.scale
+            x_star = support_point_box(self.w, un, self._lo_n, self._hi_n)
+            grad = un - x_star
+            grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
+            w = self.w + self.step_size * grad
+            # The cone of Lemma 4's maximisers: no weight against a missing bound.
+            w = np.where(self._lower, w, np.maximum(w, 0.0))
+            w = np.where(self._upper, w, np.minimum(w, 0.0))
+        norm = np.sqrt(np.sum(w * w, axis=1, keepdims=True))
+        self.w = np.where(norm > 1.0, w / np.maximum(norm, 1.0), w)
+
+    # ------------------------------------------------------------------ the cut(s)
+    def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
+        """The paper's QP cut ``a . q <= b`` of some runs: ``a = C w`` (R', K), ``b = h_S(w)``."""
+        w = self.w[runs]
+        a = np.matmul(costs[runs], w[:, :, None])[:, :, 0]
+        b = support_box(w, self.lo[runs], self.hi[runs])
+        return np.asarray(a, dtype=np.float64), b
+
+    def cuts(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
+        """One cut per active bound of some runs: ``a`` (R', d, K), ``b`` (R', d).
+
+        Row ``j`` is ``C_j . q <= hi_j`` where ``w_j > 0``, ``-C_j . q <= -lo_j`` where
+        ``w_j < 0`` and the empty cut ``0 . q <= 0`` where ``w_j = 0``.
+        """
+        w = self.w[runs]
+        sign = np.sign(w)  # (R', d)
+        a = np.swapaxes(costs[runs], 1, 2) * sign[:, :, None]
+        b = np.where(w > 0, self.hi[runs], np.where(w < 0, -self.lo[runs], 0.0))
+        return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+
+    def project(self, y: FloatArray, gamma: float, costs: FloatArray, runs: IntArray) -> FloatArray:
+        """The QP (6) of some runs: the projection of ``y`` (R', K) under the current cut(s).
+
+        Parameters
+        ----------
+        y : ndarray, shape (R', K)
+        gamma : float
+        costs : ndarray, shape (R, K, d)
+            The cost matrices of all runs (the table, or the online estimates).
+        runs : ndarray of int, shape (R',)
+        """
+        if self.construction == "paper":
+            a, b = self.halfspace(costs, runs)
+            return _project_step_unchecked(y, gamma, a, b)
+        a, b = self.cuts(costs, runs)
+        return solve_cuts(y, gamma, a, b)[0]
+
+    def active(self) -> np.ndarray:
+        """Which bounds the dual currently enforces: (R, d) ints, +1 upper, -1 lower, 0 none."""
+        return np.sign(self.w).astype(np.int64)

@@ -1,0 +1,308 @@
+"""The proximal step (6) with one cut per active bound: projection onto a floored simplex cut
+by a few half-spaces.
+
+The scale-invariant approachability dual (:mod:`msroute.policies.duals`) enforces each active
+bound by its own half-space ``a_j . q <= b_j`` instead of the paper's single aggregated cut
+``(C w) . q <= h_S(w)``. The step is then the Euclidean projection of ``y`` onto::
+
+    P = {q : sum(q) = 1, q >= gamma, a_j . q <= b_j for j = 1..m},
+
+with ``m`` at most the number of cost coordinates (small). Its KKT conditions read
+``q = max(gamma, y - A^T mu - tau)`` with multipliers ``mu >= 0`` (zero on the cuts that do not
+bind) and a threshold ``tau`` fixing ``sum(q) = 1``. It is solved exactly:
+
+1. ``q(0)``, the projection onto the floored simplex, answers every row whose cuts all hold;
+2. the other rows run a primal-dual active-set (semismooth Newton) iteration on the pair
+   ``(F, J)`` of the coordinates above the floor and the binding cuts: for a guess, the KKT
+   conditions are ``|J| + 1`` linear equations in ``(mu_J, tau)``; solve them, update
+   ``F = {z > gamma}`` and ``J = {mu_j + (a_j . q - b_j) > 0}`` and stop as soon as the point
+   meets every KKT condition (so it is the exact solution, up to rounding);
+3. rows that do not settle (cycling on degenerate data, or a singular system) run a projected
+   Newton ascent on the concave, piecewise quadratic dual ``D(mu)`` with backtracking, and
+   stop as soon as the equations of step 2 at the point reached certify the KKT conditions.
+
+With ``m = 1`` it gives the projection of :func:`msroute.project_step`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from msroute._validation import FloatArray, as_float_array, check_gamma
+from msroute.errors import EmptyFeasibleSetError
+from msroute.projection import _floored_simplex
+
+__all__ = ["project_cuts"]
+
+_EPS = float(np.finfo(np.float64).eps)
+_MAX_ACTIVE_SET_STEPS = 12
+_MAX_SWEEPS = 400
+
+
+def project_cuts(y: ArrayLike, gamma: float, a: ArrayLike, b: ArrayLike) -> FloatArray:
+    """Project ``y`` onto the floored simplex cut by the half-spaces ``a_j . q <= b_j``.
+
+    Parameters
+    ----------
+    y : array_like, shape (..., K)
+        Points to project, one per leading index.
+    gamma : float
+        The exploration floor, ``0 <= gamma <= 1/K``.
+    a : array_like, shape (..., m, K)
+        The normals, ``m`` cuts per row; a row of zeros (with ``b >= 0``) is no cut.
+    b : array_like, shape (..., m)
+        The offsets.
+
+    Returns
+    -------
+    ndarray, shape (..., K)
+        The unique minimiser of ``||q - y||`` over the set; rows sum to one and are ``>= gamma``.
+
+    Raises
+    ------
+    EmptyFeasibleSetError
+        If some row's cuts miss the floored simplex (alone or together).
+    ValueError
+        On NaN or infinite entries or mismatched shapes.
+
+    Examples
+    --------
+    >>> a = [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0]]  # q_0 <= 0.5 and q_1 >= 0.3
+    >>> project_cuts([0.9, 0.1, 0.0], 0.0, a, [0.5, -0.3]).round(6).tolist()
+    [0.5, 0.3, 0.2]
+    """
+    ya = as_float_array(y, "y", ndim_min=1)
+    k = ya.shape[-1]
+    g = check_gamma(float(gamma), k)
+    aa = as_float_array(a, "a", ndim_min=2)
+    ba = as_float_array(b, "b", ndim_min=1)
+    if aa.shape[-1] != k or aa.shape[:-1] != ba.shape:
+        raise ValueError(
+            f"a must have shape (..., m, K) with K = {k} and b shape (..., m); got a "
+            f"{aa.shape} and b {ba.shape}"
+        )
+    lead = np.broadcast_shapes(ya.shape[:-1], aa.shape[:-2])
+    m = aa.shape[-2]
+    y2 = np.broadcast_to(ya, (*lead, k)).reshape(-1, k)
+    a2 = np.broadcast_to(aa, (*lead, m, k)).reshape(-1, m, k)
+    b2 = np.broadcast_to(ba, (*lead, m)).reshape(-1, m)
+    q, _ = solve_cuts(y2, g, a2, b2)
+    return q.reshape(*lead, k)
+
+
+def solve_cuts(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """The projection of rows ``y`` (n, K) under cuts ``a`` (n, m, K), ``b`` (n, m), unchecked.
+
+    Returns ``q`` (n, K) and the multipliers ``mu`` (n, m), a KKT certificate.
+    """
+    n = y.shape[0]
+    m = a.shape[1]
+    q, free, _ = _floored_simplex(y, gamma)
+    mu = np.zeros((n, m))
+    if m == 0:
+        return q, mu
+    # Each cut scaled to max |a_j| = 1 (the same half-space); multipliers scale back at the end.
+    scale = np.abs(a).max(axis=-1)
+    present = scale > 0.0
+    if np.any(~present & (b < 0.0)):
+        i = int(np.argwhere(~present & (b < 0.0))[0, 0])
+        raise EmptyFeasibleSetError(f"row {i} has a cut 0 . q <= b with b < 0")
+    safe = np.where(present, scale, 1.0)
+    an = a / safe[:, :, None]
+    bn = np.where(present, b / safe, 0.0)
+    tol = _tolerance(y, an, bn)
+    viol = np.einsum("nmk,nk->nm", an, q) > bn + tol
+    rows = np.flatnonzero(viol.any(axis=1))
+    if rows.size == 0:
+        return q, mu
+    qr, mr = _active_set(y[rows], gamma, an[rows], bn[rows], free[rows], viol[rows], tol[rows])
+    q[rows], mu[rows] = qr, mr
+    return q, mu / safe
+
+
+def _tolerance(y: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
+    """Rounding allowance of ``a_j . q - b_j`` for normalized cuts, per row and cut (n, m)."""
+    k = y.shape[-1]
+    out = (64.0 * _EPS) * k * (1.0 + np.abs(b) + np.abs(y).max(axis=-1, keepdims=True))
+    return np.asarray(out, dtype=np.float64)
+
+
+def _kkt_point(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, free: FloatArray, act: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
+    """Solve the KKT equations of one guess ``(F, J)`` for every row.
+
+    With ``q_F = y_F - A_F^T mu - tau``, ``q = gamma`` off ``F`` and ``mu_j = 0`` off ``J``, the
+    equations ``a_j . q = b_j`` (j in J) and ``sum q = 1`` are linear in ``(mu, tau)``. Returns
+    ``z = y - A^T mu - tau`` (n, K), ``mu`` (n, m), ``tau`` (n,) and the rows whose system is
+    regular.
+    """
+    n, k = y.shape
+    m = a.shape[1]
+    fm = free  # (n, K) 0/1
+    nf = fm.sum(axis=-1)
+    af = a * fm[:, None, :]
+    mat = np.zeros((n, m + 1, m + 1))
+    rhs = np.zeros((n, m + 1))
+    mat[:, :m, :m] = np.einsum("njk,nik->nji", af, a)
+    mat[:, :m, m] = af.sum(axis=-1)
+    mat[:, m, :m] = af.sum(axis=-1)
+    mat[:, m, m] = nf
+    rhs[:, :m] = np.einsum("njk,nk->nj", af, y) + gamma * (a.sum(axis=-1) - af.sum(axis=-1)) - b
+    rhs[:, m] = np.einsum("nk,nk->n", fm, y) + gamma * (k - nf) - 1.0
+    # Cuts off J: the equation mu_j = 0.
+    off = act < 0.5
+    mat[:, :m, :][off] = 0.0
+    mat[:, :, :m] *= np.where(off, 0.0, 1.0)[:, None, :]
+    idx = np.arange(m)
+    diag = mat[:, idx, idx]
+    mat[:, idx, idx] = np.where(off, 1.0, diag)
+    rhs[:, :m] = np.where(off, 0.0, rhs[:, :m])
+    ok = nf > 0
+    sol = np.zeros((n, m + 1))
+    with np.errstate(all="ignore"):
+        cond = np.linalg.cond(mat[ok]) if ok.any() else np.zeros(0)
+    regular = np.zeros(n, dtype=bool)
+    regular[np.flatnonzero(ok)] = cond < 1e12
+    if regular.any():
+        sol[regular] = np.linalg.solve(mat[regular], rhs[regular][:, :, None])[:, :, 0]
+    mu = sol[:, :m]
+    tau = sol[:, m]
+    z = y - np.einsum("nj,njk->nk", mu, a) - tau[:, None]
+    return z, mu, tau, regular
+
+
+def _active_set(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray,
+    b: FloatArray,
+    free: np.ndarray,
+    act: np.ndarray,
+    tol: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """Rows with a violated cut at ``q(0)``: the primal-dual active-set iteration (step 2)."""
+    n = y.shape[0]
+    q = np.empty_like(y)
+    mu = np.zeros(a.shape[:2])
+    todo = np.arange(n)
+    fm, am = free.astype(np.float64), act.astype(np.float64)
+    for _ in range(_MAX_ACTIVE_SET_STEPS):
+        z, m_, _, regular = _kkt_point(y[todo], gamma, a[todo], b[todo], fm, am)
+        qq = np.maximum(z, gamma)
+        gap = np.einsum("njk,nk->nj", a[todo], qq) - b[todo]
+        slack = (64.0 * _EPS) * (np.abs(y[todo]).max(axis=-1) + np.abs(z).max(axis=-1) + 1.0)
+        fb = fm > 0.5
+        free_ok = ~np.where(fb, z < gamma - slack[:, None], z > gamma + slack[:, None]).any(-1)
+        cuts_ok = np.all(gap <= tol[todo], axis=-1) & np.all(m_ >= 0.0, axis=-1)
+        good = regular & free_ok & cuts_ok
+        q[todo[good]], mu[todo[good]] = qq[good], m_[good]
+        keep = ~good
+        if not keep.any():
+            return q, mu
+        new_act = (m_ + gap > 0.0) & regular[:, None] | ((am > 0.5) & ~regular[:, None])
+        new_free = np.where(regular[:, None], z > gamma, fb)
+        todo, fm, am = todo[keep], new_free[keep].astype(np.float64), new_act[keep].astype(float)
+    q[todo], mu[todo] = _dual_newton(y[todo], gamma, a[todo], b[todo], tol[todo])
+    return q, mu
+
+
+def _box_qp(h: FloatArray, g: FloatArray, mu: FloatArray) -> FloatArray:
+    """The step ``d`` maximising ``g . d - d^T h d / 2`` subject to ``mu + d >= 0`` (m small).
+
+    Every support of the free multipliers is tried (at most ``2^m``, ``m <= d``); the best
+    step that meets the KKT conditions of the small box QP is returned.
+    """
+    m = g.size
+    best, best_val = np.zeros(m), 0.0
+    reg = h + 1e-12 * (np.trace(h) + 1.0) * np.eye(m)
+    for bits in range(1, 2**m):
+        sup = np.array([(bits >> j) & 1 == 1 for j in range(m)])
+        d = -mu.copy()  # off the support the multiplier goes to 0
+        fixed = ~sup
+        rhs = g[sup] - reg[np.ix_(sup, fixed)] @ d[fixed]
+        d[sup] = np.linalg.solve(reg[np.ix_(sup, sup)], rhs)
+        if np.any(mu[sup] + d[sup] < 0.0):
+            continue
+        val = float(g @ d - 0.5 * d @ reg @ d)
+        if val > best_val:
+            best, best_val = d, val
+    if best_val == 0.0:  # the support {} : every multiplier to 0
+        d = -mu.copy()
+        if float(g @ d - 0.5 * d @ reg @ d) > 0.0:
+            best = d
+    return best
+
+
+def _dual_value(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, mu: FloatArray
+) -> tuple[float, FloatArray, np.ndarray]:
+    """``D(mu) = min_q |q - y|^2 / 2 + mu . (A q - b)``, its minimiser and free set (one row)."""
+    q, free, _ = _floored_simplex((y - mu @ a)[None], gamma)
+    q0 = q[0]
+    return float(0.5 * np.sum((q0 - y) ** 2) + mu @ (a @ q0 - b)), q0, free[0]
+
+
+def _dual_newton(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, tol: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Rows the active set did not settle: projected Newton ascent on the dual (step 3).
+
+    The dual ``D(mu)`` is concave and piecewise quadratic; on the piece of a free set ``F`` its
+    Hessian is ``-A_F (I - 11^T/|F|) A_F^T``. Each step maximises that quadratic model over
+    ``mu >= 0`` and backtracks (Armijo) until the dual rises; once the iterate is on the piece
+    of the solution the full step lands on it. A row is done when the active-set equations of
+    its current ``(F, J)`` certify the KKT conditions.
+    """
+    n = y.shape[0]
+    m = a.shape[1]
+    mu = np.zeros((n, m))
+    q = np.empty_like(y)
+    for r in range(n):
+        yr, ar, br, mr = y[r], a[r], b[r], np.zeros(m)
+        val, qr, free = _dual_value(yr, gamma, ar, br, mr)
+        for _ in range(_MAX_SWEEPS):
+            gap = ar @ qr - br
+            act = (mr > 0.0) | (gap > 0.0)
+            zz, mm, _, regular = _kkt_point(
+                yr[None], gamma, ar[None], br[None], free[None].astype(float), act[None] * 1.0
+            )
+            qq = np.maximum(zz[0], gamma)
+            slack = 64.0 * _EPS * (np.abs(yr).max() + np.abs(zz).max() + 1.0)
+            if (
+                regular[0]
+                and np.all(np.where(free, zz[0] >= gamma - slack, zz[0] <= gamma + slack))
+                and np.all(ar @ qq - br <= tol[r])
+                and np.all(mm[0] >= 0.0)
+            ):
+                qr, mr = qq, mm[0]
+                break
+            fm = free.astype(np.float64)
+            nf = max(fm.sum(), 1.0)
+            af = ar * fm
+            h = af @ ar.T - np.outer(af.sum(axis=1), af.sum(axis=1)) / nf
+            d = _box_qp(h, gap, mr)
+            slope = float(gap @ d)
+            if slope <= 0.0:  # no ascent direction left: mr is optimal to rounding
+                break
+            t = 1.0
+            while t > 1e-20:
+                new = np.maximum(mr + t * d, 0.0)
+                nval, nq, nfree = _dual_value(yr, gamma, ar, br, new)
+                if nval >= val + 1e-4 * t * slope:
+                    break
+                t *= 0.5
+            else:
+                break
+            mr, val, qr, free = new, nval, nq, nfree
+        q[r], mu[r] = qr, mr
+        if np.any(ar @ qr - br > 1e3 * tol[r]):
+            raise EmptyFeasibleSetError(
+                f"the cuts of row {r} do not meet on the floored simplex (gamma = {gamma:.6g}): "
+                "no q >= gamma satisfies all of them together; check the constraints "
+                "(Problem.check_feasible)"
+            )
+    return q, mu

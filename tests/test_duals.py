@@ -1,0 +1,164 @@
+"""The approachability dual: feasibility in the user's units, whatever those units are."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import msroute
+from msroute.policies.base import draws_to_mask
+from msroute.policies.duals import ApproachabilityDual, check_construction, cost_scale
+from msroute.reward import batch_sum_max_reward
+
+# Support questions routed among 6 LLMs: skills (topics, models), dollars per call, and an
+# in-house indicator with a 20% floor; two draws per question, $0.012 budget.
+V = np.array(
+    [
+        [0.92, 0.90, 0.80, 0.65, 0.70, 0.85],
+        [0.95, 0.96, 0.78, 0.55, 0.72, 0.60],
+        [0.88, 0.86, 0.82, 0.70, 0.74, 0.90],
+        [0.90, 0.91, 0.75, 0.60, 0.68, 0.80],
+    ]
+)
+USD = np.array([0.030, 0.025, 0.008, 0.002, 0.003, 0.001])
+INHOUSE = np.array([0, 0, 0, 0, 0, 1.0])
+BUDGET, FLOOR = 0.012, 0.2
+
+
+def llm_problem(f_usd: float = 1.0, f_inhouse: float = 1.0) -> msroute.Problem:
+    costs = np.stack([USD * f_usd, INHOUSE * f_inhouse], 1)
+    cons = msroute.Constraints(upper=[BUDGET * f_usd, None], lower=[None, FLOOR * f_inhouse])
+    return msroute.Problem(costs, 2, cons)
+
+
+def play(problem: msroute.Problem, horizon: int, **kwargs):
+    """OMD on the instance (4 runs): every round's draws, the realized costs, the final q."""
+    batch = msroute.ProblemBatch(problem, 4)
+    env = msroute.StochasticEnv(V, kappa=20, seed=[0, 1, 2, 3])
+    pol = msroute.OMDApproachability(batch, horizon=horizon, seed=1, **kwargs)
+    skills = env.skills(0, horizon)
+    draws = np.empty((horizon, 4, 2), dtype=np.int64)
+    costs = np.empty((horizon, 4, 2))
+    rewards = np.empty((horizon, 4))
+    for t in range(horizon):
+        d = pol.select()
+        mask = draws_to_mask(d, 6)
+        rewards[t] = batch_sum_max_reward(skills[t], mask)
+        costs[t] = batch.realized_cost(mask)
+        pol.update(d, rewards[t], costs[t])
+        draws[t] = d
+    return draws, costs, rewards, pol
+
+
+def test_the_llm_instance_is_feasible_in_every_run() -> None:
+    _, costs, _, _ = play(llm_problem(), 5000)
+    avg = costs.mean(axis=0)
+    assert np.all(avg[:, 0] <= BUDGET), avg[:, 0]
+    assert np.all(avg[:, 1] >= FLOOR), avg[:, 1]
+
+
+def test_the_papers_single_cut_overspends_there() -> None:
+    # The record of the defect: the aggregated cut lets the slack in-house floor pay for the
+    # dollar budget, so the paper's construction spends over the budget in every run.
+    _, costs, _, _ = play(llm_problem(), 5000, dual="paper")
+    assert np.all(costs.mean(axis=0)[:, 0] > BUDGET)
+
+
+@pytest.mark.parametrize("coord", [0, 1])
+@pytest.mark.parametrize("factor", [1e-4, 1e4])
+def test_decisions_do_not_depend_on_the_units(coord: int, factor: float) -> None:
+    horizon = 1500
+    ref_draws, ref_costs, ref_rewards, ref = play(llm_problem(), horizon)
+    f = (factor, 1.0) if coord == 0 else (1.0, factor)
+    draws, costs, rewards, pol = play(llm_problem(*f), horizon)
+    np.testing.assert_array_equal(draws, ref_draws)  # every decision, bit for bit
+    np.testing.assert_array_equal(rewards, ref_rewards)
+    np.testing.assert_array_equal(pol.q, ref.q)
+    # The dual is in normalized units (u / s rounds differently in other units: to ulps).
+    np.testing.assert_allclose(pol.w, ref.w, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(costs[..., coord] / f[coord], ref_costs[..., coord], rtol=1e-12)
+
+
+def test_the_paper_construction_depends_on_the_units() -> None:
+    # What the invariant construction fixes: the same instance in other units decides otherwise.
+    a, _, _, _ = play(llm_problem(), 1500, dual="paper")
+    b, _, _, _ = play(llm_problem(1.0, 100.0), 1500, dual="paper")
+    assert not np.array_equal(a, b)
+
+
+def test_no_weight_against_a_missing_bound() -> None:
+    # Coordinate 0 has only an upper bound, 1 only a lower one, 2 none.
+    lo = np.array([[0.0, 0.5, 0.0]])
+    hi = np.array([[0.2, 9.0, 9.0]])
+    dual = ApproachabilityDual(
+        lo,
+        hi,
+        0.5,
+        1e-12,
+        construction="invariant",
+        scale=np.ones((1, 3)),
+        has_lower=np.array([[False, True, False]]),
+        has_upper=np.array([[True, False, False]]),
+    )
+    dual.step(np.array([[0.1, 0.9, 5.0]]))  # all inside: the dual stays at 0 (tie rule)
+    assert np.all(dual.w == 0.0)
+    dual.step(np.array([[0.4, 0.1, 5.0]]))  # both bounds broken
+    assert dual.w[0, 0] > 0 and dual.w[0, 1] < 0 and dual.w[0, 2] == 0
+    for _ in range(10):  # far inside: the weights return to exactly 0, never past it
+        dual.step(np.array([[0.0, 3.0, 0.0]]))
+    assert np.all(dual.w == 0.0)
+    np.testing.assert_array_equal(dual.active(), [[0, 0, 0]])
+
+
+def test_cuts_are_one_per_active_bound() -> None:
+    costs = np.array([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])  # (R, K, d)
+    lo, hi = np.array([[0.0, 0.3]]), np.array([[0.4, 1.0]])
+    dual = ApproachabilityDual(
+        lo,
+        hi,
+        0.05,
+        1e-12,
+        construction="invariant",
+        scale=cost_scale(costs, np.array([[-np.inf, 0.3]]), np.array([[2.0, np.inf]])),
+        has_lower=np.array([[False, True]]),
+        has_upper=np.array([[True, False]]),
+    )
+    dual.w = np.array([[0.3, -0.01]])
+    a, b = dual.cuts(costs, np.array([0]))
+    np.testing.assert_array_equal(a[0], [[1.0, 0.0, 0.5], [-0.0, -1.0, -0.5]])
+    np.testing.assert_array_equal(b[0], [0.4, -0.3])
+    q = dual.project(np.array([[0.8, 0.1, 0.1]]), 0.0, costs, np.array([0]))
+    assert q[0] @ costs[0, :, 0] <= 0.4 + 1e-12 and q[0] @ costs[0, :, 1] >= 0.3 - 1e-12
+
+
+def test_cost_scale_follows_the_column() -> None:
+    costs = np.array([[[2.0, 0.0, 0.0], [4.0, 0.0, 0.0]]])
+    lo = np.array([[-np.inf, 0.5, -np.inf]])
+    hi = np.array([[9.0, np.inf, np.inf]])
+    np.testing.assert_array_equal(cost_scale(costs, lo, hi), [[4.0, 0.5, 1.0]])
+
+
+def test_construction_is_validated() -> None:
+    assert check_construction("paper") == "paper"
+    with pytest.raises(ValueError, match="invariant"):
+        check_construction("scaled")
+    with pytest.raises(ValueError, match="dual"):
+        msroute.OMDApproachability(llm_problem(), horizon=10, dual="nope")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["cbwk", "ts-bwk", "moe"])
+def test_lagrangian_baselines_do_not_depend_on_the_units(name: str) -> None:
+    horizon = 600
+    env = msroute.StochasticEnv(V, kappa=20, seed=[0, 1, 2, 3])
+    out = []
+    for f in [(1.0, 1.0), (1e-4, 1e4), (1e4, 1e-4)]:
+        batch = msroute.ProblemBatch(llm_problem(*f), 4)
+        pol = msroute.make_policy(name, batch, horizon=horizon, seed=3)
+        trajectory = msroute.simulate({name: pol}, env, batch, horizon)[name]
+        out.append((trajectory, pol.lambda_, f))  # type: ignore[attr-defined]
+    (ref, lam, _), *others = out
+    assert np.any(lam > 0)  # the dual acted
+    for tr, lam_f, f in others:
+        np.testing.assert_array_equal(tr.rewards, ref.rewards)  # the same decisions
+        np.testing.assert_allclose(tr.costs / np.array(f), ref.costs, rtol=1e-12)
+        np.testing.assert_allclose(lam_f, lam, rtol=1e-9, atol=1e-15)

@@ -1,0 +1,93 @@
+"""The projection onto the floored simplex cut by several half-spaces (one per active bound)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from msroute import EmptyFeasibleSetError, project_step
+from msroute.projection_cuts import project_cuts, solve_cuts
+
+cp = pytest.importorskip("cvxpy")
+
+
+def reference(y: np.ndarray, gamma: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The same projection by a general conic solver (Clarabel at tight tolerances)."""
+    x = cp.Variable(y.size)
+    cons = [cp.sum(x) == 1, x >= gamma, a @ x <= b]
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(x - y)), cons)
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return np.asarray(x.value)
+
+
+def random_instance(rng: np.random.Generator, it: int):
+    k = int(rng.integers(3, 30))
+    m = int(rng.integers(1, 4))
+    gamma = float(rng.uniform(0, 1 / k))
+    y = rng.normal(size=k) * rng.choice([0.1, 1.0, 10.0])
+    if it % 3:
+        a = rng.normal(size=(m, k))
+    else:  # 0/1 columns with a sign: the cuts of cost indicators (many ties)
+        a = rng.integers(0, 2, size=(m, k)).astype(float) * rng.choice([-1.0, 1.0], size=(m, 1))
+    x0 = rng.dirichlet(np.ones(k)) * (1 - k * gamma) + gamma
+    b = a @ x0 + rng.uniform(0.0, 0.3, size=m) * (it % 2)
+    return y, gamma, a, b
+
+
+def test_matches_a_general_solver_and_certifies_kkt() -> None:
+    rng = np.random.default_rng(0)
+    binding = np.zeros(4, dtype=int)
+    for it in range(150):
+        y, gamma, a, b = random_instance(rng, it)
+        q, mu = solve_cuts(y[None], gamma, a[None], b[None])
+        q, mu = q[0], mu[0]
+        ref = reference(y, gamma, a, b)
+        # Feasible, and never worse than the reference solver (which is accurate to ~1e-8).
+        assert abs(q.sum() - 1) < 1e-12 and q.min() >= gamma - 1e-15
+        assert np.all(a @ q - b <= 1e-12)
+        assert np.sum((q - y) ** 2) <= np.sum((ref - y) ** 2) + 1e-12
+        np.testing.assert_allclose(q, ref, atol=1e-6)
+        # KKT: q = max(gamma, y - A^T mu - tau) with mu >= 0, complementary slackness.
+        assert np.all(mu >= 0)
+        assert np.all(mu * np.abs(a @ q - b) <= 1e-9)
+        z = y - mu @ a
+        free = q > gamma + 1e-12
+        tau = float(np.mean((z - q)[free]))
+        np.testing.assert_allclose(q[free], (z - tau)[free], atol=1e-9)
+        assert np.all(z[~free] - tau <= gamma + 1e-9)
+        binding[int(np.sum(mu > 0))] += 1
+    assert binding[2] + binding[3] > 20  # the test exercises several binding cuts at once
+
+
+def test_one_cut_is_project_step() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        k = 12
+        y, a = rng.normal(size=k), rng.normal(size=k)
+        b = float(a @ np.full(k, 1 / k) + rng.uniform(0, 0.2))
+        np.testing.assert_allclose(
+            project_cuts(y, 0.01, a[None], [b]), project_step(y, 0.01, a, b), atol=1e-13
+        )
+
+
+def test_zero_rows_are_no_cut_and_rows_are_independent() -> None:
+    y = np.array([[0.9, 0.3, -0.2], [0.2, 0.2, 0.6]])
+    a = np.zeros((2, 2, 3))
+    a[0, 0, 0] = 1.0  # row 0: q_0 <= 0.5; row 1: no cut at all
+    q = project_cuts(y, 0.05, a, np.array([[0.5, 0.0], [0.0, 0.0]]))
+    np.testing.assert_allclose(q[0], project_step(y[0], 0.05, a[0, 0], 0.5), atol=1e-15)
+    np.testing.assert_allclose(q[1], project_step(y[1], 0.05), atol=1e-15)
+
+
+def test_cuts_that_miss_the_simplex_together_raise() -> None:
+    # q_0 <= 0.3 and q_0 >= 0.5: each alone is fine, together empty.
+    a = np.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])
+    with pytest.raises(EmptyFeasibleSetError):
+        project_cuts([0.9, 0.1, 0.0], 0.0, a, [0.3, -0.5])
+    with pytest.raises(EmptyFeasibleSetError):  # one cut alone misses it
+        project_cuts([0.9, 0.1, 0.0], 0.1, a[:1], [0.05])
+
+
+def test_bad_shapes_are_named() -> None:
+    with pytest.raises(ValueError, match="shape"):
+        project_cuts([0.5, 0.5], 0.0, [[1.0, 0.0, 0.0]], [1.0])

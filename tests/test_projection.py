@@ -402,3 +402,88 @@ def test_inputs_are_not_mutated():
     project_step(y, 0.05, a, b)
     for before, after in zip(copies, (y, a, b), strict=True):
         np.testing.assert_array_equal(before, after)
+
+
+# ---------------------------------------------------------------------- extreme scales
+def _magnitudes(min_size: int, max_size: int) -> st.SearchStrategy[np.ndarray]:
+    """Vectors mixing zeros and values of any sign and magnitude from 1e-300 to 1e308."""
+    value = st.one_of(
+        st.just(0.0),
+        st.builds(
+            lambda sign, e, m: sign * m * 10.0**e,
+            st.sampled_from([-1.0, 1.0]),
+            st.integers(-300, 307),
+            st.floats(1.0, 9.99),
+        ),
+        st.floats(-10.0, 10.0),
+    )
+    return st.lists(value, min_size=min_size, max_size=max_size).map(np.array)
+
+
+def test_issue_examples_stay_on_the_floored_simplex() -> None:
+    for top in (1e12, 1e16, 1e300):
+        q = project_step(np.r_[top, np.zeros(9)], 0.01)
+        np.testing.assert_allclose(q, np.r_[0.91, np.full(9, 0.01)], rtol=0, atol=1e-15)
+        # The same point with a cut q_0 <= 0.5, one row and several: the rest shares 0.5.
+        a = np.r_[1.0, np.zeros(9)]
+        want = np.r_[0.5, np.full(9, 0.5 / 9)]
+        np.testing.assert_allclose(project_step(np.r_[top, np.zeros(9)], 0.01, a, 0.5), want)
+        rows = project_step(np.tile(np.r_[top, np.zeros(9)], (3, 1)), 0.01, a, np.full(3, 0.5))
+        np.testing.assert_allclose(rows, np.tile(want, (3, 1)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    y=_magnitudes(1, 12),
+    gamma_frac=st.floats(0.0, 1.0),
+    a=_magnitudes(12, 12),
+    where=st.floats(0.0, 1.0),
+    batched=st.booleans(),
+)
+def test_every_finite_input_lands_on_the_floored_simplex(
+    y: np.ndarray, gamma_frac: float, a: np.ndarray, where: float, batched: bool
+) -> None:
+    """sum(q) = 1 to 1e-12 and q >= gamma for any finite y and a, with or without a cut."""
+    k = y.size
+    gamma = gamma_frac / k
+    a = a[:k]
+    q0 = project_step(y, gamma)
+    assert abs(q0.sum() - 1.0) <= 1e-12 and q0.min() >= gamma
+    if not np.isfinite(a.sum() * 1e-300):  # a's own sum overflows: scale it (the same cut)
+        a = a / np.abs(a).max()
+    # A cut between the smallest reachable a . q and the unconstrained point's a . q.
+    lo = gamma * a.sum() + (1.0 - k * gamma) * a.min()
+    b = float(lo + where * (a @ q0 - lo)) if a @ q0 > lo else float(a @ q0)
+    if batched:
+        q = project_step(np.stack([y, y]), gamma, np.stack([a, a]), np.array([b, b]))[1]
+    else:
+        q = project_step(y, gamma, a, b)
+    assert np.all(np.isfinite(q))
+    assert abs(q.sum() - 1.0) <= 1e-12
+    assert q.min() >= gamma
+    assert a @ q <= b + 1e-9 * np.abs(a).max() + 1e-12 * abs(b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    y=hnp.arrays(np.float64, 8, elements=st.floats(-3.0, 3.0)),
+    a=hnp.arrays(np.float64, 8, elements=st.floats(-2.0, 2.0)),
+    where=st.floats(0.05, 0.95),
+    gamma_frac=st.floats(0.0, 0.9),
+)
+def test_the_exact_fallback_agrees_with_the_floating_point_solver(
+    y: np.ndarray, a: np.ndarray, where: float, gamma_frac: float
+) -> None:
+    from msroute.projection import _exact_cut
+
+    gamma = gamma_frac / 8
+    q0 = project_step(y, gamma)
+    lo = smallest_reach(a, gamma)
+    if not a @ q0 > lo + 1e-6 or np.ptp(a) < 1e-3:
+        return
+    b = float(lo + where * (a @ q0 - lo))
+    q, mu = _solve(y, gamma, a, b)
+    qe, mue = _exact_cut(y, gamma, a, b, 0.0)
+    np.testing.assert_allclose(qe, q, atol=1e-9)
+    assert abs(qe.sum() - 1.0) <= 1e-15 * 8 and abs(a @ qe - b) <= 1e-14
+    assert mue == pytest.approx(float(mu), rel=1e-7, abs=1e-9)

@@ -26,6 +26,13 @@ exactly on the right linear piece:
    piece at the new point, which again makes the root exact.
 
 No general QP solver is involved; every step is vectorized over the leading (run) axes.
+
+Extreme scales. The floored-simplex projection works relative to the largest entry and clips
+entries far below it (they are floored anyway), so it is on the floored simplex to rounding for
+every finite input, however large. With a binding cut, ``y - mu a`` can cancel catastrophically
+when ``|y|`` approaches ``1/eps``; every cut solution is therefore checked (``sum q = 1`` to
+1e-12, ``a . q = b`` to ``FEASIBILITY_RTOL * max|a|``) and a row that fails is solved again in
+exact rational arithmetic, which is slow but exact for any finite input.
 """
 
 from __future__ import annotations
@@ -52,6 +59,10 @@ _MAX_ACTIVE_SET_STEPS = 8
 _MAX_SEARCH_STEPS = 400
 #: Largest mu (for max|a| = 1) the search tries, far below overflow of y - mu a.
 _MU_CAP = 1e250
+#: Relative to the largest entry, every entry below -1 is at the floor of the floored simplex
+#: (the top entry's value is at most 1, so the threshold is at least top - 1): clipping there
+#: changes no projection and keeps every sum of order one, whatever the scale of the input.
+_FAR = -2.0
 
 
 # ---------------------------------------------------------------------- public entry point
@@ -93,7 +104,13 @@ def project_step(
         When ``b`` equals that value up to this tolerance, the minimising face is returned.
     ValueError
         On NaN or infinite entries, mismatched shapes, ``gamma`` outside ``[0, 1/K]``, or
-        ``a`` and ``b`` not given together.
+        ``a`` and ``b`` not given together; also if the exact fallback for extreme scales does
+        not settle (the input's scale cannot be handled).
+
+    Notes
+    -----
+    For every finite input the result sums to one within ``max(1e-12, 2 K eps)`` and is
+    ``>= gamma``, whatever the magnitudes (see "Extreme scales" in the module docstring).
 
     See Also
     --------
@@ -260,16 +277,21 @@ def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray
     if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
         tau = z.max(axis=-1) - 1.0 / k
         return np.full((n, k), 1.0 / k), np.zeros((n, k), dtype=bool), tau
-    u = np.sort(z, axis=-1)[:, ::-1]
-    top = u[:, 0].copy()
-    u -= top[:, None]  # shift-invariant; keeps the cumulative sums on the scale of the spread
+    top = z.max(axis=-1)
+    with np.errstate(over="ignore"):  # -inf for a spread beyond the float range: floored anyway
+        rel = z - top[:, None]
+    # Shift-invariant: work relative to the top, and clip at _FAR (see there), so the sums
+    # stay of order one whatever the scale of z (a shift by the top after the threshold would
+    # round away the whole simplex once |z| >> 1/eps).
+    np.maximum(rel, _FAR, out=rel)
+    u = np.sort(rel, axis=-1)[:, ::-1]
     css = np.cumsum(u, axis=-1)
     css -= mass
     # The top rho coordinates are free: rho = #{j : u_j > (sum_{i<=j} u_i - mass) / j} >= 1.
     rho = np.count_nonzero(u * _ranks(k) > css, axis=-1)
-    tau = css[np.arange(n), rho - 1] / rho - gamma + top
-    shifted = z - tau[:, None]
-    return np.maximum(shifted, gamma), shifted > gamma, tau
+    tau_rel = css[np.arange(n), rho - 1] / rho - gamma
+    shifted = rel - tau_rel[:, None]
+    return np.maximum(shifted, gamma), shifted > gamma, tau_rel + top
 
 
 # ---------------------------------------------------------------------- one row
@@ -298,12 +320,20 @@ def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray
     if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
         return np.full(k, 1.0 / k), np.full(k, gamma), yabs
     u = u[::-1]
-    u -= top  # shift-invariant; keeps the cumulative sums on the scale of the spread
+    if top - bottom > -_FAR:  # clip (see _FAR); overflow of the spread gives -inf, clipped too
+        with np.errstate(over="ignore"):
+            u -= top
+        np.maximum(u, _FAR, out=u)
+    else:
+        u -= top  # shift-invariant; keeps the cumulative sums on the scale of the spread
     css = u.cumsum()
     # The top rho coordinates are free: rho = #{j : sum_{i<=j} (u_i - u_j) < mass}, whose
     # left side is nondecreasing in j (and 0 at j = 1).
     rho = int((css - u * _ranks(k)).searchsorted(mass))
-    z = y - ((float(css[rho - 1]) - mass) / rho - gamma + top)
+    with np.errstate(over="ignore"):
+        rel = y - top
+    np.maximum(rel, _FAR, out=rel)
+    z = rel - ((float(css[rho - 1]) - mass) / rho - gamma)
     return np.maximum(z, gamma), z, yabs
 
 
@@ -379,8 +409,8 @@ def _solve_single_cut(
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
     if not (1e-100 < scale < 1e100 and yabs < 1e100):  # squares below would under/overflow
-        qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
-        return qs[0], float(ms[0])
+        qs, ms = _search_mu(y[None], gamma, a[None] / scale, np.array([b / scale]))
+        return _verified(y, gamma, a, b, qs[0], float(ms[0]) / scale)
     # With c the mean of a, (a - c) . q <= b - c is the same cut on the simplex, with the same
     # multiplier. Rows 1, a - c, y, (a - c)^2, (a - c) y: their sums over F are one product.
     c = asum / k
@@ -431,12 +461,12 @@ def _solve_single_cut(
                 # -t = mu abar - shift cancels: the centred form, as in _active_set_solve.
                 z = y - mu * (ac - abar)
                 z -= shift
-            return np.maximum(z, gamma), mu
+            return _verified(y, gamma, a, b, np.maximum(z, gamma), mu)
         free, key, prev_key = new_free, new_key, key
         fm = free.astype(np.float64)
     # a constant on F (the Newton step is undefined) or no settling: the safeguarded search.
     qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
-    return qs[0], float(ms[0])
+    return _verified(y, gamma, a, b, qs[0], float(ms[0]))
 
 
 def _empty_message(reach: float, b: float, gamma: float, k: int, row: int | None) -> str:
@@ -465,6 +495,8 @@ def _solve_rows(
     if cut.size == 0:
         return q, mu
     ac, bc, yc = a[cut], b[cut], y[cut]
+    if not np.all((amax > 1e-100) & (amax < 1e100)):  # (a, b) / max|a| is the same cut
+        ac, bc, amax = ac / amax[:, None], bc / amax, np.ones_like(amax)
     mass = max(1.0 - k * gamma, 0.0)
     amin = ac.min(axis=-1)
     reach = gamma * ac.sum(axis=-1) + mass * amin
@@ -482,7 +514,11 @@ def _solve_rows(
     rows = np.flatnonzero(~face)
     if rows.size:
         idx = cut[rows]
-        q[idx], mu[idx] = _cut_active(yc[rows], gamma, ac[rows], bc[rows], free[idx])
+        qa, ma = _cut_active(yc[rows], gamma, ac[rows], bc[rows], free[idx])
+        for j in np.flatnonzero(~_accurate(qa, ma, ac[rows], bc[rows])).tolist():
+            r = int(rows[j])
+            qa[j], ma[j] = _exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
+        q[idx], mu[idx] = qa, ma / amax[rows]
     return q, mu
 
 
@@ -496,15 +532,18 @@ def _face_point(
     k = y.shape[-1]
     at_min = a == amin[:, None]
     top = np.where(at_min, y, -np.inf).max(axis=-1)
-    # Coordinates off the face sit 2 below the largest on it: the threshold floors them.
-    z = np.where(at_min, y, (top - 2.0)[:, None])
+    # Relative to the largest entry on the face (exact near it, whatever the scale of y);
+    # coordinates off the face sit at _FAR below it: the threshold floors them.
+    with np.errstate(over="ignore"):
+        rel = y - top[:, None]
+    z = np.where(at_min, rel, _FAR)
     q, _, tau = _floored_simplex(z, gamma)
     if 1.0 - k * gamma <= 0.0:
         return q, np.zeros(y.shape[0])
     gap = np.where(at_min, 1.0, a - amin[:, None])
-    with np.errstate(over="ignore"):  # inf only for subnormal gaps of a
-        need = np.where(at_min, 0.0, (y - tau[:, None] - gamma) / gap)
-    return q, np.maximum(need.max(axis=-1), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf only for subnormal gaps of a
+        need = np.where(at_min, 0.0, (rel - tau[:, None] - gamma) / gap)
+    return q, np.maximum(np.nan_to_num(need, nan=0.0).max(axis=-1), 0.0)
 
 
 def _cut_active(
@@ -655,3 +694,104 @@ def _search_mu(
         q[late] = _floored_simplex(z, gamma)[0]
     with np.errstate(over="ignore"):
         return q, mu / a_scale
+
+
+# ---------------------------------------------------------------------- accuracy guard
+def _sum_tol(k: int) -> float:
+    """How far ``sum(q)`` may be from one: 1e-12, or the rounding of K entries if larger."""
+    return max(1e-12, 2.0 * k * _EPS)
+
+
+def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> BoolArray:
+    """Rows of a binding cut (``mu > 0``) whose floating-point solution can be trusted.
+
+    The point must be finite, sum to one within :func:`_sum_tol` and lie on the cut,
+    ``|a . q - b| <= FEASIBILITY_RTOL * max|a|`` (a binding cut holds with equality). Inputs of
+    an extreme scale (``|y|`` near ``1/eps`` and beyond) can fail this through cancellation in
+    ``y - mu a``; such rows are solved again in exact arithmetic by :func:`_exact_cut`.
+    """
+    k = q.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok_sum = np.abs(q.sum(axis=-1) - 1.0) <= _sum_tol(k)
+        ok_cut = np.abs(np.vecdot(a, q) - b) <= FEASIBILITY_RTOL * np.abs(a).max(axis=-1)
+    ok: BoolArray = ok_sum & ok_cut & np.isfinite(mu)
+    return ok
+
+
+def _verified(
+    y: FloatArray, gamma: float, a: FloatArray, b: float, q: FloatArray, mu: float
+) -> tuple[FloatArray, float]:
+    """``(q, mu)`` if :func:`_accurate`, else the exact solution of :func:`_exact_cut`."""
+    if _accurate(q[None], np.array([mu]), a[None], np.array([b]))[0]:
+        return q, mu
+    scale = float(np.abs(a).max())
+    qe, me = _exact_cut(y, gamma, a / scale, b / scale, mu * scale)
+    return qe, me / scale
+
+
+_MAX_EXACT_STEPS = 4000
+
+
+def _exact_cut(
+    y: FloatArray, gamma: float, a: FloatArray, b: float, mu_guess: float
+) -> tuple[FloatArray, float]:
+    """One row of a binding, non-degenerate cut solved in exact rational arithmetic.
+
+    Every float is a rational number, so ``q(mu)`` (the floored-simplex projection of
+    ``y - mu a``) and ``a . q(mu)`` can be computed exactly with :class:`fractions.Fraction`.
+    The root of the piecewise linear, nonincreasing ``a . q(mu) = b`` is found by Newton steps
+    on the current linear piece inside a bisection bracket, starting from the floating-point
+    guess; a Newton step from inside the root's piece lands on it exactly, so the search ends
+    with ``a . q = b`` and ``sum q = 1`` exactly, and the returned floats are their roundings
+    (each entry to half an ulp). Slow (pure Python), and used only when the floating-point
+    solution fails :func:`_accurate`. Raises ``ValueError`` if it does not settle.
+    """
+    from fractions import Fraction
+
+    k = y.shape[0]
+    ys = [Fraction(v) for v in y.tolist()]
+    av = [Fraction(v) for v in a.tolist()]
+    g = Fraction(gamma)
+    bf = Fraction(b)
+    mass = 1 - k * g
+
+    def project(mu: Fraction) -> tuple[list[Fraction], list[int]]:
+        # Floored simplex by sort and threshold: q_i = g + max(0, v_i - g - tau).
+        v = [yi - mu * ai for yi, ai in zip(ys, av, strict=True)]
+        order = sorted(range(k), key=v.__getitem__, reverse=True)
+        css, tau, free = Fraction(0), Fraction(0), order[:1]
+        for j, i in enumerate(order, 1):
+            css += v[i] - g
+            t = (css - mass) / j
+            if v[i] - g - t > 0 or j == 1:
+                tau, free = t, order[:j]
+            else:
+                break
+        return [g + max(Fraction(0), vi - g - tau) for vi in v], free
+
+    def phi(q: list[Fraction]) -> Fraction:
+        return sum((ai * qi for ai, qi in zip(av, q, strict=True)), Fraction(0))
+
+    amin = min(av)
+    gaps = [ai - amin for ai in av if ai > amin]
+    lo = Fraction(0)
+    hi = (max(ys) - min(ys) + 1) / min(gaps)  # every coordinate off argmin(a) floored
+    mu = min(max(Fraction(max(mu_guess, 0.0)) if math.isfinite(mu_guess) else lo, lo), hi)
+    for _ in range(_MAX_EXACT_STEPS):
+        q, free = project(mu)
+        f = phi(q)
+        if f == bf:
+            return np.array([float(x) for x in q]), float(mu)
+        if f > bf:
+            lo = mu
+        else:
+            hi = mu
+        n = len(free)
+        sa = sum((av[i] for i in free), Fraction(0))
+        slope = sum(((av[i] - sa / n) ** 2 for i in free), Fraction(0))
+        cand = mu + (f - bf) / slope if slope > 0 else lo - 1
+        mu = cand if lo < cand < hi else (lo + hi) / 2
+    raise ValueError(
+        f"project_step could not solve a cut step exactly in {_MAX_EXACT_STEPS} steps "
+        f"(K = {k}, max |y| = {float(np.abs(y).max()):.3g}); the input's scale cannot be handled"
+    )

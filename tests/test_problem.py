@@ -289,11 +289,29 @@ def test_constraints_validation(kwargs, error, match):
         Constraints(**kwargs)
 
 
-def test_constraints_round_trip_and_nan_means_none():
-    c = Constraints(upper=[1.0, np.nan], lower=[None, 0.5], names=["a", "b"])
+def test_constraints_round_trip():
+    c = Constraints(upper=[1.0, None], lower=[None, 0.5], names=["a", "b"])
     assert c.upper == (1.0, None)
     assert Constraints(**c.to_dict()) == c
     assert c.coordinate_name(1) == "1 (b)"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [np.nan, np.float32("nan"), np.float64("nan"), float("inf"), -np.inf, np.float16("nan")],
+)
+@pytest.mark.parametrize("side", ["upper", "lower"])
+def test_a_non_finite_bound_is_an_error_never_no_bound(bad: float, side: str) -> None:
+    with pytest.raises(ValueError, match=rf"{side}\[0\] == (nan|-?inf); use None"):
+        Constraints(**{side: [bad, 2.0]})
+    with pytest.raises(ValueError, match=rf"{side}\[0\]"):
+        Constraints(**{side: np.array([bad, 2.0])})
+
+
+@pytest.mark.parametrize("bad", [True, "1.0", b"1", [1.0], {"u": 1}])
+def test_a_bound_of_the_wrong_type_is_a_type_error(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"upper\[1\] must be a number or None"):
+        Constraints(upper=[1.0, bad])
 
 
 @pytest.mark.parametrize(

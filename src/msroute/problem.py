@@ -25,6 +25,7 @@ from msroute.errors import InfeasibleConstraintsError
 __all__ = ["Constraints", "Problem", "ProblemBatch"]
 
 Bound = float | None
+_REAL = (int, float, np.integer, np.floating)
 
 
 def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple[Bound, ...] | None:
@@ -34,14 +35,14 @@ def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple
         raise TypeError(f"{name} must be a sequence with one entry per cost coordinate")
     out: list[Bound] = []
     for j, v in enumerate(values):  # type: ignore[arg-type]
-        if v is None or (isinstance(v, float) and np.isnan(v)):
+        if v is None:
             out.append(None)
             continue
-        try:
-            fv = float(v)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name}[{j}] must be a number or None, got {v!r}") from exc
+        if isinstance(v, bool | np.bool_) or not isinstance(v, _REAL):
+            raise TypeError(f"{name}[{j}] must be a number or None, got {v!r}")
+        fv = float(v)
         if not np.isfinite(fv):
+            # NaN is never "no bound": a NaN that reached a bound is a bug upstream.
             raise ValueError(f"{name}[{j}] == {fv}; use None for 'no bound'")
         out.append(fv)
     return tuple(out)

@@ -51,13 +51,13 @@ def main() -> None:
         for t in range(t_max):
             skills = rng.beta(20 * means, 20 * (1 - means), (r, n, k))
             t0 = time.perf_counter()
-            draws = pol.select()
+            decision = pol.select()
             t1 = time.perf_counter()
-            mask = draws_to_mask(draws, k)
+            mask = draws_to_mask(decision.draws, k)
             reward = batch_sum_max_reward(skills, mask)
             cost = batch.realized_cost(mask)
             t2 = time.perf_counter()
-            pol.update(draws, reward, cost)
+            pol.update(decision, reward, cost)
             spent[t] = (t1 - t0) + (time.perf_counter() - t2)
         after = spent[min(pol_warmup(pol), t_max - 1) :] * 1e6
         print(f"  {name:8s} {np.median(after):8.1f} {np.percentile(after, 10):8.1f}")

@@ -36,10 +36,11 @@ def run(policy: BasePolicy, skills: np.ndarray) -> Record:
         costs=np.empty((rounds, n_runs, d)),
     )
     for t in range(rounds):
-        draws = policy.select()
+        decision = policy.select()
+        draws = decision.draws
         mask = draws_to_mask(draws, k)
         reward = batch_sum_max_reward(skills[t], mask)
         cost = policy.batch.realized_cost(mask)
-        policy.update(draws, reward, cost)
+        policy.update(decision, reward, cost)
         rec.draws[t], rec.rewards[t], rec.costs[t] = draws, reward, cost
     return rec

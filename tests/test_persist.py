@@ -60,8 +60,8 @@ def feedback(policy: BasePolicy, draws: np.ndarray, skills_t: np.ndarray):
 
 def play(policy: BasePolicy, skills: np.ndarray, contexts: np.ndarray, rounds: range) -> None:
     for t in rounds:
-        draws = policy.select(contexts[t])
-        policy.update(draws, *feedback(policy, draws, skills[t]))
+        decision = policy.select(contexts[t])
+        policy.update(decision, *feedback(policy, decision.draws, skills[t]))
 
 
 def assert_same_state(a: BasePolicy, b: BasePolicy) -> None:
@@ -73,12 +73,10 @@ def assert_same_state(a: BasePolicy, b: BasePolicy) -> None:
             assert sb[key].dtype == value.dtype, key
         else:
             assert sb[key] == value, key
-    # The public diagnostics too: q, w and routing of OMD; lambda and counts of the baselines.
+    # The public diagnostics too: q and w of OMD; lambda and counts of the baselines.
     for attr in ("q", "w", "lambda_", "counts"):
         if hasattr(a, attr):
             np.testing.assert_array_equal(getattr(b, attr), getattr(a, attr), err_msg=attr)
-    if hasattr(a, "routing"):
-        np.testing.assert_array_equal(b.routing(), a.routing())
 
 
 def lockstep(
@@ -87,8 +85,11 @@ def lockstep(
     """Both policies select; the selections must agree; both get the same feedback."""
     for t in rounds:
         da, db = a.select(contexts[t]), b.select(contexts[t])
-        assert np.array_equal(da, db), f"round {t}: {da.tolist()} != {db.tolist()}"
-        fb = feedback(a, da, skills[t])
+        assert np.array_equal(da.draws, db.draws), f"round {t}: {da.draws} != {db.draws}"
+        if da.probs is not None:
+            assert db.probs is not None
+            np.testing.assert_array_equal(da.probs, db.probs)
+        fb = feedback(a, da.draws, skills[t])
         a.update(da, *fb)
         b.update(db, *fb)
 
@@ -125,12 +126,12 @@ def test_round_trip_right_after_construction(name, skills, contexts, tmp_path):
 def test_round_trip_between_select_and_update(name, skills, contexts, tmp_path):
     original = make(name)
     play(original, skills, contexts, range(BEFORE))
-    draws = original.select(contexts[BEFORE])
+    decision = original.select(contexts[BEFORE])
     save_policy(original, tmp_path / "mid.npz")
     loaded = load_policy(tmp_path / "mid.npz")
-    fb = feedback(original, draws, skills[BEFORE])
-    original.update(draws, *fb)
-    loaded.update(draws, *fb)
+    fb = feedback(original, decision.draws, skills[BEFORE])
+    original.update(decision, *fb)
+    loaded.update(decision, *fb)
     lockstep(original, loaded, skills, contexts, range(BEFORE + 1, BEFORE + AFTER))
     assert_same_state(original, loaded)
 
@@ -324,8 +325,30 @@ def test_not_a_policy_file(tmp_path, writer, match):
 
 def test_newer_format_version_is_refused(saved):
     rewrite(saved, lambda m, _: m.update(format_version=FORMAT_VERSION + 1, msroute_version="9"))
-    with pytest.raises(PolicyFileError, match=r"format version 2 \(msroute 9\).*upgrade msroute"):
+    newer = FORMAT_VERSION + 1
+    with pytest.raises(PolicyFileError, match=rf"format version {newer} \(msroute 9\).*upgrade"):
         load_policy(saved)
+
+
+def test_version_1_file_with_a_saved_last_decision_loads(skills, contexts, tmp_path):
+    """Format 1 saved OMD's last decision (``_ctx``, ``_q_play``); it is dropped on load."""
+    original = make("omd-contextual")
+    play(original, skills, contexts, range(BEFORE))
+    path = tmp_path / "v1.npz"
+    original.save(path)
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.full((R, K), 1.0 / K), allow_pickle=False)
+
+    def to_v1(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["format_version"] = 1
+        manifest["arrays"] += ["_ctx", "_q_play"]
+        members["state._ctx.npy"] = members["state._visits.npy"]  # any array will do
+        members["state._q_play.npy"] = buf.getvalue()
+
+    rewrite(path, to_v1)
+    loaded = load_policy(path)
+    assert_same_state(original, loaded)
+    lockstep(original, loaded, skills, contexts, range(BEFORE, BEFORE + AFTER))
 
 
 @pytest.mark.parametrize("bad", [{"format": "other"}, {"format_version": "1"}])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from msroute.policies.bandit import (
     ThompsonSampling,
     ThompsonSamplingBwK,
 )
+from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating, softmax
 from msroute.policies.registry import make_policy
@@ -256,24 +259,29 @@ def test_cucb_without_warmup_tries_every_expert_first(skills):
 
 
 # ---------------------------------------------------------------------- family specifics
-def test_cucb_scores_use_completed_rounds_as_t(skills):
+def routed(pol: BasePolicy, draws: list[list[int]]) -> Decision:
+    """A decision of ``pol`` (it advances its counter) with hand-picked draws."""
+    return dataclasses.replace(pol.select(), draws=np.array(draws, dtype=np.int64))
+
+
+def test_cucb_scores_use_decisions_made_as_t(skills):
     pol = CUCB(FREE, horizon=T, n_runs=R, c=1.5)
     run(pol, skills[:25])
     mu, n = pol.stats.means, pol.stats.counts
     expect = mu + 1.5 * np.sqrt(2 * np.log(25) / n)
     np.testing.assert_allclose(pol._scores(), expect)
-    np.testing.assert_array_equal(pol.select(), top_m(expect, M))
+    np.testing.assert_array_equal(pol.select().draws, top_m(expect, M))
 
 
 def test_greedy_routes_the_highest_means(skills):
     pol = GreedyPolicy(FREE, horizon=T, n_runs=R)
     run(pol, skills[:30])
-    np.testing.assert_array_equal(pol.select(), top_m(pol.stats.means, M))
+    np.testing.assert_array_equal(pol.select().draws, top_m(pol.stats.means, M))
 
 
 def test_ts_updates_with_reward_over_scale():
     pol = ThompsonSampling(FREE, horizon=T, n_runs=2, reward_scale=2.0, warmup=1)
-    pol.update(np.array([[0, 1], [2, 2]]), np.array([1.5, 3.0]), np.zeros((2, 2)))
+    pol.update(routed(pol, [[0, 1], [2, 2]]), np.array([1.5, 3.0]), np.zeros((2, 2)))
     a, b = pol.posterior.alpha, pol.posterior.beta
     np.testing.assert_allclose(a[0, :2], 1.75)
     np.testing.assert_allclose(b[0, :2], 1.25)
@@ -285,7 +293,7 @@ def test_ts_default_scale_is_the_running_maximum():
     pol = ThompsonSampling(FREE, horizon=T, n_runs=1, warmup=1)
     for r, expect in [(2.0, 1.0), (1.0, 0.5), (4.0, 1.0), (1.0, 0.25)]:
         before = pol.posterior.alpha[0, 0]
-        pol.update(np.array([[0, 1]]), np.array([r]), np.zeros((1, 2)))
+        pol.update(routed(pol, [[0, 1]]), np.array([r]), np.zeros((1, 2)))
         assert pol.posterior.alpha[0, 0] - before == pytest.approx(expect)
 
 
@@ -295,14 +303,14 @@ def test_moe_reinforce_step_by_hand():
     theta0 = pol.theta.copy()
     p0 = softmax(theta0)
     # Round 1: lambda = 0, so r_eff = r.
-    pol.update(np.array([[0, 1]]), np.array([1.2]), np.array([[2.0, 0.0]]))
+    pol.update(routed(pol, [[0, 1]]), np.array([1.2]), np.array([[2.0, 0.0]]))
     one_a = np.zeros(K)
     one_a[[0, 1]] = 1.0
     np.testing.assert_allclose(pol.theta[0], theta0[0] + 0.01 * 1.2 * (one_a - p0[0]))
     # The per-round violation 2 - 0.5 moved lambda to 0.75; round 2 uses it on its cost.
     np.testing.assert_allclose(pol.lambda_, [[0.75]])
     theta1 = pol.theta.copy()
-    pol.update(np.array([[0, 5]]), np.array([1.0]), np.array([[1.0, 0.0]]))
+    pol.update(routed(pol, [[0, 5]]), np.array([1.0]), np.array([[1.0, 0.0]]))
     one_a = np.zeros(K)
     one_a[[0, 5]] = 1.0
     r_eff = 1.0 - 0.75 * 1.0
@@ -314,7 +322,7 @@ def test_moe_reinforce_step_by_hand():
 def test_moe_routes_gumbel_top_m_of_the_logits():
     pol = MoEGating(FREE, horizon=T, n_runs=2000, seed=5)
     pol.theta[:] = np.log(np.array([8.0, 4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]))
-    first = pol.select()[:, 0]
+    first = pol.select().draws[:, 0]
     # Gumbel-max: the top entry follows softmax(theta).
     freq = np.bincount(first, minlength=K) / first.size
     np.testing.assert_allclose(freq, softmax(pol.theta)[0], atol=0.03)

@@ -31,15 +31,15 @@ def run_fixed_skills(pol: OMDApproachability, batch: ProblemBatch, skills: np.nd
     phis = np.empty((t, pol.n_runs))
     surrogate = np.empty((t, pol.n_runs, batch.n_costs))
     for s in range(t):
-        phis[s] = expected_reward(pol.routing(), skills, M)
-        surrogate[s] = batch.surrogate_cost(pol.routing())
-        draws = pol.select()
-        mask = draws_to_mask(draws, pol.n_experts)
+        decision = pol.select()
+        phis[s] = expected_reward(decision.probs, skills, M)
+        surrogate[s] = batch.surrogate_cost(decision.probs)
+        mask = draws_to_mask(decision.draws, pol.n_experts)
         rewards[s] = batch_sum_max_reward(
             np.broadcast_to(skills, (pol.n_runs, *skills.shape)), mask
         )
         costs[s] = batch.realized_cost(mask)
-        pol.update(draws, rewards[s], costs[s])
+        pol.update(decision, rewards[s], costs[s])
     return rewards, costs, phis, surrogate
 
 
@@ -213,11 +213,11 @@ def test_contextual_policies_win_when_contexts_want_different_experts() -> None:
     for t in range(horizon):
         v = skills[None] * weights[contexts[t]][:, :, None]
         for key, pol, ctx in (("ctx", ctx_pol, contexts[t]), ("flat", flat_pol, None)):
-            draws = pol.select(ctx)
-            mask = draws_to_mask(draws, 4)
+            decision = pol.select(ctx)
+            mask = draws_to_mask(decision.draws, 4)
             r = batch_sum_max_reward(v, mask)
             c = batch.realized_cost(mask)
-            pol.update(draws, r, c)
+            pol.update(decision, r, c)
             totals[key] += r
             if key == "ctx":
                 cost_ctx += c
@@ -243,3 +243,49 @@ def test_contextual_anytime_eta_grows_with_the_visit_count() -> None:
     k, m, gamma = 6, M, 1 / 60
     assert pol.eta == pytest.approx(2 * np.sqrt(k * m * (1 / gamma + m - 1)))
     assert pol.eta_schedule == "anytime" and pol.batch_size == 1
+
+
+# ---------------------------------------------------------------------- decisions are values
+def test_pending_contextual_decisions_credit_their_own_context() -> None:
+    """Two selects (contexts 0 then 1) before any feedback: the first feedback goes to context
+    0, whose policy moves, and context 1's policy stays where it was."""
+    pol = ContextualOMD(binding_problem(), horizon=100, n_runs=1, n_contexts=2, seed=0)
+    start = pol.q
+    first = pol.select(np.array([0]))
+    second = pol.select(np.array([1]))
+    assert first.context is not None and first.context.tolist() == [0]
+    assert second.context is not None and second.context.tolist() == [1]
+    pol.update(first, np.array([2.0]), np.zeros((1, 2)))
+    q = pol.q
+    assert not np.array_equal(q[0, 0], start[0, 0])  # context 0 learned
+    np.testing.assert_array_equal(q[0, 1], start[0, 1])  # context 1 untouched
+    assert pol._visits.tolist() == [[1, 0]]
+    pol.update(second, np.array([1.0]), np.zeros((1, 2)))
+    assert pol._visits.tolist() == [[1, 1]]
+
+
+def test_importance_weight_divides_by_the_decisions_own_propensity() -> None:
+    """A decision fed back after q moved is weighted by the q it was drawn from (eq. step g)."""
+    pol = OMDApproachability(binding_problem(), horizon=100, n_runs=1, seed=2, batch=2)
+    d1, d2, d3 = pol.select(), pol.select(), pol.select()
+    pol.update(d1, np.array([1.0]), np.zeros((1, 2)))
+    pol.update(d2, np.array([2.0]), np.zeros((1, 2)))  # the QP step: q moves, g resets
+    assert not np.allclose(pol.q, d3.probs)
+    pol.update(d3, np.array([2.5]), np.zeros((1, 2)))
+    counts = np.bincount(d3.draws[0], minlength=6).astype(float)
+    want = (2.5 - 1.5) * counts / d3.probs[0]  # baseline: mean of the two earlier rewards
+    np.testing.assert_array_equal(pol._grad[0, 0], want)
+
+
+def test_masked_decision_logs_the_renormalized_q_and_learns_finitely() -> None:
+    pol = OMDApproachability(binding_problem(), horizon=100, n_runs=2, seed=3, batch=4)
+    eligible = np.array([[True, False, True, False, True, True], [False] * 5 + [True]])
+    q = pol.q
+    dec = pol.select(eligible=eligible)
+    want = np.where(eligible, q, 0.0)
+    np.testing.assert_allclose(dec.probs, want / want.sum(axis=1, keepdims=True), rtol=1e-15)
+    assert dec.draws[1].tolist() == [5, 5]  # the only eligible expert, drawn M times
+    assert eligible[0, dec.draws[0]].all()
+    pol.update(dec, np.array([1.0, 2.0]), np.zeros((2, 2)))
+    assert np.isfinite(pol._grad).all()
+    assert (pol._grad[:, 0][~eligible] == 0.0).all()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from _policy_sim import beta_skills, run
 from msroute import Constraints, Problem, batch_sum_max_reward
-from msroute.policies.base import BasePolicy, Policy, draws_to_mask
+from msroute.policies.base import BasePolicy, Decision, Policy, draws_to_mask
+from msroute.policies.persist import state_dict
 from msroute.policies.registry import POLICIES, available_policies, get_policy_class, make_policy
 
 NAMES = available_policies()
@@ -86,10 +89,10 @@ def test_selections_are_valid_over_a_run(name, skills):
 @pytest.mark.parametrize("name", NAMES)
 def test_single_run_shapes(name):
     pol = make(name, n_runs=1)
-    draws = pol.select()
-    assert draws.shape == (1, M)
-    pol.update(draws, np.array([1.0]), np.zeros((1, 2)))
-    assert pol.select().shape == (1, M)
+    decision = pol.select()
+    assert decision.draws.shape == (1, M)
+    pol.update(decision, np.array([1.0]), np.zeros((1, 2)))
+    assert pol.select().draws.shape == (1, M)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -127,18 +130,19 @@ def test_seed_sequence_is_accepted(name, skills):
 def test_update_does_not_mutate_its_inputs(name, skills):
     pol = make(name)
     run(pol, skills[:15])  # past any warm-up
-    draws = pol.select()
+    decision = pol.select()
     reward = np.linspace(0.5, 1.5, R)
     cost = np.tile([0.7, 0.3], (R, 1))
-    copies = draws.copy(), reward.copy(), cost.copy()
-    pol.update(draws, reward, cost)
-    for before, after in zip(copies, (draws, reward, cost), strict=True):
+    copies = decision.draws.copy(), reward.copy(), cost.copy()
+    pol.update(decision, reward, cost)
+    for before, after in zip(copies, (decision.draws, reward, cost), strict=True):
         np.testing.assert_array_equal(before, after)
-    # The returned selection is the caller's: changing it does not change the policy.
+    # A decision is a value: its arrays are read-only, so nobody changes a pending decision.
     nxt = pol.select()
-    keep = nxt.copy()
-    nxt[:] = 0
-    pol.update(keep, reward, cost)
+    for arr in (nxt.draws, nxt.probs):
+        if arr is not None:
+            with pytest.raises(ValueError, match="read-only"):
+                arr[...] = 0
 
 
 def _bad_inputs() -> list[tuple[str, dict[str, object], str]]:
@@ -152,6 +156,8 @@ def _bad_inputs() -> list[tuple[str, dict[str, object], str]]:
         ("draws float", {"draws": np.zeros((R, M))}, "draws"),
         ("draws range", {"draws": np.full((R, M), K, dtype=np.int64)}, "draws"),
         ("draws negative", {"draws": np.full((R, M), -1, dtype=np.int64)}, "draws"),
+        ("future round", {"round": 1}, "not a decision of this policy"),
+        ("negative round", {"round": -1}, "not a decision of this policy"),
     ]
 
 
@@ -159,13 +165,13 @@ def _bad_inputs() -> list[tuple[str, dict[str, object], str]]:
 @pytest.mark.parametrize(("case", "bad", "match"), _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
 def test_bad_update_inputs_raise(name, case, bad, match):
     pol = make(name)
-    draws = pol.select()
-    args: dict[str, object] = {"draws": draws, "reward": np.ones(R), "cost": np.zeros((R, 2))}
-    args.update(bad)
-    t = pol.t
+    decision = pol.select()
+    fields = {k: v for k, v in bad.items() if k in ("draws", "round")}
+    args = {"reward": np.ones(R), "cost": np.zeros((R, 2)), **bad}
+    before = state_dict(pol)
     with pytest.raises(ValueError, match=match):
-        pol.update(args["draws"], args["reward"], args["cost"])
-    assert pol.t == t  # a refused update leaves the round counter alone
+        pol.update(dataclasses.replace(decision, **fields), args["reward"], args["cost"])
+    assert_same_state(state_dict(pol), before)  # a refused update changes nothing
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -182,7 +188,132 @@ def test_a_run_decides_the_same_alone_or_in_a_batch(name, skills):
         context = ctx[t] if name == "omd-contextual" else None
         d_all = together.select(context)
         d_one = alone.select(None if context is None else context[1:2])
-        np.testing.assert_array_equal(d_all[1:2], d_one)
-        for pol, draws, v in ((together, d_all, skills[t]), (alone, d_one, skills[t][1:2])):
-            mask = draws_to_mask(draws, pol.n_experts)
-            pol.update(draws, batch_sum_max_reward(v, mask), pol.batch.realized_cost(mask))
+        np.testing.assert_array_equal(d_all.draws[1:2], d_one.draws)
+        for pol, dec, v in ((together, d_all, skills[t]), (alone, d_one, skills[t][1:2])):
+            mask = draws_to_mask(dec.draws, pol.n_experts)
+            pol.update(dec, batch_sum_max_reward(v, mask), pol.batch.realized_cost(mask))
+
+
+def assert_same_state(a: dict[str, object], b: dict[str, object]) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(b[key], value, err_msg=key)
+        else:
+            assert b[key] == value, key
+
+
+def play_one(pol: BasePolicy, decision: Decision, skills_t: np.ndarray) -> None:
+    mask = draws_to_mask(decision.draws, pol.n_experts)
+    pol.update(decision, batch_sum_max_reward(skills_t, mask), pol.batch.realized_cost(mask))
+
+
+def context_of(name: str, t: int) -> np.ndarray | None:
+    return (np.arange(R) + t) % 2 if name == "omd-contextual" else None
+
+
+def make_ctx(name: str, seed: int = 0) -> BasePolicy:
+    kwargs = {"n_contexts": 2} if name == "omd-contextual" else {}
+    return make_policy(name, PROBLEM, horizon=1000, n_runs=R, seed=seed, **kwargs)
+
+
+# ---------------------------------------------------------------------- the decision is a value
+@pytest.mark.parametrize("name", NAMES)
+def test_decision_fields(name):
+    pol = make_ctx(name)
+    for t in range(3):
+        ctx = context_of(name, t)
+        dec = pol.select(ctx)
+        assert isinstance(dec, Decision)
+        assert dec.round == t and pol.t == t + 1
+        assert dec.draws.shape == (R, M) and dec.draws.dtype == np.int64
+        if ctx is None:
+            assert dec.context is None
+        else:
+            np.testing.assert_array_equal(dec.context, ctx)
+        if name in MULTINOMIAL:  # closed form: the distribution sampled from
+            assert dec.probs is not None and dec.probs.shape == (R, K)
+            np.testing.assert_allclose(dec.probs.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        else:
+            assert dec.probs is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_warmup_advances_on_select(name):
+    """Two selects in a row are two rounds: a warm-up team is never handed out twice."""
+    pol = make(name, n_runs=1)
+    first, second = pol.select(), pol.select()
+    assert (first.round, second.round) == (0, 1)
+    if getattr(pol, "warmup", 0) > 0:
+        assert set(first.draws[0].tolist()).isdisjoint(second.draws[0].tolist())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_many_pending_decisions_fed_back_in_any_order(name, skills):
+    """Select 8 rounds ahead, then feed 7 of them back in a shuffled order (one never): each
+    is accepted, the counter counts decisions, and the learned state moves."""
+    pol = make_ctx(name)
+    before = state_dict(pol)
+    pending = [pol.select(context_of(name, t)) for t in range(8)]
+    order = np.random.default_rng(3).permutation(8)[:7]
+    for i in order:
+        play_one(pol, pending[i], skills[i])
+    assert pol.t == 8
+    after = state_dict(pol)
+    moved = [k for k, v in before.items() if isinstance(v, np.ndarray) and k != "streams._buffer"]
+    assert any(not np.array_equal(before[k], after[k]) for k in moved)
+
+
+def random_masks(rounds: int, seed: int, k_min: int = 1) -> np.ndarray:
+    """Eligibility masks (T, R, K) with between k_min and K eligible experts per row."""
+    rng = np.random.default_rng(seed)
+    masks = rng.random((rounds, R, K)) < 0.5
+    for t, r in zip(*np.nonzero(masks.sum(axis=2) < k_min), strict=True):
+        masks[t, r, rng.permutation(K)[:k_min]] = True
+    return masks
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_only_eligible_experts_are_drawn(name, skills):
+    pol = make_ctx(name)
+    masks = random_masks(ROUNDS, seed=4)
+    for t in range(ROUNDS):
+        dec = pol.select(context_of(name, t), eligible=masks[t])
+        drawn = draws_to_mask(dec.draws, K)
+        assert not (drawn & ~masks[t]).any(), f"round {t}: an ineligible expert was drawn"
+        if name not in MULTINOMIAL:  # a team routes min(M, eligible) distinct experts
+            np.testing.assert_array_equal(drawn.sum(axis=1), np.minimum(M, masks[t].sum(axis=1)))
+        if dec.probs is not None:  # the logged propensity is the masked, renormalized q
+            assert (dec.probs[~masks[t]] == 0.0).all()
+            np.testing.assert_allclose(dec.probs.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        play_one(pol, dec, skills[t])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_all_eligible_mask_decides_like_no_mask(name, skills):
+    a, b = make_ctx(name, seed=8), make_ctx(name, seed=8)
+    full = np.ones((R, K), dtype=bool)
+    for t in range(20):
+        da, db = a.select(context_of(name, t)), b.select(context_of(name, t), eligible=full)
+        np.testing.assert_array_equal(da.draws, db.draws)
+        play_one(a, da, skills[t])
+        play_one(b, db, skills[t])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("eligible", "match"),
+    [
+        (np.zeros((R, K), dtype=bool), r"no eligible expert in run\(s\) \[0, 1, 2, 3\]"),
+        (np.ones((R, K + 1), dtype=bool), "eligible must be booleans of shape"),
+        (np.ones((R, K)), "eligible must be booleans"),
+    ],
+    ids=["empty", "shape", "dtype"],
+)
+def test_bad_eligibility_is_refused_and_changes_nothing(name, eligible, match):
+    pol = make_ctx(name)
+    before = state_dict(pol)
+    with pytest.raises(ValueError, match=match):
+        pol.select(context_of(name, 0), eligible=eligible)
+    assert pol.t == 0
+    assert_same_state(state_dict(pol), before)

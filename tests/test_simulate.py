@@ -16,6 +16,7 @@ from msroute import (
     expected_reward,
     simulate,
 )
+from msroute.policies.base import BasePolicy, Decision
 
 COSTS = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.0]])
 
@@ -31,17 +32,9 @@ def test_rewards_and_costs_follow_the_round_definition() -> None:
     env = SequenceEnv(skills, n_runs=2)
     batch = ProblemBatch(problem(), 2)
     policy = RandomPolicy(batch, horizon=30, seed=1)
-    seen: list[np.ndarray] = []
-    original = policy.select
-
-    def spy(context: object = None) -> np.ndarray:
-        draws = original(context)  # type: ignore[arg-type]
-        seen.append(draws.copy())
-        return draws
-
-    policy.select = spy  # type: ignore[method-assign]
+    seen = _spying(policy)
     traj = simulate({"random": policy}, env, batch, 30)["random"]
-    for t, draws in enumerate(seen):
+    for t, draws in enumerate(d.draws for d in seen):
         for r in range(2):
             subset = sorted(set(draws[r].tolist()))
             assert traj.rewards[t, r] == pytest.approx(skills[t][:, subset].max(axis=1).sum())
@@ -66,17 +59,11 @@ def test_expected_reward_tracking_matches_expected_reward() -> None:
     env = SequenceEnv(skills, n_runs=1)
     batch = ProblemBatch(problem(), 1)
     pol = OMDApproachability(batch, horizon=40, seed=0, batch=1, eta_mult=0.01)
-    qs: list[np.ndarray] = []
-    original = pol.select
-
-    def spy(context: object = None) -> np.ndarray:
-        draws = original(context)  # type: ignore[arg-type]
-        qs.append(pol.routing()[0])  # the policy these draws came from
-        return draws
-
-    pol.select = spy  # type: ignore[method-assign]
+    seen = _spying(pol)
     traj = simulate({"omd": pol}, env, batch, 40, chunk=7, track_expected=True)["omd"]
     assert traj.expected_rewards is not None
+    qs = [d.probs[0] for d in seen if d.probs is not None]  # the q these draws came from
+    assert len(qs) == 40
     want = [float(expected_reward(q, skills[t], 2)) for t, q in enumerate(qs)]
     np.testing.assert_allclose(traj.expected_rewards[:, 0], want, rtol=1e-12)
     assert not np.allclose(qs[0], qs[-1])  # the policy moved, so the check is not trivial
@@ -122,15 +109,15 @@ def test_mismatched_runs_are_refused() -> None:
         simulate({"r": RandomPolicy(batch, horizon=10)}, env, batch, 10)
 
 
-def _spying(pol: OMDApproachability) -> list[np.ndarray]:
-    """Record every draw the policy makes (wraps its select)."""
-    seen: list[np.ndarray] = []
+def _spying(pol: BasePolicy) -> list[Decision]:
+    """Record every decision the policy makes (wraps its select)."""
+    seen: list[Decision] = []
     original = pol.select
 
-    def spy(context: object = None) -> np.ndarray:
-        draws = original(context)  # type: ignore[arg-type]
-        seen.append(draws.copy())
-        return draws
+    def spy(context: object = None, eligible: object = None) -> Decision:
+        decision = original(context, eligible)  # type: ignore[arg-type]
+        seen.append(decision)
+        return decision
 
     pol.select = spy  # type: ignore[method-assign]
     return seen
@@ -147,7 +134,7 @@ def test_cost_count_draws_counts_repeated_draws() -> None:
         traj = simulate({"omd": pol}, SequenceEnv(skills, n_runs=1), batch, 200, cost_count=mode)[
             "omd"
         ]
-        out[mode] = (traj.costs[:, 0], seen)
+        out[mode] = (traj.costs[:, 0], [d.draws for d in seen])
     costs, draws = out["draws"]
     np.testing.assert_allclose(costs, [COSTS[d[0]].sum(axis=0) for d in draws])
     costs_d, draws_d = out["distinct"]

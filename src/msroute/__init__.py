@@ -10,7 +10,7 @@ Examples
 >>> problem = msroute.Problem([[1.0], [0.0], [0.5]], m_draws=2,
 ...                           constraints=msroute.Constraints(upper=[1.0]))
 >>> policy = msroute.OMDApproachability(problem, horizon=100, n_runs=2, seed=0)
->>> policy.select().shape
+>>> policy.select().draws.shape
 (2, 2)
 """
 

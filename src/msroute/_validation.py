@@ -9,6 +9,7 @@ from numpy.typing import ArrayLike, NDArray
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
 
 #: Tolerance for "sums to one" checks on routing distributions.
 SIMPLEX_ATOL = 1e-8

@@ -6,7 +6,7 @@ subset and the realized cost the sum of the distinct routed experts' cost vector
 sees only these. Every policy steps on the *same* skills each round (common random numbers),
 so comparisons between policies are paired.
 
-For policies that expose their routing distribution (``routing() -> (R, K)``, e.g.
+For policies whose decisions carry their sampling distribution (``Decision.probs``, e.g.
 OMD-Approachability) the simulator can also record the exact expected reward ``Phi_t(q_t)`` of
 the policy actually played each round, which the true regret of eq. (4) needs; it is computed in
 vectorized blocks, never in the per-round loop.
@@ -56,7 +56,7 @@ class Trajectory:
         Realized cost vector of each round (each distinct routed expert counted once).
     expected_rewards : ndarray, shape (T, R), or None
         ``Phi_t(q_t)``, the exact expected reward of the routing distribution played, for
-        policies exposing ``routing()``; None otherwise.
+        policies whose decisions carry it (``Decision.probs``); None otherwise.
     final_q : ndarray, shape (R, K) or (R, X, K), or None
         The policy's final routing distribution (``q_T``), when it has one.
     wall_time : float
@@ -130,7 +130,7 @@ def simulate(
         drawn twice costs twice; then ``E[l_t] = M C^T q_t`` and the surrogate box is exact).
         The two differ only for policies that may draw an expert more than once (OMD).
     track_expected : bool, default False
-        Record ``Phi_t(q_t)`` for the policies that expose ``routing()`` (the true regret
+        Record ``Phi_t(q_t)`` for the policies whose decisions carry ``probs`` (the true regret
         needs it); it costs a sort of every round's skills, so it is off unless asked for.
     progress : callable, optional
         Called with the number of rounds done after each chunk.
@@ -161,11 +161,9 @@ def simulate(
     names = list(policies)
     rewards = {n: np.empty((t_total, r)) for n in names}
     costs = {n: np.empty((t_total, r, d)) for n in names}
-    tracked = [
-        n for n in names if track_expected and callable(getattr(policies[n], "routing", None))
-    ]
-    expected = {n: np.empty((t_total, r)) for n in tracked}
-    q_buf = {n: np.empty((chunk, r, k)) for n in tracked}
+    # Filled for the policies whose decisions carry their distribution (known at the first).
+    expected: dict[str, FloatArray] = {}
+    q_buf: dict[str, FloatArray] = {}
     clock = dict.fromkeys(names, 0.0)
     for start in range(0, t_total, chunk):
         stop = min(start + chunk, t_total)
@@ -179,21 +177,25 @@ def simulate(
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
-                draws = pol.select(ctx)
-                if name in q_buf:
-                    q_buf[name][step] = pol.routing()  # type: ignore[attr-defined]
+                decision = pol.select(ctx)
+                draws = decision.draws
+                if track_expected and decision.probs is not None:
+                    if name not in q_buf:
+                        q_buf[name] = np.empty((chunk, r, k))
+                        expected[name] = np.empty((t_total, r))
+                    q_buf[name][step] = decision.probs
                 mask = draws_to_mask(draws, k)
                 reward = batch_sum_max_reward(v, mask)
                 cost = batch.draws_cost(draws) if by_draw else batch.realized_cost(mask)
-                pol.update(draws, reward, cost)
+                pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 rewards[name][t] = reward
                 costs[name][t] = cost
-        if tracked:
+        if q_buf:
             scored = skills if runs is None else skills[:, runs]
             if weights is not None and ctx_all is not None:
                 scored = scored * weights[ctx_all[start:stop]][..., None]
-            for name in tracked:
+            for name in q_buf:
                 expected[name][start:stop] = expected_reward(
                     q_buf[name][: stop - start], scored, batch.m_draws
                 )

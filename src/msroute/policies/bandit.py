@@ -66,7 +66,7 @@ class RandomPolicy(TeamRounds, BasePolicy):
     --------
     >>> from msroute import Constraints, Problem
     >>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
-    >>> RandomPolicy(p, horizon=100, n_runs=4, seed=0).select().shape
+    >>> RandomPolicy(p, horizon=100, n_runs=4, seed=0).select().draws.shape
     (4, 2)
     """
 
@@ -110,7 +110,7 @@ class GreedyPolicy(TeamRounds, BasePolicy):
     --------
     >>> from msroute import Constraints, Problem
     >>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
-    >>> GreedyPolicy(p, horizon=100).select().tolist()  # warm-up round 0
+    >>> GreedyPolicy(p, horizon=100).select().draws.tolist()  # warm-up round 0
     [[0, 1]]
     """
 
@@ -138,9 +138,10 @@ class CUCB(TeamRounds, BasePolicy):
     After the round-robin warm-up, route the top M by ``mu_i + c sqrt(2 log t / n_i)``, with
     ``mu_i`` the mean shared reward and ``n_i`` the number of rounds expert ``i`` was routed.
 
-    Readings: ``t`` is the number of rounds completed before this selection (warm-up included),
-    floored at 1 — UCB1's "plays so far"; an expert with ``n_i = 0`` has an infinite index, so
-    unrouted experts are tried first (in index order); ``mu_i`` is the unnormalized team reward
+    Readings: ``t`` is the number of decisions made before this one (warm-up included; with
+    immediate feedback, the rounds completed), floored at 1 — UCB1's "plays so far"; an
+    expert with ``n_i = 0`` has an infinite index, so unrouted experts are tried first (in
+    index order); ``mu_i`` is the unnormalized team reward
     (in ``[0, N]`` for skills in ``[0, 1]``), as the paper writes it. Ties go to the lower
     expert index, so the policy draws nothing from its random stream.
 

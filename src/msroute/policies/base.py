@@ -1,9 +1,15 @@
 """The batched policy contract and the plumbing every policy shares.
 
 A policy runs R independent runs at once (a leading run axis, the vectorized-environment
-convention of DESIGN.md): ``select`` returns each run's M draws, ``update`` receives, for each
-run, only what bandit feedback gives — the draws, the aggregate (sum-max) reward and the
-realized cost vector. The routed subset is the set of distinct draws.
+convention of DESIGN.md): ``select`` returns a :class:`Decision` — each run's M draws, the
+distribution they were sampled from when the policy has one in closed form, the context and
+the round — and ``update`` takes that decision back with, for each run, only what bandit
+feedback gives: the aggregate (sum-max) reward and the realized cost vector. The routed subset
+is the set of distinct draws.
+
+The decision is a value (DESIGN.md, "Serving live traffic"): a policy keeps no hidden "last
+decision", so many decisions may be pending and their feedback may arrive in any order. An
+optional eligibility mask restricts each run's draws to some experts.
 
 Policies own their random streams: one private ``numpy.random.Generator`` per run, built from
 the run's seed (:class:`~msroute.policies.streams.RunStreams`); the same seed and the same
@@ -14,18 +20,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._seeding import SeedArg
-from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
 
 __all__ = [
     "BasePolicy",
+    "Decision",
     "Policy",
     "SeedLike",
     "check_hyper",
@@ -37,6 +45,37 @@ __all__ = [
 SeedLike = SeedArg
 
 
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """One call of ``select``: what was routed, from which distribution, in which context.
+
+    A value handed back to ``update`` with the feedback, so that the policy needs no memory of
+    its pending decisions. Its arrays are read-only.
+
+    Attributes
+    ----------
+    draws : ndarray of int, shape (R, M)
+        Each run's M draws (expert indices); the routed team is the set of distinct draws.
+    probs : ndarray, shape (R, K), or None
+        The distribution the draws were sampled from i.i.d. (the propensities), after the
+        eligibility mask; None for policies without a closed form (the index policies, TS, MoE).
+    context : ndarray of int, shape (R,), or None
+        Each run's context (contextual policies), None for a context-free decision.
+    round : int
+        How many decisions the policy had made before this one (0 for the first).
+    """
+
+    draws: IntArray
+    probs: FloatArray | None
+    context: IntArray | None
+    round: int
+
+    def __post_init__(self) -> None:
+        for arr in (self.draws, self.probs, self.context):
+            if isinstance(arr, np.ndarray):
+                arr.flags.writeable = False
+
+
 @runtime_checkable
 class Policy(Protocol):
     """What the simulator and the CLI need from a routing policy (batched over runs)."""
@@ -46,12 +85,14 @@ class Policy(Protocol):
     n_experts: int
     m_draws: int
 
-    def select(self, context: ArrayLike | None = None) -> IntArray:
-        """The M draws of each run, shape (R, M); ``context`` is (R,) ints or None."""
+    def select(
+        self, context: ArrayLike | None = None, eligible: ArrayLike | None = None
+    ) -> Decision:
+        """A decision for every run; ``context`` (R,) ints, ``eligible`` (R, K) bools or None."""
         ...
 
-    def update(self, draws: ArrayLike, reward: ArrayLike, cost: ArrayLike) -> None:
-        """Bandit feedback of the last round: draws (R, M), reward (R,), cost (R, d)."""
+    def update(self, decision: Decision, reward: ArrayLike, cost: ArrayLike) -> None:
+        """Bandit feedback of one decision: reward (R,), realized cost (R, d)."""
         ...
 
 
@@ -74,9 +115,10 @@ class BasePolicy:
     """Shared plumbing: the stacked problems, the run count, the horizon, the seeded stream,
     the round counter and the checks of the public ``select``/``update`` boundary.
 
-    Subclasses implement ``_select(context) -> (R, M)`` and ``_update(draws, reward, cost)``;
-    the public methods validate once and then call them (the simulator's hot loop calls the
-    public methods with well-formed arrays, so the checks are cheap ones).
+    Subclasses implement ``_select(context, eligible) -> (draws (R, M), probs (R, K) or None)``
+    and ``_update(decision, reward, cost)``; the public methods validate once and then call
+    them (the simulator's hot loop calls the public methods with well-formed arrays, so the
+    checks are cheap ones).
 
     Parameters
     ----------
@@ -134,21 +176,29 @@ class BasePolicy:
         # One stream per run (DESIGN.md): a run decides the same alone or in any batch.
         block = max(4096, 16 * max(self.n_experts, self.m_draws))
         self.streams = RunStreams(seed, self.n_runs, block=block)
-        self.t = 0  # rounds completed
+        self.t = 0  # decisions made (the round counter advances on select)
         self._rows = np.arange(self.n_runs)
 
     # ------------------------------------------------------------------ public boundary
-    def select(self, context: ArrayLike | None = None) -> IntArray:
-        """Choose the M draws of every run for the coming round.
+    def select(
+        self, context: ArrayLike | None = None, eligible: ArrayLike | None = None
+    ) -> Decision:
+        """Decide the M draws of every run.
 
         Parameters
         ----------
         context : array_like of int, shape (R,), optional
             Context of each run (contextual policies); context-free policies ignore it.
+        eligible : array_like of bool, shape (R, K), optional
+            The experts each run may route to; only eligible experts are drawn. Every row
+            needs at least one. A policy that routes M distinct experts routes all eligible
+            ones when fewer than M are (its draws then repeat one of them).
 
         Returns
         -------
-        ndarray of int, shape (R, M)
+        Decision
+            The draws (R, M), the sampling distribution after the mask (or None), the
+            context and the round; hand it back to :meth:`update` with its feedback.
         """
         if context is None and self.n_contexts > 1:
             raise ValueError(
@@ -157,27 +207,40 @@ class BasePolicy:
             )
         # Context-free policies ignore the context (one signature for both uses).
         ctx = None if context is None or self.n_contexts == 1 else self._check_context(context)
-        return self._select(ctx)
+        mask = None if eligible is None else self._check_eligible(eligible)
+        draws, probs = self._select(ctx, mask)
+        decision = Decision(draws, probs, ctx, self.t)
+        self.t += 1
+        return decision
 
-    def update(self, draws: ArrayLike, reward: ArrayLike, cost: ArrayLike) -> None:
-        """Feed back the last round's outcome (bandit feedback only).
+    def update(self, decision: Decision, reward: ArrayLike, cost: ArrayLike) -> None:
+        """Feed back the outcome of one decision (bandit feedback only), in any order.
 
         Parameters
         ----------
-        draws : array_like of int, shape (R, M)
-            The draws returned by :meth:`select`.
+        decision : Decision
+            What :meth:`select` returned; decisions may be fed back in any order, or never.
         reward : array_like, shape (R,)
             The aggregate sum-max reward of each run's routed subset.
         cost : array_like, shape (R, d)
             The realized cost vector (each distinct routed expert counted once).
         """
-        d = np.asarray(draws)
+        if not isinstance(decision, Decision):
+            raise TypeError(
+                f"decision must be the Decision returned by select(), got {type(decision).__name__}"
+            )
+        d = decision.draws
         r = np.asarray(reward, dtype=np.float64)
         c = np.asarray(cost, dtype=np.float64)
         if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
             raise ValueError(
-                f"draws must be integers of shape (R, M) = {(self.n_runs, self.m_draws)}, "
-                f"got {d.dtype} {d.shape}"
+                f"decision.draws must be integers of shape (R, M) = "
+                f"{(self.n_runs, self.m_draws)}, got {d.dtype} {d.shape}"
+            )
+        if not 0 <= decision.round < self.t:
+            raise ValueError(
+                f"decision.round == {decision.round}, but this policy has made {self.t} "
+                "decision(s): not a decision of this policy"
             )
         if r.shape != (self.n_runs,):
             raise ValueError(f"reward must have shape (R,) = ({self.n_runs},), got {r.shape}")
@@ -193,9 +256,23 @@ class BasePolicy:
         if not np.all(np.isfinite(c)):
             raise ValueError("cost contains NaN or infinite values")
         if d.min() < 0 or d.max() >= self.n_experts:
-            raise ValueError(f"draws must be expert indices in [0, {self.n_experts - 1}]")
-        self._update(d.astype(np.int64, copy=False), r, c)
-        self.t += 1
+            raise ValueError(f"decision.draws must be expert indices in [0, {self.n_experts - 1}]")
+        self._update(decision, r, c)
+
+    def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
+        """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""
+        mask = np.asarray(eligible)
+        if mask.shape != (self.n_runs, self.n_experts) or mask.dtype != np.bool_:
+            raise ValueError(
+                f"eligible must be booleans of shape (R, K) = {(self.n_runs, self.n_experts)}, "
+                f"got {mask.dtype} {mask.shape}"
+            )
+        if mask.all():
+            return None
+        empty = np.flatnonzero(~mask.any(axis=1))
+        if empty.size:
+            raise ValueError(f"eligible: no eligible expert in run(s) {empty.tolist()}")
+        return mask
 
     def _check_context(self, context: ArrayLike) -> IntArray:
         ctx = np.asarray(context)
@@ -223,19 +300,33 @@ class BasePolicy:
         save_policy(self, path)
 
     # ------------------------------------------------------------------ to implement
-    def _select(self, context: IntArray | None) -> IntArray:
+    def _select(
+        self, context: IntArray | None, eligible: BoolArray | None
+    ) -> tuple[IntArray, FloatArray | None]:
+        """The draws (R, M) and the distribution sampled (R, K) or None; advance no counter."""
         raise NotImplementedError
 
-    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+    def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         raise NotImplementedError
 
 
-def sample_multinomial(u: FloatArray, q: FloatArray) -> IntArray:
-    """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF of uniforms ``u`` (R, M)."""
+def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None = None) -> IntArray:
+    """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF of uniforms ``u`` (R, M).
+
+    Rows of ``q`` may be unnormalized. With an eligibility mask, ``q`` is zero off the mask and
+    the CDF is cut at each row's last eligible expert, so that rounding at the top of the CDF
+    cannot land on a zero-probability expert (a zero ``q_j`` repeats the previous CDF value
+    exactly, so the inverse CDF never stops on it).
+    """
     cdf = np.cumsum(q, axis=1)
     u = u * cdf[:, -1:]
-    draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
-    return np.asarray(np.minimum(draws, q.shape[1] - 1), dtype=np.int64)
+    k = q.shape[1]
+    if eligible is None:
+        draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
+        return np.asarray(np.minimum(draws, k - 1), dtype=np.int64)
+    last = k - 1 - np.argmax(eligible[:, ::-1], axis=1)
+    cdf = np.where(np.arange(k) >= last[:, None], np.inf, cdf)
+    return np.asarray((u[:, :, None] >= cdf[:, None, :]).sum(axis=2), dtype=np.int64)
 
 
 def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = True) -> float:

@@ -72,7 +72,7 @@ class MoEGating(TeamRounds, BasePolicy):
     --------
     >>> from msroute import Constraints, Problem
     >>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
-    >>> MoEGating(p, horizon=100, n_runs=4, seed=0).select().shape
+    >>> MoEGating(p, horizon=100, n_runs=4, seed=0).select().draws.shape
     (4, 2)
     """
 

@@ -19,9 +19,10 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray, check_gamma, check_positive_int
+from msroute._validation import BoolArray, FloatArray, IntArray, check_gamma, check_positive_int
 from msroute.policies.base import (
     BasePolicy,
+    Decision,
     SeedLike,
     check_hyper,
     draw_counts,
@@ -43,15 +44,19 @@ EtaSchedule = Literal["fixed", "anytime"]
 class OMDApproachability(BasePolicy):
     """Online Mirror Descent with Approachability constraints (Algorithm 1), batched over runs.
 
-    Every round: draw M experts i.i.d. from ``q`` (steps d-e), observe the sum-max reward,
-    accumulate the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_i``
-    (step g, with ``b_t`` the mean of all strictly earlier rewards), and let the dual take one
-    step with ``u_t = C^T q_t`` (steps a-b). Since ``E[count_i / q_i] = M`` for every expert,
-    the baseline shifts every coordinate of the estimate by the same ``-M b_t``, which the
-    projection onto ``{sum q = 1}`` ignores: it lowers the variance and changes no step in
-    expectation. At the end of every batch of ``B`` rounds, solve the QP (6) with the
-    batch-averaged gradient and the
-    current dual (step c). ``batch = 1`` is the plain per-round algorithm.
+    Every decision: draw M experts i.i.d. from ``q`` (steps d-e) and let the dual take one step
+    with ``u_t = C^T q_t`` (steps a-b): the constraint side needs nothing but the played
+    distribution, so it moves when the decision is made (DESIGN.md). Every feedback: accumulate
+    the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_{t,i}`` (step g, with
+    ``q_t`` the decision's own distribution and ``b_t`` the mean of all strictly earlier rewards
+    of its context). With an eligibility mask the distribution played, logged and divided by is
+    ``q`` restricted to the eligible experts and renormalized. Since ``E[count_i / q_i] = M``
+    for every expert, the baseline shifts every coordinate of the estimate by the same
+    ``-M b_t``, which the projection onto ``{sum q = 1}`` ignores: it lowers the variance and
+    changes no step in expectation. After every ``B`` feedbacks of a context, solve the QP (6)
+    with the batch-averaged gradient and the current dual (step c). ``batch = 1`` is the plain
+    per-round algorithm. With immediate feedback (``update`` after each ``select``) this is
+    Algorithm 1 exactly.
 
     The dual's construction is a choice (``dual=``): by default the scale-invariant one of
     :mod:`msroute.policies.duals`, whose feasibility does not depend on the units a user picks
@@ -90,21 +95,18 @@ class OMDApproachability(BasePolicy):
     >>> from msroute import Constraints, Problem
     >>> p = Problem([[1.0], [0.0], [0.5]], m_draws=2, constraints=Constraints(upper=[1.0]))
     >>> pol = OMDApproachability(p, horizon=100, n_runs=4, seed=0)
-    >>> pol.select().shape
+    >>> pol.select().draws.shape
     (4, 2)
     """
 
     name: ClassVar[str] = "omd"
-    #: The learned state (persistence); ``_ctx``/``_q_play`` make a save between ``select``
-    #: and ``update`` exact too.
+    #: The learned state (persistence); pending decisions carry their own context and q.
     _state_attrs: ClassVar[tuple[str, ...]] = (
         "_q",
         "_grad",
         "_visits",
         "_steps",
         "_reward_sum",
-        "_ctx",
-        "_q_play",
         "dual",
     )
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
@@ -162,8 +164,7 @@ class OMDApproachability(BasePolicy):
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
         self._reward_sum: FloatArray = np.zeros((r, x))
         self.dual = self._make_dual(check_construction(dual))
-        self._ctx: IntArray = np.zeros(r, dtype=np.int64)
-        self._q_play: FloatArray = self._q[:, 0, :]
+        self._ctx0: IntArray = np.zeros(r, dtype=np.int64)  # the context of context-free runs
 
     def _make_dual(self, construction: DualConstruction) -> ApproachabilityDual:
         b = self.batch
@@ -192,26 +193,41 @@ class OMDApproachability(BasePolicy):
         """Current approachability dual, shape (R, d) (a copy; normalized units by default)."""
         return self.dual.w.copy()
 
-    def routing(self) -> FloatArray:
-        """The policy each run plays this round, shape (R, K): what :meth:`select` samples."""
-        return self._q_play.copy()
-
     # ------------------------------------------------------------------ algorithm
-    def _select(self, context: IntArray | None) -> IntArray:
-        ctx = np.zeros(self.n_runs, dtype=np.int64) if context is None else context
-        self._ctx = ctx
-        self._q_play = self._q[self._rows, ctx]
-        return sample_multinomial(self.streams.uniform(self.m_draws), self._q_play)
+    def _select(
+        self, context: IntArray | None, eligible: BoolArray | None
+    ) -> tuple[IntArray, FloatArray]:
+        ctx = self._ctx0 if context is None else context
+        q = self._q[self._rows, ctx]  # a copy: the decision's own distribution
+        if eligible is not None:
+            q = q * eligible
+            q /= q.sum(axis=1, keepdims=True)
+        draws = sample_multinomial(self.streams.uniform(self.m_draws), q, eligible)
+        self.dual.step(self.batch.surrogate_cost(q))
+        return draws, q
 
-    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
-        rows, ctx, q_play = self._rows, self._ctx, self._q_play
+    def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        q_play = decision.probs
+        if q_play is None or q_play.shape != (self.n_runs, self.n_experts):
+            raise ValueError(
+                f"decision.probs must be the (R, K) = {(self.n_runs, self.n_experts)} "
+                "distribution the draws came from (OMD divides by it)"
+            )
+        rows = self._rows
+        ctx = self._ctx0 if decision.context is None else decision.context
         visits = self._visits[rows, ctx]
         baseline = np.where(visits > 0, self._reward_sum[rows, ctx] / np.maximum(visits, 1), 0.0)
-        counts = draw_counts(draws, self.n_experts)
-        self._grad[rows, ctx] += (reward - baseline)[:, None] * counts / q_play
+        counts = draw_counts(decision.draws, self.n_experts)
+        # Importance weights count / q of the decision's own q; experts not drawn (among them
+        # any masked out, q = 0) contribute nothing.
+        self._grad[rows, ctx] += np.divide(
+            (reward - baseline)[:, None] * counts,
+            q_play,
+            out=np.zeros_like(counts),
+            where=counts > 0,
+        )
         self._reward_sum[rows, ctx] += reward
         self._visits[rows, ctx] = visits + 1
-        self.dual.step(self.batch.surrogate_cost(q_play))
         due = np.flatnonzero((visits + 1) % self.batch_size == 0)
         if due.size:
             self._qp_step(due, ctx[due])

@@ -4,7 +4,7 @@ A router serving real traffic must survive restarts: :func:`save_policy` writes 
 policy has learned, and :func:`load_policy` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
-Format (``format_version`` 1)
+Format (``format_version`` 2)
 -----------------------------
 One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
 zip tool (``unzip -p router.npz manifest.json``):
@@ -50,7 +50,7 @@ Examples
 ...     path = pathlib.Path(tmp) / "router.npz"
 ...     pol.save(path)
 ...     twin = load_policy(path)
->>> bool((twin.select() == pol.select()).all())
+>>> bool((twin.select().draws == pol.select().draws).all())
 True
 """
 
@@ -87,7 +87,11 @@ __all__ = [
 ]
 
 #: Version of the file layout written by :func:`save_policy`; files of a newer one are refused.
-FORMAT_VERSION = 1
+#: Version 2: decisions are values, so OMD no longer saves a last decision (``_ctx``,
+#: ``_q_play``); version-1 files load with those two entries dropped.
+FORMAT_VERSION = 2
+#: State entries of older format versions that are no longer state, by version.
+_LEGACY_ENTRIES: dict[int, tuple[str, ...]] = {1: ("_ctx", "_q_play")}
 _FORMAT = "msroute-policy"
 _MANIFEST = "manifest.json"
 
@@ -367,7 +371,7 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
             f"{FORMAT_VERSION}: upgrade msroute to load it"
         )
     try:
-        policy = _rebuild(manifest, arrays)
+        policy = _rebuild(manifest, arrays, version)
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc)
         raise PolicyFileError(f"{p}: cannot rebuild the saved policy: {detail}") from exc
@@ -413,7 +417,7 @@ def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return manifest, arrays
 
 
-def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> BasePolicy:
+def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: int) -> BasePolicy:
     name = manifest["policy"]
     if not isinstance(name, str) or name.lower() not in POLICIES:
         raise ValueError(
@@ -436,6 +440,8 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> BasePol
     state: dict[str, StateValue] = dict(manifest["state"])
     for key in manifest["arrays"]:
         state[key] = arrays[f"state.{key}"]
+    for key in _LEGACY_ENTRIES.get(version, ()):
+        state.pop(key, None)
     load_state_dict(policy, state)
     return policy
 

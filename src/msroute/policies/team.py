@@ -21,8 +21,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray, check_positive_int
-from msroute.policies.base import check_hyper
+from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
+from msroute.policies.base import Decision, check_hyper
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
 from msroute.policies.streams import RunStreams
@@ -59,7 +59,7 @@ def round_robin(t: int, n_runs: int, n_experts: int, m_draws: int) -> IntArray:
     return np.tile(row, (n_runs, 1))
 
 
-def top_m(scores: FloatArray, m: int) -> IntArray:
+def top_m(scores: FloatArray, m: int, eligible: BoolArray | None = None) -> IntArray:
     """Indices of the M largest scores of each row, best first; ties go to the lower index.
 
     Deterministic tie-breaking keeps the policies' random streams for their own sampling (a
@@ -72,17 +72,28 @@ def top_m(scores: FloatArray, m: int) -> IntArray:
         Finite or infinite scores (no NaN).
     m : int
         M <= K.
+    eligible : ndarray of bool, shape (R, K), optional
+        Only these experts are picked (at least one per row). A row with fewer than M eligible
+        experts gets all of them, best first, and repeats its best one in the remaining slots.
 
     Returns
     -------
     ndarray of int, shape (R, M)
-        Distinct indices per row.
+        Distinct indices per row (but for the repeats of a short eligible row).
 
     Examples
     --------
     >>> top_m(np.array([[0.5, 2.0, 0.5, 1.0]]), 3).tolist()
     [[1, 3, 0]]
+    >>> top_m(np.array([[0.5, 2.0, 0.5, 1.0]]), 3, np.array([[True, False, False, True]])).tolist()
+    [[3, 0, 3]]
     """
+    if eligible is not None:
+        # Eligible scores lifted to finite-or-+inf, ineligible ones at -inf: one stable sort.
+        work = np.where(eligible, np.maximum(scores, -np.finfo(np.float64).max), -np.inf)
+        order = np.argsort(-work, axis=1, kind="stable")[:, :m].astype(np.int64, copy=False)
+        short = np.arange(m) >= eligible.sum(axis=1)[:, None]
+        return np.where(short, order[:, :1], order)
     if m > _ARGMAX_LIMIT:
         return np.argsort(-scores, axis=1, kind="stable")[:, :m].astype(np.int64, copy=False)
     # Lift -inf to the lowest finite float so the -inf marking a taken expert stays below it.
@@ -198,11 +209,13 @@ def default_bwk_step(horizon: int) -> float:
 class TeamRounds:
     """Round skeleton of the baselines: a mixin that goes before ``BasePolicy`` in the bases.
 
-    ``select``: while ``t < warmup`` the :func:`round_robin` team; afterwards :func:`top_m` of
-    the family's :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C[:, i]``
-    when the policy has a dual that acts on scores. ``update``: the shared-reward statistics,
-    then the family's :meth:`_learn`, then one dual step; all three also learn from the
-    warm-up rounds.
+    ``select``: while ``t < warmup`` (``t`` counts decisions, so the warm-up advances on
+    select) the :func:`round_robin` team; afterwards :func:`top_m` of the family's
+    :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C[:, i]`` when the policy
+    has a dual that acts on scores. With an eligibility mask the warm-up team is the first M
+    eligible experts in round-robin order from ``t M mod K``, and the top M is taken among the
+    eligible experts. ``update``: the shared-reward statistics, then the family's
+    :meth:`_learn`, then one dual step; all three also learn from the warm-up rounds.
 
     Subclasses call :meth:`_setup_rounds` after ``BasePolicy.__init__`` and implement
     :meth:`_scores` (and :meth:`_learn` when they learn more than the shared statistics);
@@ -267,16 +280,24 @@ class TeamRounds:
         return self.dual.lam.copy()
 
     # ------------------------------------------------------------------ the round
-    def _select(self, context: IntArray | None) -> IntArray:
+    def _select(
+        self, context: IntArray | None, eligible: BoolArray | None
+    ) -> tuple[IntArray, None]:
+        k, m = self.n_experts, self.m_draws
         if self.t < self.warmup:
-            return round_robin(self.t, self.n_runs, self.n_experts, self.m_draws)
+            if eligible is None:
+                return round_robin(self.t, self.n_runs, k, m), None
+            # Score = minus the position in the round-robin order that starts at t M mod K.
+            position = (np.arange(k) - self.t * m) % k
+            scores = np.broadcast_to(-position.astype(np.float64), (self.n_runs, k))
+            return top_m(scores, m, eligible), None
         scores = self._scores()
         if self.dual is not None and self._dual_in_scores:
             scores = scores + self.dual.penalty(self.batch.costs)
-        return top_m(scores, self.m_draws)
+        return top_m(scores, m, eligible), None
 
-    def _update(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
-        routed = routed_index(draws, self.n_experts)
+    def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        routed = routed_index(decision.draws, self.n_experts)
         self.stats.update(routed, reward)
         self._learn(routed, reward, cost)
         if self.dual is not None:

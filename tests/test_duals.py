@@ -42,11 +42,11 @@ def play(problem: msroute.Problem, horizon: int, **kwargs):
     rewards = np.empty((horizon, 4))
     for t in range(horizon):
         d = pol.select()
-        mask = draws_to_mask(d, 6)
+        mask = draws_to_mask(d.draws, 6)
         rewards[t] = batch_sum_max_reward(skills[t], mask)
         costs[t] = batch.realized_cost(mask)
         pol.update(d, rewards[t], costs[t])
-        draws[t] = d
+        draws[t] = d.draws
     return draws, costs, rewards, pol
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "CacheWarning",
+    "ConfigError",
     "ConvergenceWarning",
     "DataFormatError",
     "EmptyFeasibleSetError",
@@ -36,6 +37,11 @@ class EmptyFeasibleSetError(MSRouteError, ValueError):
 
 class DataFormatError(MSRouteError, ValueError):
     """A data file or a worker list is malformed; the message names the file and line."""
+
+
+class ConfigError(MSRouteError, ValueError):
+    """An experiment configuration (TOML file or flags) is invalid: unknown table or key, wrong
+    type or out-of-range value. The message names the file, the table and the key."""
 
 
 class PolicyFileError(DataFormatError):

@@ -83,7 +83,8 @@ def build_config(name: str, args: argparse.Namespace) -> Any:
         quick = {**QUICK, **getattr(importlib.import_module(module_name), "QUICK", {})}
         cfg = with_overrides(cfg, quick, "--quick")
     if args.config is not None:
-        cfg = with_overrides(cfg, load_toml(args.config, name), str(args.config))
+        for source, values in load_toml(args.config, name, tables=list(EXPERIMENTS)):
+            cfg = with_overrides(cfg, values, source)
     given = (("seeds", args.seeds), ("horizon", args.horizon), ("dataset", args.dataset))
     flags = {k: v for k, v in given if v is not None}
     return with_overrides(cfg, flags, "command line") if flags else cfg

@@ -404,3 +404,28 @@ def test_contiguous_split_groups_blocks_of_sorted_tasks() -> None:
     assert blocks.skills_base[:, 0].tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match="split"):
         build_instance(data, [5], n_dims=2, n_flagged=0, split="random")
+
+
+def test_an_exact_duplicate_annotation_counts_once_with_a_warning(tmp_path: Path) -> None:
+    from msroute.errors import DataWarning
+
+    truth = write(tmp_path / "t.txt", "1 1\n2 0\n")
+    once = load_crowd(write(tmp_path / "a.txt", "1 5 1\n2 5 1\n1 6 0\n"), truth)
+    text = "1 5 1\n2 5 1\n1 5 1\n1 6 0\n1 5 1\n"
+    with pytest.warns(DataWarning, match=r"b\.txt: 2 exact duplicate.*first repeat is line 3"):
+        twice = load_crowd(write(tmp_path / "b.txt", text), truth)
+    assert twice.n_annotations == once.n_annotations == 3
+    np.testing.assert_array_equal(twice.annotation_counts, once.annotation_counts)
+    np.testing.assert_array_equal(twice.accuracy, once.accuracy)
+    np.testing.assert_array_equal(
+        twice.reliable_workers(min_annotations=2), once.reliable_workers(min_annotations=2)
+    )
+
+
+def test_conflicting_duplicate_annotations_name_both_lines(tmp_path: Path) -> None:
+    truth = write(tmp_path / "t.txt", "1 1\n2 0\n")
+    crowd = write(tmp_path / "c.txt", "1 5 1\n2 5 1\n\n1 5 0\n")
+    with pytest.raises(
+        DataFormatError, match=r"c\.txt, line 4: worker 5 labels task 1 0, but line 1 gives it 1"
+    ):
+        load_crowd(crowd, truth)

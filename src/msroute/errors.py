@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "ConvergenceWarning",
     "DataFormatError",
+    "DataWarning",
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
     "MSRouteError",
@@ -60,6 +61,11 @@ class MSRouteWarning(UserWarning):
 class CacheWarning(MSRouteWarning):
     """A cached result was damaged (unreadable, missing or misshapen arrays, NaN values) and is
     recomputed; the message names the file and what was wrong."""
+
+
+class DataWarning(MSRouteWarning):
+    """A data file was read with a correction (e.g. exact duplicate annotations counted once);
+    the message names the file and says how many rows were affected."""
 
 
 class ConvergenceWarning(MSRouteWarning, RuntimeWarning):

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -40,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._validation import FloatArray, IntArray, check_positive_int
-from msroute.errors import DataFormatError
+from msroute.errors import DataFormatError, DataWarning
 
 __all__ = [
     "DATASETS",
@@ -141,6 +142,41 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
     return table, np.asarray(linenos, dtype=np.int64)
 
 
+def _unique_annotations(crowd: IntArray, lines: IntArray, source: str) -> IntArray:
+    """The annotations with exact duplicates counted once; conflicting duplicates are an error.
+
+    An annotation is one worker's label of one task: the same (task, worker, response) row
+    twice counts once (with a :class:`~msroute.errors.DataWarning` saying how many rows were
+    dropped), and the same worker giving one task two different labels raises
+    :class:`DataFormatError` naming both lines. Rows keep their file order.
+    """
+    order = np.lexsort((lines, crowd[:, 1], crowd[:, 0]))
+    srt = crowd[order]
+    same = np.all(srt[1:, :2] == srt[:-1, :2], axis=1)
+    clash = np.flatnonzero(same & (srt[1:, 2] != srt[:-1, 2]))
+    if clash.size:
+        j = int(clash[0])
+        task, worker = int(srt[j, 0]), int(srt[j, 1])
+        raise DataFormatError(
+            f"{source}, line {lines[order[j + 1]]}: worker {worker} labels task {task} "
+            f"{srt[j + 1, 2]}, but line {lines[order[j]]} gives it {srt[j, 2]} (conflicting "
+            "duplicate annotations; keep one of the two lines)"
+        )
+    dropped = order[1:][same]
+    if dropped.size == 0:
+        return crowd
+    first = int(lines[dropped.min()])
+    warnings.warn(
+        f"{source}: {dropped.size} exact duplicate annotation(s) (same task, worker and label) "
+        f"counted once; the first repeat is line {first}",
+        DataWarning,
+        stacklevel=3,
+    )
+    keep = np.ones(crowd.shape[0], dtype=bool)
+    keep[dropped] = False
+    return crowd[keep]
+
+
 def _read_text(path: PathLike) -> tuple[str, str]:
     """Text of a user file and the name used for it in messages."""
     source = os.fspath(path)
@@ -224,7 +260,9 @@ def _load_packaged(dataset: str) -> CrowdData:
     title, crowd_name, truth_name = DATASETS[dataset]
     crowd_text, crowd_source = _read_packaged(crowd_name, title)
     truth_text, truth_source = _read_packaged(truth_name, title)
-    crowd, _ = _parse_table(crowd_text, crowd_source, _CROWD_COLUMNS)
+    crowd = _unique_annotations(
+        *_parse_table(crowd_text, crowd_source, _CROWD_COLUMNS), crowd_source
+    )
     truth, truth_lines = _parse_table(truth_text, truth_source, _TRUTH_COLUMNS)
     source = f"{title} (packaged {crowd_name} + {truth_name})"
     return _join(crowd, truth, truth_lines, crowd_source, truth_source, source)
@@ -254,13 +292,15 @@ def load_crowd(
     CrowdData
         The annotations whose task has a gold label (inner join on the task id). Blank lines
         are skipped; a task listed twice in ``truth_path`` with the same label counts once;
-        repeated annotations in ``crowd_path`` all count.
+        an annotation repeated exactly (same task, worker and label) counts once, with a
+        :class:`~msroute.errors.DataWarning` saying how many repeats were dropped.
 
     Raises
     ------
     DataFormatError
         A field that is not an integer, a wrong number of fields, an empty file, a task with
-        two different gold labels, or no task in common; the message names the file and line.
+        two different gold labels, a worker giving one task two different labels, or no task
+        in common; the message names the file and line(s).
     OSError
         A file cannot be read.
 
@@ -290,7 +330,9 @@ def load_crowd(
         )
     crowd_text, crowd_source = _read_text(crowd_path)
     truth_text, truth_source = _read_text(truth_path)
-    crowd, _ = _parse_table(crowd_text, crowd_source, _CROWD_COLUMNS)
+    crowd = _unique_annotations(
+        *_parse_table(crowd_text, crowd_source, _CROWD_COLUMNS), crowd_source
+    )
     truth, truth_lines = _parse_table(truth_text, truth_source, _TRUTH_COLUMNS)
     source = f"{crowd_source} + {truth_source}"
     return _join(crowd, truth, truth_lines, crowd_source, truth_source, source)

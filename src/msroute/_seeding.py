@@ -13,6 +13,7 @@ from typing import TypeGuard
 import numpy as np
 
 from msroute._validation import IntArray, check_positive_int
+from msroute.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SeedArg", "SeedLike", "child_seed", "run_seed_sequences"]
 
@@ -29,9 +30,9 @@ def _as_seed_sequence(seed: object, name: str) -> np.random.SeedSequence:
         seed = seed.item()
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         kind = type(seed).__name__
-        raise TypeError(f"{name} must be an int or a numpy SeedSequence, got {kind}")
+        raise InvalidTypeError(f"{name} must be an int or a numpy SeedSequence, got {kind}")
     if seed < 0:
-        raise ValueError(f"{name} == {seed}, must be >= 0")
+        raise InvalidValueError(f"{name} == {seed}, must be >= 0")
     return np.random.SeedSequence(int(seed))
 
 
@@ -74,7 +75,7 @@ def run_seed_sequences(seed: SeedArg, n_runs: int) -> tuple[np.random.SeedSequen
     if _is_seed_sequence_arg(seed):
         seeds = list(seed)
         if len(seeds) != r:
-            raise ValueError(f"seed has {len(seeds)} entries for {r} runs; give one per run")
+            raise InvalidValueError(f"seed has {len(seeds)} entries for {r} runs; give one per run")
         return tuple(_as_seed_sequence(s, f"seed[{i}]") for i, s in enumerate(seeds))
     base = _as_seed_sequence(seed, "seed")
     if r == 1:

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from msroute.errors import InvalidTypeError, InvalidValueError
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -22,46 +24,58 @@ def as_float_array(
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__}") from exc
+        raise InvalidTypeError(
+            f"{name} must be an array of numbers, got {type(value).__name__}"
+        ) from exc
     if not ndim_min <= arr.ndim <= ndim_max:
         want = f"{ndim_min}" if ndim_min == ndim_max else f"{ndim_min} to {ndim_max}"
-        raise ValueError(f"{name} must have {want} dimensions, got shape {arr.shape}")
+        raise InvalidValueError(f"{name} must have {want} dimensions, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+        raise InvalidValueError(f"{name} contains {bad} NaN or infinite value(s)")
     return arr
+
+
+def as_real(value: Any, name: str) -> float:
+    """``value`` as a float (anything ``float()`` accepts); otherwise an error naming ``name``."""
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTypeError(
+            f"{name} must be a real number, got {type(value).__name__} {value!r:.80}"
+        ) from exc
 
 
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int, requiring an integral value ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        raise InvalidTypeError(f"{name} must be an integer, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name} == {value}, must be >= {minimum}")
+        raise InvalidValueError(f"{name} == {value}, must be >= {minimum}")
     return int(value)
 
 
 def check_simplex(q: FloatArray, name: str = "q") -> None:
     """Require every row of ``q`` (last axis) to be a probability vector."""
     if np.any(q < -SIMPLEX_ATOL):
-        raise ValueError(
+        raise InvalidValueError(
             f"{name} has negative entries (min {q.min():.3g}); it must lie on the simplex"
         )
     sums = q.sum(axis=-1)
     worst = float(np.max(np.abs(sums - 1.0))) if sums.size else 0.0
     if worst > SIMPLEX_ATOL * max(1, q.shape[-1]):
-        raise ValueError(
+        raise InvalidValueError(
             f"{name} must sum to one along its last axis; largest deviation {worst:.3g}"
         )
 
 
 def check_gamma(gamma: float, n_experts: int) -> float:
     """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty)."""
-    gamma = float(gamma)
+    gamma = as_real(gamma, "gamma")
     if not np.isfinite(gamma) or gamma < 0:
-        raise ValueError(f"gamma == {gamma}, must be a finite number >= 0")
+        raise InvalidValueError(f"gamma == {gamma}, must be a finite number >= 0")
     if gamma * n_experts > 1.0 + 1e-12:
-        raise ValueError(
+        raise InvalidValueError(
             f"gamma == {gamma} with {n_experts} experts, must be <= 1/K = {1.0 / n_experts:.6g}"
         )
     return gamma
@@ -82,20 +96,22 @@ def check_contexts(
     if contexts is None and weights is None:
         return None, None
     if contexts is None or weights is None:
-        raise ValueError("contexts and context_weights go together: give both or neither")
+        raise InvalidValueError("contexts and context_weights go together: give both or neither")
     w = as_float_array(weights, "context_weights", ndim_min=2, ndim_max=2)
     if np.any(w < 0):
-        raise ValueError(f"context_weights must be >= 0; min is {w.min():.3g}")
+        raise InvalidValueError(f"context_weights must be >= 0; min is {w.min():.3g}")
     if n_dims is not None and w.shape[1] != n_dims:
-        raise ValueError(f"context_weights must have shape (X, N = {n_dims}), got {w.shape}")
+        raise InvalidValueError(f"context_weights must have shape (X, N = {n_dims}), got {w.shape}")
     c = np.asarray(contexts)
     if c.shape == (n_rounds,):
         c = np.broadcast_to(c[:, None], (n_rounds, n_runs))
     if c.shape != (n_rounds, n_runs) or not np.issubdtype(c.dtype, np.integer):
-        raise ValueError(
+        raise InvalidValueError(
             f"contexts must be an integer array of shape (T,) or (T, R) = {(n_rounds, n_runs)}, "
             f"got {c.dtype} {c.shape}"
         )
     if c.min() < 0 or c.max() >= w.shape[0]:
-        raise ValueError(f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)")
+        raise InvalidValueError(
+            f"contexts must lie in [0, {w.shape[0] - 1}] (one row of weights each)"
+        )
     return np.asarray(c, dtype=np.int64), w

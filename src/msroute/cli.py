@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
-    except (MSRouteError, ValueError, TypeError, OSError) as exc:
+    except (MSRouteError, OSError) as exc:  # a bug (any other error) keeps its traceback
         print(f"msroute {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

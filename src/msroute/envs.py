@@ -54,7 +54,8 @@ from msroute._seeding import (
     child_seed,
     run_seed_sequences,
 )
-from msroute._validation import FloatArray, IntArray, as_float_array, check_positive_int
+from msroute._validation import FloatArray, IntArray, as_float_array, as_real, check_positive_int
+from msroute.errors import InvalidValueError
 
 __all__ = [
     "MEAN_CLIP",
@@ -116,7 +117,7 @@ def _resolve_runs(*candidates: tuple[str, int | None]) -> int:
     first_name, first = given[0]
     for name, value in given[1:]:
         if value != first:
-            raise ValueError(f"{first_name} gives {first} runs but {name} gives {value}")
+            raise InvalidValueError(f"{first_name} gives {first} runs but {name} gives {value}")
     return first
 
 
@@ -124,18 +125,18 @@ def _check_range(start: int, stop: int, horizon: int | None) -> tuple[int, int]:
     a = check_positive_int(start, "start", minimum=0)
     b = check_positive_int(stop, "stop", minimum=0)
     if b < a:
-        raise ValueError(f"stop == {b} is before start == {a}")
+        raise InvalidValueError(f"stop == {b} is before start == {a}")
     if horizon is not None and b > horizon:
-        raise ValueError(f"stop == {b} is past the horizon ({horizon} rounds)")
+        raise InvalidValueError(f"stop == {b} is past the horizon ({horizon} rounds)")
     return a, b
 
 
 def _check_fraction(value: float, name: str, *, low_open: bool) -> float:
-    v = float(value)
+    v = as_real(value, name)
     ok = (0.0 < v <= 1.0) if low_open else (0.0 <= v <= 1.0)
     if not ok:
         span = "(0, 1]" if low_open else "[0, 1]"
-        raise ValueError(f"{name} == {value}, must be in {span}")
+        raise InvalidValueError(f"{name} == {value}, must be in {span}")
     return v
 
 
@@ -157,17 +158,17 @@ class _BetaEnv:
     ) -> None:
         base = as_float_array(skills_base, "skills_base", ndim_min=2, ndim_max=3)
         if min(base.shape) < 1:
-            raise ValueError(f"skills_base must have non-empty axes, got shape {base.shape}")
+            raise InvalidValueError(f"skills_base must have non-empty axes, got shape {base.shape}")
         outside = np.argwhere((base < 0) | (base > 1))
         if outside.size:
             idx = tuple(int(i) for i in outside[0])
-            raise ValueError(
+            raise InvalidValueError(
                 f"skills_base[{', '.join(map(str, idx))}] == {base[idx]}, must be in [0, 1] "
                 "(a Beta mean)"
             )
-        kappa_f = float(kappa)
+        kappa_f = as_real(kappa, "kappa")
         if not np.isfinite(kappa_f) or kappa_f <= 0:
-            raise ValueError(f"kappa == {kappa}, must be a finite number > 0")
+            raise InvalidValueError(f"kappa == {kappa}, must be a finite number > 0")
         r = _resolve_runs(
             ("skills_base", base.shape[0] if base.ndim == 3 else None),
             ("seed", len(seed) if _is_seed_sequence_arg(seed) else None),
@@ -421,7 +422,7 @@ class RegimeSwitchingEnv(_BetaEnv):
         t = check_positive_int(horizon, "horizon")
         blocks = check_positive_int(n_blocks, "n_blocks")
         if blocks > t:
-            raise ValueError(f"n_blocks == {blocks}, must be <= horizon == {t}")
+            raise InvalidValueError(f"n_blocks == {blocks}, must be <= horizon == {t}")
         frac = _check_fraction(fraction, "fraction", low_open=True)
         self.shrink: float = _check_fraction(shrink, "shrink", low_open=False)
         super().__init__(
@@ -467,7 +468,7 @@ class RegimeSwitchingEnv(_BetaEnv):
         """Which experts are shrunk in ``block``, shape (R, K)."""
         b = check_positive_int(block, "block", minimum=0)
         if b >= self.n_blocks:
-            raise ValueError(f"block == {b}, must be < n_blocks == {self.n_blocks}")
+            raise InvalidValueError(f"block == {b}, must be < n_blocks == {self.n_blocks}")
         return self.shrunk[:, b, :]
 
     def _means(self, start: int, stop: int) -> FloatArray:
@@ -511,11 +512,11 @@ class SequenceEnv:
     def __init__(self, skills: ArrayLike, *, n_runs: int | None = None) -> None:
         seq = as_float_array(skills, "skills", ndim_min=3, ndim_max=4)
         if min(seq.shape) < 1:
-            raise ValueError(f"skills must have non-empty axes, got shape {seq.shape}")
+            raise InvalidValueError(f"skills must have non-empty axes, got shape {seq.shape}")
         negative = np.argwhere(seq < 0)
         if negative.size:
             idx = tuple(int(i) for i in negative[0])
-            raise ValueError(
+            raise InvalidValueError(
                 f"skills[{', '.join(map(str, idx))}] == {seq[idx]}, must be >= 0 (the sum-max "
                 "reward assumes non-negative skills)"
             )

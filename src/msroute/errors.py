@@ -1,8 +1,12 @@
 """The exception hierarchy of msroute.
 
 Every error the library raises on purpose derives from :class:`MSRouteError`, so callers can
-catch the library's own failures in one place. Errors about a wrong *value* also derive from
-:class:`ValueError`, so code written against plain numpy conventions keeps working.
+catch the library's own failures in one place, and the command line can print them as one line
+while anything else (a bug) keeps its traceback. Errors about a wrong *value* also derive from
+:class:`ValueError`, errors about a wrong *type* from :class:`TypeError`, so code written
+against plain numpy conventions (``except ValueError``) keeps working.
+
+A test checks that the package raises no bare ``ValueError`` or ``TypeError``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ __all__ = [
     "DataWarning",
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "MSRouteError",
     "MSRouteWarning",
     "PolicyFileError",
@@ -23,6 +29,15 @@ __all__ = [
 
 class MSRouteError(Exception):
     """Base class of every error raised by msroute on purpose."""
+
+
+class InvalidValueError(MSRouteError, ValueError):
+    """An argument, setting or piece of feedback has a value msroute cannot use (wrong shape,
+    NaN, out of range, unknown name); the message names it, the bound and the value received."""
+
+
+class InvalidTypeError(MSRouteError, TypeError):
+    """An argument has a type msroute cannot use; the message names it and the type received."""
 
 
 class InfeasibleConstraintsError(MSRouteError, ValueError):

@@ -29,10 +29,12 @@ from msroute._validation import (
     FloatArray,
     IntArray,
     as_float_array,
+    as_real,
     check_contexts,
     check_positive_int,
     check_simplex,
 )
+from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.problem import box_distance
 from msroute.reward import expected_reward_core, monte_carlo_reward
 
@@ -62,7 +64,9 @@ _MC_ENTRIES = 500_000
 def _as_trajectory(x: ArrayLike, name: str, ndim: int) -> FloatArray:
     arr = as_float_array(x, name, ndim_min=ndim, ndim_max=ndim)
     if arr.shape[0] < 1:
-        raise ValueError(f"{name} must hold at least one round (axis 0), got shape {arr.shape}")
+        raise InvalidValueError(
+            f"{name} must hold at least one round (axis 0), got shape {arr.shape}"
+        )
     return arr
 
 
@@ -75,20 +79,22 @@ def _as_bounds(
         try:
             arr = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be an array of numbers") from exc
+            raise InvalidTypeError(f"{name} must be an array of numbers") from exc
         if np.any(np.isnan(arr)):
-            raise ValueError(f"{name} contains NaN; use -inf / +inf for an absent bound")
+            raise InvalidValueError(f"{name} contains NaN; use -inf / +inf for an absent bound")
         if arr.shape not in (shape, shape[-1:]):
-            raise ValueError(
+            raise InvalidValueError(
                 f"{name} has shape {arr.shape}; it must be (R, d) = {shape} or (d,) = {shape[-1:]}"
             )
         arr = np.broadcast_to(arr, shape)
         out.append(arr)
     lo_a, hi_a = out
     if np.any(lo_a > hi_a):
-        raise ValueError("lo_ori must be <= hi_ori everywhere (a lower bound above an upper one)")
+        raise InvalidValueError(
+            "lo_ori must be <= hi_ori everywhere (a lower bound above an upper one)"
+        )
     if np.any(lo_a == np.inf) or np.any(hi_a == -np.inf):
-        raise ValueError("lo_ori cannot be +inf and hi_ori cannot be -inf")
+        raise InvalidValueError("lo_ori cannot be +inf and hi_ori cannot be -inf")
     return lo_a, hi_a
 
 
@@ -98,16 +104,18 @@ def _check_rounds(at: ArrayLike | None, horizon: int) -> IntArray:
         return np.arange(1, horizon + 1, dtype=np.int64)
     arr = np.atleast_1d(np.asarray(at))
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"at must be a non-empty 1-d array of round counts, got shape {arr.shape}")
+        raise InvalidValueError(
+            f"at must be a non-empty 1-d array of round counts, got shape {arr.shape}"
+        )
     if not np.issubdtype(arr.dtype, np.integer):
         if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)):
             if np.any(arr != np.round(arr)):
-                raise ValueError("at must hold whole round counts (1-based), got fractions")
+                raise InvalidValueError("at must hold whole round counts (1-based), got fractions")
         else:
-            raise ValueError(f"at must hold integer round counts, got dtype {arr.dtype}")
+            raise InvalidValueError(f"at must hold integer round counts, got dtype {arr.dtype}")
     counts = arr.astype(np.int64)
     if counts.min() < 1 or counts.max() > horizon:
-        raise ValueError(
+        raise InvalidValueError(
             f"at must lie in [1, T] = [1, {horizon}] (1-based round counts), got values in "
             f"[{counts.min()}, {counts.max()}]"
         )
@@ -128,7 +136,7 @@ def time_averaged(x: ArrayLike) -> FloatArray:
     """
     arr = as_float_array(x, "x", ndim_min=1)
     if arr.shape[0] < 1:
-        raise ValueError("x must hold at least one round (axis 0)")
+        raise InvalidValueError("x must hold at least one round (axis 0)")
     rows = np.ascontiguousarray(np.moveaxis(arr, 0, -1))
     return np.asarray(rows.mean(axis=-1), dtype=np.float64)
 
@@ -153,7 +161,7 @@ def running_average(x: ArrayLike, at: ArrayLike | None = None) -> FloatArray:
     """
     arr = as_float_array(x, "x", ndim_min=1)
     if arr.shape[0] < 1:
-        raise ValueError("x must hold at least one round (axis 0)")
+        raise InvalidValueError("x must hold at least one round (axis 0)")
     counts = _check_rounds(at, arr.shape[0])
     total = np.cumsum(arr, axis=0)[counts - 1]
     return np.asarray(total / counts.reshape((-1,) + (1,) * (arr.ndim - 1)), dtype=np.float64)
@@ -186,7 +194,7 @@ def rolling_mean(x: ArrayLike, window: int) -> FloatArray:
     w = check_positive_int(window, "window")
     t = arr.shape[0]
     if w > t:
-        raise ValueError(f"window == {w} is longer than the {t} rounds recorded")
+        raise InvalidValueError(f"window == {w} is longer than the {t} rounds recorded")
     centre = arr.mean(axis=0)
     total = np.cumsum(arr - centre, axis=0)
     total = np.concatenate([np.zeros((1, *arr.shape[1:])), total], axis=0)
@@ -222,9 +230,9 @@ def feasible(
     """
     cost = as_float_array(avg_cost, "avg_cost", ndim_min=1, ndim_max=2)
     lo, hi = _as_bounds(lo_ori, hi_ori, cost.shape)
-    tol = float(tol)
+    tol = as_real(tol, "tol")
     if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol == {tol}, must be a finite number >= 0")
+        raise InvalidValueError(f"tol == {tol}, must be a finite number >= 0")
     ok = (cost >= lo - tol) & (cost <= hi + tol)
     return np.asarray(np.all(ok, axis=-1))
 
@@ -291,7 +299,7 @@ def true_regret(
     phi = _as_trajectory(expected_rewards, "expected_rewards", 2)
     opt = as_float_array(opt_value, "opt_value", ndim_min=0, ndim_max=1)
     if opt.ndim == 1 and opt.shape[0] != phi.shape[1]:
-        raise ValueError(
+        raise InvalidValueError(
             f"opt_value has {opt.shape[0]} entries but expected_rewards has R = {phi.shape[1]} runs"
         )
     return np.asarray(opt - running_average(phi, at), dtype=np.float64)
@@ -360,21 +368,21 @@ def objective_regret_proxy(
     m = check_positive_int(m_draws, "m_draws")
     counts = _check_rounds(at, t_len)
     if method not in ("exact", "monte_carlo"):
-        raise ValueError(f"method == {method!r}, must be 'exact' or 'monte_carlo'")
+        raise InvalidValueError(f"method == {method!r}, must be 'exact' or 'monte_carlo'")
     n_mc = check_positive_int(n_samples, "n_samples")
     ctx, weights = check_contexts(contexts, context_weights, t_len, n_runs)
     q = as_float_array(final_q, "final_q", ndim_min=2, ndim_max=3)
     want_ndim = 2 if ctx is None else 3
     if q.ndim != want_ndim or q.shape[0] != n_runs:
         want = "(R, K)" if ctx is None else "(R, X, K)"
-        raise ValueError(
+        raise InvalidValueError(
             f"final_q must have shape {want} with R = {n_runs} runs, got {q.shape}"
             + ("" if ctx is not None or q.ndim == 2 else "; pass contexts= for per-context q")
         )
     check_simplex(q, "final_q")
     k = q.shape[-1]
     if weights is not None and (q.shape[1] != weights.shape[0]):
-        raise ValueError(
+        raise InvalidValueError(
             f"final_q has {q.shape[1]} contexts but context_weights has {weights.shape[0]}"
         )
     fetch = _skill_fetcher(skills, t_len, n_runs, k)
@@ -411,12 +419,12 @@ def _skill_fetcher(
 
     def check(v: FloatArray, start: int, stop: int, what: str) -> FloatArray:
         if v.ndim != 4 or v.shape[0] != stop - start or v.shape[1] != n_runs or v.shape[3] != k:
-            raise ValueError(
+            raise InvalidValueError(
                 f"skills {what} must have shape ({stop - start}, R, N, K) with R = {n_runs}, "
                 f"K = {k}, got {v.shape}"
             )
         if np.any(v < 0):
-            raise ValueError(f"skills must be >= 0 (sum-max rewards); min is {v.min():.3g}")
+            raise InvalidValueError(f"skills must be >= 0 (sum-max rewards); min is {v.min():.3g}")
         return v
 
     if callable(skills):

@@ -47,8 +47,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, as_float_array, check_contexts, check_positive_int
-from msroute.errors import InfeasibleConstraintsError
+from msroute._validation import (
+    FloatArray,
+    as_float_array,
+    as_real,
+    check_contexts,
+    check_positive_int,
+)
+from msroute.errors import InfeasibleConstraintsError, InvalidValueError
 from msroute.problem import Problem
 
 __all__ = [
@@ -531,32 +537,36 @@ def _check_inputs(
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, float, float]:
     v = as_float_array(skills, "skills", ndim_min=3, ndim_max=3)
     if np.any(v < 0):
-        raise ValueError(f"skills must be >= 0 (sum-max rewards); min is {v.min():.3g}")
+        raise InvalidValueError(f"skills must be >= 0 (sum-max rewards); min is {v.min():.3g}")
     if v.shape[0] < 1 or v.shape[1] < 1 or v.shape[2] < 1:
-        raise ValueError(f"skills must have shape (T, N, K) with T, N, K >= 1, got {v.shape}")
+        raise InvalidValueError(
+            f"skills must have shape (T, N, K) with T, N, K >= 1, got {v.shape}"
+        )
     c = as_float_array(costs, "costs", ndim_min=2, ndim_max=2)
     k = v.shape[2]
     if c.shape[0] != k:
-        raise ValueError(f"costs has {c.shape[0]} rows (experts) but skills has K = {k}")
+        raise InvalidValueError(f"costs has {c.shape[0]} rows (experts) but skills has K = {k}")
     d = c.shape[1]
     lo_a = as_float_array(lo, "lo", ndim_min=1, ndim_max=1)
     hi_a = as_float_array(hi, "hi", ndim_min=1, ndim_max=1)
     for name, arr in (("lo", lo_a), ("hi", hi_a)):
         if arr.shape != (d,):
-            raise ValueError(f"{name} must have shape ({d},) (one entry per cost), got {arr.shape}")
+            raise InvalidValueError(
+                f"{name} must have shape ({d},) (one entry per cost), got {arr.shape}"
+            )
     if np.any(lo_a > hi_a):
         j = int(np.flatnonzero(lo_a > hi_a)[0])
         raise InfeasibleConstraintsError(f"lo[{j}] == {lo_a[j]} is above hi[{j}] == {hi_a[j]}")
-    floor = float(floor)
+    floor = as_real(floor, "floor")
     if not np.isfinite(floor) or floor < 0:
-        raise ValueError(f"floor == {floor}, must be a finite number >= 0")
+        raise InvalidValueError(f"floor == {floor}, must be a finite number >= 0")
     if floor * k > 1.0 + 1e-12:
         raise InfeasibleConstraintsError(
             f"floor == {floor} with {k} experts, must be <= 1/K = {1.0 / k:.6g}"
         )
-    tol = float(tol)
+    tol = as_real(tol, "tol")
     if not tol > 0:
-        raise ValueError(f"tol == {tol}, must be > 0")
+        raise InvalidValueError(f"tol == {tol}, must be > 0")
     return v, c, lo_a, hi_a, floor, tol
 
 
@@ -694,7 +704,7 @@ def contextual_opt(
     t_len, n_dims, _ = v.shape
     ctx_rounds, w = check_contexts(contexts, context_weights, t_len, 1, n_dims)
     if ctx_rounds is None or w is None:
-        raise ValueError("contextual_opt needs contexts and context_weights")
+        raise InvalidValueError("contextual_opt needs contexts and context_weights")
     x = ctx_rounds[:, 0]
     n_ctx = w.shape[0]
     max_iter = check_positive_int(max_iter, "max_iter")

@@ -39,7 +39,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from msroute.errors import DataFormatError
+from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
 
 __all__ = [
     "FIGURES",
@@ -170,10 +170,10 @@ def _rows(rows: Iterable[Row], required: Sequence[str], what: str) -> list[Row]:
     """Materialize ``rows`` and check that each has the ``required`` keys."""
     out = list(rows)
     if not out:
-        raise ValueError(f"{what}: rows is empty; pass the result rows of the experiment")
+        raise InvalidValueError(f"{what}: rows is empty; pass the result rows of the experiment")
     for i, row in enumerate(out):
         if not isinstance(row, Mapping):
-            raise TypeError(f"{what}: row {i} is a {type(row).__name__}, expected a mapping")
+            raise InvalidTypeError(f"{what}: row {i} is a {type(row).__name__}, expected a mapping")
         missing = [k for k in required if k not in row]
         if missing:
             raise DataFormatError(
@@ -192,7 +192,7 @@ def _float(row: Row, key: str) -> float:
             raise DataFormatError(f"{key} == {value!r} is not a number") from None
     if isinstance(value, int | float | np.number):
         return float(value)
-    raise TypeError(f"{key} == {value!r} has type {type(value).__name__}, expected a number")
+    raise InvalidTypeError(f"{key} == {value!r} has type {type(value).__name__}, expected a number")
 
 
 def _int(row: Row, key: str) -> int:
@@ -287,7 +287,7 @@ def save_figure(
     """
     base = Path(path_without_suffix)
     if base.suffix.lower() in (".png", ".svg"):
-        raise ValueError(
+        raise InvalidValueError(
             f"path_without_suffix == {str(base)!r} ends in {base.suffix!r}; pass the path "
             f"without it ({str(base.with_suffix(''))!r}) and both .png and .svg are written"
         )

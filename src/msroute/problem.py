@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, as_float_array, check_gamma, check_positive_int
-from msroute.errors import InfeasibleConstraintsError
+from msroute._validation import FloatArray, as_float_array, as_real, check_gamma, check_positive_int
+from msroute.errors import InfeasibleConstraintsError, InvalidTypeError, InvalidValueError
 
 __all__ = ["Constraints", "Problem", "ProblemBatch"]
 
@@ -32,18 +32,18 @@ def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple
     if values is None:
         return None
     if isinstance(values, int | float):
-        raise TypeError(f"{name} must be a sequence with one entry per cost coordinate")
+        raise InvalidTypeError(f"{name} must be a sequence with one entry per cost coordinate")
     out: list[Bound] = []
     for j, v in enumerate(values):  # type: ignore[arg-type]
         if v is None:
             out.append(None)
             continue
         if isinstance(v, bool | np.bool_) or not isinstance(v, _REAL):
-            raise TypeError(f"{name}[{j}] must be a number or None, got {v!r}")
+            raise InvalidTypeError(f"{name}[{j}] must be a number or None, got {v!r}")
         fv = float(v)
         if not np.isfinite(fv):
             # NaN is never "no bound": a NaN that reached a bound is a bug upstream.
-            raise ValueError(f"{name}[{j}] == {fv}; use None for 'no bound'")
+            raise InvalidValueError(f"{name}[{j}] == {fv}; use None for 'no bound'")
         out.append(fv)
     return tuple(out)
 
@@ -78,18 +78,18 @@ class Constraints:
         upper = _bound_tuple(self.upper, "upper")
         lower = _bound_tuple(self.lower, "lower")
         if upper is None and lower is None:
-            raise ValueError("Constraints needs at least one of upper= or lower=")
+            raise InvalidValueError("Constraints needs at least one of upper= or lower=")
         if upper is not None and lower is not None and len(upper) != len(lower):
-            raise ValueError(
+            raise InvalidValueError(
                 f"upper has {len(upper)} entries and lower has {len(lower)}; "
                 "give one entry (or None) per cost coordinate in both"
             )
         d = len(upper) if upper is not None else len(lower)  # type: ignore[arg-type]
         if d == 0:
-            raise ValueError("Constraints need at least one cost coordinate")
+            raise InvalidValueError("Constraints need at least one cost coordinate")
         names = None if self.names is None else tuple(str(n) for n in self.names)
         if names is not None and len(names) != d:
-            raise ValueError(f"names has {len(names)} entries for {d} cost coordinates")
+            raise InvalidValueError(f"names has {len(names)} entries for {d} cost coordinates")
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "names", names)
@@ -97,7 +97,7 @@ class Constraints:
         bad = np.flatnonzero(lo > hi)
         if bad.size:
             j = int(bad[0])
-            raise ValueError(
+            raise InvalidValueError(
                 f"lower bound {lo[j]} is above upper bound {hi[j]} on cost coordinate "
                 f"{self.coordinate_name(j)}"
             )
@@ -167,14 +167,16 @@ class Problem:
     ) -> None:
         c = as_float_array(costs, "costs", ndim_min=2, ndim_max=2)
         if c.shape[0] < 1 or c.shape[1] < 1:
-            raise ValueError(f"costs must have shape (K, d) with K, d >= 1, got {c.shape}")
+            raise InvalidValueError(f"costs must have shape (K, d) with K, d >= 1, got {c.shape}")
         if np.any(c < 0):
             i, j = np.argwhere(c < 0)[0]
-            raise ValueError(f"costs must be >= 0; costs[{i}, {j}] == {c[i, j]}")
+            raise InvalidValueError(f"costs must be >= 0; costs[{i}, {j}] == {c[i, j]}")
         if not isinstance(constraints, Constraints):
-            raise TypeError(f"constraints must be a Constraints, got {type(constraints).__name__}")
+            raise InvalidTypeError(
+                f"constraints must be a Constraints, got {type(constraints).__name__}"
+            )
         if constraints.n_costs != c.shape[1]:
-            raise ValueError(
+            raise InvalidValueError(
                 f"constraints have {constraints.n_costs} cost coordinates but costs has "
                 f"{c.shape[1]} columns"
             )
@@ -185,9 +187,9 @@ class Problem:
         top = float(c.max())
         if cbar is None:
             cbar = top if top > 0 else 1.0
-        cbar = float(cbar)
+        cbar = as_real(cbar, "cbar")
         if not np.isfinite(cbar) or cbar < top:
-            raise ValueError(f"cbar == {cbar}, must be finite and >= the largest cost {top}")
+            raise InvalidValueError(f"cbar == {cbar}, must be finite and >= the largest cost {top}")
         self.cbar = cbar
         lo_ori, hi_ori = constraints.lower_array(), constraints.upper_array()
         self._lo = np.where(np.isfinite(lo_ori), lo_ori, 0.0)
@@ -265,7 +267,7 @@ class Problem:
 
     def _check_last(self, arr: FloatArray, name: str) -> None:
         if arr.shape[-1] != self.n_costs:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{name} must have {self.n_costs} entries on its last axis (one per cost "
                 f"coordinate), got shape {arr.shape}"
             )
@@ -423,12 +425,14 @@ class ProblemBatch:
         else:
             plist = list(problems)
             if not plist:
-                raise ValueError("problems must hold at least one Problem")
+                raise InvalidValueError("problems must hold at least one Problem")
             for i, p in enumerate(plist):
                 if not isinstance(p, Problem):
-                    raise TypeError(f"problems[{i}] must be a Problem, got {type(p).__name__}")
+                    raise InvalidTypeError(
+                        f"problems[{i}] must be a Problem, got {type(p).__name__}"
+                    )
             if n_runs is not None and n_runs != len(plist):
-                raise ValueError(f"n_runs == {n_runs} but {len(plist)} problems were given")
+                raise InvalidValueError(f"n_runs == {n_runs} but {len(plist)} problems were given")
         first = plist[0]
         for i, p in enumerate(plist[1:], start=1):
             if (p.n_experts, p.n_costs, p.m_draws) != (
@@ -436,7 +440,7 @@ class ProblemBatch:
                 first.n_costs,
                 first.m_draws,
             ):
-                raise ValueError(
+                raise InvalidValueError(
                     f"problems[{i}] has (K, d, M) = {(p.n_experts, p.n_costs, p.m_draws)}, "
                     f"problems[0] has {(first.n_experts, first.n_costs, first.m_draws)}; "
                     "a batch needs them equal"

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from msroute._validation import FloatArray, as_float_array, check_gamma
-from msroute.errors import EmptyFeasibleSetError
+from msroute.errors import EmptyFeasibleSetError, InvalidTypeError, InvalidValueError
 
 __all__ = ["project_step"]
 
@@ -162,19 +162,21 @@ def project_step(
     ya = as_float_array(y, "y", ndim_min=1)
     k = ya.shape[-1]
     if k < 1:
-        raise ValueError(f"y must have at least one expert on its last axis, got shape {ya.shape}")
+        raise InvalidValueError(
+            f"y must have at least one expert on its last axis, got shape {ya.shape}"
+        )
     if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.integer | np.floating):
-        raise TypeError(f"gamma must be a real number, got {type(gamma).__name__}")
+        raise InvalidTypeError(f"gamma must be a real number, got {type(gamma).__name__}")
     g = check_gamma(float(gamma), k)
     if a is None:
         if b is not None:
-            raise ValueError("b was given without a; pass both a and b to cut the simplex")
+            raise InvalidValueError("b was given without a; pass both a and b to cut the simplex")
         return _project_step_unchecked(ya, g)
     if b is None:
-        raise ValueError("a was given without b; pass both a and b to cut the simplex")
+        raise InvalidValueError("a was given without b; pass both a and b to cut the simplex")
     aa = as_float_array(a, "a", ndim_min=1)
     if aa.shape[-1] != k:
-        raise ValueError(
+        raise InvalidValueError(
             f"a has {aa.shape[-1]} entries on its last axis but y has {k} (one per expert)"
         )
     ba = as_float_array(b, "b")
@@ -185,7 +187,7 @@ def project_step(
         try:
             lead = np.broadcast_shapes(ya.shape[:-1], aa.shape[:-1])
         except ValueError as exc:
-            raise ValueError(
+            raise InvalidValueError(
                 f"leading axes of a {aa.shape[:-1]} do not broadcast with those of y "
                 f"{ya.shape[:-1]}"
             ) from exc
@@ -194,7 +196,7 @@ def project_step(
         except ValueError:
             fits = False
     if not fits:
-        raise ValueError(
+        raise InvalidValueError(
             f"b has shape {ba.shape}, which does not broadcast to the leading axes {lead} "
             "(one offset per row of y)"
         )
@@ -239,7 +241,7 @@ def _solve(
         q, _, _ = _floored_simplex(y.reshape(-1, y.shape[-1]), gamma)
         return q.reshape(y.shape), np.zeros(y.shape[:-1])
     if b is None:
-        raise ValueError("a was given without b; pass both a and b to cut the simplex")
+        raise InvalidValueError("a was given without b; pass both a and b to cut the simplex")
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if y.ndim == 1 and a.ndim == 1 and b.ndim == 0:  # one problem: skip the broadcasting
@@ -791,7 +793,7 @@ def _exact_cut(
         slope = sum(((av[i] - sa / n) ** 2 for i in free), Fraction(0))
         cand = mu + (f - bf) / slope if slope > 0 else lo - 1
         mu = cand if lo < cand < hi else (lo + hi) / 2
-    raise ValueError(
+    raise InvalidValueError(
         f"project_step could not solve a cut step exactly in {_MAX_EXACT_STEPS} steps "
         f"(K = {k}, max |y| = {float(np.abs(y).max()):.3g}); the input's scale cannot be handled"
     )

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._validation import FloatArray, as_float_array, check_gamma
-from msroute.errors import EmptyFeasibleSetError
+from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.projection import _floored_simplex
 
 __all__ = ["project_cuts"]
@@ -78,7 +78,7 @@ def project_cuts(y: ArrayLike, gamma: float, a: ArrayLike, b: ArrayLike) -> Floa
     aa = as_float_array(a, "a", ndim_min=2)
     ba = as_float_array(b, "b", ndim_min=1)
     if aa.shape[-1] != k or aa.shape[:-1] != ba.shape:
-        raise ValueError(
+        raise InvalidValueError(
             f"a must have shape (..., m, K) with K = {k} and b shape (..., m); got a "
             f"{aa.shape} and b {ba.shape}"
         )

@@ -30,6 +30,7 @@ from msroute._validation import (
     check_positive_int,
     check_simplex,
 )
+from msroute.errors import InvalidValueError
 
 __all__ = [
     "batch_sum_max_reward",
@@ -45,7 +46,7 @@ SeedLike = int | np.random.SeedSequence | np.random.Generator | None
 def _check_skills(skills: ArrayLike) -> FloatArray:
     v = as_float_array(skills, "skills", ndim_min=2)
     if np.any(v < 0):
-        raise ValueError(
+        raise InvalidValueError(
             f"skills must be >= 0 (the sum-max reward assumes it); min is {v.min():.3g}"
         )
     return v
@@ -67,13 +68,15 @@ def sum_max_reward(skills: ArrayLike, subset: ArrayLike) -> float:
     """
     v = _check_skills(skills)
     if v.ndim != 2:
-        raise ValueError(f"skills must have shape (N, K), got {v.shape}; see batch_sum_max_reward")
+        raise InvalidValueError(
+            f"skills must have shape (N, K), got {v.shape}; see batch_sum_max_reward"
+        )
     idx = np.asarray(subset)
     if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError("subset must be a non-empty 1-d array of expert indices")
+        raise InvalidValueError("subset must be a non-empty 1-d array of expert indices")
     k = v.shape[1]
     if idx.min() < 0 or idx.max() >= k:
-        raise ValueError(f"subset has indices outside [0, {k - 1}]: {idx.tolist()}")
+        raise InvalidValueError(f"subset has indices outside [0, {k - 1}]: {idx.tolist()}")
     return float(v[:, idx].max(axis=1).sum())
 
 
@@ -162,14 +165,14 @@ def _check_pair(
     v = _check_skills(skills)
     m = check_positive_int(m_draws, "m_draws")
     if qa.shape[-1] != v.shape[-1]:
-        raise ValueError(
+        raise InvalidValueError(
             f"q has {qa.shape[-1]} experts on its last axis but skills has {v.shape[-1]}"
         )
     check_simplex(qa)
     try:
         np.broadcast_shapes(qa.shape[:-1], v.shape[:-2])
     except ValueError as exc:
-        raise ValueError(
+        raise InvalidValueError(
             f"leading axes of q {qa.shape[:-1]} and skills {v.shape[:-2]} do not broadcast"
         ) from exc
     return qa, v, m

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
+from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward
@@ -81,9 +82,9 @@ def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> Int
         return None
     rm = np.asarray(run_map)
     if rm.shape != (n_runs,) or not np.issubdtype(rm.dtype, np.integer):
-        raise ValueError(f"run_map must be ints of shape (R,) = ({n_runs},), got {rm.shape}")
+        raise InvalidValueError(f"run_map must be ints of shape (R,) = ({n_runs},), got {rm.shape}")
     if rm.min() < 0 or rm.max() >= env_runs:
-        raise ValueError(f"run_map entries must be environment runs in [0, {env_runs - 1}]")
+        raise InvalidValueError(f"run_map entries must be environment runs in [0, {env_runs - 1}]")
     return np.asarray(rm, dtype=np.int64)
 
 
@@ -144,18 +145,18 @@ def simulate(
     r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
     runs = _check_run_map(run_map, r, env.n_runs)
     if env.n_experts != k or (runs is None and env.n_runs != r):
-        raise ValueError(
+        raise InvalidValueError(
             f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
             f"has {(r, k)}"
         )
     for name, pol in policies.items():
         if pol.n_runs != r or pol.n_experts != k or pol.m_draws != batch.m_draws:
-            raise ValueError(
+            raise InvalidValueError(
                 f"policy {name!r} has (R, K, M) = {(pol.n_runs, pol.n_experts, pol.m_draws)}, "
                 f"the batch has {(r, k, batch.m_draws)}"
             )
     if cost_count not in ("distinct", "draws"):
-        raise ValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
+        raise InvalidValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
     by_draw = cost_count == "draws"
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     names = list(policies)

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any
 
-from msroute.errors import DataFormatError
+from msroute.errors import DataFormatError, InvalidValueError
 
 __all__ = ["register"]
 
@@ -145,7 +145,7 @@ def _instance(args: argparse.Namespace) -> int:
         _emit(inst.to_dict())
         return 0
     if args.seed < 0:
-        raise ValueError(f"--seed {args.seed}: must be >= 0")
+        raise InvalidValueError(f"--seed {args.seed}: must be >= 0")
     inst = sample_instance(
         data,
         n_experts=args.sample,

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msroute.errors import InvalidValueError
+
 __all__ = ["EXPERIMENTS", "available_cores", "register"]
 
 #: Settings of ``--quick``: a reduced run that finishes in seconds (README, CI).
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     import importlib
 
     if args.jobs < 1:
-        raise ValueError(f"--jobs == {args.jobs}, must be >= 1")
+        raise InvalidValueError(f"--jobs == {args.jobs}, must be >= 1")
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     configs = {name: build_config(name, args) for name in names}  # all errors before any work
     args.out.mkdir(parents=True, exist_ok=True)

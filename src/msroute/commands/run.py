@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from msroute.errors import InvalidValueError
+
 __all__ = ["register"]
 
 
@@ -67,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from msroute.experiments.sweep import sweep_worker
 
     if len(set(args.seed)) != len(args.seed):
-        raise ValueError(f"--seed has repeated values: {args.seed}")
+        raise InvalidValueError(f"--seed has repeated values: {args.seed}")
     params = dict(args.param)
+    for key, flag in (("horizon", "--horizon"), ("seed", "--seed"), ("n_runs", "--seed")):
+        if key in params:
+            raise InvalidValueError(f"--param {key}=...: {key} is set by {flag}")
     if args.policy == "omd":
         params.setdefault("eta_mult", 0.05)
     if args.policy in ("ts", "ts-bwk"):

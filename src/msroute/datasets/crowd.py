@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._validation import FloatArray, IntArray, check_positive_int
-from msroute.errors import DataFormatError, DataWarning
+from msroute.errors import DataFormatError, DataWarning, InvalidTypeError, InvalidValueError
 
 __all__ = [
     "DATASETS",
@@ -197,7 +197,7 @@ def _decode(raw: bytes, source: str) -> str:
 def check_dataset(dataset: str) -> str:
     """``dataset`` if it names a packaged data set, else a ValueError listing them."""
     if dataset not in DATASETS:
-        raise ValueError(
+        raise InvalidValueError(
             f"dataset == {dataset!r}, must be one of the packaged data sets: {', '.join(DATASETS)}"
         )
     return dataset
@@ -318,13 +318,13 @@ def load_crowd(
     if crowd_path is None and truth_path is None:
         return _load_packaged(check_dataset(DEFAULT_DATASET if dataset is None else dataset))
     if dataset is not None:
-        raise ValueError(
+        raise InvalidValueError(
             f"dataset == {dataset!r} names packaged data: give it or crowd_path and "
             "truth_path, not both"
         )
     if crowd_path is None or truth_path is None:
         missing = "crowd_path" if crowd_path is None else "truth_path"
-        raise ValueError(
+        raise InvalidValueError(
             f"{missing} is missing: give both crowd_path and truth_path, or neither for the "
             "packaged data"
         )
@@ -342,9 +342,9 @@ def load_crowd(
 def _int_vector(value: ArrayLike, name: str) -> IntArray:
     arr = np.asarray(value)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-d, got shape {arr.shape}")
+        raise InvalidValueError(f"{name} must be 1-d, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        raise InvalidTypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     return _readonly(arr.astype(np.int64, copy=True))
 
 
@@ -403,7 +403,7 @@ class CrowdData:
             object.__setattr__(self, name, arrays[name])
         sizes = {a.size for a in arrays.values()}
         if len(sizes) != 1:
-            raise ValueError(
+            raise InvalidValueError(
                 "ann_task, ann_worker, ann_response and ann_gold must have the same length, got "
                 + ", ".join(str(a.size) for a in arrays.values())
             )
@@ -477,7 +477,7 @@ class CrowdData:
         if ids.size == 0:
             raise DataFormatError("the worker list is empty")
         if not np.issubdtype(ids.dtype, np.integer):
-            raise TypeError(f"worker ids must be integers, got {ids.tolist()!r}")
+            raise InvalidTypeError(f"worker ids must be integers, got {ids.tolist()!r}")
         uniq, counts = np.unique(ids, return_counts=True)
         if np.any(counts > 1):
             raise DataFormatError(
@@ -559,12 +559,12 @@ class Instance:
         annotations = np.array(self.annotations, dtype=np.int64)
         names = tuple(str(n) for n in self.cost_names)
         if skills.ndim != 2 or skills.shape[1] != k or skills.shape[0] < 1:
-            raise ValueError(f"skills_base must have shape (N, {k}), got {skills.shape}")
+            raise InvalidValueError(f"skills_base must have shape (N, {k}), got {skills.shape}")
         if costs.shape != (k, len(names)):
-            raise ValueError(f"costs must have shape ({k}, {len(names)}), got {costs.shape}")
+            raise InvalidValueError(f"costs must have shape ({k}, {len(names)}), got {costs.shape}")
         for name, arr in (("accuracy", accuracy), ("annotations", annotations)):
             if arr.shape != (k,):
-                raise ValueError(f"{name} must have shape ({k},), got {arr.shape}")
+                raise InvalidValueError(f"{name} must have shape ({k},), got {arr.shape}")
         object.__setattr__(self, "workers", workers)
         object.__setattr__(self, "skills_base", _readonly(skills))
         object.__setattr__(self, "costs", _readonly(costs))
@@ -662,21 +662,23 @@ def build_instance(
     [[0.3333333333333333, 1.0], [1.0, 0.0]]
     """
     if not isinstance(data, CrowdData):
-        raise TypeError(f"data must be a CrowdData (see load_crowd), got {type(data).__name__}")
+        raise InvalidTypeError(
+            f"data must be a CrowdData (see load_crowd), got {type(data).__name__}"
+        )
     pos = data.worker_index(workers)
     ids = data.worker_ids[pos]
     k = int(ids.size)
     n = check_positive_int(n_dims, "n_dims")
     if n > data.n_tasks:
-        raise ValueError(
+        raise InvalidValueError(
             f"n_dims == {n}, must be <= the number of tasks ({data.n_tasks}) so that every "
             "task group is non-empty"
         )
     if split not in SPLITS:
-        raise ValueError(f"split == {split!r}, must be one of {', '.join(SPLITS)}")
+        raise InvalidValueError(f"split == {split!r}, must be one of {', '.join(SPLITS)}")
     flagged = check_positive_int(n_flagged, "n_flagged", minimum=0)
     if flagged > k:
-        raise ValueError(f"n_flagged == {flagged}, must be <= the pool size K = {k}")
+        raise InvalidValueError(f"n_flagged == {flagged}, must be <= the pool size K = {k}")
 
     column = np.full(data.n_workers, -1, dtype=np.int64)
     column[pos] = np.arange(k)

@@ -32,7 +32,7 @@ from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
 from msroute.envs import RegimeSwitchingEnv, StochasticEnv
-from msroute.errors import CacheWarning
+from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.output import Progress
 from msroute.problem import Constraints, Problem, ProblemBatch
 
@@ -68,7 +68,7 @@ def level_constraints(instance: Instance, m_draws: int, level: str) -> Constrain
     the realized per-round cost, each distinct routed expert counted once (DESIGN.md).
     """
     if level not in LEVELS:
-        raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
+        raise InvalidValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
     spec = LEVELS[level]
     names = tuple(instance.cost_names)
     if spec is None:
@@ -155,7 +155,7 @@ def make_env(
             seed=ss,
             cache_chunks=cached,
         )
-    raise ValueError(f"unknown environment {kind!r}; choose from {', '.join(ENVIRONMENTS)}")
+    raise InvalidValueError(f"unknown environment {kind!r}; choose from {', '.join(ENVIRONMENTS)}")
 
 
 @dataclass(frozen=True)

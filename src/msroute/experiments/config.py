@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
-from msroute.errors import ConfigError
+from msroute.errors import ConfigError, InvalidTypeError, InvalidValueError
 from msroute.experiments.common import ENVIRONMENTS, LEVELS
 from msroute.policies.registry import POLICIES
 
@@ -56,7 +56,9 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         check_schema(self)  # every field: type and range
         if self.cost_count not in ("distinct", "draws"):
-            raise ValueError(f"cost_count == {self.cost_count!r}, must be 'distinct' or 'draws'")
+            raise InvalidValueError(
+                f"cost_count == {self.cost_count!r}, must be 'distinct' or 'draws'"
+            )
         check_dataset(self.dataset)
 
     @property
@@ -71,7 +73,7 @@ def check_names(
     """Every value must be a known name."""
     bad = [v for v in values if v not in allowed]
     if bad or not values:
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown {what} {bad or '(none given)'}; choose from {', '.join(allowed)}"
         )
 
@@ -193,7 +195,7 @@ def _check_type(value: Any, tp: Any, key: str) -> None:
     origin = typing.get_origin(tp)
     if origin is tuple:
         if not isinstance(value, tuple | list):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{key} must be {_describe(tp)}, got {_shown(value)} ({type(value).__name__})"
             )
         for item in value:
@@ -206,13 +208,13 @@ def _check_type(value: Any, tp: Any, key: str) -> None:
         bool: lambda v: isinstance(v, bool),
     }.get(tp)
     if ok is None:  # pragma: no cover - a new field type must be added above
-        raise TypeError(f"{key}: no schema for type {tp}")
+        raise InvalidTypeError(f"{key}: no schema for type {tp}")
     if not ok(value):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{key} must be {_describe(tp)}, got {_shown(value)} ({type(value).__name__})"
         )
     if tp is float and not math.isfinite(value):
-        raise ValueError(f"{key} == {value}, must be a finite number")
+        raise InvalidValueError(f"{key} == {value}, must be a finite number")
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -224,7 +226,7 @@ def _leaves(value: Any) -> list[Any]:
 def _check_range(value: float, key: str, low: float, high: float, open_low: bool) -> None:
     if (value <= low if open_low else value < low) or value > high:
         span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-        raise ValueError(f"{key} == {_shown(value)}, must be in {span}")
+        raise InvalidValueError(f"{key} == {_shown(value)}, must be in {span}")
 
 
 def with_overrides(config: C, values: Mapping[str, Any], source: str) -> C:

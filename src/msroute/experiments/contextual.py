@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.errors import InvalidValueError
 from msroute.experiments.common import (
     CellResult,
     CellSpec,
@@ -88,9 +89,9 @@ class ContextualConfig(ExperimentConfig):
         )
         groups = [g for ct in self.case_types for g in ct]
         if not self.case_types or not all(self.case_types):
-            raise ValueError("case_types must list at least one task group per case type")
+            raise InvalidValueError("case_types must list at least one task group per case type")
         if min(groups) < 0 or max(groups) >= self.n_dims:
-            raise ValueError(f"case_types name task groups outside [0, {self.n_dims - 1}]")
+            raise InvalidValueError(f"case_types name task groups outside [0, {self.n_dims - 1}]")
 
     def weights(self) -> np.ndarray:
         """Context weights (X, N): 1 on a case type's own task groups."""

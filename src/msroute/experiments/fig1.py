@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.errors import InvalidValueError
 from msroute.experiments.common import (
     CellResult,
     CellSpec,
@@ -84,11 +85,15 @@ class Fig1Config(ExperimentConfig):
         super().__post_init__()
         check_levels(self.levels)
         if not self.dims or any(int(n) < 1 for n in self.dims):
-            raise ValueError(f"dims == {self.dims}, must be positive integers")
+            raise InvalidValueError(f"dims == {self.dims}, must be positive integers")
         if self.r1_method not in ("exact", "monte_carlo"):
-            raise ValueError(f"r1_method == {self.r1_method!r}, must be 'exact' or 'monte_carlo'")
+            raise InvalidValueError(
+                f"r1_method == {self.r1_method!r}, must be 'exact' or 'monte_carlo'"
+            )
         if self.batch < 1 or self.horizon < self.batch:
-            raise ValueError(f"batch == {self.batch}, must be in [1, horizon = {self.horizon}]")
+            raise InvalidValueError(
+                f"batch == {self.batch}, must be in [1, horizon = {self.horizon}]"
+            )
 
 
 def fig1_worker(spec: CellSpec) -> CellResult:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.errors import InvalidValueError
 from msroute.experiments.fig2 import Fig2Config, run_sweep
 from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import rolling_mean
@@ -45,12 +46,14 @@ class Fig3Config(Fig2Config):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 1 <= self.window <= self.horizon:
-            raise ValueError(f"window == {self.window}, must be in [1, horizon = {self.horizon}]")
+            raise InvalidValueError(
+                f"window == {self.window}, must be in [1, horizon = {self.horizon}]"
+            )
         if self.every < 1:
-            raise ValueError(f"every == {self.every}, must be >= 1")
+            raise InvalidValueError(f"every == {self.every}, must be >= 1")
         missing = [lv for lv in self.show_levels if lv not in self.levels]
         if missing:
-            raise ValueError(f"show_levels {missing} are not among levels {self.levels}")
+            raise InvalidValueError(f"show_levels {missing} are not among levels {self.levels}")
 
 
 def run_fig3(

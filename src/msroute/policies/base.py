@@ -27,7 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._seeding import SeedArg
-from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
+from msroute._validation import BoolArray, FloatArray, IntArray, as_real, check_positive_int
+from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
 
@@ -167,7 +168,9 @@ class BasePolicy:
     ) -> None:
         self.batch = problem if isinstance(problem, ProblemBatch) else ProblemBatch(problem, n_runs)
         if n_runs is not None and n_runs != self.batch.n_runs:
-            raise ValueError(f"n_runs == {n_runs} but the problem batch has {self.batch.n_runs}")
+            raise InvalidValueError(
+                f"n_runs == {n_runs} but the problem batch has {self.batch.n_runs}"
+            )
         self.n_runs = self.batch.n_runs
         self.n_experts = self.batch.n_experts
         self.m_draws = self.batch.m_draws
@@ -201,7 +204,7 @@ class BasePolicy:
             context and the round; hand it back to :meth:`update` with its feedback.
         """
         if context is None and self.n_contexts > 1:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{type(self).__name__} with {self.n_contexts} contexts needs context= "
                 "(one int per run)"
             )
@@ -226,44 +229,48 @@ class BasePolicy:
             The realized cost vector (each distinct routed expert counted once).
         """
         if not isinstance(decision, Decision):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"decision must be the Decision returned by select(), got {type(decision).__name__}"
             )
         d = decision.draws
         r = np.asarray(reward, dtype=np.float64)
         c = np.asarray(cost, dtype=np.float64)
         if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
-            raise ValueError(
+            raise InvalidValueError(
                 f"decision.draws must be integers of shape (R, M) = "
                 f"{(self.n_runs, self.m_draws)}, got {d.dtype} {d.shape}"
             )
         if not 0 <= decision.round < self.t:
-            raise ValueError(
+            raise InvalidValueError(
                 f"decision.round == {decision.round}, but this policy has made {self.t} "
                 "decision(s): not a decision of this policy"
             )
         if r.shape != (self.n_runs,):
-            raise ValueError(f"reward must have shape (R,) = ({self.n_runs},), got {r.shape}")
+            raise InvalidValueError(
+                f"reward must have shape (R,) = ({self.n_runs},), got {r.shape}"
+            )
         if c.shape != (self.n_runs, self.n_costs):
-            raise ValueError(
+            raise InvalidValueError(
                 f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
             )
         if not np.all(np.isfinite(r)):
-            raise ValueError(
+            raise InvalidValueError(
                 f"reward contains NaN or infinite values at runs "
                 f"{np.flatnonzero(~np.isfinite(r)).tolist()}"
             )
         if not np.all(np.isfinite(c)):
-            raise ValueError("cost contains NaN or infinite values")
+            raise InvalidValueError("cost contains NaN or infinite values")
         if d.min() < 0 or d.max() >= self.n_experts:
-            raise ValueError(f"decision.draws must be expert indices in [0, {self.n_experts - 1}]")
+            raise InvalidValueError(
+                f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
+            )
         self._update(decision, r, c)
 
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""
         mask = np.asarray(eligible)
         if mask.shape != (self.n_runs, self.n_experts) or mask.dtype != np.bool_:
-            raise ValueError(
+            raise InvalidValueError(
                 f"eligible must be booleans of shape (R, K) = {(self.n_runs, self.n_experts)}, "
                 f"got {mask.dtype} {mask.shape}"
             )
@@ -271,7 +278,7 @@ class BasePolicy:
             return None
         empty = np.flatnonzero(~mask.any(axis=1))
         if empty.size:
-            raise ValueError(f"eligible: no eligible expert in run(s) {empty.tolist()}")
+            raise InvalidValueError(f"eligible: no eligible expert in run(s) {empty.tolist()}")
         return mask
 
     def _check_context(self, context: ArrayLike) -> IntArray:
@@ -279,12 +286,12 @@ class BasePolicy:
         if ctx.ndim == 0:
             ctx = np.full(self.n_runs, ctx)
         if ctx.shape != (self.n_runs,) or not np.issubdtype(ctx.dtype, np.integer):
-            raise ValueError(
+            raise InvalidValueError(
                 f"context must be integers of shape (R,) = ({self.n_runs},), "
                 f"got {ctx.dtype} {ctx.shape}"
             )
         if ctx.min() < 0 or ctx.max() >= self.n_contexts:
-            raise ValueError(
+            raise InvalidValueError(
                 f"context values must be in [0, {self.n_contexts - 1}] "
                 f"({self.n_contexts} context(s)), got {sorted(set(ctx.tolist()))}"
             )
@@ -331,8 +338,8 @@ def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None 
 
 def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = True) -> float:
     """A finite float hyperparameter above ``low`` (strictly by default)."""
-    v = float(value)
+    v = as_real(value, name)
     if not np.isfinite(v) or (v <= low if strict else v < low):
         rel = ">" if strict else ">="
-        raise ValueError(f"{name} == {value}, must be a finite number {rel} {low}")
+        raise InvalidValueError(f"{name} == {value}, must be a finite number {rel} {low}")
     return v

@@ -43,6 +43,7 @@ from typing import ClassVar, Literal, get_args
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
+from msroute.errors import InvalidValueError
 from msroute.problem import support_box, support_point_box
 from msroute.projection import _project_step_unchecked
 from msroute.projection_cuts import solve_cuts
@@ -66,7 +67,7 @@ def check_construction(value: object) -> DualConstruction:
         return "invariant"
     if value == "paper":
         return "paper"
-    raise ValueError(
+    raise InvalidValueError(
         f"dual == {value!r}, must be 'invariant' (per-coordinate units, one cut per active "
         "bound) or 'paper' (Algorithm 1 as written: one aggregated cut)"
     )
@@ -146,7 +147,7 @@ class ApproachabilityDual:
         self.hi = hi
         if self.construction == "invariant":
             if scale is None or has_lower is None or has_upper is None:
-                raise ValueError("the invariant dual needs scale, has_lower and has_upper")
+                raise InvalidValueError("the invariant dual needs scale, has_lower and has_upper")
             self.scale: FloatArray = scale
             self._lower = np.asarray(has_lower, dtype=bool)
             self._upper = np.asarray(has_upper, dtype=bool)

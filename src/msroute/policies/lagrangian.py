@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._validation import FloatArray, IntArray
+from msroute.errors import InvalidValueError
 from msroute.policies.base import check_hyper
 
 __all__ = ["VIOLATIONS", "LagrangianDual", "Violation", "check_violation"]
@@ -60,7 +61,7 @@ def check_violation(value: object) -> Violation:
         return "average"
     if value == "round":
         return "round"
-    raise ValueError(
+    raise InvalidValueError(
         f"violation == {value!r}, must be 'average' (running-average realized cost) or "
         "'round' (this round's realized cost)"
     )
@@ -119,7 +120,7 @@ class LagrangianDual:
         lo_a = np.asarray(lo, dtype=np.float64)
         hi_a = np.asarray(hi, dtype=np.float64)
         if lo_a.ndim != 2 or lo_a.shape != hi_a.shape:
-            raise ValueError(
+            raise InvalidValueError(
                 f"lo and hi must both have shape (R, d), got {lo_a.shape} and {hi_a.shape}"
             )
         self.step_size = check_hyper(step, "dual_step")
@@ -127,7 +128,7 @@ class LagrangianDual:
         n_runs, n_costs = lo_a.shape
         sc = np.ones(lo_a.shape) if scale is None else np.asarray(scale, dtype=np.float64)
         if sc.shape != lo_a.shape or not np.all(np.isfinite(sc) & (sc > 0)):
-            raise ValueError(f"scale must be positive and finite of shape {lo_a.shape}")
+            raise InvalidValueError(f"scale must be positive and finite of shape {lo_a.shape}")
         self.scale: FloatArray = sc
         upper = np.flatnonzero(np.isfinite(hi_a).any(axis=0))
         lower = np.flatnonzero(np.isfinite(lo_a).any(axis=0))

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray, check_gamma, check_positive_int
+from msroute.errors import InvalidValueError
 from msroute.policies.base import (
     BasePolicy,
     Decision,
@@ -135,7 +136,9 @@ class OMDApproachability(BasePolicy):
         self.n_contexts = check_positive_int(n_contexts, "n_contexts")
         self.gamma = check_gamma(1.0 / (10.0 * k) if gamma is None else gamma, k)
         if self.gamma <= 0.0:
-            raise ValueError("gamma must be > 0: the importance weights divide by q_i >= gamma")
+            raise InvalidValueError(
+                "gamma must be > 0: the importance weights divide by q_i >= gamma"
+            )
         self.batch_size = check_positive_int(
             self._default_batch if batch is None else batch, "batch"
         )
@@ -144,7 +147,7 @@ class OMDApproachability(BasePolicy):
         )
         schedule = self._default_schedule if eta_schedule is None else eta_schedule
         if schedule not in ("fixed", "anytime"):
-            raise ValueError(f"eta_schedule == {schedule!r}, must be 'fixed' or 'anytime'")
+            raise InvalidValueError(f"eta_schedule == {schedule!r}, must be 'fixed' or 'anytime'")
         self.eta_schedule: EtaSchedule = schedule
         g2 = k * m * (1.0 / self.gamma + m - 1.0)  # G^2 of Corollary 2's proof
         if eta is not None:
@@ -209,7 +212,7 @@ class OMDApproachability(BasePolicy):
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         q_play = decision.probs
         if q_play is None or q_play.shape != (self.n_runs, self.n_experts):
-            raise ValueError(
+            raise InvalidValueError(
                 f"decision.probs must be the (R, K) = {(self.n_runs, self.n_experts)} "
                 "distribution the draws came from (OMD divides by it)"
             )

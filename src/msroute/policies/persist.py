@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import numpy as np
 
 from msroute import _version
-from msroute.errors import PolicyFileError
+from msroute.errors import InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.problem import Constraints, Problem
 
@@ -149,7 +149,7 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
         elif _is_component(value):
             out.update(state_dict(value, key + "."))
         else:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"state attribute {key!r} of {type(obj).__name__} holds a "
                 f"{type(value).__name__}; declare only arrays, plain scalars, None, a Generator "
                 "or components with their own _state_attrs"
@@ -173,7 +173,7 @@ def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
     if missing or extra:
-        raise ValueError(
+        raise InvalidValueError(
             f"the state does not fit a {type(obj).__name__}: missing entries {missing}, "
             f"unexpected entries {extra}"
         )
@@ -185,25 +185,29 @@ def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
 def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
     if isinstance(current, np.ndarray):
         if not isinstance(value, np.ndarray):
-            raise ValueError(f"state entry {key!r} must be an array, got {type(value).__name__}")
+            raise InvalidValueError(
+                f"state entry {key!r} must be an array, got {type(value).__name__}"
+            )
         if value.dtype != current.dtype or value.shape != current.shape:
-            raise ValueError(
+            raise InvalidValueError(
                 f"state entry {key!r} must be {current.dtype} of shape {current.shape}, "
                 f"got {value.dtype} of shape {value.shape}"
             )
     elif isinstance(current, dict):  # a generator's state
         if not isinstance(value, dict) or value.get("bit_generator") != current["bit_generator"]:
-            raise ValueError(
+            raise InvalidValueError(
                 f"state entry {key!r} must be the state of a {current['bit_generator']} "
                 f"bit generator, got {value!r}"
             )
     elif isinstance(current, list):  # the states of one generator per run
         if not isinstance(value, list) or len(value) != len(current):
-            raise ValueError(f"state entry {key!r} must list {len(current)} generator states")
+            raise InvalidValueError(
+                f"state entry {key!r} must list {len(current)} generator states"
+            )
         for i, (cur, val) in enumerate(zip(current, value, strict=True)):
             _check_entry(f"{key}[{i}]", cur, val)
     elif type(value) is not type(current):
-        raise ValueError(
+        raise InvalidValueError(
             f"state entry {key!r} must be {type(current).__name__}, got {type(value).__name__}"
         )
 
@@ -249,7 +253,7 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
     """
     cls = type(policy)
     if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
-        raise TypeError(
+        raise InvalidTypeError(
             f"only registered policies can be saved: {cls.__qualname__} (name {cls.name!r}) is "
             f"not the class registered under that name; add it to msroute.policies.POLICIES"
         )
@@ -301,7 +305,7 @@ def _encode_kwarg(name: str, value: object) -> object:
                 "pool_size": int(value.pool_size),
             }
         }
-    raise TypeError(
+    raise InvalidTypeError(
         f"cannot save constructor argument {name}={value!r} ({type(value).__name__}); the "
         "format stores None, bool, int, float, str and a SeedSequence seed"
     )
@@ -420,7 +424,7 @@ def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: int) -> BasePolicy:
     name = manifest["policy"]
     if not isinstance(name, str) or name.lower() not in POLICIES:
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown policy {name!r}; this msroute has: {', '.join(POLICIES)} "
             "(was the file written by a newer msroute or with a custom registry?)"
         )
@@ -449,7 +453,7 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
 def _decode_kwarg(value: object) -> object:
     if isinstance(value, dict):
         if set(value) != {"SeedSequence"}:
-            raise ValueError(f"unknown constructor argument encoding {value!r}")
+            raise InvalidValueError(f"unknown constructor argument encoding {value!r}")
         s = value["SeedSequence"]
         return np.random.SeedSequence(
             s["entropy"], spawn_key=s["spawn_key"], pool_size=s["pool_size"]

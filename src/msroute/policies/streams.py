@@ -16,6 +16,7 @@ import numpy as np
 
 from msroute._seeding import SeedArg, child_seed, run_seed_sequences
 from msroute._validation import FloatArray, check_positive_int
+from msroute.errors import InvalidValueError
 
 __all__ = ["RunStreams"]
 
@@ -73,7 +74,7 @@ class RunStreams:
         on the widths asked so far, never on the other runs or on the buffer's size.
         """
         if width > self.block:
-            raise ValueError(f"width == {width} exceeds the buffer of {self.block} uniforms")
+            raise InvalidValueError(f"width == {width} exceeds the buffer of {self.block} uniforms")
         if self._pos + width > self.block:
             fresh = np.stack([g.random(self._pos) for g in self._buffered])
             self._buffer = np.concatenate([self._buffer[:, self._pos :], fresh], axis=1)

@@ -22,6 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
+from msroute.errors import InvalidValueError
 from msroute.policies.base import Decision, check_hyper
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
@@ -245,7 +246,7 @@ class TeamRounds:
 
     def _setup_rounds(self, warmup: int) -> None:
         if self.m_draws > self.n_experts:
-            raise ValueError(
+            raise InvalidValueError(
                 f"m_draws == {self.m_draws} with {self.n_experts} experts: "
                 f"{type(self).__name__} routes M distinct experts, so it needs M <= K"
             )

@@ -1,0 +1,79 @@
+"""Every deliberate error is an msroute error; the command line prints those as one line and
+lets anything else (a bug) keep its traceback."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import msroute
+from msroute import cli
+from msroute.errors import InvalidTypeError, InvalidValueError, MSRouteError
+
+SRC = Path(msroute.__file__).resolve().parent
+
+
+def test_the_package_raises_no_bare_value_or_type_error() -> None:
+    bare = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in ("ValueError", "TypeError"):
+                    bare.append(f"{path.relative_to(SRC)}:{node.lineno} raises {exc.id}")
+    assert bare == []
+
+
+def test_msroute_errors_are_still_value_and_type_errors() -> None:
+    assert issubclass(InvalidValueError, MSRouteError) and issubclass(InvalidValueError, ValueError)
+    assert issubclass(InvalidTypeError, MSRouteError) and issubclass(InvalidTypeError, TypeError)
+    with pytest.raises(ValueError, match="horizon == 0"):
+        msroute.make_policy(
+            "omd", msroute.Problem([[0.0], [1.0]], 1, msroute.Constraints(upper=[1.0])), horizon=0
+        )
+
+
+def _run_raising(exc: BaseException) -> int:
+    def fail(args: argparse.Namespace) -> int:
+        raise exc
+
+    return cli._dispatch(argparse.Namespace(command="data", func=fail))
+
+
+def test_cli_prints_msroute_errors_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run_raising(InvalidValueError("eta == -1, must be > 0")) == 2
+    assert capsys.readouterr().err == "msroute data: error: eta == -1, must be > 0\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("a bug"), TypeError("a bug"), KeyError("a bug")])
+def test_cli_lets_a_bug_keep_its_traceback(exc: BaseException) -> None:
+    with pytest.raises(type(exc), match="a bug"):
+        _run_raising(exc)
+
+
+def test_make_policy_names_an_unknown_parameter() -> None:
+    problem = msroute.Problem([[0.0], [1.0]], 1, msroute.Constraints(upper=[1.0]))
+    with pytest.raises(InvalidTypeError, match=r"policy 'cucb' has no parameter eta;.* c\b"):
+        msroute.make_policy("cucb", problem, horizon=10, eta=0.1)
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("eta=abc", "eta must be a real number, got str 'abc'"),
+        ("gamma=abc", "gamma must be a real number, got str 'abc'"),
+        ("foo=1", "policy 'omd' has no parameter foo"),
+        ("horizon=5", r"horizon is set by --horizon"),
+    ],
+)
+def test_cli_bad_policy_parameters_are_one_line_errors(
+    param: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["run", "--policy", "omd", "--horizon", "10", "--param", param]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("msroute run: error: ") and err.count("\n") == 1
+    assert re.search(message, err)

@@ -15,6 +15,35 @@ BoolArray = NDArray[np.bool_]
 
 #: Tolerance for "sums to one" checks on routing distributions.
 SIMPLEX_ATOL = 1e-8
+#: Longest piece of user input an error message quotes.
+QUOTE_LIMIT = 80
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters.
+
+    A malformed 6 MB line or a field of a million digits must not be echoed whole; the cut
+    says how long the input was. Integers too long for ``repr`` are described, not printed.
+
+    Examples
+    --------
+    >>> quoted("x" * 100, limit=10)
+    "'xxxxxxxxxx'... (100 characters)"
+    >>> quoted(10**5000)
+    '<an integer of 5001 digits>'
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"<an integer of {_digits(value)} digits>"
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return f"{text[:limit]}... ({len(text)} characters)" if len(text) > limit else text
+
+
+def _digits(value: int) -> int:
+    """Decimal digits of an int without converting it to a string (which Python caps)."""
+    n = int(abs(value).bit_length() * 0.30102999566398120) + 1
+    return n if abs(value) >= 10 ** (n - 1) else n - 1
 
 
 def as_float_array(

@@ -53,6 +53,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     except (MSRouteError, OSError) as exc:  # a bug (any other error) keeps its traceback
         print(f"msroute {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(
+            f"msroute {args.command}: error: out of memory; use a smaller horizon or fewer "
+            "seeds or runs",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"msroute {args.command}: interrupted", file=sys.stderr)
         return 130

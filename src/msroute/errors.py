@@ -24,6 +24,7 @@ __all__ = [
     "MSRouteError",
     "MSRouteWarning",
     "PolicyFileError",
+    "ResourceError",
 ]
 
 
@@ -66,6 +67,11 @@ class PolicyFileError(DataFormatError):
 
     The message names the file and the problem.
     """
+
+
+class ResourceError(MSRouteError, ValueError):
+    """A computation would need more memory than is available; raised before it starts, with
+    the estimate and what to change."""
 
 
 class MSRouteWarning(UserWarning):

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
@@ -160,6 +161,12 @@ def simulate(
     by_draw = cost_count == "draws"
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     names = list(policies)
+    per_round = len(names) * r * (1 + d + (1 if track_expected else 0)) * 8.0
+    check_memory(
+        per_round * t_total,
+        f"simulate: the trajectories of {len(names)} policy(ies) x {r} run(s) x T = {t_total}",
+        "use a smaller horizon or fewer runs",
+    )
     rewards = {n: np.empty((t_total, r)) for n in names}
     costs = {n: np.empty((t_total, r, d)) for n in names}
     # Filled for the policies whose decisions carry their distribution (known at the first).

@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any
 
+from msroute._validation import quoted
+from msroute.commands._args import int_arg
 from msroute.errors import DataFormatError, InvalidValueError
 
 __all__ = ["register"]
@@ -41,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_source(stats)
     stats.add_argument(
         "--min-annotations",
-        type=int,
+        type=int_arg,
         default=5,
         metavar="A",
         help="a worker is reliable with at least A annotations (default: 5)",
@@ -64,23 +66,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     pool.add_argument(
         "--sample",
-        type=int,
+        type=int_arg,
         metavar="K",
         help="draw K workers uniformly without replacement from the reliable ones",
     )
-    inst.add_argument("--dims", type=int, default=3, metavar="N", help="skill dimensions N")
+    inst.add_argument("--dims", type=int_arg, default=3, metavar="N", help="skill dimensions N")
     inst.add_argument(
         "--flagged",
-        type=int,
+        type=int_arg,
         default=None,
         metavar="F",
         help="the F most accurate workers of the pool get the expert flag "
         "(default: 10, or K if the pool is smaller)",
     )
-    inst.add_argument("--seed", type=int, default=0, help="seed of --sample (default: 0)")
+    inst.add_argument("--seed", type=int_arg, default=0, help="seed of --sample (default: 0)")
     inst.add_argument(
         "--min-annotations",
-        type=int,
+        type=int_arg,
         default=5,
         metavar="A",
         help="reliability threshold of --sample (default: 5)",
@@ -109,8 +111,10 @@ def _parse_workers(tokens: list[str]) -> list[int]:
             part = part.strip()
             if not part:
                 continue
-            if _INTEGER.fullmatch(part) is None:
-                raise DataFormatError(f"--workers: {part!r} is not an integer worker id")
+            if _INTEGER.fullmatch(part) is None or len(part.lstrip("+-")) > 19:
+                raise DataFormatError(
+                    f"--workers: {quoted(part)} is not an integer worker id (at most 19 digits)"
+                )
             ids.append(int(part))
     if not ids:
         raise DataFormatError("--workers: no worker id given")

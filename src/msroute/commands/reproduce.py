@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msroute.commands._args import int_arg
 from msroute.errors import InvalidValueError
 
 __all__ = ["EXPERIMENTS", "available_cores", "register"]
@@ -46,8 +47,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
-    p.add_argument("--seeds", type=int, help="number of seeds (paper: 20; fig1: 5)")
-    p.add_argument("--horizon", type=int, help="rounds per run (paper: 10,000)")
+    p.add_argument("--seeds", type=int_arg, help="number of seeds (paper: 20; fig1: 5)")
+    p.add_argument("--horizon", type=int_arg, help="rounds per run (paper: 10,000)")
     p.add_argument(
         "--dataset",
         choices=list(DATASETS),
@@ -55,7 +56,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=int_arg,
         default=available_cores(),
         help="worker processes (default: the cores this process may use, here %(default)s)",
     )

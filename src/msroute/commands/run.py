@@ -6,15 +6,20 @@ import argparse
 import json
 from typing import Any
 
+from msroute.commands._args import int_arg
 from msroute.errors import InvalidValueError
 
 __all__ = ["register"]
 
 
 def _param(text: str) -> tuple[str, Any]:
+    from msroute._validation import quoted
+
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--param takes KEY=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--param takes KEY=VALUE, got {quoted(text)}")
+    if len(value) > 400:
+        raise argparse.ArgumentTypeError(f"--param {quoted(key)}: value of {len(value)} characters")
     for cast in (int, float):
         try:
             return key, cast(value)
@@ -41,17 +46,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--env", default="stochastic", choices=ENVIRONMENTS)
     p.add_argument("--level", default="tight", choices=list(LEVELS))
-    p.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds")
-    p.add_argument("--horizon", type=int, default=10_000)
+    p.add_argument("--seed", type=int_arg, nargs="+", default=[0], help="one or more seeds")
+    p.add_argument("--horizon", type=int_arg, default=10_000)
     p.add_argument(
         "--dataset",
         default=DEFAULT_DATASET,
         choices=list(DATASETS),
         help="packaged crowd data (default: trec, the paper's TREC 2010)",
     )
-    p.add_argument("--n-dims", type=int, default=3)
-    p.add_argument("--n-experts", type=int, default=50)
-    p.add_argument("--m-draws", type=int, default=5)
+    p.add_argument("--n-dims", type=int_arg, default=3)
+    p.add_argument("--n-experts", type=int_arg, default=50)
+    p.add_argument("--m-draws", type=int_arg, default=5)
     p.add_argument(
         "--param",
         type=_param,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute._validation import FloatArray, IntArray, check_positive_int, quoted
 from msroute.errors import DataFormatError, DataWarning, InvalidTypeError, InvalidValueError
 
 __all__ = [
@@ -115,7 +115,7 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
         if len(fields) != ncol:
             raise DataFormatError(
                 f"{source}, line {lineno}: expected {ncol} whitespace-separated integers "
-                f"({layout}), got {len(fields)} field(s): {line.strip()!r}"
+                f"({layout}), got {len(fields)} field(s): {quoted(line.strip())}"
             )
         rows.append(fields)
         linenos.append(lineno)
@@ -132,11 +132,12 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
             for name, value in zip(columns, fields, strict=True):
                 if _INTEGER.fullmatch(value) is None:
                     raise DataFormatError(
-                        f"{source}, line {lineno}: {name} must be an integer, got {value!r}"
+                        f"{source}, line {lineno}: {name} must be an integer, got {quoted(value)}"
                     )
-                if abs(int(value)) > _INT64_MAX:
+                # Length first: int() of thousands of digits raises a bare ValueError.
+                if len(value.lstrip("+-").lstrip("0")) > 19 or abs(int(value)) > _INT64_MAX:
                     raise DataFormatError(
-                        f"{source}, line {lineno}: {name} {value} does not fit in 64 bits"
+                        f"{source}, line {lineno}: {name} {quoted(value)} does not fit in 64 bits"
                     )
         raise DataFormatError(f"{source}: could not read the integers")  # pragma: no cover
     return table, np.asarray(linenos, dtype=np.int64)

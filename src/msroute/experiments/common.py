@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import struct
 import warnings
 import zipfile
@@ -28,6 +29,7 @@ import numpy as np
 
 from msroute import _version
 from msroute._atomic import atomic_path
+from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
@@ -241,8 +243,29 @@ class Cell:
         return RunMapEnv(self.env, self.run_map)
 
 
+def cell_bytes(spec: CellSpec) -> float:
+    """An estimate of the memory one cell needs: its skill stream, kept whole by the process's
+    environment cache (T x seeds x N x K floats), and the trajectories of its levels x seeds
+    runs (reward and two cost coordinates per round, plus the recorded float32 rewards)."""
+    runs = len(spec.levels) * len(spec.seeds)
+    env = float(spec.horizon) * len(spec.seeds) * spec.n_dims * spec.n_experts * 8.0
+    traj = float(spec.horizon) * runs * ((1 + 2) * 8.0 + (4.0 if "rewards" in spec.record else 0))
+    return env + traj
+
+
+def check_cell_memory(spec: CellSpec) -> None:
+    """Refuse a cell that cannot fit in memory before any of its work (ResourceError)."""
+    check_memory(
+        cell_bytes(spec),
+        f"a cell of T = {spec.horizon} rounds x {len(spec.levels) * len(spec.seeds)} runs "
+        f"({spec.env}/{spec.policy})",
+        "lower the horizon (--horizon) or the number of seeds (--seeds)",
+    )
+
+
 def build_batch(spec: CellSpec) -> Cell:
     """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
+    check_cell_memory(spec)
     instances = [
         paper_instance(s, spec.n_experts, spec.n_dims, spec.split, spec.dataset) for s in spec.seeds
     ]
@@ -439,6 +462,8 @@ def run_cells(
     bar = progress or Progress(enabled=False)
     results: list[CellResult | None] = [load_cell(out_dir, s) for s in specs]
     todo = [i for i, r in enumerate(results) if r is None]
+    for i in todo:  # before any work
+        check_cell_memory(specs[i])
     with bar.track(title, len(specs)):
         for i, r in enumerate(results):
             if r is not None:
@@ -453,11 +478,33 @@ def run_cells(
             for i in todo:
                 done(i, worker(specs[i]))
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            pool = ProcessPoolExecutor(
+                max_workers=min(jobs, len(todo)), initializer=_ignore_interrupts
+            )
+            try:
                 futures = {pool.submit(worker, specs[i]): i for i in todo}
                 for fut in as_completed(futures):
                     done(futures[fut], fut.result())
+            except KeyboardInterrupt:
+                _stop(pool)  # finished cells are saved: the next run resumes from them
+                raise
+            pool.shutdown()
     return [r for r in results if r is not None]
+
+
+def _ignore_interrupts() -> None:
+    """Worker processes leave Ctrl-C to the parent (no traceback from every worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued cells and end the running ones now (their work is redone on resume)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 def _label(spec: CellSpec) -> str:

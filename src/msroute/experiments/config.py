@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from msroute._validation import quoted
 from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
 from msroute.errors import ConfigError, InvalidTypeError, InvalidValueError
 from msroute.experiments.common import ENVIRONMENTS, LEVELS
@@ -116,8 +117,8 @@ def load_toml(
         ) from exc
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer too long
+        raise ConfigError(f"{path}: not valid TOML: {quoted(str(exc), 200)}") from exc
     if tables is not None:
         unknown = sorted(k for k, v in data.items() if isinstance(v, dict) and k not in tables)
         if unknown:
@@ -186,17 +187,12 @@ def _describe(tp: Any) -> str:
     return _NAMES[tp][0] if tp in _NAMES else str(tp)
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{text[:60]}..." if len(text) > 60 else text
-
-
 def _check_type(value: Any, tp: Any, key: str) -> None:
     origin = typing.get_origin(tp)
     if origin is tuple:
         if not isinstance(value, tuple | list):
             raise InvalidTypeError(
-                f"{key} must be {_describe(tp)}, got {_shown(value)} ({type(value).__name__})"
+                f"{key} must be {_describe(tp)}, got {quoted(value)} ({type(value).__name__})"
             )
         for item in value:
             _check_type(item, typing.get_args(tp)[0], f"{key} entry")
@@ -211,7 +207,7 @@ def _check_type(value: Any, tp: Any, key: str) -> None:
         raise InvalidTypeError(f"{key}: no schema for type {tp}")
     if not ok(value):
         raise InvalidTypeError(
-            f"{key} must be {_describe(tp)}, got {_shown(value)} ({type(value).__name__})"
+            f"{key} must be {_describe(tp)}, got {quoted(value)} ({type(value).__name__})"
         )
     if tp is float and not math.isfinite(value):
         raise InvalidValueError(f"{key} == {value}, must be a finite number")
@@ -226,7 +222,7 @@ def _leaves(value: Any) -> list[Any]:
 def _check_range(value: float, key: str, low: float, high: float, open_low: bool) -> None:
     if (value <= low if open_low else value < low) or value > high:
         span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-        raise InvalidValueError(f"{key} == {_shown(value)}, must be in {span}")
+        raise InvalidValueError(f"{key} == {quoted(value)}, must be in {span}")
 
 
 def with_overrides(config: C, values: Mapping[str, Any], source: str) -> C:

@@ -1,0 +1,143 @@
+"""The command line never shows a traceback or floods the terminal: huge horizons are refused
+with a memory estimate, quoted input is cut short, huge digit fields name file and line, and
+Ctrl-C with --jobs stops without worker tracebacks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import msroute
+from msroute.cli import main
+from msroute.errors import ResourceError
+
+
+def _fails_in_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert len(err) < 500, f"{len(err)} characters"
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--policy", "omd", "--horizon", str(10**10)],
+        ["run", "--policy", "random", "--horizon", str(10**18), "--seed", "0", "1"],
+        ["reproduce", "fig2", "--horizon", str(10**10), "--quiet", "--no-plot"],
+    ],
+)
+def test_a_huge_horizon_is_refused_with_a_memory_estimate(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if argv[0] == "reproduce":
+        argv = [*argv, "--out", str(tmp_path)]
+    err = _fails_in_one_line(argv, capsys)
+    assert "needs about" in err and "of memory, but" in err and "--horizon" in err
+    assert not (tmp_path / "cells").exists()  # refused before any work
+
+
+def test_simulate_refuses_trajectories_that_cannot_fit() -> None:
+    p = msroute.Problem([[1.0], [0.0]], 1, msroute.Constraints(upper=[None]))
+    env = msroute.StochasticEnv(np.full((1, 2), 0.5), kappa=2.0, seed=0)
+    pol = msroute.make_policy("random", p, horizon=10, seed=0)
+    with pytest.raises(ResourceError, match=r"T = 1000000000000000 needs about .* PiB of memory"):
+        msroute.simulate({"r": pol}, env, msroute.ProblemBatch(p, 1), 10**15)
+
+
+def test_a_huge_malformed_line_is_quoted_cut_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crowd = tmp_path / "c.txt"
+    crowd.write_text("1 2 1\n" + "9 " * 3_000_000 + "\n")  # a 6 MB line
+    (tmp_path / "t.txt").write_text("1 1\n")
+    argv = ["data", "stats", "--crowd", str(crowd), "--truth", str(tmp_path / "t.txt")]
+    err = _fails_in_one_line(argv, capsys)
+    assert "line 2: expected 3 whitespace-separated integers" in err
+    assert "(5999999 characters)" in err  # stripped
+
+
+def test_a_field_of_a_million_digits_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crowd = tmp_path / "c.txt"
+    crowd.write_text("1 2 1\n\n3 " + "7" * 1_000_000 + " 1\n")
+    (tmp_path / "t.txt").write_text("1 1\n")
+    argv = ["data", "stats", "--crowd", str(crowd), "--truth", str(tmp_path / "t.txt")]
+    err = _fails_in_one_line(argv, capsys)
+    assert f"{crowd}, line 3: worker" in err and "does not fit in 64 bits" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--policy", "omd", "--horizon", "9" * 5000],
+        ["run", "--policy", "omd", "--seed", "x" * 5000],
+        ["run", "--policy", "omd", "--param", "eta=" + "1" * 5000],
+        ["reproduce", "fig2", "--seeds", "1" * 100_000],
+        ["data", "instance", "--workers", "1" * 5000, "--dims", "3"],
+    ],
+)
+def test_huge_flag_values_are_quoted_cut_short(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage error
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert len(err) < 1500, f"{len(err)} characters"
+
+
+def test_a_toml_integer_of_thousands_of_digits_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[fig2]\nseeds = " + "1" * 10_000 + "\n")
+    argv = ["reproduce", "fig2", "--config", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]
+    err = _fails_in_one_line(argv, capsys)
+    assert f"{cfg}: not valid TOML" in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_jobs_stops_without_worker_tracebacks(tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C does, while workers run."""
+    env = {**os.environ, "PYTHONPATH": str(Path(msroute.__file__).parents[1])}
+    cmd = [sys.executable, "-m", "msroute.cli", "reproduce", "fig2", "--quick"]
+    cmd += ["--jobs", "2", "--out", str(tmp_path), "--no-plot", "--horizon", "20000"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group, so the test can signal all of it
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # Wait until the worker processes exist (the parent has children).
+        while time.monotonic() < deadline:
+            kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            if kids.exists() and len(kids.read_text().split()) >= 2:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().endswith("msroute reproduce: interrupted"), err

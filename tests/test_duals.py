@@ -8,6 +8,7 @@ import pytest
 import msroute
 from msroute.policies.base import draws_to_mask
 from msroute.policies.duals import ApproachabilityDual, check_construction, cost_scale
+from msroute.problem import team_cost
 from msroute.reward import batch_sum_max_reward
 
 # Support questions routed among 6 LLMs: skills (topics, models), dollars per call, and an
@@ -162,3 +163,55 @@ def test_lagrangian_baselines_do_not_depend_on_the_units(name: str) -> None:
         np.testing.assert_array_equal(tr.rewards, ref.rewards)  # the same decisions
         np.testing.assert_allclose(tr.costs / np.array(f), ref.costs, rtol=1e-12)
         np.testing.assert_allclose(lam_f, lam, rtol=1e-9, atol=1e-15)
+
+
+def test_budget_holds_when_two_table_prices_are_off_by_a_factor_two() -> None:
+    # Models 1 and 2 really cost twice their table price; the bounds must hold on what is spent.
+    true = np.stack([USD, INHOUSE], 1)
+    true[[1, 2], 0] *= 2.0
+    horizon = 5000
+    spend = {}
+    for mode in ("distinct", "table"):
+        batch = msroute.ProblemBatch(llm_problem(), 4)
+        env = msroute.StochasticEnv(V, kappa=20, seed=[0, 1, 2, 3])
+        pol = msroute.OMDApproachability(batch, horizon=horizon, seed=1, cost_estimate=mode)
+        skills = env.skills(0, horizon)
+        total = np.zeros((4, 2))
+        for t in range(horizon):
+            d = pol.select()
+            mask = draws_to_mask(d.draws, 6)
+            cost = team_cost(mask, np.broadcast_to(true, (4, 6, 2)))
+            pol.update(d, batch_sum_max_reward(skills[t], mask), cost)
+            total += cost
+        spend[mode] = total / horizon
+        if mode == "distinct":  # the estimates found the real prices
+            np.testing.assert_allclose(
+                pol.cost_est.costs[:, :, 0], np.broadcast_to(true[:, 0], (4, 6)), rtol=0.1
+            )
+    assert np.all(spend["distinct"][:, 0] <= BUDGET) and np.all(spend["distinct"][:, 1] >= FLOOR)
+    assert np.all(spend["table"][:, 0] > BUDGET)  # the table alone overspends
+
+
+def test_realized_costs_equal_to_the_table_change_nothing() -> None:
+    # Feeding the table's own costs leaves every estimate, hence every decision, bit for bit.
+    d_est, _, _, pol = play(llm_problem(), 800)
+    d_tab, _, _, _ = play(llm_problem(), 800, cost_estimate="table")
+    np.testing.assert_array_equal(d_est, d_tab)
+    np.testing.assert_array_equal(
+        pol.cost_est.costs, np.broadcast_to(pol.batch.costs, pol.cost_est.costs.shape)
+    )
+
+
+def test_update_with_scaled_realized_costs_moves_the_policy() -> None:
+    # update(d, r, 100 * cost) used to leave q unchanged: now the estimates follow the spend.
+    _, _, _, ref = play(llm_problem(), 300)
+    batch = msroute.ProblemBatch(llm_problem(), 4)
+    env = msroute.StochasticEnv(V, kappa=20, seed=[0, 1, 2, 3])
+    pol = msroute.OMDApproachability(batch, horizon=300, seed=1)
+    skills = env.skills(0, 300)
+    for t in range(300):
+        d = pol.select()
+        mask = draws_to_mask(d.draws, 6)
+        pol.update(d, batch_sum_max_reward(skills[t], mask), 100.0 * batch.realized_cost(mask))
+    assert not np.array_equal(pol.q, ref.q)
+    assert np.all(pol.cost_est.costs[:, :, 0] > 10 * USD)

@@ -461,14 +461,29 @@ class ProblemBatch:
 
     def surrogate_cost(self, q: FloatArray) -> FloatArray:
         """``C^T q`` per run: q (R, K) -> (R, d)."""
-        return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
+        return surrogate_cost(q, self.costs)
 
     def draws_cost(self, draws: np.ndarray) -> FloatArray:
         """Cost of the draws, an expert drawn twice counted twice: draws (R, M) -> (R, d)."""
-        picked = np.take_along_axis(self.costs, draws[:, :, None], axis=1)  # (R, M, d)
-        return np.asarray(picked.sum(axis=1), dtype=np.float64)
+        return draws_cost(draws, self.costs)
 
     def realized_cost(self, mask: np.ndarray) -> FloatArray:
         """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
-        weights = mask.astype(np.float64)[:, None, :]
-        return np.asarray(np.matmul(weights, self.costs)[:, 0, :], dtype=np.float64)
+        return team_cost(mask, self.costs)
+
+
+def surrogate_cost(q: FloatArray, costs: FloatArray) -> FloatArray:
+    """``C^T q`` per run: q (R, K), costs (R, K, d) -> (R, d)."""
+    return np.asarray(np.matmul(q[:, None, :], costs)[:, 0, :], dtype=np.float64)
+
+
+def draws_cost(draws: np.ndarray, costs: FloatArray) -> FloatArray:
+    """Cost of the draws (R, M), an expert drawn twice counted twice: -> (R, d)."""
+    picked = np.take_along_axis(costs, draws[:, :, None], axis=1)  # (R, M, d)
+    return np.asarray(picked.sum(axis=1), dtype=np.float64)
+
+
+def team_cost(mask: np.ndarray, costs: FloatArray) -> FloatArray:
+    """Cost of the routed subsets (R, K) masks, each distinct expert once: -> (R, d)."""
+    weights = mask.astype(np.float64)[:, None, :]
+    return np.asarray(np.matmul(weights, costs)[:, 0, :], dtype=np.float64)

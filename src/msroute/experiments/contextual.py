@@ -35,6 +35,7 @@ from msroute.experiments.config import ExperimentConfig, check_levels
 from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
+from msroute.policies.costs import check_cost_estimate
 from msroute.policies.omd import ContextualOMD, OMDApproachability
 from msroute.simulate import simulate
 
@@ -124,6 +125,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
         eta_mult=params["ctx_eta_mult"],
         batch=params["ctx_batch"],
         eta_schedule=params["ctx_eta_schedule"],
+        cost_estimate=check_cost_estimate(spec.cost_count),
     )
     flat_pol = OMDApproachability(
         batch,
@@ -131,6 +133,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
         seed=policy_seeds(spec, "omd"),
         eta_mult=params["eta_mult"],
         batch=params["batch"],
+        cost_estimate=check_cost_estimate(spec.cost_count),
     )
     trajs = simulate(
         {"omd-contextual": ctx_pol, "omd": flat_pol},

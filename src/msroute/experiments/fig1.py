@@ -41,6 +41,7 @@ from msroute.metrics import (
     true_regret,
 )
 from msroute.oracle import best_fixed_policy_for
+from msroute.policies.costs import check_cost_estimate
 from msroute.policies.omd import OMDApproachability
 from msroute.simulate import simulate
 
@@ -106,7 +107,13 @@ def fig1_worker(spec: CellSpec) -> CellResult:
     with_opt = bool(params.pop("opt"))
     cell = build_batch(spec)
     batch = cell.batch
-    policy = OMDApproachability(batch, horizon=spec.horizon, seed=policy_seeds(spec), **params)
+    policy = OMDApproachability(
+        batch,
+        horizon=spec.horizon,
+        seed=policy_seeds(spec),
+        cost_estimate=check_cost_estimate(spec.cost_count),  # how realized costs are counted
+        **params,
+    )
     traj = simulate(
         {"omd": policy},
         cell.env,

@@ -79,7 +79,10 @@ def _policy_variants(cfg: Fig2Config) -> list[tuple[str, str, dict[str, Any]]]:
         # TS normalizes its Beta update by N (Section 6.3's r_t / N).
         base: dict[str, Any] = {"reward_scale": float(cfg.n_dims)} if name in TS_FAMILY else {}
         if name == "omd":
-            out.append((name, name, {"eta_mult": cfg.eta_mult}))
+            omd: dict[str, Any] = {"eta_mult": cfg.eta_mult}
+            if cfg.cost_count != "distinct":  # OMD learns costs counted as they are spent
+                omd["cost_estimate"] = cfg.cost_count
+            out.append((name, name, omd))
         elif name in DUAL_BASELINES:
             for i, v in enumerate(cfg.bwk_violations):
                 label = name if i == 0 and v == "average" else f"{name}[{v}]"

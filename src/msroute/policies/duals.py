@@ -43,7 +43,7 @@ from typing import ClassVar, Literal, get_args
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
-from msroute.errors import InvalidValueError
+from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.problem import support_box, support_point_box
 from msroute.projection import _project_step_unchecked
 from msroute.projection_cuts import solve_cuts
@@ -218,7 +218,34 @@ class ApproachabilityDual:
             a, b = self.halfspace(costs, runs)
             return _project_step_unchecked(y, gamma, a, b)
         a, b = self.cuts(costs, runs)
-        return solve_cuts(y, gamma, a, b)[0]
+        try:
+            return solve_cuts(y, gamma, a, b)[0]
+        except EmptyFeasibleSetError:
+            return self._project_unreachable(y, gamma, a, b)
+
+    @staticmethod
+    def _project_unreachable(
+        y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
+    ) -> FloatArray:
+        """The step when the (estimated) costs put a bound out of reach: get as close as possible.
+
+        Learned costs can make a bound unreachable that the table met (Assumption 1 is checked
+        on the table). Each cut is then moved to the nearest value it can reach, which routes as
+        much as the floor allows toward meeting it; if the bounds still conflict, the cut of
+        the bound broken most (in its own units) is kept alone.
+        """
+        k = y.shape[-1]
+        reach = gamma * a.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * a.min(axis=-1)
+        width = np.abs(a).max(axis=-1)
+        b = np.maximum(b, reach + 1e-9 * width)
+        try:
+            return solve_cuts(y, gamma, a, b)[0]
+        except EmptyFeasibleSetError:
+            q0 = solve_cuts(y, gamma, a[:, :0], b[:, :0])[0]
+            gap = (np.einsum("rjk,rk->rj", a, q0) - b) / np.where(width > 0, width, 1.0)
+            keep = gap.argmax(axis=-1)
+            rows = np.arange(y.shape[0])
+            return solve_cuts(y, gamma, a[rows, keep][:, None], b[rows, keep][:, None])[0]
 
     def active(self) -> np.ndarray:
         """Which bounds the dual currently enforces: (R, d) ints, +1 upper, -1 lower, 0 none."""

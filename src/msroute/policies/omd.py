@@ -29,6 +29,7 @@ from msroute.policies.base import (
     draw_counts,
     sample_multinomial,
 )
+from msroute.policies.costs import CostEstimate, CostEstimateMode, check_cost_estimate
 from msroute.policies.duals import (
     ApproachabilityDual,
     DualConstruction,
@@ -86,6 +87,12 @@ class OMDApproachability(BasePolicy):
         The approachability dual and its cut (:mod:`msroute.policies.duals`): per-coordinate
         normalized units and one cut per active bound, so that feasibility does not depend on
         the units of the costs; or Algorithm 1's single aggregated cut as written.
+    cost_estimate : {"distinct", "draws", "table"}, default "distinct"
+        Learn each expert's cost per call from the realized costs passed to ``update``
+        (:mod:`msroute.policies.costs`), counting each distinct routed expert once or once per
+        draw, and use the estimates in ``C``; "table" uses the table only (the paper).
+    cost_prior_weight : float, default 10.0
+        How many calls the table counts for in the estimates.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
         impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
@@ -109,6 +116,7 @@ class OMDApproachability(BasePolicy):
         "_steps",
         "_reward_sum",
         "dual",
+        "cost_est",
     )
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
@@ -130,6 +138,8 @@ class OMDApproachability(BasePolicy):
         n_contexts: int = 1,
         eta_schedule: EtaSchedule | None = None,
         dual: DualConstruction = "invariant",
+        cost_estimate: CostEstimateMode = "distinct",
+        cost_prior_weight: float = 10.0,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
@@ -166,8 +176,16 @@ class OMDApproachability(BasePolicy):
         self._visits: IntArray = np.zeros((r, x), dtype=np.int64)
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
         self._reward_sum: FloatArray = np.zeros((r, x))
+        b = self.batch
+        self._scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
         self.dual = self._make_dual(check_construction(dual))
         self._ctx0: IntArray = np.zeros(r, dtype=np.int64)  # the context of context-free runs
+        self.cost_est = CostEstimate(
+            b.costs,
+            self._scale,
+            mode=check_cost_estimate(cost_estimate),
+            prior_weight=cost_prior_weight,
+        )
 
     def _make_dual(self, construction: DualConstruction) -> ApproachabilityDual:
         b = self.batch
@@ -180,7 +198,7 @@ class OMDApproachability(BasePolicy):
             self.dual_step,
             1e-12,
             construction="invariant",
-            scale=cost_scale(b.costs, b.lo_ori, b.hi_ori),
+            scale=self._scale,
             has_lower=np.isfinite(b.lo_ori),
             has_upper=np.isfinite(b.hi_ori),
         )
@@ -206,7 +224,7 @@ class OMDApproachability(BasePolicy):
             q = q * eligible
             q /= q.sum(axis=1, keepdims=True)
         draws = sample_multinomial(self.streams.uniform(self.m_draws), q, eligible)
-        self.dual.step(self.batch.surrogate_cost(q))
+        self.dual.step(self.cost_est.surrogate(q))
         return draws, q
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
@@ -231,6 +249,7 @@ class OMDApproachability(BasePolicy):
         )
         self._reward_sum[rows, ctx] += reward
         self._visits[rows, ctx] = visits + 1
+        self.cost_est.update(decision.draws, cost)
         due = np.flatnonzero((visits + 1) % self.batch_size == 0)
         if due.size:
             self._qp_step(due, ctx[due])
@@ -243,7 +262,7 @@ class OMDApproachability(BasePolicy):
         else:  # Corollary 2: eta = a sqrt(n_x) at the n-th step of context x
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
-        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.batch.costs, runs)
+        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs)
         self._grad[runs, ctx] = 0.0
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
 from msroute.errors import InvalidValueError
 from msroute.policies.base import Decision, check_hyper
+from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
 from msroute.policies.streams import RunStreams
@@ -212,8 +213,9 @@ class TeamRounds:
 
     ``select``: while ``t < warmup`` (``t`` counts decisions, so the warm-up advances on
     select) the :func:`round_robin` team; afterwards :func:`top_m` of the family's
-    :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C[:, i]`` when the policy
-    has a dual that acts on scores. With an eligibility mask the warm-up team is the first M
+    :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C_hat[:, i]`` when the
+    policy has a dual that acts on scores (``C_hat``: the costs per call learned from the realized
+    costs, :mod:`msroute.policies.costs`). With an eligibility mask the warm-up team is the first M
     eligible experts in round-robin order from ``t M mod K``, and the top M is taken among the
     eligible experts. ``update``: the shared-reward statistics, then the family's
     :meth:`_learn`, then one dual step; all three also learn from the warm-up rounds.
@@ -238,11 +240,13 @@ class TeamRounds:
     #: reward instead).
     _dual_in_scores: ClassVar[bool] = True
     #: The learned state (persistence): the shared statistics and the dual (None without one).
-    _state_attrs: ClassVar[tuple[str, ...]] = ("stats", "dual")
+    _state_attrs: ClassVar[tuple[str, ...]] = ("stats", "dual", "cost_est")
 
     warmup: int
     stats: SharedRewardStats
     dual: LagrangianDual | None = None
+    #: Online cost estimates used in the penalty (None without a dual).
+    cost_est: CostEstimate | None = None
 
     def _setup_rounds(self, warmup: int) -> None:
         if self.m_draws > self.n_experts:
@@ -258,13 +262,10 @@ class TeamRounds:
     ) -> LagrangianDual:
         step = default if dual_step is None else check_hyper(dual_step, "dual_step")
         b = self.batch
-        self.dual = LagrangianDual(
-            b.lo_ori,
-            b.hi_ori,
-            step=step,
-            violation=violation,
-            scale=cost_scale(b.costs, b.lo_ori, b.hi_ori),
-        )
+        scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
+        self.dual = LagrangianDual(b.lo_ori, b.hi_ori, step=step, violation=violation, scale=scale)
+        # The penalty prices experts at their learned cost per call (M distinct experts).
+        self.cost_est = CostEstimate(b.costs, scale, mode="distinct")
         return self.dual
 
     # ------------------------------------------------------------------ diagnostics
@@ -294,7 +295,8 @@ class TeamRounds:
             return top_m(scores, m, eligible), None
         scores = self._scores()
         if self.dual is not None and self._dual_in_scores:
-            scores = scores + self.dual.penalty(self.batch.costs)
+            assert self.cost_est is not None
+            scores = scores + self.dual.penalty(self.cost_est.costs)
         return top_m(scores, m, eligible), None
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
@@ -303,6 +305,8 @@ class TeamRounds:
         self._learn(routed, reward, cost)
         if self.dual is not None:
             self.dual.step(cost)
+        if self.cost_est is not None:
+            self.cost_est.update(decision.draws, cost)
 
     def _scores(self) -> FloatArray:
         """The family's selection scores after the warm-up, shape (R, K)."""

@@ -1,0 +1,123 @@
+"""Online estimates of each expert's cost per call: the table as the prior, realized costs after.
+
+``update(..., cost)`` passes the cost a round actually incurred (tokens spent, minutes worked).
+When an expert's real cost per call differs from its table value, the bounds must hold on what
+was spent, so the policies use an online estimate ``C_hat`` in place of the table ``C``.
+
+Only the team's total cost is observed, so each round's *residual* ``e = x_t - sum_{i in A_t}
+c_hat_i`` (per coordinate) is attributed to the routed experts in proportion to their current
+estimates (plus a small floor, so that an expert the table calls free can still be found to cost
+something), and each expert's estimate is the running mean of what it was attributed::
+
+    c_hat_i <- c_hat_i + share_i / (n0 + n_i),    share_i = e * m_i c_hat_i / sum_k m_k c_hat_k
+
+with ``m_i`` the number of times expert ``i`` was counted in the round (once per distinct routed
+expert, or once per draw) and ``n_i`` its calls so far; the table counts as ``n0`` calls
+(``prior_weight``). The true costs are a fixed point (their residual is zero) and the update is
+a stochastic approximation of it (preconditioned least squares on the team totals); a round
+whose realized cost equals the prediction exactly leaves the estimate unchanged, bit for bit, so
+a policy fed table costs decides exactly as one that ignores realized costs.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, get_args
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.errors import InvalidValueError
+from msroute.policies.base import draw_counts, draws_to_mask
+from msroute.problem import draws_cost, team_cost
+
+__all__ = ["COST_ESTIMATES", "CostEstimate", "CostEstimateMode", "check_cost_estimate"]
+
+CostEstimateMode = Literal["distinct", "draws", "table"]
+#: The accepted values of ``cost_estimate``.
+COST_ESTIMATES: tuple[str, ...] = get_args(CostEstimateMode)
+#: Attribution floor, as a fraction of the coordinate's unit.
+_FLOOR = 1e-3
+
+
+def check_cost_estimate(value: object) -> CostEstimateMode:
+    """Validate the ``cost_estimate`` keyword."""
+    for mode in COST_ESTIMATES:
+        if value == mode:
+            return mode  # type: ignore[return-value]
+    raise InvalidValueError(
+        f"cost_estimate == {value!r}, must be 'distinct' (a realized cost counts each distinct "
+        "routed expert once), 'draws' (once per draw) or 'table' (ignore realized costs)"
+    )
+
+
+class CostEstimate:
+    """Per-run, per-expert cost estimates (R, K, d), learned from realized team costs.
+
+    Parameters
+    ----------
+    prior : ndarray, shape (R, K, d)
+        The cost table of each run (the prior, and the estimate until costs differ from it).
+    scale : ndarray, shape (R, d)
+        Unit of each coordinate (:func:`msroute.policies.duals.cost_scale`); sets the
+        attribution floor, so the estimates scale with the units of the costs.
+    mode : {"distinct", "draws", "table"}, default "distinct"
+        How a realized cost counts the routed experts (as in :func:`msroute.simulate`'s
+        ``cost_count``), or "table": never learn (the paper's policies use the table).
+    prior_weight : float, default 10.0
+        How many calls the table counts for.
+
+    Attributes
+    ----------
+    costs : ndarray, shape (R, K, d)
+        The current estimates.
+    n_obs : ndarray, shape (R, K)
+        Calls counted per expert.
+    """
+
+    _state_attrs: ClassVar[tuple[str, ...]] = ("costs", "n_obs")
+
+    def __init__(
+        self,
+        prior: FloatArray,
+        scale: FloatArray,
+        *,
+        mode: CostEstimateMode = "distinct",
+        prior_weight: float = 10.0,
+    ) -> None:
+        self.mode: CostEstimateMode = check_cost_estimate(mode)
+        w = float(prior_weight)
+        if not np.isfinite(w) or w <= 0.0:
+            raise InvalidValueError(
+                f"cost_prior_weight == {prior_weight}, must be a finite number > 0"
+            )
+        self.prior_weight = w
+        self.prior = prior
+        self.costs: FloatArray = np.array(prior, dtype=np.float64)
+        self.n_obs: FloatArray = np.zeros(prior.shape[:2])
+        self._floor = (_FLOOR * scale)[:, None, :]
+
+    def surrogate(self, q: FloatArray) -> FloatArray:
+        """``C_hat^T q`` per run: q (R, K) -> (R, d)."""
+        return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
+
+    def update(self, draws: IntArray, cost: FloatArray) -> None:
+        """Learn from one round: the draws (R, M) and the realized costs (R, d)."""
+        if self.mode == "table":
+            return
+        k = self.costs.shape[1]
+        if self.mode == "distinct":
+            mask = draws_to_mask(draws, k)
+            predicted = team_cost(mask, self.costs)
+            m = mask.astype(np.float64)
+        else:
+            predicted = draws_cost(draws, self.costs)
+            m = draw_counts(draws, k)
+        self.n_obs += m
+        resid = cost - predicted
+        if not np.any(resid):
+            return
+        weight = m[:, :, None] * (self.costs + self._floor)  # (R, K, d)
+        share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)
+        self.costs = np.maximum(
+            self.costs + share / (self.prior_weight + self.n_obs)[:, :, None], 0.0
+        )

@@ -180,8 +180,8 @@ def test_file_holds_json_and_plain_arrays_only(name, skills, contexts, tmp_path)
     assert manifest["format_version"] == FORMAT_VERSION
     assert manifest["policy"] == name
     assert manifest["state"]["t"] == 5
-    assert manifest["state"]["streams.generators"] == [
-        g.bit_generator.state for g in policy.streams.generators
+    assert manifest["state"]["streams.uniforms.generators"] == [
+        g.bit_generator.state for g in policy.streams.uniforms.generators
     ]
     assert manifest["kwargs"]["horizon"] == 200
     assert manifest["problems"][0]["constraints"] == PROBLEM.constraints.to_dict()
@@ -196,8 +196,8 @@ def test_saving_does_not_touch_the_policy_and_is_deterministic(skills, contexts,
     policy.save(tmp_path / "b.npz")
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     assert state_dict(policy).keys() == before.keys()
-    assert [g.bit_generator.state for g in policy.streams.generators] == before[
-        "streams.generators"
+    assert [g.bit_generator.state for g in policy.streams.normals.generators] == before[
+        "streams.normals.generators"
     ]
     policy.save(tmp_path / "a.npz")  # overwriting leaves no temporary file behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]

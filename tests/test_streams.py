@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from msroute.policies.streams import RunStreams
+from msroute.policies.streams import GammaShapes, RunStreams
 
 
 def test_uniforms_are_one_sequence_per_run_whatever_the_buffer() -> None:
@@ -23,7 +24,10 @@ def test_a_run_draws_the_same_alone_or_batched() -> None:
     b = np.random.default_rng(1).uniform(1, 3, size=(3, 4))
     for _ in range(5):
         np.testing.assert_array_equal(batched.uniform(4)[1], alone.uniform(4)[0])
-        np.testing.assert_array_equal(batched.beta(a, b)[1], alone.beta(a[1:2], b[1:2])[0])
+        ab = GammaShapes(np.concatenate([a, b], axis=1))
+        np.testing.assert_array_equal(
+            batched.beta(ab)[1], alone.beta(GammaShapes(ab.shape[1:2]))[0]
+        )
 
 
 def test_one_seed_spawns_distinct_children() -> None:
@@ -37,12 +41,57 @@ def test_beta_samples_have_the_right_mean() -> None:
     streams = RunStreams(0, n_runs=2)
     a = np.array([[2.0, 8.0], [5.0, 1.0]])
     b = np.array([[8.0, 2.0], [5.0, 3.0]])
-    draws = np.stack([streams.beta(a, b) for _ in range(20_000)])
+    ab = GammaShapes(np.concatenate([a, b], axis=1))
+    draws = np.stack([streams.beta(ab) for _ in range(20_000)])
     np.testing.assert_allclose(draws.mean(axis=0), a / (a + b), atol=0.01)
+
+
+@pytest.mark.parametrize("shape", [0.05, 0.7, 1.0, 1.3, 4.0, 2500.0])
+def test_gamma_variates_follow_the_gamma_law(shape: float) -> None:
+    # Kolmogorov-Smirnov against scipy's Gamma cdf: shapes below 1 (boosted), at 1, near 1
+    # (the rejections are most frequent there) and large.
+    streams = RunStreams(7, n_runs=4, block=256)
+    shapes = GammaShapes(np.full((4, 500), shape))
+    x = np.concatenate([streams.standard_gamma(shapes).ravel() for _ in range(5)])
+    assert stats.kstest(x, stats.gamma(shape).cdf).pvalue > 1e-3
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.3, 0.6), (1.0, 1.0), (1.2, 900.0), (40.0, 2.5)])
+def test_beta_variates_follow_the_beta_law(a: float, b: float) -> None:
+    streams = RunStreams(3, n_runs=2, block=300)
+    shapes = GammaShapes(np.concatenate([np.full((2, 1000), a), np.full((2, 1000), b)], axis=1))
+    x = np.concatenate([streams.beta(shapes).ravel() for _ in range(5)])
+    assert np.all((x >= 0.0) & (x <= 1.0))
+    assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 1e-3
+
+
+def test_rejections_draw_from_each_runs_own_streams() -> None:
+    # Shapes near 1 reject often, so the runs' retries differ in number; a run still draws the
+    # same alone, and after shapes are set entry by entry as after building them anew.
+    rng = np.random.default_rng(2)
+    shape = rng.uniform(0.5, 3.0, size=(5, 40))
+    batched, alone = RunStreams(list(range(5)), n_runs=5), RunStreams([3], n_runs=1, block=9)
+    kept = GammaShapes(shape)
+    for _ in range(30):
+        new = rng.uniform(0.5, 3.0, size=3)
+        flat = rng.choice(shape.size, size=3, replace=False)
+        shape.reshape(-1)[flat] = new
+        kept.set(flat, new)
+        np.testing.assert_array_equal(kept.d, GammaShapes(shape).d)
+        got = batched.standard_gamma(kept)[3]
+        np.testing.assert_array_equal(got, alone.standard_gamma(GammaShapes(shape[3:4]))[0])
+
+
+def test_requests_wider_than_the_buffer_continue_the_same_sequence() -> None:
+    small = RunStreams([1, 2], n_runs=2, block=8)
+    got = np.concatenate([small.uniform(3), small.uniform(20), small.uniform(5)], axis=1)
+    np.testing.assert_array_equal(got, RunStreams([1, 2], n_runs=2, block=64).uniform(28))
 
 
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="seed has 2 entries for 3 runs"):
         RunStreams([1, 2], n_runs=3)
-    with pytest.raises(ValueError, match="width == 9"):
-        RunStreams(0, n_runs=1, block=8).uniform(9)
+    with pytest.raises(ValueError, match="finite, positive"):
+        GammaShapes(np.array([[1.0, 0.0]]))
+    with pytest.raises(ValueError, match="finite, positive"):
+        GammaShapes(np.array([[1.0, np.inf]]))

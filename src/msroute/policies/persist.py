@@ -14,8 +14,9 @@ zip tool (``unzip -p router.npz manifest.json``):
   arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``), ``problems`` (``m_draws``,
   ``cbar`` and ``constraints`` of each distinct problem, the latter by
   :meth:`Constraints.to_dict`), ``problem_of_run`` (which problem each run uses), ``state`` (the
-  non-array state: the round counter ``t``, each run's generator state under ``streams.generators``,
-  counters such as ``dual.n_steps``) and ``arrays`` (the names of the array state).
+  non-array state: the round counter ``t``, the generator state of each run's streams under
+  ``streams.uniforms.generators`` and the like, counters such as ``dual.n_steps``) and
+  ``arrays`` (the names of the array state).
 * ``problem.<i>.costs.npy`` — the cost matrix (K, d) of distinct problem ``i``.
 * ``state.<name>.npy`` — one array of state each, e.g. ``state._q.npy``, ``state.dual.w.npy``.
 

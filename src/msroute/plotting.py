@@ -12,6 +12,8 @@ as ``.png`` and ``.svg``.
 * :func:`plot_fig3` -- Figure 3: rolling-average reward per policy over the rounds.
 * :func:`plot_contextual` -- the contextual experiment: reward (with the per-context OPT) and
   regret per policy.
+* :func:`plot_bench` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
+  every run as a point (infeasible runs marked).
 
 Figures are built without :mod:`matplotlib.pyplot`: each one gets its own Agg canvas, so no
 screen is needed and no global backend is switched. This module is not imported by
@@ -46,6 +48,7 @@ __all__ = [
     "LEVEL_ORDER",
     "POLICY_COLORS",
     "POLICY_LABELS",
+    "plot_bench",
     "plot_contextual",
     "plot_fig1",
     "plot_fig2",
@@ -70,6 +73,7 @@ _POLICY_ORDER: tuple[str, ...] = (
     "cucb",
     "greedy",
     "random",
+    "uniform",
 )
 
 #: One color per registered policy, shared by every figure.
@@ -83,6 +87,7 @@ POLICY_COLORS: dict[str, str] = {
     "cucb": "#2ca02c",  # green
     "greedy": "#ff7f0e",  # orange
     "random": "#7f7f7f",  # gray
+    "uniform": "#000000",  # black
 }
 _EXTRA_COLORS: tuple[str, ...] = ("#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173")
 
@@ -97,6 +102,7 @@ POLICY_LABELS: dict[str, str] = {
     "cucb": "CUCB",
     "greedy": "Greedy",
     "random": "Random",
+    "uniform": "Uniform",
 }
 _LEVEL_LABELS = {"tight": "Tight", "medium": "Medium", "loose": "Loose", "none": "Unconstrained"}
 _LEVEL_COLORS = {"tight": "#d62728", "medium": "#ff7f0e", "loose": "#2ca02c", "none": "#7f7f7f"}
@@ -650,7 +656,33 @@ def _grouped_bars(
     ax.set_axisbelow(True)
 
 
-def plot_fig2(rows: Iterable[Row]) -> Figure:
+#: Reward axes of Figure 2: "differences" zooms on the bars' range, "full" starts at 0.
+REWARD_AXES: tuple[str, ...] = ("differences", "full")
+
+
+def _zoom_reward_axis(ax: Axes, stats: Mapping[tuple[str, str], tuple[float, float]]) -> None:
+    """Limit a bar panel's axis to the range of the means ± std (plus a margin), so that the
+    differences between policies are visible; the axis is marked as not starting at 0."""
+    lows = [m - s for m, s in stats.values() if math.isfinite(m)]
+    highs = [m + s for m, s in stats.values() if math.isfinite(m)]
+    if not lows:
+        return
+    lo, hi = min(lows), max(highs)
+    pad = max(0.15 * (hi - lo), 1e-3 * max(abs(hi), 1.0))
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.text(
+        0.0,
+        1.0,
+        "axis does not start at 0",
+        transform=ax.transAxes,
+        fontsize=7,
+        ha="left",
+        va="bottom",
+        color="0.4",
+    )
+
+
+def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figure:
     """Figure 2: time-averaged reward and share of feasible runs, per level and policy.
 
     Parameters
@@ -660,6 +692,10 @@ def plot_fig2(rows: Iterable[Row]) -> Figure:
         ``level``, ``policy``, ``seed``, ``avg_reward`` (time-averaged realized reward of the
         run) and ``feasible`` (whether the run ends inside the constraint box; ``True``/
         ``False``, ``1``/``0`` or their string forms).
+    reward_axis : {"differences", "full"}, default "differences"
+        "differences" limits the reward axis to the range of the bars (mean ± std), so that
+        policies that earn nearly the same can be told apart; "full" starts it at 0 as the
+        paper's figure does.
 
     Returns
     -------
@@ -670,6 +706,8 @@ def plot_fig2(rows: Iterable[Row]) -> Figure:
         seeds whose run is feasible. One legend for the whole figure; OMD-Approachability's
         bars are outlined.
     """
+    if reward_axis not in REWARD_AXES:
+        raise ValueError(f"reward_axis == {reward_axis!r}, must be one of {', '.join(REWARD_AXES)}")
     data = _rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
     reward: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     feasible: dict[tuple[str, str, str], list[bool]] = defaultdict(list)
@@ -692,6 +730,8 @@ def plot_fig2(rows: Iterable[Row]) -> Figure:
         }
         left, right = grid[i]
         _grouped_bars(left, levels, policies, reward_stats, errors=True)
+        if reward_axis == "differences":
+            _zoom_reward_axis(left, reward_stats)
         left.set_ylabel("time-averaged reward")
         left.set_title(f"{_env_label(env)}: average reward (mean ± std over seeds)")
         _grouped_bars(right, levels, policies, feasible_pct, errors=False)
@@ -832,10 +872,114 @@ def plot_contextual(rows: Iterable[Row]) -> Figure:
     return fig
 
 
+def _budget_positions(budgets: Sequence[str]) -> tuple[dict[str, float], bool]:
+    """x position of each budget level ("none" right of the largest) and whether the axis is
+    logarithmic (all numeric levels > 0)."""
+    numeric = sorted(float(b) for b in budgets if b != "none")
+    log = bool(numeric) and numeric[0] > 0
+    pos = {b: float(b) for b in budgets if b != "none"}
+    if "none" in budgets:
+        if not numeric:
+            pos["none"] = 1.0
+        elif log:
+            pos["none"] = numeric[-1] * 2.0
+        else:
+            pos["none"] = numeric[-1] + max((numeric[-1] - numeric[0]) / 4.0, 1.0)
+    return pos, log
+
+
+def plot_bench(rows: Iterable[Row]) -> Figure:
+    """``msroute bench``: reward against budget, with the certified OPT frontier.
+
+    Parameters
+    ----------
+    rows : iterable of mapping
+        One row per (``budget``, ``policy``, ``seed``) with the keys ``scenario``, ``budget``
+        (a number or ``"none"``), ``policy``, ``avg_reward``, ``opt_reward`` and ``feasible``.
+
+    Returns
+    -------
+    Figure
+        Left: OPT (the mean over seeds of the best fixed feasible policy of eq. (3)) as a line
+        against the budget, and every run as a point at its time-averaged reward: filled when
+        the run met the budget, an ``x`` when it did not; policies are offset a little along
+        the budget axis. Right: the mean regret to the frontier (OPT - reward) of the feasible
+        runs per policy and budget. ``"none"`` (unconstrained) is drawn right of the largest
+        budget.
+    """
+    data = _rows(
+        rows, ("scenario", "budget", "policy", "avg_reward", "opt_reward", "feasible"), "plot_bench"
+    )
+    budgets = list(dict.fromkeys(_str(r, "budget") for r in data))
+    pos, log = _budget_positions(budgets)
+    order = sorted(budgets, key=lambda b: pos[b])
+    policies = _ordered((_str(r, "policy") for r in data), _POLICY_ORDER)
+    opt: dict[str, list[float]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
+    for r in data:
+        key = (_str(r, "budget"), str(r.get("seed", "")))
+        if key not in seen:
+            seen.add(key)
+            opt[key[0]].append(_float(r, "opt_reward"))
+
+    fig = _new_figure(12.0, 4.4)
+    left, right = _grid(fig, 1, 2)[0]
+    xs = [pos[b] for b in order]
+    left.plot(xs, [float(np.mean(opt[b])) for b in order], color="black", lw=2, zorder=2)
+    spread = 0.25 if log else 0.02 * (max(xs) - min(xs) if len(xs) > 1 else 1.0)
+    regret: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for j, policy in enumerate(policies):
+        offset = (j - (len(policies) - 1) / 2) / max(len(policies), 1) * spread
+        color = policy_color(policy)
+        for r in data:
+            if _str(r, "policy") != policy:
+                continue
+            b = _str(r, "budget")
+            x = pos[b] * (1.0 + offset) if log else pos[b] + offset
+            ok = _bool(r, "feasible")
+            left.plot(
+                [x],
+                [_float(r, "avg_reward")],
+                marker="o" if ok else "x",
+                ls="",
+                markersize=5,
+                color=color,
+                markerfacecolor=color if ok else "none",
+                alpha=0.85,
+                zorder=_TOP_ZORDER if policy == "omd" else 3,
+            )
+            if ok:
+                regret[(b, policy)].append(_float(r, "opt_reward") - _float(r, "avg_reward"))
+    for policy in policies:
+        pts = [(pos[b], float(np.mean(regret[(b, policy)]))) for b in order if regret[(b, policy)]]
+        if pts:
+            right.plot(*zip(*pts, strict=True), marker="o", color=policy_color(policy), lw=1.2)
+    for ax in (left, right):
+        if log:
+            ax.set_xscale("log")
+        ax.set_xticks(xs, [("none" if b == "none" else f"{float(b):.3g}") for b in order])
+        ax.minorticks_off()
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("budget")
+    scenario = _str(data[0], "scenario")
+    left.set_ylabel("time-averaged reward")
+    left.set_title(f"{scenario}: reward vs budget (line: OPT; o feasible, x infeasible)")
+    right.axhline(0.0, color="0.6", lw=0.8)
+    right.set_ylabel("OPT - reward (feasible runs)")
+    right.set_title("regret to the frontier (mean over feasible seeds)")
+    handles = [Line2D([], [], color="black", lw=2, label="OPT (eq. (3))")]
+    handles += _policy_handles(policies, "line")
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 10), frameon=False
+    )
+    return fig
+
+
 #: The figure of each experiment of ``msroute reproduce``, by experiment name.
-FIGURES: dict[str, Callable[[Iterable[Row]], Figure]] = {
+FIGURES: dict[str, Callable[..., Figure]] = {
     "fig1": plot_fig1,
     "fig2": plot_fig2,
     "fig3": plot_fig3,
     "contextual": plot_contextual,
+    "bench": plot_bench,
 }

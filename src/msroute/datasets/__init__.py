@@ -14,6 +14,8 @@ from msroute.datasets.crowd import (
     CrowdData,
     Instance,
     build_instance,
+    fit_beta_prior,
+    fit_beta_strength,
     load_crowd,
     sample_instance,
 )
@@ -25,6 +27,8 @@ __all__ = [
     "CrowdData",
     "Instance",
     "build_instance",
+    "fit_beta_prior",
+    "fit_beta_strength",
     "load_crowd",
     "sample_instance",
 ]

@@ -22,6 +22,13 @@ Section 6.1, as implemented here:
 * costs, computed within the pool: workload = annotation count / the pool's largest count, and
   an expert flag = 1 for the pool's ``n_flagged`` (10) most accurate workers, ties going to the
   lower worker id.
+
+Optionally (``shrinkage="eb"``, off for the paper's instance) every accuracy is an
+empirical-Bayes posterior mean instead of a raw hit rate, in two levels fitted to the pool's
+annotation counts: a worker's accuracy is shrunk toward the pool's mean, and their accuracy on a
+task group toward their own shrunk accuracy (:func:`fit_beta_prior`,
+:func:`fit_beta_strength`), so that a worker with 5 of 5 gold answers right no longer counts as
+a perfect expert, nor one with 1 of 1 in a group as perfect on that group.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ __all__ = [
     "CrowdData",
     "Instance",
     "build_instance",
+    "fit_beta_prior",
+    "fit_beta_strength",
     "load_crowd",
     "sample_instance",
 ]
@@ -540,6 +549,9 @@ class Instance:
         Names of the cost coordinates, ``("workload", "expert")``.
     source : str
         The data the instance comes from.
+    prior : (float, float, float) or None
+        ``(a, b, t)`` of ``build_instance(shrinkage="eb")``: the workers' Beta(a, b) prior and
+        the groups' strength t; None for raw hit rates.
     """
 
     workers: tuple[int, ...]
@@ -550,6 +562,7 @@ class Instance:
     n_flagged: int
     cost_names: tuple[str, ...] = COST_NAMES
     source: str = ""
+    prior: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         workers = tuple(int(w) for w in self.workers)
@@ -573,6 +586,9 @@ class Instance:
         object.__setattr__(self, "annotations", _readonly(annotations))
         object.__setattr__(self, "n_flagged", int(self.n_flagged))
         object.__setattr__(self, "cost_names", names)
+        if self.prior is not None:
+            a, b, t = (float(x) for x in self.prior)
+            object.__setattr__(self, "prior", (a, b, t))
 
     @property
     def n_dims(self) -> int:
@@ -597,6 +613,7 @@ class Instance:
             "accuracy": self.accuracy.tolist(),
             "annotations": self.annotations.tolist(),
             "source": self.source,
+            "prior": None if self.prior is None else list(self.prior),
         }
 
     @classmethod
@@ -611,7 +628,101 @@ class Instance:
             n_flagged=int(d["n_flagged"]),
             cost_names=tuple(d.get("cost_names", COST_NAMES)),
             source=str(d.get("source", "")),
+            prior=None if d.get("prior") is None else tuple(d["prior"]),
         )
+
+
+#: Lower bound of the fitted intra-class correlation ``rho = 1 / (a + b + 1)`` (see
+#: :func:`fit_beta_strength`): no overdispersion at all would mean an infinitely strong prior.
+_RHO_MIN = 1e-6
+
+
+def fit_beta_strength(hits: ArrayLike, trials: ArrayLike, groups: ArrayLike | None = None) -> float:
+    """Empirical-Bayes strength ``a + b`` of a Beta prior of binomial counts (method of moments).
+
+    Unit ``j`` has ``hits[j]`` successes in ``trials[j]`` trials; its success rate is drawn from
+    a Beta prior of strength ``a + b`` around its group's mean (one group when ``groups`` is
+    None). The strength comes from the intra-class correlation ``rho = 1 / (a + b + 1)``: in
+    group g (``J_g`` units with a trial, ``n_g`` trials, pooled rate ``p_g``) the weighted sum
+    of squares ``S_g = sum_j n_j (x_j - p_g)^2`` (``x_j = hits_j / n_j``) has expectation
+    ``p_g (1 - p_g) [(J_g - 1) + rho (n_g - sum_j n_j^2 / n_g - (J_g - 1))]`` under the
+    beta-binomial model (Kleinman 1973), so, pooled over the groups::
+
+        rho = sum_g (S_g - p_g (1 - p_g) (J_g - 1))
+              / sum_g p_g (1 - p_g) (n_g - sum_j n_j^2 / n_g - (J_g - 1))
+
+    clipped to ``[1e-6, 1]``: no overdispersion at all gives the strongest prior
+    (``a + b = 1e6 - 1``), ``rho = 1`` none (``a + b = 0``).
+
+    Parameters
+    ----------
+    hits, trials : array_like, shape (J,)
+        Successes and trials of each unit (``0 <= hits <= trials``); units with no trial are
+        ignored.
+    groups : array_like of int, shape (J,), optional
+        Group of each unit; each group has its own prior mean, all share the strength.
+
+    Returns
+    -------
+    float
+        ``a + b``.
+
+    Raises
+    ------
+    ValueError
+        Shapes differ, hits outside ``[0, trials]``, or no group has two units with a trial and
+        a pooled rate strictly between 0 and 1 (nothing to fit).
+
+    Examples
+    --------
+    >>> round(fit_beta_strength([1, 3, 5], [2, 4, 5]), 4)
+    7.2199
+    """
+    h = np.asarray(hits, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    g = np.zeros(h.shape, dtype=np.int64) if groups is None else np.asarray(groups)
+    if h.ndim != 1 or h.shape != n.shape or h.shape != g.shape:
+        raise ValueError(
+            f"hits, trials and groups must be 1-d of one shape, got {h.shape}, {n.shape}, {g.shape}"
+        )
+    if np.any(n < 0) or np.any(h < 0) or np.any(h > n):
+        raise ValueError("hits must lie in [0, trials] and trials must be >= 0")
+    used = n > 0
+    h, n, g = h[used], n[used], g[used]
+    _, g = np.unique(g, return_inverse=True)
+    units = np.bincount(g).astype(np.float64)
+    total = np.bincount(g, weights=n)
+    p = np.bincount(g, weights=h) / total
+    pq = p * (1.0 - p)
+    s = np.bincount(g, weights=n * (h / n - p[g]) ** 2)
+    num = float(np.sum(s - pq * (units - 1.0)))
+    den = float(np.sum(pq * (total - np.bincount(g, weights=n**2) / total - (units - 1.0))))
+    if not den > 0:
+        raise ValueError(
+            "cannot fit a Beta prior: no group has two units with a trial and a pooled rate "
+            "strictly between 0 and 1"
+        )
+    rho = min(max(num / den, _RHO_MIN), 1.0)
+    return 1.0 / rho - 1.0
+
+
+def fit_beta_prior(hits: ArrayLike, trials: ArrayLike) -> tuple[float, float]:
+    """Empirical-Bayes Beta(a, b) prior of binomial counts: mean the pooled rate
+    ``sum hits / sum trials``, strength :func:`fit_beta_strength`.
+
+    The posterior mean of unit ``j`` is ``(hits_j + a) / (trials_j + a + b)``.
+
+    Examples
+    --------
+    >>> a, b = fit_beta_prior([1, 3, 5], [2, 4, 5])
+    >>> round(a / (a + b), 4), round(a + b, 4)
+    (0.8182, 7.2199)
+    """
+    strength = fit_beta_strength(hits, trials)
+    p = float(np.sum(np.asarray(hits, dtype=np.float64))) / float(
+        np.sum(np.asarray(trials, dtype=np.float64))
+    )
+    return p * strength, (1.0 - p) * strength
 
 
 def build_instance(
@@ -621,6 +732,7 @@ def build_instance(
     n_flagged: int = 10,
     *,
     split: str = "round-robin",
+    shrinkage: str | None = None,
 ) -> Instance:
     """Build the instance of Section 6.1 for an explicit pool of workers.
 
@@ -639,6 +751,16 @@ def build_instance(
         group ``j mod N``, so every group is a uniform sample of the tasks), or N contiguous
         blocks of the sorted ids (task j goes to group ``j N // n_tasks``; in TREC 2010 the ids
         run topic by topic, so blocks keep related tasks together and the groups differ).
+    shrinkage : {None, "eb"}, default None
+        None (the paper's): accuracies are raw hit rates. ``"eb"``: two-level empirical Bayes,
+        fitted to the pool's counts. (1) Worker i's overall accuracy is the posterior mean
+        ``mu_i = (H_i + a) / (A_i + a + b)`` (``H_i`` right of ``A_i`` gold answers) under the
+        Beta(a, b) that :func:`fit_beta_prior` fits to the K workers' counts (mean: the pool's
+        pooled accuracy). (2) Their accuracy on group n is ``(h_ni + t mu_i) / (a_ni + t)``
+        with ``t`` the strength :func:`fit_beta_strength` fits to the (worker, group) counts
+        around each worker's own rate (a group with no answer gets ``mu_i``). On the paper's
+        round-robin groups the groups are random samples of the tasks, so ``t`` comes out large
+        and a worker's groups differ little. The expert flag ranks the shrunk ``mu_i``.
 
     Returns
     -------
@@ -647,6 +769,7 @@ def build_instance(
         tasks of ``data``); entry ``[n, i]`` is worker i's accuracy on
         group n, or their overall accuracy if they have no annotation there. ``costs`` (K, 2):
         workload = annotation count / the pool's largest count, and the expert flag.
+        With ``shrinkage``, ``prior`` holds ``(a, b, t)``.
 
     Raises
     ------
@@ -691,9 +814,20 @@ def build_instance(
     hits = np.bincount(cell, weights=data.correct[mine], minlength=n * k).reshape(n, k)
     seen = np.bincount(cell, minlength=n * k).reshape(n, k)
     accuracy = data.accuracy[pos]
-    skills = np.where(seen > 0, hits / np.maximum(seen, 1), accuracy[None, :])
-
     annotations = data.annotation_counts[pos]
+    prior: tuple[float, float, float] | None = None
+    if shrinkage is not None:
+        if shrinkage != "eb":
+            raise ValueError(f"shrinkage == {shrinkage!r}, must be None or 'eb'")
+        worker_hits = hits.sum(axis=0)  # every task is in one group: the worker's totals
+        a, b = fit_beta_prior(worker_hits, annotations)
+        accuracy = (worker_hits + a) / (annotations + a + b)
+        t = fit_beta_strength(hits.ravel(), seen.ravel(), groups=np.tile(np.arange(k), n))
+        skills = (hits + t * accuracy[None, :]) / (seen + t)
+        prior = (a, b, t)
+    else:
+        skills = np.where(seen > 0, hits / np.maximum(seen, 1), accuracy[None, :])
+
     workload = annotations / annotations.max()
     expert = np.zeros(k)
     expert[np.lexsort((ids, -accuracy))[:flagged]] = 1.0
@@ -705,6 +839,7 @@ def build_instance(
         annotations=annotations,
         n_flagged=flagged,
         source=data.source,
+        prior=prior,
     )
 
 
@@ -717,6 +852,7 @@ def sample_instance(
     n_flagged: int = 10,
     min_annotations: int = DEFAULT_MIN_ANNOTATIONS,
     split: str = "round-robin",
+    shrinkage: str | None = None,
 ) -> Instance:
     """Draw a pool of workers and build its instance, as each seed of Section 6.1 does.
 
@@ -737,6 +873,8 @@ def sample_instance(
     min_annotations : int, default 5
     split : {"round-robin", "contiguous"}, default "round-robin"
         How tasks are grouped (see :func:`build_instance`).
+    shrinkage : {None, "eb"}, default None
+        Empirical-Bayes shrinkage of the accuracies (see :func:`build_instance`).
 
     Returns
     -------
@@ -762,4 +900,4 @@ def sample_instance(
         )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     pool = np.sort(rng.choice(reliable, size=k, replace=False))
-    return build_instance(data, pool, n_dims, n_flagged=n_flagged, split=split)
+    return build_instance(data, pool, n_dims, n_flagged=n_flagged, split=split, shrinkage=shrinkage)

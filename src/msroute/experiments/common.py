@@ -37,6 +37,7 @@ from msroute.envs import RegimeSwitchingEnv, StochasticEnv
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.output import Progress
 from msroute.problem import Constraints, Problem, ProblemBatch
+from msroute.scenarios import ScenarioInstance, get_scenario
 
 __all__ = [
     "ENVIRONMENTS",
@@ -193,6 +194,12 @@ class CellSpec:
     dataset : str
         The packaged crowd data the instances are sampled from ("trec", the paper's, or
         "web"); see :data:`msroute.datasets.DATASETS`.
+    scenario : str
+        "" (the paper's instances: ``n_experts``, ``n_dims``, ``split``, ``dataset`` and the
+        Table 1 ``levels``) or a scenario name (:func:`msroute.scenarios.get_scenario`): its
+        instances, and ``levels`` are budget levels of its budgeted cost.
+    scenario_params : tuple of (str, value)
+        The scenario's parameters (user files: paths and their SHA-256).
     """
 
     experiment: str
@@ -210,6 +217,8 @@ class CellSpec:
     cost_count: str = "distinct"
     split: str = "round-robin"
     dataset: str = DEFAULT_DATASET
+    scenario: str = ""
+    scenario_params: tuple[tuple[str, Any], ...] = ()
 
     def key(self) -> str:
         """A short content hash of the specification (the cache file name)."""
@@ -223,8 +232,8 @@ class Cell:
 
     Attributes
     ----------
-    instances : list of Instance
-        One sampled pool per seed.
+    instances : list of Instance or ScenarioInstance
+        One sampled pool (or scenario instance) per seed.
     batch : ProblemBatch
         One problem per run, run ``li * S + si`` being (level li, seed si).
     env : StochasticEnv or RegimeSwitchingEnv
@@ -233,7 +242,7 @@ class Cell:
         The environment run (seed) of each batch run.
     """
 
-    instances: list[Instance]
+    instances: list[Instance] | list[ScenarioInstance]
     batch: ProblemBatch
     env: StochasticEnv | RegimeSwitchingEnv
     run_map: IntArray
@@ -263,27 +272,65 @@ def check_cell_memory(spec: CellSpec) -> None:
     )
 
 
-def build_batch(spec: CellSpec) -> Cell:
-    """Instances per seed, the (level, seed) problem batch and the shared-stream environment."""
-    check_cell_memory(spec)
-    instances = [
-        paper_instance(s, spec.n_experts, spec.n_dims, spec.split, spec.dataset) for s in spec.seeds
-    ]
-    problems = [
-        Problem(inst.costs, spec.m_draws, level_constraints(inst, spec.m_draws, level))
-        for level in spec.levels
-        for inst in instances
-    ]
-    env = _cached_env(
-        spec.env,
-        spec.seeds,
+#: What determines the instance of a seed: (scenario, scenario_params, K, N, split, dataset).
+_InstanceKey = tuple[str, tuple[tuple[str, Any], ...], int, int, str, str]
+
+
+def _instance_key(spec: CellSpec) -> _InstanceKey:
+    if spec.scenario:  # the scenario alone determines its instances
+        return (spec.scenario, spec.scenario_params, 0, 0, "", "")
+    return (
+        spec.scenario,
+        spec.scenario_params,
         spec.n_experts,
         spec.n_dims,
         spec.split,
         spec.dataset,
-        spec.horizon,
-        spec.env_params,
     )
+
+
+@lru_cache(maxsize=256)
+def seed_instance(key: _InstanceKey, seed: int) -> Instance | ScenarioInstance:
+    """The instance of seed ``seed``: the paper's pool, or the scenario's draw from the same
+    instance stream."""
+    scenario, params, n_experts, n_dims, split, dataset = key
+    if scenario:
+        return get_scenario(scenario, params).instance(stream(seed, _INSTANCE_STREAM))
+    return paper_instance(seed, n_experts, n_dims, split, dataset)
+
+
+def scenario_instance(
+    scenario: str, params: tuple[tuple[str, Any], ...], seed: int
+) -> ScenarioInstance:
+    """The instance of seed ``seed`` of a scenario, as its cells see it (cached)."""
+    inst = seed_instance((scenario, params, 0, 0, "", ""), seed)
+    assert isinstance(inst, ScenarioInstance)
+    return inst
+
+
+def build_batch(spec: CellSpec) -> Cell:
+    """Instances per seed, the (level, seed) problem batch and the shared-stream environment.
+
+    Levels are Table 1's (:func:`level_constraints`) for the paper's instances, budget levels
+    (:meth:`msroute.scenarios.Scenario.constraints`) for a scenario's.
+    """
+    check_cell_memory(spec)
+    key = _instance_key(spec)
+    instances: list[Any] = [seed_instance(key, s) for s in spec.seeds]
+    if spec.scenario:
+        scenario = get_scenario(spec.scenario, spec.scenario_params)
+        problems = [
+            Problem(inst.costs, spec.m_draws, scenario.constraints(inst, level))
+            for level in spec.levels
+            for inst in instances
+        ]
+    else:
+        problems = [
+            Problem(inst.costs, spec.m_draws, level_constraints(inst, spec.m_draws, level))
+            for level in spec.levels
+            for inst in instances
+        ]
+    env = _cached_env(spec.env, spec.seeds, key, spec.horizon, spec.env_params)
     run_map = np.tile(np.arange(len(spec.seeds)), len(spec.levels))
     return Cell(instances, ProblemBatch(problems), env, run_map)
 
@@ -292,19 +339,14 @@ def build_batch(spec: CellSpec) -> Cell:
 def _cached_env(
     kind: str,
     seeds: tuple[int, ...],
-    n_experts: int,
-    n_dims: int,
-    split: str,
-    dataset: str,
+    key: _InstanceKey,
     horizon: int,
     env_params: tuple[tuple[str, Any], ...],
 ) -> StochasticEnv | RegimeSwitchingEnv:
     """The seeds' environment, kept for the next cells of this process: the cells of one
     environment (one per policy) then draw its skills once, not once per policy. The stream
     is a pure function of the arguments, so sharing it changes no number."""
-    bases = np.stack(
-        [paper_instance(s, n_experts, n_dims, split, dataset).skills_base for s in seeds]
-    )
+    bases = np.stack([seed_instance(key, s).skills_base for s in seeds])
     return make_env(kind, bases, seeds, horizon, dict(env_params))
 
 

@@ -28,14 +28,15 @@ from msroute.experiments.config import (
     check_policies,
 )
 from msroute.experiments.output import Progress, Summary, publish
-from msroute.experiments.sweep import sweep_worker
+from msroute.experiments.sweep import policy_variants, sweep_worker
 from msroute.policies.lagrangian import VIOLATIONS
+
+#: The reward axes of the figure (:func:`msroute.plotting.plot_fig2`; matplotlib not imported).
+REWARD_AXES = ("differences", "full")
 
 __all__ = ["Fig2Config", "run_fig2", "sweep_specs"]
 
 PAPER_POLICIES = ("random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd")
-DUAL_BASELINES = ("cbwk", "ts-bwk")
-TS_FAMILY = ("ts", "ts-bwk")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,9 @@ class Fig2Config(ExperimentConfig):
     bwk_violations : tuple of str
         Readings of the CBwK/TS-BwK dual to run: "average" (default) and/or "round".
     n_blocks, fraction, shrink : regime-switching environment (10, 0.1, 0.2).
+    reward_axis : str
+        The figure's reward axis: "differences" (zoomed on the bars, default) or "full" (from
+        0, the paper's).
     """
 
     n_dims: int = 3
@@ -63,9 +67,11 @@ class Fig2Config(ExperimentConfig):
     n_blocks: int = 10
     fraction: float = 0.1
     shrink: float = 0.2
+    reward_axis: str = "differences"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_names((self.reward_axis,), REWARD_AXES, "reward_axis")
         check_envs(self.envs)
         check_levels(self.levels)
         check_policies(self.policies)
@@ -74,22 +80,13 @@ class Fig2Config(ExperimentConfig):
 
 def _policy_variants(cfg: Fig2Config) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, registered name, constructor params) of every policy run."""
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    for name in cfg.policies:
-        # TS normalizes its Beta update by N (Section 6.3's r_t / N).
-        base: dict[str, Any] = {"reward_scale": float(cfg.n_dims)} if name in TS_FAMILY else {}
-        if name == "omd":
-            omd: dict[str, Any] = {"eta_mult": cfg.eta_mult}
-            if cfg.cost_count != "distinct":  # OMD learns costs counted as they are spent
-                omd["cost_estimate"] = cfg.cost_count
-            out.append((name, name, omd))
-        elif name in DUAL_BASELINES:
-            for i, v in enumerate(cfg.bwk_violations):
-                label = name if i == 0 and v == "average" else f"{name}[{v}]"
-                out.append((label, name, {**base, "violation": v}))
-        else:
-            out.append((name, name, base))
-    return out
+    return policy_variants(
+        cfg.policies,
+        cfg.n_dims,
+        eta_mult=cfg.eta_mult,
+        bwk_violations=cfg.bwk_violations,
+        cost_count=cfg.cost_count,
+    )
 
 
 def sweep_specs(
@@ -237,5 +234,6 @@ def run_fig2(
         extra={"cell_seconds": cell_seconds},
         plot=plot,
         quiet=quiet,
+        plot_options={"reward_axis": cfg.reward_axis},
     )
     return rows

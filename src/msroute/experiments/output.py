@@ -153,10 +153,13 @@ def publish(
     extra: Mapping[str, Any] | None = None,
     plot: bool = True,
     quiet: bool = False,
+    figure: str | None = None,
+    plot_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.json`` (parameters,
     seeds, version, wall time since ``started``, the summary), ``name.png``/``.svg`` (drawn by
-    ``msroute.plotting.FIGURES[name]``), and print the summary table."""
+    ``msroute.plotting.FIGURES[figure or name]`` with ``plot_options``), and print the summary
+    table."""
     write_csv(out / f"{name}.csv", rows)
     record = {"summary": [dict(zip(summary.columns, r, strict=True)) for r in summary.rows]}
     write_sidecar(
@@ -170,6 +173,7 @@ def publish(
     if plot:
         from msroute import plotting
 
-        plotting.save_figure(plotting.FIGURES[name](rows), out / name)
+        draw = plotting.FIGURES[figure or name]
+        plotting.save_figure(draw(rows, **(plot_options or {})), out / name)
     if not quiet:
         print_table(summary.title, summary.columns, summary.rows)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +13,42 @@ from msroute.metrics import constraint_regret, feasible, time_averaged
 from msroute.policies.registry import make_policy
 from msroute.simulate import simulate
 
-__all__ = ["sweep_worker"]
+__all__ = ["policy_variants", "sweep_worker"]
+
+DUAL_BASELINES = ("cbwk", "ts-bwk")
+TS_FAMILY = ("ts", "ts-bwk")
+
+
+def policy_variants(
+    policies: Sequence[str],
+    n_dims: int,
+    *,
+    eta_mult: float | None = None,
+    bwk_violations: Sequence[str] = ("average",),
+    cost_count: str = "distinct",
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, registered name, constructor params) of every policy run of a sweep.
+
+    TS and TS-BwK normalize their Beta update by N (Section 6.3's ``r_t / N``); OMD gets
+    ``eta_mult`` when one is given, and learns costs counted as they are spent when
+    ``cost_count`` is not "distinct"; CBwK and TS-BwK run once per dual reading in
+    ``bwk_violations`` (labelled ``cbwk[round]`` etc. for the non-default one).
+    """
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for name in policies:
+        base: dict[str, Any] = {"reward_scale": float(n_dims)} if name in TS_FAMILY else {}
+        if name == "omd":
+            omd: dict[str, Any] = {} if eta_mult is None else {"eta_mult": eta_mult}
+            if cost_count != "distinct":
+                omd["cost_estimate"] = cost_count
+            out.append((name, name, omd))
+        elif name in DUAL_BASELINES:
+            for i, v in enumerate(bwk_violations):
+                label = name if i == 0 and v == "average" else f"{name}[{v}]"
+                out.append((label, name, {**base, "violation": v}))
+        else:
+            out.append((name, name, base))
+    return out
 
 
 def sweep_worker(spec: CellSpec) -> CellResult:

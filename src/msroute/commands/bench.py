@@ -1,0 +1,103 @@
+"""``msroute bench``: the reward-budget frontier of a scenario against the certified optimum."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from msroute.commands.reproduce import available_cores
+
+__all__ = ["register"]
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``bench`` subcommand."""
+    from msroute.experiments.bench import QUICK
+    from msroute.scenarios import SCENARIOS
+
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        help="reward-budget frontier of a scenario: every policy against the certified OPT",
+        description="Sweep a scenario's budget from the cheapest feasible level to "
+        "unconstrained; for every budget report each policy's time-averaged reward, cost and "
+        "feasibility, and OPT (the certified best fixed feasible policy of eq. (3)). Writes "
+        "OUT/bench-SCENARIO.csv/.json/.png/.svg and prints the regret to the frontier. "
+        f"Scenarios: {', '.join(SCENARIOS)}; or --skills FILE.csv --costs FILE.csv.",
+    )
+    p.add_argument("scenario", nargs="?", choices=list(SCENARIOS), help="a named scenario")
+    p.add_argument("--skills", type=Path, help="CSV: rows experts, columns reward dims, in [0,1]")
+    p.add_argument("--costs", type=Path, help="CSV: rows experts, one column per named cost")
+    p.add_argument("--budget-cost", help="with --costs: the budgeted column (default: first)")
+    p.add_argument("--m-draws", type=int, default=2, help="with --skills: M (default 2)")
+    p.add_argument("--policies", type=_names, help="comma-separated registered policies")
+    p.add_argument(
+        "--budgets", type=_names, help="comma-separated budget levels (numbers, or 'none')"
+    )
+    p.add_argument("--seeds", type=int, help="number of seeds (default 5)")
+    p.add_argument("--horizon", type=int, help="rounds per run (default 5000)")
+    p.add_argument("--quick", action="store_true", help=f"a run of seconds ({QUICK})")
+    p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=available_cores(),
+        help="worker processes (default: the cores this process may use, here %(default)s)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="skip the figure")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """Defaults, then --quick, then the flags."""
+    from msroute.experiments.bench import QUICK, BenchConfig
+    from msroute.scenarios import FILES, files_scenario
+
+    files = args.skills is not None or args.costs is not None
+    if files and args.scenario is not None:
+        raise ValueError("give a scenario name or --skills/--costs files, not both")
+    if files and (args.skills is None or args.costs is None):
+        missing = "--costs" if args.costs is None else "--skills"
+        raise ValueError(f"{missing} is missing: --skills and --costs go together")
+    if not files and args.scenario is None:
+        raise ValueError("give a scenario name or --skills FILE.csv --costs FILE.csv")
+    values: dict[str, Any] = dict(QUICK) if args.quick else {}
+    if files:
+        scenario = files_scenario(
+            str(args.skills), str(args.costs), m_draws=args.m_draws, budget_cost=args.budget_cost
+        )
+        values.update(scenario=FILES, scenario_params=scenario.params)
+    else:
+        values["scenario"] = args.scenario
+    given = {
+        "policies": args.policies,
+        "budgets": args.budgets,
+        "seeds": args.seeds,
+        "horizon": args.horizon,
+    }
+    values.update({k: v for k, v in given.items() if v is not None})
+    return BenchConfig(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep."""
+    from msroute.experiments.bench import run_bench
+
+    if args.jobs < 1:
+        raise ValueError(f"--jobs == {args.jobs}, must be >= 1")
+    cfg = build_config(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tic = time.perf_counter()
+    run_bench(cfg, args.out, jobs=args.jobs, plot=not args.no_plot, quiet=args.quiet)
+    if not args.quiet:
+        print(
+            f"bench {cfg.scenario}: done in {time.perf_counter() - tic:.1f} s ({cfg.seeds} seeds, "
+            f"T = {cfg.horizon}); results in {args.out}/bench-{cfg.scenario}.*"
+        )
+    return 0

@@ -707,7 +707,9 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
         bars are outlined.
     """
     if reward_axis not in REWARD_AXES:
-        raise ValueError(f"reward_axis == {reward_axis!r}, must be one of {', '.join(REWARD_AXES)}")
+        raise InvalidValueError(
+            f"reward_axis == {reward_axis!r}, must be one of {', '.join(REWARD_AXES)}"
+        )
     data = _rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
     reward: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     feasible: dict[tuple[str, str, str], list[bool]] = defaultdict(list)

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from msroute.commands.reproduce import available_cores
+from msroute.errors import InvalidValueError
 
-__all__ = ["register"]
+__all__ = ["QUICK", "register"]
+
+#: Settings of ``msroute bench --quick``: a sweep of seconds (README, CI).
+QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000, "n_budgets": 4}
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -18,7 +22,6 @@ def _names(text: str) -> tuple[str, ...]:
 
 def register(subparsers: Any) -> None:
     """Add the ``bench`` subcommand."""
-    from msroute.experiments.bench import QUICK
     from msroute.scenarios import SCENARIOS
 
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -56,17 +59,17 @@ def register(subparsers: Any) -> None:
 
 def build_config(args: argparse.Namespace) -> Any:
     """Defaults, then --quick, then the flags."""
-    from msroute.experiments.bench import QUICK, BenchConfig
+    from msroute.experiments.bench import BenchConfig
     from msroute.scenarios import FILES, files_scenario
 
     files = args.skills is not None or args.costs is not None
     if files and args.scenario is not None:
-        raise ValueError("give a scenario name or --skills/--costs files, not both")
+        raise InvalidValueError("give a scenario name or --skills/--costs files, not both")
     if files and (args.skills is None or args.costs is None):
         missing = "--costs" if args.costs is None else "--skills"
-        raise ValueError(f"{missing} is missing: --skills and --costs go together")
+        raise InvalidValueError(f"{missing} is missing: --skills and --costs go together")
     if not files and args.scenario is None:
-        raise ValueError("give a scenario name or --skills FILE.csv --costs FILE.csv")
+        raise InvalidValueError("give a scenario name or --skills FILE.csv --costs FILE.csv")
     values: dict[str, Any] = dict(QUICK) if args.quick else {}
     if files:
         scenario = files_scenario(
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from msroute.experiments.bench import run_bench
 
     if args.jobs < 1:
-        raise ValueError(f"--jobs == {args.jobs}, must be >= 1")
+        raise InvalidValueError(f"--jobs == {args.jobs}, must be >= 1")
     cfg = build_config(args)
     args.out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()

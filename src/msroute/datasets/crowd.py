@@ -682,11 +682,11 @@ def fit_beta_strength(hits: ArrayLike, trials: ArrayLike, groups: ArrayLike | No
     n = np.asarray(trials, dtype=np.float64)
     g = np.zeros(h.shape, dtype=np.int64) if groups is None else np.asarray(groups)
     if h.ndim != 1 or h.shape != n.shape or h.shape != g.shape:
-        raise ValueError(
+        raise InvalidValueError(
             f"hits, trials and groups must be 1-d of one shape, got {h.shape}, {n.shape}, {g.shape}"
         )
     if np.any(n < 0) or np.any(h < 0) or np.any(h > n):
-        raise ValueError("hits must lie in [0, trials] and trials must be >= 0")
+        raise InvalidValueError("hits must lie in [0, trials] and trials must be >= 0")
     used = n > 0
     h, n, g = h[used], n[used], g[used]
     _, g = np.unique(g, return_inverse=True)
@@ -698,7 +698,7 @@ def fit_beta_strength(hits: ArrayLike, trials: ArrayLike, groups: ArrayLike | No
     num = float(np.sum(s - pq * (units - 1.0)))
     den = float(np.sum(pq * (total - np.bincount(g, weights=n**2) / total - (units - 1.0))))
     if not den > 0:
-        raise ValueError(
+        raise InvalidValueError(
             "cannot fit a Beta prior: no group has two units with a trial and a pooled rate "
             "strictly between 0 and 1"
         )
@@ -818,7 +818,7 @@ def build_instance(
     prior: tuple[float, float, float] | None = None
     if shrinkage is not None:
         if shrinkage != "eb":
-            raise ValueError(f"shrinkage == {shrinkage!r}, must be None or 'eb'")
+            raise InvalidValueError(f"shrinkage == {shrinkage!r}, must be None or 'eb'")
         worker_hits = hits.sum(axis=0)  # every task is in one group: the worker's totals
         a, b = fit_beta_prior(worker_hits, annotations)
         accuracy = (worker_hits + a) / (annotations + a + b)

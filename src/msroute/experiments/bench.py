@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.errors import InvalidValueError
 from msroute.experiments.common import (
     CellResult,
     CellSpec,
@@ -41,9 +42,6 @@ __all__ = ["OPT_CELL", "BenchConfig", "bench_worker", "default_policies", "run_b
 
 #: The policy field of the oracle's cell (not a registered policy).
 OPT_CELL = "opt"
-
-#: Settings of ``msroute bench --quick``: finishes in seconds.
-QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000, "n_budgets": 4}
 
 _CANDIDATES = ("uniform", "random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd")
 
@@ -90,12 +88,12 @@ class BenchConfig:
         for name in ("seeds", "horizon", "n_budgets"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} == {value!r}, must be an integer >= 1")
+                raise InvalidValueError(f"{name} == {value!r}, must be an integer >= 1")
         check_policies(self.policies)
         for level in self.budgets:
             parse_budget(level)
         if not self.oracle_tol > 0:
-            raise ValueError(f"oracle_tol == {self.oracle_tol}, must be > 0")
+            raise InvalidValueError(f"oracle_tol == {self.oracle_tol}, must be > 0")
 
     @property
     def seed_list(self) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from msroute.errors import InvalidValueError
 from msroute.scenarios.base import (
     NO_BUDGET,
     Scenario,
@@ -73,7 +74,7 @@ def get_scenario(name: str, params: tuple[tuple[str, Any], ...] = ()) -> Scenari
         kwargs = dict(params)
         return files_scenario(kwargs.pop("skills"), kwargs.pop("costs"), **kwargs)
     if name not in SCENARIOS:
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)} (or give --skills "
             "and --costs files)"
         )

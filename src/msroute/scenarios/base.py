@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray
+from msroute.errors import InvalidValueError
 from msroute.problem import Constraints
 
 __all__ = ["NO_BUDGET", "Scenario", "ScenarioInstance", "format_budget", "parse_budget"]
@@ -55,15 +56,15 @@ class ScenarioInstance:
         costs = np.array(self.costs, dtype=np.float64)
         k = len(self.expert_names)
         if skills.ndim != 2 or skills.shape[1] != k or skills.shape[0] < 1:
-            raise ValueError(f"skills_base must have shape (N, {k}), got {skills.shape}")
+            raise InvalidValueError(f"skills_base must have shape (N, {k}), got {skills.shape}")
         if costs.shape != (k, len(self.cost_names)):
-            raise ValueError(
+            raise InvalidValueError(
                 f"costs must have shape ({k}, {len(self.cost_names)}), got {costs.shape}"
             )
         if not (np.all(np.isfinite(skills)) and skills.min() >= 0.0 and skills.max() <= 1.0):
-            raise ValueError("skills_base must hold numbers in [0, 1]")
+            raise InvalidValueError("skills_base must hold numbers in [0, 1]")
         if not (np.all(np.isfinite(costs)) and costs.min() >= 0.0):
-            raise ValueError("costs must hold finite numbers >= 0")
+            raise InvalidValueError("costs must hold finite numbers >= 0")
         object.__setattr__(self, "skills_base", _readonly(skills))
         object.__setattr__(self, "costs", _readonly(costs))
         object.__setattr__(self, "cost_names", tuple(str(c) for c in self.cost_names))
@@ -87,9 +88,13 @@ def parse_budget(level: str) -> float | None:
     try:
         value = float(level)
     except ValueError:
-        raise ValueError(f"budget level {level!r} is neither a number nor {NO_BUDGET!r}") from None
+        raise InvalidValueError(
+            f"budget level {level!r} is neither a number nor {NO_BUDGET!r}"
+        ) from None
     if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"budget level {level!r} must be a finite number >= 0 or {NO_BUDGET!r}")
+        raise InvalidValueError(
+            f"budget level {level!r} must be a finite number >= 0 or {NO_BUDGET!r}"
+        )
     return value
 
 
@@ -144,7 +149,7 @@ class Scenario:
         """The instance drawn from ``seed`` (an instance stream), checked."""
         inst = self.make_instance(seed)
         if self.budget_cost not in inst.cost_names:
-            raise ValueError(
+            raise InvalidValueError(
                 f"scenario {self.name!r} budgets {self.budget_cost!r}, not a cost of its "
                 f"instance ({', '.join(inst.cost_names)})"
             )
@@ -179,7 +184,7 @@ class Scenario:
         from msroute.oracle import best_fixed_policy
 
         if n_levels < 1:
-            raise ValueError(f"n_levels == {n_levels}, must be >= 1")
+            raise InvalidValueError(f"n_levels == {n_levels}, must be >= 1")
         m = self.m_draws
         lows, highs = [], []
         for inst in instances:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from msroute.commands._args import int_arg
 from msroute.commands.reproduce import available_cores
 from msroute.errors import InvalidValueError
 
@@ -37,18 +38,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--skills", type=Path, help="CSV: rows experts, columns reward dims, in [0,1]")
     p.add_argument("--costs", type=Path, help="CSV: rows experts, one column per named cost")
     p.add_argument("--budget-cost", help="with --costs: the budgeted column (default: first)")
-    p.add_argument("--m-draws", type=int, default=2, help="with --skills: M (default 2)")
+    p.add_argument("--m-draws", type=int_arg, default=2, help="with --skills: M (default 2)")
     p.add_argument("--policies", type=_names, help="comma-separated registered policies")
     p.add_argument(
         "--budgets", type=_names, help="comma-separated budget levels (numbers, or 'none')"
     )
-    p.add_argument("--seeds", type=int, help="number of seeds (default 5)")
-    p.add_argument("--horizon", type=int, help="rounds per run (default 5000)")
+    p.add_argument("--seeds", type=int_arg, help="number of seeds (default 5)")
+    p.add_argument("--horizon", type=int_arg, help="rounds per run (default 5000)")
     p.add_argument("--quick", action="store_true", help=f"a run of seconds ({QUICK})")
     p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
     p.add_argument(
         "--jobs",
-        type=int,
+        type=int_arg,
         default=available_cores(),
         help="worker processes (default: the cores this process may use, here %(default)s)",
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, quoted
 from msroute.datasets.crowd import PathLike, _decode
 from msroute.errors import DataFormatError
 from msroute.scenarios.base import Scenario, ScenarioInstance
@@ -54,13 +54,15 @@ def _read_table(
     if not columns:
         raise DataFormatError(
             f"{source}, line {header_line}: the header must name the expert column and at "
-            f"least one {what} column, got {','.join(header)!r}"
+            f"least one {what} column, got {quoted(','.join(header))}"
         )
     for j, name in enumerate(columns):
         if not name:
             raise DataFormatError(f"{source}, line {header_line}: column {j + 2} has no name")
         if name in columns[:j]:
-            raise DataFormatError(f"{source}, line {header_line}: column {name!r} appears twice")
+            raise DataFormatError(
+                f"{source}, line {header_line}: column {quoted(name)} appears twice"
+            )
     if len(rows) < 2:
         raise DataFormatError(f"{source} has a header but no expert row")
     names: list[str] = []
@@ -77,7 +79,7 @@ def _read_table(
             raise DataFormatError(f"{source}, line {lineno}: the expert name is empty")
         if name in first_line:
             raise DataFormatError(
-                f"{source}, line {lineno}: expert {name!r} is listed again (first on line "
+                f"{source}, line {lineno}: expert {quoted(name)} is listed again (first on line "
                 f"{first_line[name]})"
             )
         first_line[name] = lineno
@@ -106,7 +108,7 @@ def _number(cell: str, source: str, lineno: int, column: str, low: float, high: 
         value = float(cell)
     except ValueError:
         raise DataFormatError(
-            f"{source}, line {lineno}: {column} must be a number, got {cell.strip()!r}"
+            f"{source}, line {lineno}: {column} must be a number, got {quoted(cell.strip())}"
         ) from None
     if not (math.isfinite(value) and low <= value <= high):
         bounds = f"in [{low:g}, {high:g}]" if math.isfinite(high) else f"finite and >= {low:g}"

@@ -176,8 +176,8 @@ def test_bad_update_inputs_raise(name, case, bad, match):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_decides_the_same_alone_or_in_a_batch(name, skills):
-    """Each run has its own stream (DESIGN.md): run 1 of a batch seeded [5, 6, ...] is the run
-    seeded [6] alone, decision for decision, since its feedback is the same."""
+    """Each run has its own stream (docs/architecture.md): run 1 of a batch seeded [5, 6, ...] is
+    the run seeded [6] alone, decision for decision, since its feedback is the same."""
     kwargs = {"n_contexts": 2} if name == "omd-contextual" else {}
     together = make_policy(
         name, PROBLEM, horizon=200, n_runs=R, seed=list(range(5, 5 + R)), **kwargs

@@ -84,7 +84,8 @@ def test_support_point_maximises_and_follows_the_tie_rule(seed):
     assert np.all((lo <= x) & (x <= hi))
     assert w @ x == pytest.approx(float(p.support(w)), abs=1e-12)
     zero = w == 0
-    # DESIGN.md tie rule: where w_j = 0 take clip(u_j, S_j), so the dual stays still inside S.
+    # The tie rule of docs/architecture.md: where w_j = 0 take clip(u_j, S_j), so the dual stays
+    # still inside S.
     np.testing.assert_array_equal(x[zero], np.minimum(np.maximum(u[zero], lo[zero]), hi[zero]))
 
 
@@ -200,7 +201,8 @@ def test_paper_tight_configuration_is_feasible():
     assert q.min() >= gamma - 1e-12 and q.sum() == pytest.approx(1.0, abs=1e-12)
     lo, hi = p.surrogate_box()
     assert np.all(q @ costs <= hi + 1e-9) and np.all(q @ costs >= lo - 1e-9)
-    # The uniform policy sits exactly on the budget bound (DESIGN.md): feasible, with margin 0.
+    # The uniform policy sits exactly on the budget bound (docs/architecture.md): feasible, with
+    # margin 0.
     assert (np.full(50, 1 / 50) @ costs)[0] == pytest.approx(hi[0], abs=1e-12)
 
 

@@ -204,7 +204,8 @@ def test_no_cut_equals_plain_floored_projection(inst):
 def test_cut_invariances(inst, scale, shift):
     """(a, b) -> (c a, c b) and (a + s, b + s) describe the same set on the simplex.
 
-    The first is the DESIGN.md warning: a tiny nonzero w enforces the whole half-space.
+    The first is the warning of docs/architecture.md: a tiny nonzero w enforces the whole
+    half-space.
     """
     y, gamma, a, b = inst
     q = project_step(y, gamma, a, b)

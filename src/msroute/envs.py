@@ -67,7 +67,7 @@ __all__ = [
     "run_seed_sequences",
 ]
 
-#: The Beta mean is clipped to ``[MEAN_CLIP, 1 - MEAN_CLIP]`` (DESIGN.md).
+#: The Beta mean is clipped to ``[MEAN_CLIP, 1 - MEAN_CLIP]`` (docs/architecture.md).
 MEAN_CLIP = 1e-3
 
 #: Spawn-key domains that keep the environment's streams apart from anything else derived from

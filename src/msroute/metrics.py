@@ -207,8 +207,9 @@ def feasible(
 ) -> np.ndarray:
     """Whether every bound holds for the time-averaged realized cost, up to ``tol``.
 
-    DESIGN.md's feasible run: ``lo_j - tol <= avg_cost_j <= hi_j + tol`` for every coordinate
-    ``j`` (the experiments report ``tol = 1e-9`` and ``tol = 1e-3``).
+    The feasible run of docs/architecture.md ("Decided readings"):
+    ``lo_j - tol <= avg_cost_j <= hi_j + tol`` for every coordinate ``j`` (the experiments
+    report ``tol = 1e-9`` and ``tol = 1e-3``).
 
     Parameters
     ----------

@@ -239,7 +239,7 @@ class Problem:
         return support_box(wa, self._lo, self._hi)
 
     def support_point(self, w: ArrayLike, u: ArrayLike) -> FloatArray:
-        """A maximizer ``x* in argmax_{x in S} w . x`` with the tie rule of DESIGN.md.
+        """A maximizer ``x* in argmax_{x in S} w . x`` with the tie rule of docs/architecture.md.
 
         Where ``w_j > 0`` it is ``hi_j``, where ``w_j < 0`` it is ``lo_j``; where ``w_j == 0``
         every point of ``S_j`` maximizes, and we take ``clip(u_j, S_j)`` so that the dual stays

@@ -9,7 +9,7 @@ exactly when some draw falls in the top ``j``, so with ``v(K+1) = 0``::
 
     Phi(q) = sum_n sum_j (v(j) - v(j+1)) * (1 - (1 - Q_j)^M)
 
-which equals ``sum_j v(j) [(1 - Q_{j-1})^M - (1 - Q_j)^M]`` of DESIGN.md. Each term is a
+which equals ``sum_j v(j) [(1 - Q_{j-1})^M - (1 - Q_j)^M]`` of docs/concepts.md. Each term is a
 non-negative weight times a concave function of a linear map of ``q``: ``Phi`` is concave
 (Lemma 6.7 of the paper's reference 37). Its gradient is, for the expert at rank ``r``,
 ``dPhi/dq = sum_{j >= r} (v(j) - v(j+1)) M (1 - Q_j)^(M-1)``. Both cost ``O(N K log K)``.

@@ -1,8 +1,8 @@
 """Run policies on a skill environment, batched over runs, and record their trajectories.
 
-One round (DESIGN.md): the environment gives ``skills (R, N, K)``; each policy's ``select``
-gives the M draws; the routed subset is the distinct draws; the reward is the sum-max of the
-subset and the realized cost the sum of the distinct routed experts' cost vectors; ``update``
+One round (docs/architecture.md): the environment gives ``skills (R, N, K)``; each policy's
+``select`` gives the M draws; the routed subset is the distinct draws; the reward is the sum-max of
+the subset and the realized cost the sum of the distinct routed experts' cost vectors; ``update``
 sees only these. Every policy steps on the *same* skills each round (common random numbers),
 so comparisons between policies are paired.
 
@@ -128,8 +128,8 @@ def simulate(
         levels of a sweep share their seed's skill stream); default: run r reads run r.
     cost_count : {"distinct", "draws"}, default "distinct"
         How the realized cost of a round counts the routed experts: each distinct expert once
-        (DESIGN.md, the paper's ``l_t = sum_i 1[i in A_t] c_i``), or once per draw (an expert
-        drawn twice costs twice; then ``E[l_t] = M C^T q_t`` and the surrogate box is exact).
+        (docs/architecture.md, the paper's ``l_t = sum_i 1[i in A_t] c_i``), or once per draw (an
+        expert drawn twice costs twice; then ``E[l_t] = M C^T q_t`` and the surrogate box is exact).
         The two differ only for policies that may draw an expert more than once (OMD).
     track_expected : bool, default False
         Record ``Phi_t(q_t)`` for the policies whose decisions carry ``probs`` (the true regret

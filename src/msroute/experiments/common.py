@@ -1,8 +1,8 @@
 """Shared machinery of the paper's experiments (Section 6): constraint levels, seeds,
 instances, environments, and the cached, resumable, optionally parallel cell runner.
 
-Seeds (DESIGN.md "Randomness"): every seed ``s`` of a sweep derives three independent streams
-from ``SeedSequence(s)``: the instance stream (which K workers are sampled), the environment
+Seeds (docs/architecture.md, "One round"): every seed ``s`` of a sweep derives three independent
+streams from ``SeedSequence(s)``: the instance stream (which K workers are sampled), the environment
 stream (one per environment kind, shared by every level and every policy: common random
 numbers), and the policies' streams. A *cell* is one (environment, policy) pair run on every
 level and seed at once as one batch of ``levels x seeds`` runs; its result depends only on its
@@ -68,7 +68,7 @@ def level_constraints(instance: Instance, m_draws: int, level: str) -> Constrain
 
     Budget: time-averaged workload at most ``M * mean(workload over the pool) + margin``;
     expert cap: time-averaged number of flagged experts routed at most ``alpha``. Both bound
-    the realized per-round cost, each distinct routed expert counted once (DESIGN.md).
+    the realized per-round cost, each distinct routed expert counted once (docs/architecture.md).
     """
     if level not in LEVELS:
         raise InvalidValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")

@@ -1,14 +1,14 @@
 """The batched policy contract and the plumbing every policy shares.
 
 A policy runs R independent runs at once (a leading run axis, the vectorized-environment
-convention of DESIGN.md): ``select`` returns a :class:`Decision` — each run's M draws, the
-distribution they were sampled from when the policy has one in closed form, the context and
+convention of docs/architecture.md): ``select`` returns a :class:`Decision` — each run's M draws,
+the distribution they were sampled from when the policy has one in closed form, the context and
 the round — and ``update`` takes that decision back with, for each run, only what bandit
 feedback gives: the aggregate (sum-max) reward and the realized cost vector. The routed subset
 is the set of distinct draws.
 
-The decision is a value (DESIGN.md, "Serving live traffic"): a policy keeps no hidden "last
-decision", so many decisions may be pending and their feedback may arrive in any order. An
+The decision is a value (docs/architecture.md, "The decision is a value"): a policy keeps no hidden
+"last decision", so many decisions may be pending and their feedback may arrive in any order. An
 optional eligibility mask restricts each run's draws to some experts.
 
 Policies own their random streams: one private ``numpy.random.Generator`` per run, built from
@@ -176,7 +176,7 @@ class BasePolicy:
         self.m_draws = self.batch.m_draws
         self.n_costs = self.batch.n_costs
         self.horizon = check_positive_int(horizon, "horizon")
-        # One stream per run (DESIGN.md): a run decides the same alone or in any batch.
+        # One stream per run (docs/architecture.md): a run decides the same alone or in any batch.
         block = max(4096, 16 * max(self.n_experts, self.m_draws))
         self.streams = RunStreams(seed, self.n_runs, block=block)
         self.t = 0  # decisions made (the round counter advances on select)

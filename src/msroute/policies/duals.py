@@ -30,10 +30,10 @@ Two constructions, chosen with ``construction=``:
     ``(C w) . q <= h_S(w)``. Kept for the record; it reproduces the paper's construction bit for
     bit, including its dependence on the units.
 
-Tie rule (DESIGN.md), in both: where ``w_j == 0`` every point of ``S_j`` maximizes; we take
-``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the surrogate cost is inside
-``S``, and a cost within ``tol`` of the box counts as inside (rounding in ``C^T q`` cannot switch a
-bound on).
+Tie rule (docs/architecture.md, "Decided readings"), in both: where ``w_j == 0`` every point of
+``S_j`` maximizes; we take ``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the
+surrogate cost is inside ``S``, and a cost within ``tol`` of the box counts as inside (rounding in
+``C^T q`` cannot switch a bound on).
 """
 
 from __future__ import annotations

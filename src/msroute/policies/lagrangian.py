@@ -6,8 +6,8 @@ that enters as ``(lambda ⊙ sign)^T c``: CBwK and TS-BwK add it to each expert'
 round's realized cost). ``lambda`` starts at 0 and takes one projected subgradient-ascent step
 per round on the constraint violation: ``lambda <- max(0, lambda + step * violation)``.
 
-Readings of the text (DESIGN.md, "Baselines"), chosen so that the dual does what Section 6.3
-says it does ("steering away from constraint-violating arms as lambda grows"):
+Readings of the text (docs/architecture.md, "Decided readings", Baselines), chosen so that the dual
+does what Section 6.3 says it does ("steering away from constraint-violating arms as lambda grows"):
 
 * **One multiplier per bound, not per coordinate.** A coordinate with both an upper and a
   lower bound gets two multipliers, one for each side; they never both grow at once.

@@ -43,7 +43,8 @@ class MoEGating(TeamRounds, BasePolicy):
       violated, rounds that load its coordinate get a smaller effective reward, so the gate
       reinforces the costly experts less; an unmet lower bound works the other way.
     * The dual's violation is that of the round's realized cost (``x_t - u``, ``l - x_t``;
-      ``violation="round"``, DESIGN.md); ``violation="average"`` uses the running average.
+      ``violation="round"``, docs/architecture.md); ``violation="average"`` uses the running
+      average.
     * ``p = softmax(theta)`` and ``lambda`` are taken before the round's update (``theta`` first,
       then the dual steps); the update is the paper's ``1_A - p`` as written (no reward
       baseline). The whole shift of ``theta`` along the all-ones vector is immaterial.

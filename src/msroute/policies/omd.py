@@ -48,11 +48,11 @@ class OMDApproachability(BasePolicy):
 
     Every decision: draw M experts i.i.d. from ``q`` (steps d-e) and let the dual take one step
     with ``u_t = C^T q_t`` (steps a-b): the constraint side needs nothing but the played
-    distribution, so it moves when the decision is made (DESIGN.md). Every feedback: accumulate
-    the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_{t,i}`` (step g, with
-    ``q_t`` the decision's own distribution and ``b_t`` the mean of all strictly earlier rewards
-    of its context). With an eligibility mask the distribution played, logged and divided by is
-    ``q`` restricted to the eligible experts and renormalized. Since ``E[count_i / q_i] = M``
+    distribution, so it moves when the decision is made (docs/architecture.md). Every feedback:
+    accumulate the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_{t,i}`` (step
+    g, with ``q_t`` the decision's own distribution and ``b_t`` the mean of all strictly earlier
+    rewards of its context). With an eligibility mask the distribution played, logged and divided by
+    is ``q`` restricted to the eligible experts and renormalized. Since ``E[count_i / q_i] = M``
     for every expert, the baseline shifts every coordinate of the estimate by the same
     ``-M b_t``, which the projection onto ``{sum q = 1}`` ignores: it lowers the variance and
     changes no step in expectation. After every ``B`` feedbacks of a context, solve the QP (6)

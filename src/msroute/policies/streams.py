@@ -1,7 +1,8 @@
 """One random stream per run, so that a run's decisions do not depend on its batch.
 
-DESIGN.md: every run derives its policy stream from its own seed. A policy batched over R runs
-therefore holds R generators, not one: run ``r`` makes the same decisions whether it is run
+docs/architecture.md, "One round": every run derives its policy stream from its own seed. A policy
+batched over R runs therefore holds R generators, not one: run ``r`` makes the same decisions
+whether it is run
 alone, inside a sweep of 80 runs, or resumed from a cache. Drawing from R generators costs R
 calls, so every variate is drawn in blocks of many rounds per run and served from a per-run
 buffer (:class:`BufferedStream`): uniforms (OMD's multinomial draws, Random's shuffle, MoE's

@@ -1,0 +1,91 @@
+"""The documentation site's code runs as written.
+
+Every ``python`` and ``bash`` block of the tutorials and how-to pages is executed, in order, in a
+fresh directory (one namespace per page); a ``bash`` block may hold only ``msroute`` commands,
+which run through the command line's entry point and must exit 0. Commands that are shown but not
+run go in ``text`` blocks. The getting-started page's Python blocks and its ``msroute`` commands
+run the same way (its install lines are what CI itself runs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from msroute.cli import main
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = sorted(
+    p.relative_to(DOCS).as_posix()
+    for p in [*DOCS.glob("tutorials/*.md"), *DOCS.glob("how-to/*.md"), DOCS / "getting-started.md"]
+)
+SLOW = {"tutorials/reproduce.md"}
+
+
+def blocks(path: Path) -> list[tuple[str, str]]:
+    """The (language, code) of each fenced block of a page, in order."""
+    return re.findall(r"^```(\w+)\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+
+
+def run_page(path: Path) -> None:
+    page = path.name if path.parent == DOCS else path.relative_to(path.parents[1]).as_posix()
+    namespace: dict[str, object] = {"__name__": f"docs:{page}"}
+    for lang, code in blocks(path):
+        if lang == "python":
+            exec(compile(code, f"docs/{page}", "exec"), namespace)
+        elif lang == "bash":
+            for line in code.splitlines():
+                if not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                if not line.startswith("msroute "):
+                    assert page == "getting-started.md", f"{page}: not an msroute command: {line}"
+                    continue
+                assert main(shlex.split(line)[1:]) == 0, f"{page}: {line}"
+
+
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW else p for p in PAGES]
+)
+def test_page_code_runs(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert blocks(DOCS / page), f"{page} has no code block"
+    monkeypatch.chdir(tmp_path)
+    run_page(DOCS / page)
+    capsys.readouterr()
+
+
+def test_every_tutorial_and_how_to_is_tested() -> None:
+    assert {"tutorials/reproduce.md", "tutorials/own-experts.md", "how-to/custom-data.md"} <= set(
+        PAGES
+    )
+
+
+def test_a_failing_block_fails_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "tutorials" / "bad.md"
+    page.parent.mkdir()
+    page.write_text("```bash\nmsroute data instance --sample 5 --seed 0 --dims 0\n```\n")
+    with pytest.raises(AssertionError, match="msroute data instance"):
+        run_page(page)
+    page.write_text("```bash\npip install something\n```\n")
+    with pytest.raises(AssertionError, match="not an msroute command"):
+        run_page(page)
+    page.write_text("```python\nassert 1 == 2, 'the block ran'\n```\n")
+    with pytest.raises(AssertionError, match="the block ran"):
+        run_page(page)
+    capsys.readouterr()
+
+
+def test_the_site_hook_includes_readme_sections() -> None:
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = hooks.on_page_markdown("# Reproducing\n\n<!-- readme: Reproducing the paper -->\n")
+    assert "## Figure 2" in page and "](fig2.png)" in page and "<!-- readme" not in page
+    with pytest.raises(ValueError, match="no section"):
+        hooks.readme_section("No such section")

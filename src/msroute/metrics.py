@@ -35,10 +35,11 @@ from msroute._validation import (
     check_simplex,
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
-from msroute.problem import box_distance
+from msroute.problem import bound_report, box_distance
 from msroute.reward import expected_reward_core, monte_carlo_reward
 
 __all__ = [
+    "bound_report",
     "constraint_regret",
     "feasible",
     "objective_regret_proxy",

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from msroute._validation import FloatArray, as_float_array, as_real, check_gamma, check_positive_int
 from msroute.errors import InfeasibleConstraintsError, InvalidTypeError, InvalidValueError
 
-__all__ = ["Constraints", "Problem", "ProblemBatch"]
+__all__ = ["Constraints", "Problem", "ProblemBatch", "bound_report"]
 
 Bound = float | None
 _REAL = (int, float, np.integer, np.floating)
@@ -148,6 +148,12 @@ class Problem:
     cbar : float, optional
         Upper end of the cost range (Section 4.2); defaults to the largest cost (or 1 if all
         costs are zero).
+    expert_names : sequence of str, optional
+        One distinct name per expert (row of ``costs``); :meth:`named` then reads a routing
+        distribution as a mapping name -> probability.
+    cost_names : sequence of str, optional
+        One name per cost coordinate (column), e.g. ``["usd", "in_house"]``; the same as
+        ``Constraints(names=...)`` (give either, or both equal).
 
     Examples
     --------
@@ -164,6 +170,9 @@ class Problem:
         m_draws: int,
         constraints: Constraints,
         cbar: float | None = None,
+        *,
+        expert_names: Sequence[str] | None = None,
+        cost_names: Sequence[str] | None = None,
     ) -> None:
         c = as_float_array(costs, "costs", ndim_min=2, ndim_max=2)
         if c.shape[0] < 1 or c.shape[1] < 1:
@@ -196,8 +205,27 @@ class Problem:
         self._hi = np.where(np.isfinite(hi_ori), hi_ori / self.m_draws, cbar)
         self._lo.setflags(write=False)
         self._hi.setflags(write=False)
+        self.expert_names = _names(expert_names, self.n_experts, "expert_names", "experts")
+        names = _names(cost_names, self.n_costs, "cost_names", "cost coordinates")
+        given = None if constraints.names is None else tuple(constraints.names)
+        if names is not None and given is not None and names != given:
+            raise InvalidValueError(
+                f"cost_names {list(names)} differ from the constraints' names {list(given)}"
+            )
+        self.cost_names: tuple[str, ...] | None = names if names is not None else given
 
     # ------------------------------------------------------------------ basic facts
+    def named(self, q: ArrayLike) -> dict[str, float]:
+        """A routing distribution ``q`` (K,) as a mapping expert name -> probability.
+
+        Experts without names are called ``"0"``, ``"1"``, ...
+        """
+        qa = as_float_array(q, "q", ndim_min=1, ndim_max=1)
+        if qa.shape != (self.n_experts,):
+            raise InvalidValueError(f"q must have shape (K,) = ({self.n_experts},), got {qa.shape}")
+        names = self.expert_names or tuple(str(i) for i in range(self.n_experts))
+        return {n: float(v) for n, v in zip(names, qa.tolist(), strict=True)}
+
     @property
     def n_experts(self) -> int:
         """Number of experts K."""
@@ -376,6 +404,86 @@ class Problem:
             f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
             f"(Assumption 1 fails): {head}" + "; ".join(parts)
         )
+
+
+def _names(values: Sequence[str] | None, n: int, arg: str, what: str) -> tuple[str, ...] | None:
+    """Validate a list of ``n`` distinct names."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise InvalidTypeError(f"{arg} must be a sequence of names, not one string")
+    names = tuple(str(v) for v in values)
+    if len(names) != n:
+        raise InvalidValueError(f"{arg} has {len(names)} entries for {n} {what}")
+    if len(set(names)) != n:
+        dup = sorted({x for x in names if names.count(x) > 1})
+        raise InvalidValueError(f"{arg} repeats {dup}; names must be distinct")
+    return names
+
+
+def bound_report(
+    avg_cost: ArrayLike,
+    lo_ori: ArrayLike,
+    hi_ori: ArrayLike,
+    names: Sequence[str] | None = None,
+    *,
+    bind_rtol: float = 0.01,
+) -> list[list[dict[str, object]]]:
+    """Each bound's running average, slack and whether it binds, per run, in the user's units.
+
+    Parameters
+    ----------
+    avg_cost : array_like, shape (R, d)
+        Time-averaged realized cost of each run.
+    lo_ori, hi_ori : array_like, shape (R, d) or (d,)
+        Original bounds, ``-inf`` / ``+inf`` where absent.
+    names : sequence of str, optional
+        Cost coordinate names (default ``"0"``, ``"1"``, ...).
+    bind_rtol : float, default 0.01
+        A bound *binds* when its slack is below this fraction of the bound's magnitude (or
+        when it is broken).
+
+    Returns
+    -------
+    list (one per run) of lists (one per bound) of dicts
+        ``cost`` (name), ``kind`` ("upper" or "lower"), ``bound``, ``average``, ``slack``
+        (``bound - average`` for an upper bound, ``average - bound`` for a lower one: negative
+        when broken) and ``binds``.
+
+    Examples
+    --------
+    >>> rows = bound_report([[0.0119, 0.7]], [[-np.inf, 0.2]], [[0.012, np.inf]], ["usd", "share"])
+    >>> [(b["cost"], b["kind"], round(b["slack"], 6), b["binds"]) for b in rows[0]]
+    [('usd', 'upper', 0.0001, True), ('share', 'lower', 0.5, False)]
+    """
+    cost = as_float_array(avg_cost, "avg_cost", ndim_min=2, ndim_max=2)
+    lo = np.broadcast_to(np.asarray(lo_ori, dtype=np.float64), cost.shape)
+    hi = np.broadcast_to(np.asarray(hi_ori, dtype=np.float64), cost.shape)
+    d = cost.shape[1]
+    labels = [str(j) for j in range(d)] if names is None else [str(n) for n in names]
+    if len(labels) != d:
+        raise InvalidValueError(f"names has {len(labels)} entries for {d} cost coordinates")
+    out: list[list[dict[str, object]]] = []
+    for r in range(cost.shape[0]):
+        rows: list[dict[str, object]] = []
+        for j in range(d):
+            for kind, bound in (("upper", hi[r, j]), ("lower", lo[r, j])):
+                if not np.isfinite(bound):
+                    continue
+                avg = float(cost[r, j])
+                slack = float(bound) - avg if kind == "upper" else avg - float(bound)
+                rows.append(
+                    {
+                        "cost": labels[j],
+                        "kind": kind,
+                        "bound": float(bound),
+                        "average": avg,
+                        "slack": slack,
+                        "binds": bool(slack <= bind_rtol * abs(float(bound))),
+                    }
+                )
+        out.append(rows)
+    return out
 
 
 # ---------------------------------------------------------------------- box helpers

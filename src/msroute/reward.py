@@ -165,8 +165,11 @@ def _check_pair(
     v = _check_skills(skills)
     m = check_positive_int(m_draws, "m_draws")
     if qa.shape[-1] != v.shape[-1]:
+        hint = ""
+        if v.shape[-2] == qa.shape[-1]:
+            hint = "; skills look transposed: they must be (dimensions, experts), so pass skills.T"
         raise InvalidValueError(
-            f"q has {qa.shape[-1]} experts on its last axis but skills has {v.shape[-1]}"
+            f"q has {qa.shape[-1]} experts on its last axis but skills has {v.shape[-1]}{hint}"
         )
     check_simplex(qa)
     try:

@@ -26,7 +26,7 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
-from msroute.problem import ProblemBatch
+from msroute.problem import Problem, ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward
 
 __all__ = ["SkillSource", "Trajectory", "simulate"]
@@ -92,7 +92,7 @@ def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> Int
 def simulate(
     policies: Mapping[str, BasePolicy],
     env: SkillSource,
-    batch: ProblemBatch,
+    batch: ProblemBatch | Problem,
     horizon: int,
     *,
     contexts: ArrayLike | None = None,
@@ -111,8 +111,9 @@ def simulate(
         Each with ``n_runs == env.n_runs == batch.n_runs``; they are advanced in place.
     env : SkillSource
         The skill environment (replayable: metrics can ask it for the same rounds again).
-    batch : ProblemBatch
-        The instance of each run (costs for the realized cost vectors).
+    batch : ProblemBatch or Problem
+        The instance of each run (costs for the realized cost vectors); a single Problem is
+        shared by every run of the environment.
     horizon : int
         T, the number of rounds.
     contexts : array_like of int, shape (T,) or (T, R), optional
@@ -143,12 +144,20 @@ def simulate(
     """
     t_total = check_positive_int(horizon, "horizon")
     chunk = check_positive_int(chunk, "chunk")
+    if isinstance(batch, Problem):  # one instance shared by every run of the environment
+        n = env.n_runs if run_map is None else int(np.asarray(run_map).shape[0])
+        batch = ProblemBatch(batch, n)
     r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
     runs = _check_run_map(run_map, r, env.n_runs)
     if env.n_experts != k or (runs is None and env.n_runs != r):
+        hint = ""
+        if env.n_experts != k and env.n_dims == k:
+            hint = (
+                "; the skills look transposed: they must be (dimensions, experts), so pass skills.T"
+            )
         raise InvalidValueError(
             f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
-            f"has {(r, k)}"
+            f"has {(r, k)}{hint}"
         )
     for name, pol in policies.items():
         if pol.n_runs != r or pol.n_experts != k or pol.m_draws != batch.m_draws:

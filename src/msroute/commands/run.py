@@ -70,8 +70,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cell and print its summary."""
+    import numpy as np
+
     from msroute.experiments.common import CellSpec, params_items
     from msroute.experiments.sweep import sweep_worker
+    from msroute.problem import bound_report
 
     if len(set(args.seed)) != len(args.seed):
         raise InvalidValueError(f"--seed has repeated values: {args.seed}")
@@ -97,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
         dataset=args.dataset,
     )
     res = sweep_worker(spec)
+    report = bound_report(
+        res["avg_cost"],
+        np.full_like(res["bounds"], -np.inf),
+        res["bounds"],
+        ["workload", "experts"],
+    )
     runs = [
         {
             "seed": seed,
@@ -107,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             "expert_cap": float(res["bounds"][i, 1]),
             "feasible": bool(res["feasible"][i]),
             "r2": float(res["r2"][i]),
+            "bounds": report[i],
         }
         for i, seed in enumerate(spec.seeds)
     ]
@@ -137,10 +147,14 @@ def run(args: argparse.Namespace) -> int:
         "feasible": "feasible",
         "r2": "R2",
     }
+
+    def slack(r: dict[str, Any]) -> str:
+        return " ".join(f"{b['slack']:+.3f}" + ("*" if b["binds"] else "") for b in r["bounds"])
+
     print_table(
         f"{args.policy} on {args.dataset}/{args.env}, level {args.level}, T = {args.horizon} "
         f"({float(res['wall_time']):.1f} s): time averages per seed",
-        ["seed", *short.values()],
-        [[r["seed"], *(r[k] for k in short)] for r in runs],
+        ["seed", *short.values(), "slack (* binds)"],
+        [[r["seed"], *(r[k] for k in short), slack(r)] for r in runs],
     )
     return 0

@@ -11,6 +11,7 @@ from msroute.policies.bandit import (
     ThompsonSamplingBwK,
 )
 from msroute.policies.base import BasePolicy, Policy
+from msroute.policies.fixed import FixedPolicy, UniformPolicy
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
@@ -29,6 +30,7 @@ __all__ = [
     "BasePolicy",
     "CBwK",
     "ContextualOMD",
+    "FixedPolicy",
     "GreedyPolicy",
     "LagrangianDual",
     "MoEGating",
@@ -38,6 +40,7 @@ __all__ = [
     "RandomPolicy",
     "ThompsonSampling",
     "ThompsonSamplingBwK",
+    "UniformPolicy",
     "available_policies",
     "get_policy_class",
     "load_policy",

@@ -30,6 +30,25 @@ Two constructions, chosen with ``construction=``:
     ``(C w) . q <= h_S(w)``. Kept for the record; it reproduces the paper's construction bit for
     bit, including its dependence on the units.
 
+The cost the dual approaches, chosen with ``surrogate=`` (with the invariant construction):
+
+``"linear"`` (the default)
+    The paper's surrogate ``u = C^T q`` and box ``S`` of Section 4.2 (``[0, u_j / M]``,
+    ``[l_j, cbar]``). The sandwich (2) makes it safe, and loose: the realized cost of a team
+    counts each distinct expert once, so it is usually well below ``M C^T q``.
+``"exact"``
+    The exact expected realized cost of the team, ``e_j(q) = sum_i c_ij (1 - (1 - q_i)^M)``,
+    approached in the original box ``S_ori`` itself, shrunk by a safety margin of ``margin``
+    standard deviations of the time average (``z sd(x_j) / sqrt(T)``, with ``sd`` the running
+    standard deviation of the realized cost) so that the noise of the realized average does not
+    carry it over a bound. ``e_j`` is concave, so a covering bound ``e_j(q) >= l_j`` is a
+    convex constraint and a packing bound ``e_j(q) <= u_j`` is not. The QP cuts each active
+    bound by the tangent of ``e_j`` at the current ``q``: for a packing bound the tangent lies
+    above ``e_j``, so the cut is a convex inner approximation (every point meeting it meets the
+    bound exactly); for a covering bound it is the outer linearisation of a convex set, exact to
+    second order in the step, and the dual, which sees the exact ``e_j`` of the played ``q``,
+    corrects what remains.
+
 Tie rule (docs/architecture.md, "Decided readings"), in both: where ``w_j == 0`` every point of
 ``S_j`` maximizes; we take ``x*_j = clip(u_j, S_j)``, so the dual stays exactly at zero while the
 surrogate cost is inside ``S``, and a cost within ``tol`` of the box counts as inside (rounding in
@@ -44,19 +63,26 @@ import numpy as np
 
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
-from msroute.problem import support_box, support_point_box
+from msroute.problem import support_box, support_point_box, surrogate_cost
 from msroute.projection import _project_step_unchecked
 from msroute.projection_cuts import solve_cuts
 
 __all__ = [
     "DUAL_CONSTRUCTIONS",
+    "SURROGATES",
     "ApproachabilityDual",
     "DualConstruction",
+    "Surrogate",
     "check_construction",
+    "check_surrogate",
     "cost_scale",
+    "expected_team_cost",
 ]
 
 DualConstruction = Literal["invariant", "paper"]
+Surrogate = Literal["linear", "exact"]
+#: The accepted values of ``surrogate``.
+SURROGATES: tuple[str, ...] = get_args(Surrogate)
 #: The accepted values of ``construction``.
 DUAL_CONSTRUCTIONS: tuple[str, ...] = get_args(DualConstruction)
 
@@ -71,6 +97,30 @@ def check_construction(value: object) -> DualConstruction:
         f"dual == {value!r}, must be 'invariant' (per-coordinate units, one cut per active "
         "bound) or 'paper' (Algorithm 1 as written: one aggregated cut)"
     )
+
+
+def check_surrogate(value: object) -> Surrogate:
+    """Validate the ``surrogate`` keyword ("linear" or "exact")."""
+    if value == "linear":
+        return "linear"
+    if value == "exact":
+        return "exact"
+    raise InvalidValueError(
+        f"surrogate == {value!r}, must be 'linear' (the paper's C^T q in the box S) or 'exact' "
+        "(the expected realized cost of the team in S_ori, with a safety margin)"
+    )
+
+
+def expected_team_cost(q: FloatArray, costs: FloatArray, m_draws: int) -> FloatArray:
+    """``E[l] = sum_i c_i (1 - (1 - q_i)^M)``, each distinct expert of the team once: (R, d)."""
+    hit = -np.expm1(m_draws * np.log1p(-np.minimum(q, 1.0)))
+    return np.asarray(np.matmul(hit[:, None, :], costs)[:, 0, :], dtype=np.float64)
+
+
+def expected_team_cost_grad(q: FloatArray, costs: FloatArray, m_draws: int) -> FloatArray:
+    """The gradient of :func:`expected_team_cost`: ``M c_ij (1 - q_i)^(M-1)``, shape (R, K, d)."""
+    slope = m_draws * (1.0 - q) ** (m_draws - 1)
+    return np.asarray(costs * slope[:, :, None], dtype=np.float64)
 
 
 def cost_scale(costs: FloatArray, lo_ori: FloatArray, hi_ori: FloatArray) -> FloatArray:
@@ -126,7 +176,7 @@ class ApproachabilityDual:
     """
 
     #: What changes as the dual learns (persistence; the rest comes from the constructor).
-    _state_attrs: ClassVar[tuple[str, ...]] = ("w",)
+    _state_attrs: ClassVar[tuple[str, ...]] = ("w", "_n_obs", "_cost_mean", "_cost_m2")
 
     def __init__(
         self,
@@ -139,8 +189,24 @@ class ApproachabilityDual:
         scale: FloatArray | None = None,
         has_lower: np.ndarray | None = None,
         has_upper: np.ndarray | None = None,
+        surrogate: Surrogate = "linear",
+        m_draws: int = 1,
+        horizon: int = 1,
+        margin: float = 3.0,
     ) -> None:
         self.construction: DualConstruction = check_construction(construction)
+        self.surrogate: Surrogate = check_surrogate(surrogate)
+        if self.surrogate == "exact" and self.construction != "invariant":
+            raise InvalidValueError("surrogate='exact' needs the invariant dual (dual='invariant')")
+        self.m_draws = m_draws
+        self.horizon = horizon
+        self.margin = float(margin)
+        if not np.isfinite(self.margin) or self.margin < 0:
+            raise InvalidValueError(f"margin == {margin}, must be a finite number >= 0")
+        # Running moments of the realized cost (the exact surrogate's safety margin).
+        self._n_obs = 0
+        self._cost_mean: FloatArray = np.zeros_like(lo)
+        self._cost_m2: FloatArray = np.zeros_like(lo)
         self.step_size = step
         self.tol = tol
         self.lo = lo
@@ -151,17 +217,38 @@ class ApproachabilityDual:
             self.scale: FloatArray = scale
             self._lower = np.asarray(has_lower, dtype=bool)
             self._upper = np.asarray(has_upper, dtype=bool)
-            # The box in normalized units; a side without a bound is open.
-            self._lo_n = np.where(self._lower, lo / scale, -np.inf)
-            self._hi_n = np.where(self._upper, hi / scale, np.inf)
         self.w: FloatArray = np.zeros_like(lo)
 
-    def set_box(self, lo: FloatArray, hi: FloatArray) -> None:
-        """Replace the surrogate box (the adaptive surrogate moves it between steps)."""
-        self.lo, self.hi = lo, hi
-        if self.construction == "invariant":
-            self._lo_n = np.where(self._lower, lo / self.scale, -np.inf)
-            self._hi_n = np.where(self._upper, hi / self.scale, np.inf)
+    # ------------------------------------------------------------------ what it approaches
+    def measure(self, q: FloatArray, costs: FloatArray) -> FloatArray:
+        """The cost vector the dual approaches for routing ``q`` (R, K): ``C^T q`` or ``E[l]``."""
+        if self.surrogate == "linear":
+            return surrogate_cost(q, costs)
+        return expected_team_cost(q, costs, self.m_draws)
+
+    def observe(self, cost: FloatArray) -> None:
+        """Record a realized cost (R, d): the exact surrogate's margin follows its spread."""
+
+        if self.surrogate == "linear":
+            return
+        self._n_obs += 1
+        delta = cost - self._cost_mean
+        self._cost_mean = self._cost_mean + delta / self._n_obs
+        self._cost_m2 = self._cost_m2 + delta * (cost - self._cost_mean)
+
+    def target(self) -> tuple[FloatArray, FloatArray]:
+        """The box the dual currently approaches, in the user's units (margin included).
+
+        A side without a bound is open (infinite) under the invariant construction.
+        """
+        if self.construction == "paper":
+            return self.lo, self.hi
+        lo, hi = self.lo, self.hi
+        if self.surrogate == "exact":
+            sd = np.sqrt(self._cost_m2 / max(self._n_obs - 1, 1))
+            pad = self.margin * sd / np.sqrt(self.horizon)
+            lo, hi = lo + pad, hi - pad
+        return np.where(self._lower, lo, -np.inf), np.where(self._upper, hi, np.inf)
 
     # ------------------------------------------------------------------ the dual's step
     def step(self, u: FloatArray) -> None:
@@ -173,7 +260,8 @@ class ApproachabilityDual:
             w = self.w + self.step_size * grad
         else:
             un = u / self.scale
-            x_star = support_point_box(self.w, un, self._lo_n, self._hi_n)
+            lo, hi = self.target()
+            x_star = support_point_box(self.w, un, lo / self.scale, hi / self.scale)
             grad = un - x_star
             grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
             w = self.w + self.step_size * grad
@@ -191,19 +279,45 @@ class ApproachabilityDual:
         b = support_box(w, self.lo[runs], self.hi[runs])
         return np.asarray(a, dtype=np.float64), b
 
-    def cuts(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
+    def cuts(
+        self, costs: FloatArray, runs: IntArray, q0: FloatArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
         """One cut per active bound of some runs: ``a`` (R', d, K), ``b`` (R', d).
 
-        Row ``j`` is ``C_j . q <= hi_j`` where ``w_j > 0``, ``-C_j . q <= -lo_j`` where
-        ``w_j < 0`` and the empty cut ``0 . q <= 0`` where ``w_j = 0``.
+        Linear surrogate: row ``j`` is ``C_j . q <= hi_j`` where ``w_j > 0``,
+        ``-C_j . q <= -lo_j`` where ``w_j < 0`` and the empty cut ``0 . q <= 0`` where
+        ``w_j = 0``. Exact surrogate: the same with ``e_j`` replaced by its tangent at ``q0``
+        (R', K), the routing before the step, and the box shrunk by the margin.
         """
         w = self.w[runs]
         sign = np.sign(w)  # (R', d)
-        a = np.swapaxes(costs[runs], 1, 2) * sign[:, :, None]
-        b = np.where(w > 0, self.hi[runs], np.where(w < 0, -self.lo[runs], 0.0))
+        lo, hi = self.target()
+        lo, hi = lo[runs], hi[runs]
+        if self.surrogate == "linear":
+            normal = np.swapaxes(costs[runs], 1, 2)
+        else:
+            if q0 is None:
+                raise InvalidValueError("the exact surrogate's cuts need q0, the current routing")
+            grad = expected_team_cost_grad(q0, costs[runs], self.m_draws)  # (R', K, d)
+            normal = np.swapaxes(grad, 1, 2)
+            # e(q) ~ e(q0) + g . (q - q0): the bound on e becomes g . q <= bound - e(q0) + g . q0.
+            offset = np.einsum("rjk,rk->rj", normal, q0) - expected_team_cost(
+                q0, costs[runs], self.m_draws
+            )
+            lo, hi = lo + offset, hi + offset
+        a = normal * sign[:, :, None]
+        with np.errstate(invalid="ignore"):  # an open side (inf) is never selected
+            b = np.where(w > 0, hi, np.where(w < 0, -lo, 0.0))
         return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
 
-    def project(self, y: FloatArray, gamma: float, costs: FloatArray, runs: IntArray) -> FloatArray:
+    def project(
+        self,
+        y: FloatArray,
+        gamma: float,
+        costs: FloatArray,
+        runs: IntArray,
+        q0: FloatArray | None = None,
+    ) -> FloatArray:
         """The QP (6) of some runs: the projection of ``y`` (R', K) under the current cut(s).
 
         Parameters
@@ -213,11 +327,13 @@ class ApproachabilityDual:
         costs : ndarray, shape (R, K, d)
             The cost matrices of all runs (the table, or the online estimates).
         runs : ndarray of int, shape (R',)
+        q0 : ndarray, shape (R', K), optional
+            The routing before the step (the exact surrogate linearizes there).
         """
         if self.construction == "paper":
             a, b = self.halfspace(costs, runs)
             return _project_step_unchecked(y, gamma, a, b)
-        a, b = self.cuts(costs, runs)
+        a, b = self.cuts(costs, runs, q0)
         try:
             return solve_cuts(y, gamma, a, b)[0]
         except EmptyFeasibleSetError:

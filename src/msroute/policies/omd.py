@@ -33,10 +33,12 @@ from msroute.policies.costs import CostEstimate, CostEstimateMode, check_cost_es
 from msroute.policies.duals import (
     ApproachabilityDual,
     DualConstruction,
+    Surrogate,
     check_construction,
+    check_surrogate,
     cost_scale,
 )
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem, ProblemBatch, bound_report
 
 __all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
 
@@ -93,6 +95,13 @@ class OMDApproachability(BasePolicy):
         draw, and use the estimates in ``C``; "table" uses the table only (the paper).
     cost_prior_weight : float, default 10.0
         How many calls the table counts for in the estimates.
+    surrogate : {"linear", "exact"}, default "linear"
+        What the dual approaches (:mod:`msroute.policies.duals`): the paper's ``C^T q`` in the
+        surrogate box ``S`` (safe by the sandwich (2), and conservative), or the exact expected
+        realized cost of the team in ``S_ori`` with a safety margin (spends up to the bounds).
+    margin : float, default 3.0
+        The exact surrogate's safety margin, in standard deviations of the time-averaged
+        realized cost over the horizon.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
         impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
@@ -117,6 +126,8 @@ class OMDApproachability(BasePolicy):
         "_reward_sum",
         "dual",
         "cost_est",
+        "_cost_sum",
+        "_n_feedback",
     )
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
@@ -140,6 +151,8 @@ class OMDApproachability(BasePolicy):
         dual: DualConstruction = "invariant",
         cost_estimate: CostEstimateMode = "distinct",
         cost_prior_weight: float = 10.0,
+        surrogate: Surrogate = "linear",
+        margin: float = 3.0,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
@@ -177,8 +190,10 @@ class OMDApproachability(BasePolicy):
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
         self._reward_sum: FloatArray = np.zeros((r, x))
         b = self.batch
+        self._cost_sum: FloatArray = np.zeros((r, b.n_costs))
+        self._n_feedback = 0
         self._scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
-        self.dual = self._make_dual(check_construction(dual))
+        self.dual = self._make_dual(check_construction(dual), check_surrogate(surrogate), margin)
         self._ctx0: IntArray = np.zeros(r, dtype=np.int64)  # the context of context-free runs
         self.cost_est = CostEstimate(
             b.costs,
@@ -187,20 +202,48 @@ class OMDApproachability(BasePolicy):
             prior_weight=cost_prior_weight,
         )
 
-    def _make_dual(self, construction: DualConstruction) -> ApproachabilityDual:
+    def state(self) -> dict[str, object]:
+        """What the router has done so far, in the user's units, per run.
+
+        ``decisions`` and ``feedback`` (rounds with feedback), and per run ``bounds``: each
+        bound's running average realized cost, its slack and whether it binds
+        (:func:`msroute.metrics.bound_report`), and ``enforced``: the bounds the dual's cut(s)
+        currently enforce (+1 upper, -1 lower, 0 none, per cost coordinate).
+        """
+        b = self.batch
+        avg = self._cost_sum / max(self._n_feedback, 1)
+        names = b.problems[0].cost_names
+        return {
+            "decisions": self.t,
+            "feedback": self._n_feedback,
+            "bounds": bound_report(avg, b.lo_ori, b.hi_ori, names),
+            "enforced": self.dual.active().tolist(),
+        }
+
+    def _make_dual(
+        self, construction: DualConstruction, surrogate: Surrogate, margin: float
+    ) -> ApproachabilityDual:
         b = self.batch
         if construction == "paper":
+            if surrogate != "linear":
+                raise InvalidValueError("surrogate='exact' needs dual='invariant'")
             tol = 1e-12 * max(1.0, b.cbar)
             return ApproachabilityDual(b.lo, b.hi, self.dual_step, tol, construction="paper")
+        # The exact surrogate approaches the original box, the linear one the box S.
+        lo, hi = (b.lo, b.hi) if surrogate == "linear" else (b.lo_ori, b.hi_ori)
         return ApproachabilityDual(
-            b.lo,
-            b.hi,
+            lo,
+            hi,
             self.dual_step,
             1e-12,
             construction="invariant",
             scale=self._scale,
             has_lower=np.isfinite(b.lo_ori),
             has_upper=np.isfinite(b.hi_ori),
+            surrogate=surrogate,
+            m_draws=self.m_draws,
+            horizon=self.horizon,
+            margin=margin,
         )
 
     # ------------------------------------------------------------------ diagnostics
@@ -208,6 +251,10 @@ class OMDApproachability(BasePolicy):
     def q(self) -> FloatArray:
         """Current routing policies: (R, K), or (R, X, K) for more than one context (a copy)."""
         return self._q[:, 0, :].copy() if self.n_contexts == 1 else self._q.copy()
+
+    def q_named(self, run: int = 0, context: int = 0) -> dict[str, float]:
+        """One run's routing distribution as a mapping expert name -> probability."""
+        return self.batch.problems[run].named(self._q[run, context])
 
     @property
     def w(self) -> FloatArray:
@@ -224,7 +271,7 @@ class OMDApproachability(BasePolicy):
             q = q * eligible
             q /= q.sum(axis=1, keepdims=True)
         draws = sample_multinomial(self.streams.uniform(self.m_draws), q, eligible)
-        self.dual.step(self.cost_est.surrogate(q))
+        self.dual.step(self.dual.measure(q, self.cost_est.costs))
         return draws, q
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
@@ -250,6 +297,9 @@ class OMDApproachability(BasePolicy):
         self._reward_sum[rows, ctx] += reward
         self._visits[rows, ctx] = visits + 1
         self.cost_est.update(decision.draws, cost)
+        self.dual.observe(cost)
+        self._cost_sum += cost
+        self._n_feedback += 1
         due = np.flatnonzero((visits + 1) % self.batch_size == 0)
         if due.size:
             self._qp_step(due, ctx[due])
@@ -262,7 +312,8 @@ class OMDApproachability(BasePolicy):
         else:  # Corollary 2: eta = a sqrt(n_x) at the n-th step of context x
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
-        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs)
+        q0 = self._q[runs, ctx]
+        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs, q0)
         self._grad[runs, ctx] = 0.0
 
 

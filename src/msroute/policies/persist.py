@@ -280,7 +280,13 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
         "policy": cls.name,
         "kwargs": {k: _encode_kwarg(k, v) for k, v in policy._init_kwargs.items()},
         "problems": [
-            {"m_draws": p.m_draws, "cbar": p.cbar, "constraints": p.constraints.to_dict()}
+            {
+                "m_draws": p.m_draws,
+                "cbar": p.cbar,
+                "constraints": p.constraints.to_dict(),
+                "expert_names": None if p.expert_names is None else list(p.expert_names),
+                "cost_names": None if p.cost_names is None else list(p.cost_names),
+            }
             for p in problems
         ],
         "problem_of_run": problem_of_run,
@@ -436,6 +442,8 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
             entry["m_draws"],
             Constraints(**entry["constraints"]),
             cbar=entry["cbar"],
+            expert_names=entry.get("expert_names"),
+            cost_names=entry.get("cost_names"),
         )
         for i, entry in enumerate(manifest["problems"])
     ]

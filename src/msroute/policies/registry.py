@@ -16,6 +16,8 @@ __all__ = ["POLICIES", "available_policies", "get_policy_class", "make_policy"]
 #: Registered policy names and the ``module:Class`` that implements each.
 POLICIES: dict[str, str] = {
     "random": "msroute.policies.bandit:RandomPolicy",
+    "uniform": "msroute.policies.fixed:UniformPolicy",
+    "fixed": "msroute.policies.fixed:FixedPolicy",
     "greedy": "msroute.policies.bandit:GreedyPolicy",
     "cucb": "msroute.policies.bandit:CUCB",
     "cbwk": "msroute.policies.bandit:CBwK",

@@ -493,3 +493,27 @@ def test_policy_colors_are_fixed_and_stable() -> None:
     assert policy_color("omd") == "#1f77b4"
     assert len({policy_color(p) for p in ("omd", "random", "greedy", "cucb", "cbwk")}) == 5
     assert policy_color("my-policy") == policy_color("my-policy")
+
+
+def test_fig2_spend_panel_is_workload_over_budget() -> None:
+    rng = np.random.default_rng(5)
+    rows = [
+        {
+            **r,
+            "avg_workload": float(rng.uniform(0.2, 1.2)),
+            "budget_bound": float("inf") if r["level"] == "none" else 1.0 + r["seed"],
+        }
+        for r in fig2_rows()
+    ]
+    fig = plot_fig2(as_csv(rows))
+    assert len(fig.axes) == 6  # 2 envs x (reward, feasible, spend)
+    spend_ax = fig.axes[2]
+    assert spend_ax.get_title() == "Stochastic: spend against budget"
+    heights = bar_heights(spend_ax)
+    cell = [
+        r for r in rows if (r["env"], r["level"], r["policy"]) == ("stochastic", "tight", "omd")
+    ]
+    want = np.mean([100 * r["avg_workload"] / r["budget_bound"] for r in cell])
+    np.testing.assert_allclose(heights["OMD-Approachability"][0], want)
+    assert np.isnan(heights["OMD-Approachability"][3])  # no budget when unconstrained
+    assert any(line.get_gid() == "budget" for line in spend_ax.get_lines())

@@ -703,8 +703,11 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
         One row of panels per environment (stochastic, then regime-switching). Left: grouped
         bars, one group per constraint level and one bar per policy, of the mean ``avg_reward``
         over seeds with ± one sample standard deviation as error bars. Right: percentage of
-        seeds whose run is feasible. One legend for the whole figure; OMD-Approachability's
-        bars are outlined.
+        seeds whose run is feasible. When the rows also carry ``avg_workload`` and
+        ``budget_bound``, a third panel shows the spend against the budget: the mean over
+        seeds of ``avg_workload / budget_bound`` in percent, with the budget at 100% (levels
+        without a budget are left empty). One legend for the whole figure;
+        OMD-Approachability's bars are outlined.
     """
     if reward_axis not in REWARD_AXES:
         raise InvalidValueError(
@@ -713,15 +716,24 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
     data = _rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
     reward: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     feasible: dict[tuple[str, str, str], list[bool]] = defaultdict(list)
+    spend: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    with_spend = all(
+        row.get("avg_workload") not in (None, "") and row.get("budget_bound") not in (None, "")
+        for row in data
+    )
     for row in data:
         key = (_str(row, "env"), _str(row, "level"), _str(row, "policy"))
         reward[key].append(_float(row, "avg_reward"))
         feasible[key].append(_bool(row, "feasible"))
+        if with_spend:
+            budget = _float(row, "budget_bound")
+            if math.isfinite(budget) and budget > 0:
+                spend[key].append(100.0 * _float(row, "avg_workload") / budget)
     envs = _ordered((k[0] for k in reward), _ENV_ORDER)
     policies = _ordered((k[2] for k in reward), _POLICY_ORDER)
 
-    fig = _new_figure(12.0, 3.3 * len(envs) + 0.7)
-    grid = _grid(fig, len(envs), 2)
+    fig = _new_figure(18.0 if with_spend else 12.0, 3.3 * len(envs) + 0.7)
+    grid = _grid(fig, len(envs), 3 if with_spend else 2)
     for i, env in enumerate(envs):
         levels = _ordered((k[1] for k in reward if k[0] == env), LEVEL_ORDER)
         reward_stats = {(k[1], k[2]): _mean_std(v) for k, v in reward.items() if k[0] == env}
@@ -730,7 +742,14 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
             for k, v in feasible.items()
             if k[0] == env
         }
-        left, right = grid[i]
+        left, right = grid[i][:2]
+        if with_spend:
+            ax = grid[i][2]
+            used = {(k[1], k[2]): _mean_std(v) for k, v in spend.items() if k[0] == env and v}
+            _grouped_bars(ax, levels, policies, used, errors=True)
+            ax.axhline(100.0, color="0.2", linestyle="--", linewidth=1.0, gid="budget")
+            ax.set_ylabel("workload, % of the budget")
+            ax.set_title(f"{_env_label(env)}: spend against budget")
         _grouped_bars(left, levels, policies, reward_stats, errors=True)
         if reward_axis == "differences":
             _zoom_reward_axis(left, reward_stats)

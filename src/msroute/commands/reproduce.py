@@ -37,13 +37,15 @@ def available_cores() -> int:
 def register(subparsers: Any) -> None:
     """Add the ``reproduce`` subcommand."""
     from msroute.datasets.crowd import DATASETS
+    from msroute.experiments.common import describe_levels
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "reproduce",
         help="reproduce the paper's experiments (figures, tables, tidy CSV)",
         description="Regenerate the paper's experiments on the packaged TREC 2010 data (or, "
         "with --dataset web, on the packaged web relevance data under the same protocol). "
-        "Finished cells are cached under OUT/cells, so an interrupted run resumes.",
+        "Finished cells are cached under OUT/cells, so an interrupted run resumes. Constraint "
+        "levels (Table 1, per time-averaged round): " + describe_levels().replace("%", "%%"),
     )
     p.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     p.add_argument("--out", type=Path, default=Path("results"), help="output directory")

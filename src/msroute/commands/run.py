@@ -31,7 +31,7 @@ def _param(text: str) -> tuple[str, Any]:
 def register(subparsers: Any) -> None:
     """Add the ``run`` subcommand."""
     from msroute.datasets.crowd import DATASETS, DEFAULT_DATASET
-    from msroute.experiments.common import ENVIRONMENTS, LEVELS
+    from msroute.experiments.common import ENVIRONMENTS, LEVELS, describe_levels
     from msroute.policies.registry import POLICIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -45,7 +45,13 @@ def register(subparsers: Any) -> None:
         "--policy", required=True, choices=[n for n in POLICIES if n != "omd-contextual"]
     )
     p.add_argument("--env", default="stochastic", choices=ENVIRONMENTS)
-    p.add_argument("--level", default="tight", choices=list(LEVELS))
+    p.add_argument(
+        "--level",
+        default="tight",
+        choices=list(LEVELS),
+        help="Table 1's constraint level, per time-averaged round (each distinct routed "
+        "expert counted once): " + describe_levels().replace("%", "%%"),
+    )
     p.add_argument("--seed", type=int_arg, nargs="+", default=[0], help="one or more seeds")
     p.add_argument("--horizon", type=int_arg, default=10_000)
     p.add_argument(

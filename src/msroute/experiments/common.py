@@ -44,6 +44,7 @@ __all__ = [
     "LEVELS",
     "CellSpec",
     "RunMapEnv",
+    "describe_levels",
     "level_constraints",
     "run_cells",
 ]
@@ -56,6 +57,21 @@ LEVELS: dict[str, tuple[float, float] | None] = {
     "loose": (0.5, 5.0),
     "none": None,
 }
+
+
+def describe_levels() -> str:
+    """The levels in numbers, for ``--help`` and messages (from :data:`LEVELS`)."""
+    parts = []
+    for name, spec in LEVELS.items():
+        if spec is None:
+            parts.append(f"{name}: no bounds")
+        else:
+            margin, cap = spec
+            parts.append(
+                f"{name}: workload <= M * mean workload + {margin:g}, flagged experts <= {cap:g}"
+            )
+    return "; ".join(parts)
+
 
 #: Environment kinds of Section 6.1.
 ENVIRONMENTS: tuple[str, ...] = ("stochastic", "regime")

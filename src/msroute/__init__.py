@@ -29,6 +29,7 @@ from msroute.errors import (
     InvalidValueError,
     MSRouteError,
     MSRouteWarning,
+    PolicyCheckError,
     PolicyFileError,
 )
 from msroute.metrics import (
@@ -96,6 +97,7 @@ __all__ = [
     "OMDApproachability",
     "OracleResult",
     "Policy",
+    "PolicyCheckError",
     "PolicyFileError",
     "Problem",
     "ProblemBatch",

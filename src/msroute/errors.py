@@ -23,6 +23,7 @@ __all__ = [
     "InvalidValueError",
     "MSRouteError",
     "MSRouteWarning",
+    "PolicyCheckError",
     "PolicyFileError",
     "ResourceError",
 ]
@@ -72,6 +73,11 @@ class PolicyFileError(DataFormatError):
 class ResourceError(MSRouteError, ValueError):
     """A computation would need more memory than is available; raised before it starts, with
     the estimate and what to change."""
+
+
+class PolicyCheckError(MSRouteError, AssertionError):
+    """A policy class breaks the policy contract (:func:`msroute.checks.check_policy`); the
+    message names the class, the check and what went wrong."""
 
 
 class MSRouteWarning(UserWarning):

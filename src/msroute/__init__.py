@@ -16,6 +16,9 @@ Examples
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from msroute._version import __version__
 from msroute.datasets import CrowdData, Instance, build_instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, SequenceEnv, SkillEnv, StochasticEnv
@@ -25,12 +28,16 @@ from msroute.errors import (
     DataFormatError,
     EmptyFeasibleSetError,
     InfeasibleConstraintsError,
+    InvalidFeedbackError,
     InvalidTypeError,
     InvalidValueError,
+    JournalError,
     MSRouteError,
     MSRouteWarning,
     PolicyCheckError,
     PolicyFileError,
+    RouterConfigError,
+    UnknownDecisionError,
 )
 from msroute.metrics import (
     bound_report,
@@ -73,6 +80,27 @@ from msroute.reward import (
 )
 from msroute.simulate import Trajectory, simulate
 
+if TYPE_CHECKING:
+    from msroute.router import RoutedDecision, Router, RouterConfig, evaluate
+
+#: Names loaded on first use, so that ``import msroute`` does not load the router's journal
+#: machinery (sqlite3) for users who only simulate.
+_LAZY = {
+    "RoutedDecision": "msroute.router",
+    "Router": "msroute.router",
+    "RouterConfig": "msroute.router",
+    "evaluate": "msroute.router",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'msroute' has no attribute {name!r}")
+
+
 __all__ = [
     "CUCB",
     "POLICIES",
@@ -89,8 +117,10 @@ __all__ = [
     "GreedyPolicy",
     "InfeasibleConstraintsError",
     "Instance",
+    "InvalidFeedbackError",
     "InvalidTypeError",
     "InvalidValueError",
+    "JournalError",
     "MSRouteError",
     "MSRouteWarning",
     "MoEGating",
@@ -103,6 +133,10 @@ __all__ = [
     "ProblemBatch",
     "RandomPolicy",
     "RegimeSwitchingEnv",
+    "RoutedDecision",
+    "Router",
+    "RouterConfig",
+    "RouterConfigError",
     "SequenceEnv",
     "SkillEnv",
     "StochasticEnv",
@@ -110,6 +144,7 @@ __all__ = [
     "ThompsonSamplingBwK",
     "Trajectory",
     "UniformPolicy",
+    "UnknownDecisionError",
     "__version__",
     "available_policies",
     "batch_sum_max_reward",
@@ -119,6 +154,7 @@ __all__ = [
     "build_instance",
     "constraint_regret",
     "contextual_opt",
+    "evaluate",
     "expected_reward",
     "expected_reward_grad",
     "feasible",

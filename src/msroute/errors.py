@@ -19,13 +19,17 @@ __all__ = [
     "DataWarning",
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
+    "InvalidFeedbackError",
     "InvalidTypeError",
     "InvalidValueError",
+    "JournalError",
     "MSRouteError",
     "MSRouteWarning",
     "PolicyCheckError",
     "PolicyFileError",
     "ResourceError",
+    "RouterConfigError",
+    "UnknownDecisionError",
 ]
 
 
@@ -78,6 +82,24 @@ class ResourceError(MSRouteError, ValueError):
 class PolicyCheckError(MSRouteError, AssertionError):
     """A policy class breaks the policy contract (:func:`msroute.checks.check_policy`); the
     message names the class, the check and what went wrong."""
+
+
+class RouterConfigError(MSRouteError, ValueError):
+    """A router configuration is invalid; the message names the key (``experts.big``)."""
+
+
+class UnknownDecisionError(MSRouteError, LookupError):
+    """Feedback names a decision id the router never issued."""
+
+
+class InvalidFeedbackError(MSRouteError, ValueError):
+    """A route or feedback call carries a bad value (NaN reward, unknown cost name, unknown
+    context or expert); the message names the field, and nothing changed."""
+
+
+class JournalError(MSRouteError):
+    """A router journal is damaged, of another schema version, or disagrees with the decisions
+    it re-derives; the message names the file and the first problem."""
 
 
 class MSRouteWarning(UserWarning):

@@ -106,10 +106,9 @@ def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
 
 def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
     """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
-    counts = np.zeros((draws.shape[0], n_experts))
-    rows = np.broadcast_to(np.arange(draws.shape[0])[:, None], draws.shape)
-    np.add.at(counts, (rows, draws), 1.0)
-    return counts
+    r = draws.shape[0]
+    flat = (draws + (np.arange(r) * n_experts)[:, None]).ravel()
+    return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 
 
 class BasePolicy:

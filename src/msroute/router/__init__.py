@@ -1,0 +1,21 @@
+"""The live router (DESIGN.md, "Serving live traffic"): route queries one at a time with
+decision ids, delayed feedback, a crash-safe SQLite journal and off-policy evaluation.
+
+Layering: ``problem/reward/projection`` <- ``policies`` <- ``router`` <- ``service`` <- ``cli``.
+"""
+
+from __future__ import annotations
+
+from msroute.router.config import RouterConfig
+from msroute.router.core import DEFAULT_OMD_PARAMS, RoutedDecision, Router
+from msroute.router.ope import Estimate, OPEResult, evaluate
+
+__all__ = [
+    "DEFAULT_OMD_PARAMS",
+    "Estimate",
+    "OPEResult",
+    "RoutedDecision",
+    "Router",
+    "RouterConfig",
+    "evaluate",
+]

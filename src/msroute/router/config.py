@@ -1,0 +1,303 @@
+"""The router's configuration: one TOML file or dict, every key validated by name.
+
+Format (the same one ``msroute serve`` reads)::
+
+    policy = "omd"                 # any registered policy; [params] for its keyword arguments
+    m_draws = 3
+    cost_names = ["usd", "gpu"]
+    contexts = ["billing", "tech"] # optional (OMD family only: one routing policy per context)
+    seed = 0
+    journal = "router.db"          # optional: without it the router lives in memory only
+    journal_sync = "full"          # or "normal" (faster; may lose the last commits on power loss)
+    snapshot_every = 1000          # journal events between two policy snapshots
+    feedback_ttl_s = 600           # after it a decision expires
+    on_missing = "drop"            # or a number: the default reward of an expired decision
+    reward_min = 0.0               # feedback rewards outside [reward_min, reward_max] are refused
+    reward_max = 3.0               # optional
+    horizon = 100000               # T for the hyperparameters that need one (baselines' duals)
+    name = "support-queue"         # optional label
+    [experts]                      # stable string ids -> cost vector (one value per cost name)
+    big = [0.030, 1.0]
+    small = { usd = 0.002, gpu = 0.0 }
+    [constraints]
+    upper = { usd = 0.02 }         # bounds on the time-averaged realized cost, by cost name
+    lower = { gpu = 0.1 }
+    [params]
+    eta_mult = 0.1
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from msroute.errors import RouterConfigError
+from msroute.policies.registry import POLICIES
+
+__all__ = ["RouterConfig", "cost_vector"]
+
+Sync = Literal["full", "normal"]
+
+_KEYS = {
+    "policy",
+    "m_draws",
+    "cost_names",
+    "contexts",
+    "seed",
+    "journal",
+    "journal_sync",
+    "snapshot_every",
+    "feedback_ttl_s",
+    "on_missing",
+    "reward_min",
+    "reward_max",
+    "horizon",
+    "name",
+    "experts",
+    "constraints",
+    "params",
+}
+
+
+def _number(value: object, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RouterConfigError(f"{key}: must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise RouterConfigError(f"{key}: must be finite, got {value!r}")
+    return v
+
+
+def _int(value: object, key: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RouterConfigError(f"{key}: must be an integer, got {value!r}")
+    if value < minimum:
+        raise RouterConfigError(f"{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _names(value: object, key: str) -> tuple[str, ...]:
+    if not isinstance(value, Sequence) or isinstance(value, str) or not value:
+        raise RouterConfigError(f"{key}: must be a non-empty list of names, got {value!r}")
+    names = tuple(value)
+    for n in names:
+        if not isinstance(n, str) or not n:
+            raise RouterConfigError(f"{key}: names must be non-empty strings, got {n!r}")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise RouterConfigError(f"{key}: duplicate names {dup}")
+    return names
+
+
+def cost_vector(value: object, cost_names: Sequence[str], key: str) -> tuple[float, ...]:
+    """A cost vector given as a list in ``cost_names`` order or a dict by cost name.
+
+    Every entry must be a finite number ``>= 0``; a dict must name every cost exactly once.
+    Errors name ``key`` (e.g. ``experts.big`` or ``cost``).
+    """
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(cost_names))
+        if unknown:
+            raise RouterConfigError(f"{key}: unknown cost name(s) {unknown}; known: {cost_names}")
+        missing = [n for n in cost_names if n not in value]
+        if missing:
+            raise RouterConfigError(f"{key}: missing cost(s) {missing}")
+        items = [(f"{key}.{n}", value[n]) for n in cost_names]
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != len(cost_names):
+            raise RouterConfigError(
+                f"{key}: needs {len(cost_names)} values (one per cost name {list(cost_names)}), "
+                f"got {len(value)}"
+            )
+        items = [(f"{key}.{n}", v) for n, v in zip(cost_names, value, strict=True)]
+    else:
+        raise RouterConfigError(
+            f"{key}: must be a list in cost_names order or a table by cost name, got {value!r}"
+        )
+    out = []
+    for k, v in items:
+        x = _number(v, k)
+        if x < 0:
+            raise RouterConfigError(f"{k}: costs must be >= 0, got {x}")
+        out.append(x)
+    return tuple(out)
+
+
+def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise RouterConfigError(f"{key}: must be a table by cost name, got {value!r}")
+    out = {}
+    for n, v in value.items():
+        if n not in cost_names:
+            raise RouterConfigError(f"{key}.{n}: unknown cost name; known: {list(cost_names)}")
+        out[str(n)] = _number(v, f"{key}.{n}")
+    return out
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """A validated router configuration (build it with :meth:`from_dict` or :meth:`from_toml`).
+
+    See the module docstring for the keys. ``experts`` keeps the table's order; ``upper`` and
+    ``lower`` map cost names to bounds on the time-averaged realized cost.
+    """
+
+    policy: str
+    m_draws: int
+    cost_names: tuple[str, ...]
+    experts: dict[str, tuple[float, ...]]
+    upper: dict[str, float] = field(default_factory=dict)
+    lower: dict[str, float] = field(default_factory=dict)
+    contexts: tuple[str, ...] | None = None
+    seed: int = 0
+    journal: str | None = None
+    journal_sync: Sync = "full"
+    snapshot_every: int = 1000
+    feedback_ttl_s: float = 600.0
+    on_missing: Literal["drop"] | float = "drop"
+    reward_min: float = 0.0
+    reward_max: float | None = None
+    horizon: int = 100_000
+    name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RouterConfig:
+        """Read and validate a TOML file; errors name the file and the key."""
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except OSError as exc:
+            raise RouterConfigError(f"{p}: cannot read the router config: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise RouterConfigError(f"{p}: not valid TOML: {exc}") from exc
+        try:
+            return cls.from_dict(data)
+        except RouterConfigError as exc:
+            raise RouterConfigError(f"{p}: {exc}") from exc
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RouterConfig:
+        """Validate every key, type and range; an error names the offending key."""
+        if not isinstance(data, Mapping):
+            raise RouterConfigError(f"the router config must be a table, got {type(data).__name__}")
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise RouterConfigError(f"unknown key(s) {unknown}; known: {sorted(_KEYS)}")
+        for key in ("policy", "m_draws", "cost_names", "experts"):
+            if key not in data:
+                raise RouterConfigError(f"{key}: required")
+        policy = data["policy"]
+        if not isinstance(policy, str) or policy.lower() not in POLICIES:
+            raise RouterConfigError(f"policy: unknown policy {policy!r}; known: {list(POLICIES)}")
+        cost_names = _names(data["cost_names"], "cost_names")
+        experts_raw = data["experts"]
+        if not isinstance(experts_raw, Mapping) or not experts_raw:
+            raise RouterConfigError("experts: must be a non-empty table of id -> cost vector")
+        experts = {}
+        for eid, cost in experts_raw.items():
+            if not isinstance(eid, str) or not eid:
+                raise RouterConfigError(f"experts: ids must be non-empty strings, got {eid!r}")
+            experts[eid] = cost_vector(cost, cost_names, f"experts.{eid}")
+        constraints = data.get("constraints", {})
+        if not isinstance(constraints, Mapping):
+            raise RouterConfigError(f"constraints: must be a table, got {constraints!r}")
+        bad = sorted(set(constraints) - {"upper", "lower"})
+        if bad:
+            raise RouterConfigError(f"constraints: unknown key(s) {bad}; known: upper, lower")
+        upper = _bounds(constraints.get("upper", {}), "constraints.upper", cost_names)
+        lower = _bounds(constraints.get("lower", {}), "constraints.lower", cost_names)
+        for n in set(upper) & set(lower):
+            if lower[n] > upper[n]:
+                raise RouterConfigError(
+                    f"constraints.lower.{n}: {lower[n]} is above constraints.upper.{n} = {upper[n]}"
+                )
+        contexts = None if data.get("contexts") is None else _names(data["contexts"], "contexts")
+        sync = data.get("journal_sync", "full")
+        if sync not in ("full", "normal"):
+            raise RouterConfigError(f"journal_sync: must be 'full' or 'normal', got {sync!r}")
+        journal = data.get("journal")
+        if journal is not None and (not isinstance(journal, str) or not journal):
+            raise RouterConfigError(f"journal: must be a file path, got {journal!r}")
+        ttl = _number(data.get("feedback_ttl_s", 600.0), "feedback_ttl_s")
+        if ttl <= 0:
+            raise RouterConfigError(f"feedback_ttl_s: must be > 0, got {ttl}")
+        reward_min = _number(data.get("reward_min", 0.0), "reward_min")
+        reward_max = data.get("reward_max")
+        if reward_max is not None:
+            reward_max = _number(reward_max, "reward_max")
+            if reward_max < reward_min:
+                raise RouterConfigError(f"reward_max: {reward_max} is below reward_min")
+        on_missing_raw = data.get("on_missing", "drop")
+        on_missing: Literal["drop"] | float
+        if on_missing_raw == "drop":
+            on_missing = "drop"
+        else:
+            on_missing = _number(on_missing_raw, "on_missing")
+            hi = math.inf if reward_max is None else reward_max
+            if not reward_min <= on_missing <= hi:
+                raise RouterConfigError(
+                    f"on_missing: the default reward {on_missing} is outside "
+                    f"[reward_min, reward_max] = [{reward_min}, {hi}]"
+                )
+        name = data.get("name")
+        if name is not None and not isinstance(name, str):
+            raise RouterConfigError(f"name: must be a string, got {name!r}")
+        params = data.get("params", {})
+        if not isinstance(params, Mapping):
+            raise RouterConfigError(f"params: must be a table, got {params!r}")
+        for k, v in params.items():
+            if v is not None and not isinstance(v, bool | int | float | str):
+                raise RouterConfigError(f"params.{k}: must be a number, string or bool, got {v!r}")
+        reserved = sorted(set(params) & {"horizon", "n_runs", "seed", "n_contexts"})
+        if reserved:
+            raise RouterConfigError(
+                f"params.{reserved[0]}: set by the router (use the top-level key where one exists)"
+            )
+        return cls(
+            policy=policy.lower(),
+            m_draws=_int(data["m_draws"], "m_draws", 1),
+            cost_names=cost_names,
+            experts=experts,
+            upper=upper,
+            lower=lower,
+            contexts=contexts,
+            seed=_int(data.get("seed", 0), "seed", 0),
+            journal=journal,
+            journal_sync=sync,
+            snapshot_every=_int(data.get("snapshot_every", 1000), "snapshot_every", 1),
+            feedback_ttl_s=ttl,
+            on_missing=on_missing,
+            reward_min=reward_min,
+            reward_max=reward_max,
+            horizon=_int(data.get("horizon", 100_000), "horizon", 1),
+            name=name,
+            params=dict(params),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON/TOML-ready form; ``RouterConfig.from_dict(cfg.to_dict()) == cfg``."""
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "m_draws": self.m_draws,
+            "cost_names": list(self.cost_names),
+            "seed": self.seed,
+            "journal_sync": self.journal_sync,
+            "snapshot_every": self.snapshot_every,
+            "feedback_ttl_s": self.feedback_ttl_s,
+            "on_missing": self.on_missing,
+            "reward_min": self.reward_min,
+            "horizon": self.horizon,
+            "experts": {k: list(v) for k, v in self.experts.items()},
+            "constraints": {"upper": dict(self.upper), "lower": dict(self.lower)},
+            "params": dict(self.params),
+        }
+        for key in ("contexts", "journal", "reward_max", "name"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = list(value) if isinstance(value, tuple) else value
+        return out

@@ -1,0 +1,1005 @@
+"""The live router: one policy routing queries one at a time, with ids, deadlines and a journal.
+
+DESIGN.md, "Serving live traffic": the router wraps one registered policy with R = 1. Experts
+have stable string ids (a removed id is never reused), costs and contexts have names. Each
+``route`` makes decision n with randomness that is a pure function of (seed, n)
+(:class:`~msroute.router.streams.DecisionStreams`), so the journal re-derives every decision
+bit for bit. Feedback may come late, in any order, or never: a decision expires after
+``feedback_ttl_s`` (its missing reward is dropped or replaced by ``on_missing``); a reward for an
+expired decision is logged ("late"), not learned.
+
+Every state change is one journal event committed before the call returns (or at the end of a
+:meth:`Router.group` block); the state can always be rebuilt from the last snapshot plus the
+events after it (:meth:`Router.open`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import sqlite3
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msroute._validation import FloatArray
+from msroute.errors import (
+    InvalidFeedbackError,
+    JournalError,
+    MSRouteError,
+    RouterConfigError,
+    UnknownDecisionError,
+)
+from msroute.policies.base import BasePolicy, Decision
+from msroute.policies.omd import OMDApproachability
+from msroute.policies.persist import (
+    StateValue,
+    load_policy,
+    load_state_dict,
+    save_policy,
+    state_dict,
+)
+from msroute.policies.registry import get_policy_class, make_policy
+from msroute.problem import Constraints, Problem
+from msroute.projection import project_step
+from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.journal import Event, Journal, MemoryJournal, open_journal
+from msroute.router.streams import DecisionStreams
+
+__all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
+
+#: OMD's step schedule in a router, which does not know its horizon: Corollary 2's anytime eta
+#: ``a sqrt(n)`` with the multiplier chosen by ``benchmarks/bench_router.py --schedule`` (TREC
+#: pools, K = 20, M = 3, tight budget, 5,000 rounds: 0.1 gave the highest reward, feasible).
+DEFAULT_OMD_PARAMS: dict[str, Any] = {"eta_schedule": "anytime", "eta_mult": 0.1}
+
+
+@dataclass(frozen=True)
+class RoutedDecision:
+    """One routed query.
+
+    Attributes
+    ----------
+    decision_id : str
+        The id to send feedback with.
+    team : list of str
+        The distinct routed experts, in draw order.
+    draws : list of str
+        The M draws (ids; a multinomial policy may draw an expert more than once).
+    propensities : dict of str -> float, or None
+        The distribution the draws were sampled from (after the eligibility mask; experts with
+        probability 0 left out), or None for policies without a closed form.
+    policy_version : int
+        How many times the policy had learned (or changed experts) before this decision.
+    cost : dict of str -> float
+        The realized cost of the team by cost name (each distinct expert counted once).
+    deadline : float
+        Unix time after which the decision expires.
+    seq : int
+        The journal sequence number of the decision.
+    """
+
+    decision_id: str
+    team: list[str]
+    draws: list[str]
+    propensities: dict[str, float] | None
+    policy_version: int
+    cost: dict[str, float]
+    deadline: float
+    seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: decision_id, team, draws, propensities, policy_version, cost, deadline."""
+        return {
+            "decision_id": self.decision_id,
+            "team": list(self.team),
+            "draws": list(self.draws),
+            "propensities": None if self.propensities is None else dict(self.propensities),
+            "policy_version": self.policy_version,
+            "cost": dict(self.cost),
+            "deadline": self.deadline,
+        }
+
+
+@dataclass
+class _Pending:
+    """A decision waiting for its feedback."""
+
+    n: int
+    draws: tuple[str, ...]
+    probs: tuple[float, ...] | None  # propensity of each draw
+    context: int | None
+    cost: FloatArray
+    deadline: float
+    decision: Decision | None  # the policy's value, valid while the expert layout is `layout`
+    layout: int
+
+
+class Router:
+    """Route live queries with one policy; see the module docstring and the README.
+
+    Parameters
+    ----------
+    config : RouterConfig or mapping
+        The configuration (a mapping is validated by :meth:`RouterConfig.from_dict`).
+    journal : str or path-like, optional
+        The journal file to create (default: ``config.journal``; without either the journal is
+        kept in memory). An existing journal is refused: reopen it with :meth:`open`.
+
+    Raises
+    ------
+    InfeasibleConstraintsError
+        No routing of the experts meets the bounds (names the cost).
+    RouterConfigError
+        A configuration value is invalid (names the key).
+    JournalError
+        The journal file already holds a journal or cannot be created.
+
+    Notes
+    -----
+    A router is not thread-safe: one caller (one event loop) at a time.
+    """
+
+    def __init__(
+        self,
+        config: RouterConfig | Mapping[str, Any],
+        journal: str | os.PathLike[str] | None = None,
+    ) -> None:
+        cfg = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
+        self._setup(cfg)
+        path = journal if journal is not None else cfg.journal
+        self._journal: Journal | MemoryJournal = open_journal(path, cfg.journal_sync, create=True)
+        self._run_id = uuid.uuid4().hex[:12]
+        with self._write():
+            self._journal.put_meta("config", json.dumps(cfg.to_dict()))
+            self._journal.put_meta("run_id", self._run_id)
+            self._journal.put_meta("created", repr(time.time()))
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(
+        cls, config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfig
+    ) -> Router:
+        """A new router from a TOML file, a dict or a :class:`RouterConfig`.
+
+        A relative ``journal`` path in a TOML file is taken relative to the file's directory.
+        """
+        if isinstance(config, RouterConfig | Mapping):
+            return cls(config)
+        path = Path(config)
+        cfg = RouterConfig.from_toml(path)
+        journal = None if cfg.journal is None else path.parent / cfg.journal
+        return cls(cfg, journal=journal)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, use_snapshot: bool = True) -> Router:
+        """Reopen a journal: the last snapshot, then a replay of the events after it.
+
+        Every replayed decision is re-derived and compared with the logged one. The result has
+        the state, and makes the next decisions, of a router that never stopped.
+
+        Parameters
+        ----------
+        path : str or path-like
+        use_snapshot : bool, default True
+            False replays the whole journal from the start (verifying every decision).
+
+        Raises
+        ------
+        JournalError
+            Missing, damaged or of another schema version; or a decision re-derives differently
+            (the message names the first mismatch).
+        """
+        journal = Journal(path, create=False)
+        try:
+            cfg = RouterConfig.from_dict(json.loads(journal.meta("config")))
+            journal.set_sync(cfg.journal_sync)
+            router = cls.__new__(cls)
+            router._setup(cfg)
+            router._journal = journal
+            router._run_id = journal.meta("run_id")
+            snap = journal.last_snapshot() if use_snapshot else None
+            after = 0
+            if snap is not None:
+                after = snap[0]
+                router._restore(snap[1], snap[2])
+            for event in journal.events(after):
+                router._replay(event)
+            router._snap_seq = after
+        except (RouterConfigError, ValueError, KeyError, TypeError) as exc:
+            journal.close()
+            raise JournalError(f"{journal.label}: cannot rebuild the router: {exc}") from exc
+        except BaseException:
+            journal.close()
+            raise
+        return router
+
+    def _setup(self, cfg: RouterConfig) -> None:
+        """Everything but the journal: the policy over the configured experts, empty state."""
+        self.config = cfg
+        self._ids: list[str] = list(cfg.experts)
+        self._col: dict[str, int] = {e: i for i, e in enumerate(self._ids)}
+        self._costs: FloatArray = np.array([cfg.experts[e] for e in self._ids], dtype=np.float64)
+        self._retired: set[str] = set()
+        self._layouts: list[list[str]] = [list(self._ids)]
+        cls = get_policy_class(cfg.policy)
+        self._omd = issubclass(cls, OMDApproachability)
+        if cfg.contexts is not None and not self._omd:
+            raise RouterConfigError(
+                f"contexts: policy {cfg.policy!r} is context-free; contexts need the OMD family "
+                "(one routing policy per context)"
+            )
+        self._ctx: dict[str, int] = {c: i for i, c in enumerate(cfg.contexts or ())}
+        self._ctx_arrays = [np.array([i], dtype=np.int64) for i in range(len(self._ctx))]
+        self._constraints = Constraints(
+            upper=[cfg.upper.get(n) for n in cfg.cost_names],
+            lower=[cfg.lower.get(n) for n in cfg.cost_names],
+            names=cfg.cost_names,
+        )
+        self.policy: BasePolicy = self._build_policy(self._costs)
+        self._n = 0  # decisions made
+        self._applied = 0
+        self._late = 0
+        self._expired = 0
+        self._version = 0
+        self._cost_sum: FloatArray = np.zeros(len(cfg.cost_names))
+        self._pending: dict[str, _Pending] = {}
+        self._deadlines: list[tuple[float, int, str]] = []  # heap of (deadline, n, id)
+        self._routed: dict[str, RoutedDecision] = {}  # since this process opened the router
+        self._depth = 0  # group() nesting
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._snap_seq = 0
+
+    def _build_policy(self, costs: FloatArray) -> BasePolicy:
+        """The policy over these experts (InfeasibleConstraintsError, ... when impossible)."""
+        cfg = self.config
+        problem = Problem(costs, cfg.m_draws, self._constraints)
+        kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
+        if self._omd:
+            kwargs.update(DEFAULT_OMD_PARAMS)
+            kwargs["n_contexts"] = max(1, len(self._ctx))
+        kwargs.update(cfg.params)
+        try:
+            policy = make_policy(cfg.policy, problem, **kwargs)
+        except TypeError as exc:
+            raise RouterConfigError(f"params: {exc}") from exc
+        if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
+            problem.check_feasible(0.0)
+        policy.streams = DecisionStreams(cfg.seed, policy.streams.block)
+        return policy
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def name(self) -> str | None:
+        """The configured label."""
+        return self.config.name
+
+    @property
+    def cost_names(self) -> list[str]:
+        """The cost names, in cost-vector order."""
+        return list(self.config.cost_names)
+
+    @property
+    def expert_ids(self) -> list[str]:
+        """The current experts' ids."""
+        return list(self._ids)
+
+    @property
+    def context_names(self) -> list[str]:
+        """The context names (empty for a context-free router)."""
+        return list(self._ctx)
+
+    @property
+    def journal_path(self) -> Path | None:
+        """The journal file (None for an in-memory router)."""
+        return self._journal.path
+
+    # ------------------------------------------------------------------ transactions
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise MSRouteError("the router is closed")
+        if self._failed is not None:
+            raise MSRouteError(
+                f"the router failed to write its journal ({self._failed}); reopen it with "
+                "Router.open()"
+            )
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failed = exc
+
+    def _begin(self) -> None:
+        try:
+            self._journal.begin()
+        except sqlite3.Error as exc:
+            raise JournalError(f"{self._journal.label}: cannot start a transaction: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One transaction around a call, unless inside :meth:`group` (which owns it)."""
+        self._check_usable()
+        if self._depth:
+            yield
+            return
+        self._begin()
+        try:
+            yield
+        finally:
+            self._finish()
+        self._maybe_snapshot()
+
+    def _finish(self) -> None:
+        """Commit the open transaction (what succeeded so far); on failure the router fails."""
+        if self._failed is not None:
+            self._journal.rollback()
+            return
+        try:
+            self._journal.commit()
+        except BaseException as exc:
+            self._fail(exc)
+            self._journal.rollback()
+            raise
+
+    @contextmanager
+    def group(self) -> Iterator[Router]:
+        """Commit every call inside the block in one transaction (group commit); re-entrant.
+
+        Each call validates first: one that raises changed no state and wrote no row, and the
+        others proceed. On exit one COMMIT makes them all durable; only then may they be
+        acknowledged. If that COMMIT fails the router is marked failed (later calls raise
+        until it is reopened with :meth:`open`) and the exception propagates.
+        """
+        self._check_usable()
+        if self._depth == 0:
+            self._begin()
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._finish()
+        if self._depth == 0:
+            self._maybe_snapshot()
+
+    def _append(
+        self, kind: str, ref: str | None, now: float, payload: dict[str, Any], blob: bytes | None
+    ) -> int:
+        try:
+            return self._journal.append(kind, ref, now, payload, blob)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            raise JournalError(f"{self._journal.label}: cannot write the journal: {exc}") from exc
+
+    # ------------------------------------------------------------------ routing
+    def route(
+        self,
+        context: str | None = None,
+        eligible: Sequence[str] | None = None,
+        decision_id: str | None = None,
+    ) -> RoutedDecision:
+        """Route one query: decide its team and log the decision.
+
+        Parameters
+        ----------
+        context : str, optional
+            The query's context name (required when the router has contexts).
+        eligible : sequence of str, optional
+            The expert ids this query may go to (default: all).
+        decision_id : str, optional
+            The id to give the decision (default: a new one). An id already routed returns
+            that same decision again, with no new journal row.
+
+        Returns
+        -------
+        RoutedDecision
+
+        Raises
+        ------
+        InvalidFeedbackError
+            Unknown context, unknown or empty eligible set, or a bad decision id (nothing
+            changed).
+        """
+        self._check_usable()
+        if decision_id is not None:
+            if not isinstance(decision_id, str) or not decision_id:
+                raise InvalidFeedbackError(
+                    f"decision_id: must be a non-empty string, got {decision_id!r}"
+                )
+            known = self._lookup(decision_id)
+            if known is not None:
+                return known
+        ctx = self._context_index(context)
+        mask = self._eligible_mask(eligible)
+        with self._write():
+            now = time.time()
+            self._expire_due(now)
+            did = f"{self._run_id}-{self._n}" if decision_id is None else decision_id
+            seq = self._journal.last_seq + 1
+            routed, payload, blob = self._decide(did, ctx, mask, now, seq)
+            payload["context"] = context
+            payload["eligible"] = None if eligible is None else list(eligible)
+            self._append("decision", did, now, payload, blob)
+        return routed
+
+    def _context_index(self, context: str | None) -> int | None:
+        if not self._ctx:
+            if context is not None:
+                raise InvalidFeedbackError(f"context: this router has no contexts, got {context!r}")
+            return None
+        if context not in self._ctx:
+            raise InvalidFeedbackError(
+                f"context: unknown context {context!r}; known: {list(self._ctx)}"
+            )
+        return self._ctx[context]
+
+    def _eligible_mask(self, eligible: Sequence[str] | None) -> np.ndarray | None:
+        if eligible is None:
+            return None
+        if isinstance(eligible, str) or not isinstance(eligible, Sequence | set | frozenset):
+            raise InvalidFeedbackError(f"eligible: must be a list of expert ids, got {eligible!r}")
+        if len(eligible) == 0:
+            raise InvalidFeedbackError("eligible: empty; give at least one expert id")
+        mask = np.zeros((1, len(self._ids)), dtype=bool)
+        for e in eligible:
+            col = self._col.get(e) if isinstance(e, str) else None
+            if col is None:
+                raise InvalidFeedbackError(f"eligible: unknown expert id {e!r}")
+            mask[0, col] = True
+        return mask
+
+    def _decide(
+        self, did: str, ctx: int | None, mask: np.ndarray | None, now: float, seq: int
+    ) -> tuple[RoutedDecision, dict[str, Any], bytes | None]:
+        """Decision ``n = self._n`` (mutates the policy and the router's state)."""
+        n = self._n
+        streams = self.policy.streams
+        assert isinstance(streams, DecisionStreams)
+        streams.start(n)
+        dec = self.policy.select(None if ctx is None else self._ctx_arrays[ctx], mask)
+        cols = dec.draws[0].tolist()
+        ids = self._ids
+        draws = [ids[c] for c in cols]
+        team_cols = list(dict.fromkeys(cols))
+        team = [ids[c] for c in team_cols]
+        cost = self._costs[team_cols].sum(axis=0)
+        probs = None if dec.probs is None else dec.probs[0]
+        drawn = None if probs is None else tuple(probs[cols].tolist())
+        propensities = (
+            None if probs is None else {ids[i]: p for i, p in enumerate(probs.tolist()) if p > 0.0}
+        )
+        deadline = now + self.config.feedback_ttl_s
+        names = self.config.cost_names
+        routed = RoutedDecision(
+            decision_id=did,
+            team=team,
+            draws=draws,
+            propensities=propensities,
+            policy_version=self._version,
+            cost=dict(zip(names, cost.tolist(), strict=True)),
+            deadline=deadline,
+            seq=seq,
+        )
+        layout = self._layout
+        self._pending[did] = _Pending(n, tuple(draws), drawn, ctx, cost, deadline, dec, layout)
+        heapq.heappush(self._deadlines, (deadline, n, did))
+        self._routed[did] = routed
+        self._cost_sum += cost
+        self._n = n + 1
+        payload: dict[str, Any] = {
+            "n": n,
+            "draws": draws,
+            "team": team,
+            "probs": None if drawn is None else list(drawn),
+            "cost": cost.tolist(),
+            "deadline": deadline,
+            "version": routed.policy_version,
+            "layout": self._layout,
+        }
+        return routed, payload, None if probs is None else probs.tobytes()
+
+    @property
+    def _layout(self) -> int:
+        return len(self._layouts) - 1
+
+    def _lookup(self, did: str) -> RoutedDecision | None:
+        """The decision already routed under this id, from memory or the journal."""
+        known = self._routed.get(did)
+        if known is not None:
+            return known
+        for seq, kind, _, _, payload, blob in self._journal.events_of(did):
+            if kind == "decision":
+                return self._routed_from_event(did, seq, payload, blob)
+        return None
+
+    def _routed_from_event(
+        self, did: str, seq: int, payload: dict[str, Any], blob: bytes | None
+    ) -> RoutedDecision:
+        layout = self._layouts[payload["layout"]]
+        props = None
+        if blob is not None:
+            probs = np.frombuffer(blob, dtype=np.float64).tolist()
+            props = {e: p for e, p in zip(layout, probs, strict=True) if p > 0.0}
+        return RoutedDecision(
+            decision_id=did,
+            team=list(payload["team"]),
+            draws=list(payload["draws"]),
+            propensities=props,
+            policy_version=int(payload["version"]),
+            cost=dict(zip(self.config.cost_names, payload["cost"], strict=True)),
+            deadline=float(payload["deadline"]),
+            seq=seq,
+        )
+
+    # ------------------------------------------------------------------ feedback
+    def feedback(
+        self,
+        decision_id: str,
+        reward: float,
+        cost: Mapping[str, float] | Sequence[float] | None = None,
+    ) -> str:
+        """Report the outcome of a routed decision.
+
+        Parameters
+        ----------
+        decision_id : str
+        reward : float
+            The team's aggregate (sum-max) reward, in ``[reward_min, reward_max]``.
+        cost : mapping or sequence, optional
+            The real cost when it is only known afterwards (tokens spent): a dict by cost name
+            (names not given keep the routed team's cost) or a list in cost-name order. It
+            replaces the decision's realized cost in the time averages and in what the policy
+            learns.
+
+        Returns
+        -------
+        str
+            ``"applied"`` (learned), ``"duplicate"`` (already reported; nothing changes) or
+            ``"late"`` (the decision had expired: logged, not learned).
+
+        Raises
+        ------
+        UnknownDecisionError
+            The router never issued this id.
+        InvalidFeedbackError
+            NaN/inf/out-of-range reward, unknown cost name, negative or non-finite cost
+            (nothing changed).
+        """
+        self._check_usable()
+        r = self._check_reward(reward)
+        pending = self._pending.get(decision_id)
+        if pending is None:
+            status = self._closed_status(decision_id)
+            if status == "duplicate":
+                return status
+            realized = np.asarray(self._decision_cost(decision_id), dtype=np.float64)
+        else:
+            realized = pending.cost
+        c = self._check_cost(cost, realized)
+        with self._write():
+            now = time.time()
+            self._expire_due(now)
+            pending = self._pending.get(decision_id)  # it may just have expired
+            status = "late" if pending is None else "applied"
+            payload = {"reward": r, "cost": None if c is None else c.tolist(), "status": status}
+            self._append("feedback", decision_id, now, payload, None)
+            self._apply_feedback(decision_id, pending, r, c, realized)
+        return status
+
+    def _check_reward(self, reward: object) -> float:
+        if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
+            raise InvalidFeedbackError(f"reward: must be a number, got {reward!r}")
+        r = float(reward)
+        cfg = self.config
+        hi = math.inf if cfg.reward_max is None else cfg.reward_max
+        if not math.isfinite(r) or not cfg.reward_min <= r <= hi:
+            raise InvalidFeedbackError(
+                f"reward: {reward!r} is not a finite number in [reward_min, reward_max] = "
+                f"[{cfg.reward_min}, {hi}]"
+            )
+        return r
+
+    def _check_cost(self, cost: object, realized: FloatArray) -> FloatArray | None:
+        if cost is None:
+            return None
+        names = self.config.cost_names
+        if isinstance(cost, Mapping):
+            unknown = sorted(set(cost) - set(names))
+            if unknown:
+                raise InvalidFeedbackError(f"cost: unknown cost name(s) {unknown}; known: {names}")
+            cost = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
+        try:
+            return np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
+        except RouterConfigError as exc:
+            raise InvalidFeedbackError(str(exc)) from exc
+
+    def _closed_status(self, did: str) -> str:
+        """For an id that is not pending: "duplicate" or "late" (UnknownDecisionError if new)."""
+        kinds = {event[1] for event in self._journal.events_of(did)}
+        if "decision" not in kinds:
+            raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+        if "feedback" in kinds:
+            return "duplicate"  # applied or already reported late
+        return "late"
+
+    def _decision_cost(self, did: str) -> list[float]:
+        for _, kind, _, _, payload, _ in self._journal.events_of(did):
+            if kind == "decision":
+                return list(payload["cost"])
+        raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+
+    def _apply_feedback(
+        self,
+        did: str,
+        pending: _Pending | None,
+        reward: float,
+        cost: FloatArray | None,
+        realized: FloatArray,
+    ) -> None:
+        if cost is not None:
+            self._cost_sum += cost - realized
+        if pending is None:
+            self._late += 1
+            return
+        del self._pending[did]
+        learned = pending.cost if cost is None else cost
+        self.policy.update(self._decision_of(pending), np.array([reward]), learned[None, :])
+        self._applied += 1
+        self._version += 1
+
+    def _decision_of(self, p: _Pending) -> Decision:
+        """The policy's decision value for the current expert layout."""
+        if p.decision is not None and p.layout == self._layout:
+            return p.decision
+        cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
+        probs = None
+        if p.probs is not None:
+            probs = np.zeros((1, len(self._ids)))
+            probs[0, cols[0]] = p.probs
+        ctx = None if p.context is None else self._ctx_arrays[p.context]
+        p.decision, p.layout = Decision(cols, probs, ctx, p.n), self._layout
+        return p.decision
+
+    # ------------------------------------------------------------------ expiry
+    def expire(self, now: float | None = None) -> int:
+        """Expire the decisions whose deadline has passed (also done inside every call).
+
+        Each expired decision's missing reward is dropped, or learned as the configured
+        ``on_missing`` default reward. Returns how many expired.
+        """
+        with self._write():
+            return self._expire_due(time.time() if now is None else float(now))
+
+    def _expire_due(self, now: float) -> int:
+        count = 0
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, _, did = heapq.heappop(heap)
+            pending = self._pending.get(did)
+            if pending is None:
+                continue
+            default = self.config.on_missing
+            reward = None if default == "drop" else float(default)
+            self._append("expire", did, now, {"reward": reward}, None)
+            self._apply_expire(did, pending, reward)
+            count += 1
+        return count
+
+    def _apply_expire(self, did: str, pending: _Pending, reward: float | None) -> None:
+        del self._pending[did]
+        self._expired += 1
+        if reward is not None:
+            decision = self._decision_of(pending)
+            self.policy.update(decision, np.array([reward]), pending.cost[None, :])
+            self._version += 1
+
+    # ------------------------------------------------------------------ experts
+    def add_expert(self, expert_id: str, cost: Mapping[str, float] | Sequence[float]) -> None:
+        """Add an expert (cost as a list in cost-name order or a dict by cost name).
+
+        The feasibility LP runs first; on failure nothing changes. A new expert starts at the
+        exploration floor (OMD), with fresh statistics (the baselines).
+        """
+        self._check_usable()
+        if not isinstance(expert_id, str) or not expert_id:
+            raise InvalidFeedbackError(f"expert_id: must be a non-empty string, got {expert_id!r}")
+        if expert_id in self._col:
+            raise InvalidFeedbackError(f"expert_id: {expert_id!r} is already an expert")
+        if expert_id in self._retired:
+            raise InvalidFeedbackError(
+                f"expert_id: {expert_id!r} was removed; ids are never reused (pick a new one)"
+            )
+        try:
+            vec = cost_vector(cost, self.config.cost_names, "cost")
+        except RouterConfigError as exc:
+            raise InvalidFeedbackError(str(exc)) from exc
+        ids = [*self._ids, expert_id]
+        costs = np.vstack([self._costs, np.array(vec)[None, :]])
+        policy = self._resized_policy(ids, costs)  # raises before any change
+        with self._write():
+            now = time.time()
+            self._append("add_expert", expert_id, now, {"cost": list(vec)}, None)
+            self._install(ids, costs, policy)
+
+    def remove_expert(self, expert_id: str) -> None:
+        """Remove an expert; its id is never reused.
+
+        The feasibility LP runs first (``InfeasibleConstraintsError``, nothing changes). The
+        pending decisions that routed to it expire (their feedback will be "late").
+        """
+        self._check_usable()
+        if expert_id not in self._col:
+            raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r}")
+        if len(self._ids) == 1:
+            raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
+        keep = [i for i, e in enumerate(self._ids) if e != expert_id]
+        ids = [self._ids[i] for i in keep]
+        costs = self._costs[keep]
+        policy = self._resized_policy(ids, costs)
+        with self._write():
+            now = time.time()
+            gone = [d for d, p in self._pending.items() if expert_id in p.draws]
+            self._append("remove_expert", expert_id, now, {"expired": gone}, None)
+            self._apply_remove(expert_id, ids, costs, policy, gone)
+
+    def _apply_remove(
+        self, expert_id: str, ids: list[str], costs: FloatArray, policy: BasePolicy, gone: list[str]
+    ) -> None:
+        for did in gone:
+            del self._pending[did]
+            self._expired += 1
+        self._retired.add(expert_id)
+        self._install(ids, costs, policy)
+
+    def _resized_policy(self, ids: list[str], costs: FloatArray) -> BasePolicy:
+        """A policy over the new expert set carrying what the current one learned."""
+        new = self._build_policy(costs)
+        old_state, new_state = state_dict(self.policy), state_dict(new)
+        keep_new = [j for j, e in enumerate(ids) if e in self._col]
+        keep_old = [self._col[ids[j]] for j in keep_new]
+        for key, value in old_state.items():
+            new_state[key] = _carry(value, new_state[key], keep_old, keep_new, len(self._ids))
+        load_state_dict(new, new_state)
+        if isinstance(new, OMDApproachability):
+            self._floor_new_experts(new, keep_new)
+        new.streams = DecisionStreams(self.config.seed, new.streams.block)
+        return new
+
+    @staticmethod
+    def _floor_new_experts(policy: OMDApproachability, kept: list[int]) -> None:
+        """OMD's q after a change: new experts at the floor gamma, the kept ones rescaled to
+        the rest of the mass, then projected onto the floored simplex (exact, no cut)."""
+        q = policy._q
+        k = q.shape[-1]
+        added = np.setdiff1d(np.arange(k), kept)
+        out = np.empty_like(q)
+        out[..., added] = policy.gamma
+        kept_mass = q[..., kept].sum(axis=-1, keepdims=True)
+        out[..., kept] = q[..., kept] * ((1.0 - added.size * policy.gamma) / kept_mass)
+        policy._q = np.ascontiguousarray(project_step(out, policy.gamma))
+
+    def _install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
+        self._ids = list(ids)
+        self._col = {e: i for i, e in enumerate(self._ids)}
+        self._costs = costs
+        self._layouts.append(list(self._ids))
+        self.policy = policy
+        self._version += 1
+
+    # ------------------------------------------------------------------ reports
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready summary of the router (counters, averages, bounds, q)."""
+        names = self.config.cost_names
+        avg = self._cost_sum / self._n if self._n else np.zeros(len(names))
+        out: dict[str, Any] = {
+            "name": self.name,
+            "policy": self.config.policy,
+            "decisions": self._n,
+            "feedback_applied": self._applied,
+            "feedback_late": self._late,
+            "pending": len(self._pending),
+            "expired": self._expired,
+            "policy_version": self._version,
+            "experts": list(self._ids),
+            "cost_names": list(names),
+            "contexts": list(self._ctx),
+            "avg_cost": dict(zip(names, avg.tolist(), strict=True)),
+            "bounds": {"upper": dict(self.config.upper), "lower": dict(self.config.lower)},
+            "q": None,
+            "seq": self._journal.last_seq,
+        }
+        if isinstance(self.policy, OMDApproachability):
+            q = self.policy.q.reshape(len(self._ctx) or 1, len(self._ids))  # R = 1
+            tables = [dict(zip(self._ids, row.tolist(), strict=True)) for row in q]
+            if self._ctx:
+                out["q_by_context"] = dict(zip(self._ctx, tables, strict=True))
+            else:
+                out["q"] = tables[0]
+        return out
+
+    def decisions_since(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """The journal events after ``seq`` (at most ``limit``), as JSON-ready dicts.
+
+        Each has ``seq``, ``kind`` (decision, feedback, expire, add_expert, remove_expert),
+        ``ref`` (the decision or expert id), ``time`` and the event's fields (a decision: its
+        ``n``, ``context``, ``eligible``, ``draws``, ``team``, ``probs`` of the draws, ``cost``,
+        ``deadline``, ``version``; a feedback: ``reward``, ``cost``, ``status``).
+        """
+        return [
+            {"seq": s, "kind": k, "ref": r, "time": t, **payload}
+            for s, k, r, t, payload, _ in self._journal.events(int(seq), int(limit))
+        ]
+
+    def close(self) -> None:
+        """Close the journal (idempotent); an unfinished group's writes are rolled back."""
+        if not self._closed:
+            self._closed = True
+            self._journal.close()
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ snapshots and replay
+    def _maybe_snapshot(self) -> None:
+        if self._journal.path is None:
+            return
+        if self._journal.last_seq - self._snap_seq < self.config.snapshot_every:
+            return
+        self.snapshot()
+
+    def snapshot(self) -> None:
+        """Store a snapshot of the policy and the router's state in the journal now."""
+        self._check_usable()
+        seq = self._journal.last_seq
+        blob = _policy_bytes(self.policy)
+        router = {
+            "ids": self._ids,
+            "costs": self._costs.tolist(),
+            "retired": sorted(self._retired),
+            "layouts": self._layouts,
+            "n": self._n,
+            "applied": self._applied,
+            "late": self._late,
+            "expired": self._expired,
+            "version": self._version,
+            "cost_sum": self._cost_sum.tolist(),
+            "pending": {
+                d: [p.n, list(p.draws), p.probs, p.context, p.cost.tolist(), p.deadline]
+                for d, p in self._pending.items()
+            },
+        }
+        if self._depth:  # inside a group: part of its transaction
+            self._journal.put_snapshot(seq, blob, router)
+        else:
+            self._begin()
+            try:
+                self._journal.put_snapshot(seq, blob, router)
+            finally:
+                self._finish()
+        self._snap_seq = seq
+
+    def _restore(self, blob: bytes, st: dict[str, Any]) -> None:
+        self._ids = list(st["ids"])
+        self._col = {e: i for i, e in enumerate(self._ids)}
+        self._costs = np.array(st["costs"], dtype=np.float64).reshape(len(self._ids), -1)
+        self._retired = set(st["retired"])
+        self._layouts = [list(x) for x in st["layouts"]]
+        policy = _policy_from_bytes(blob)
+        policy.streams = DecisionStreams(self.config.seed, policy.streams.block)
+        self.policy = policy
+        self._n, self._applied = int(st["n"]), int(st["applied"])
+        self._late, self._expired = int(st["late"]), int(st["expired"])
+        self._version = int(st["version"])
+        self._cost_sum = np.array(st["cost_sum"], dtype=np.float64)
+        for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
+            self._pending[did] = _Pending(
+                int(n),
+                tuple(draws),
+                None if probs is None else tuple(probs),
+                ctx,
+                np.array(cost, dtype=np.float64),
+                float(deadline),
+                None,
+                -1,
+            )
+            heapq.heappush(self._deadlines, (float(deadline), int(n), did))
+
+    def _replay(self, event: Event) -> None:
+        """Apply one journal event (no write); a decision is re-derived and verified."""
+        seq, kind, ref, now, payload, blob = event
+        label = self._journal.label
+        if ref is None:
+            raise JournalError(f"{label}: event {seq} ({kind}) has no id")
+        if kind == "decision":
+            if payload["n"] != self._n:
+                raise JournalError(
+                    f"{label}: event {seq}: decision {ref!r} is number {payload['n']}, the replay "
+                    f"is at {self._n} (events missing?)"
+                )
+            ctx = self._context_index(payload["context"])
+            mask = self._eligible_mask(payload["eligible"])
+            _, redone, probs = self._decide(ref, ctx, mask, now, seq)
+            self._pending[ref].deadline = float(payload["deadline"])
+            if redone["draws"] != payload["draws"] or probs != blob:
+                raise JournalError(
+                    f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "
+                    f"as draws {redone['draws']} but the journal has {payload['draws']}"
+                    + ("" if redone["draws"] != payload["draws"] else " (propensities differ)")
+                )
+        elif kind == "feedback":
+            pending = self._pending.get(ref)
+            realized = (
+                pending.cost
+                if pending is not None
+                else np.array(self._decision_cost(ref), dtype=np.float64)
+            )
+            if (pending is None) != (payload["status"] == "late"):
+                raise JournalError(f"{label}: event {seq}: feedback status of {ref!r} disagrees")
+            cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
+            self._apply_feedback(ref, pending, float(payload["reward"]), cost, realized)
+        elif kind == "expire":
+            pending = self._pending.get(ref)
+            if pending is None:
+                raise JournalError(f"{label}: event {seq}: {ref!r} expires but is not pending")
+            self._apply_expire(ref, pending, payload["reward"])
+        elif kind == "add_expert":
+            ids = [*self._ids, ref]
+            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
+            self._install(ids, costs, self._resized_policy(ids, costs))
+        elif kind == "remove_expert":
+            keep = [i for i, e in enumerate(self._ids) if e != ref]
+            ids = [self._ids[i] for i in keep]
+            costs = self._costs[keep]
+            policy = self._resized_policy(ids, costs)
+            self._apply_remove(ref, ids, costs, policy, list(payload["expired"]))
+        else:
+            raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
+
+
+def _carry(
+    value: StateValue, fresh: StateValue, old: list[int], new: list[int], k: int
+) -> StateValue:
+    """One state entry of a policy carried over to the policy of a changed expert set.
+
+    ``old[i]`` and ``new[i]`` are a kept expert's columns before and after; ``k`` the old K.
+    Scalars and arrays whose shape did not change are carried as they are (an expert change
+    moves K by one, so every per-expert array changes shape); an array whose last axis was K
+    carries the kept experts' columns and starts the new ones fresh; anything else (a buffer
+    sized by K) starts fresh.
+    """
+    if not isinstance(value, np.ndarray) or not isinstance(fresh, np.ndarray):
+        return value
+    if value.shape == fresh.shape:
+        return value
+    if value.shape[:-1] == fresh.shape[:-1] and value.shape[-1] == k:
+        out = fresh.copy()
+        out[..., new] = value[..., old]
+        return out
+    return fresh
+
+
+def _policy_bytes(policy: BasePolicy) -> bytes:
+    """The policy's versioned zip (:func:`save_policy`) as bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "policy.npz"
+        save_policy(policy, path)
+        return path.read_bytes()
+
+
+def _policy_from_bytes(blob: bytes) -> BasePolicy:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "policy.npz"
+        path.write_bytes(blob)
+        return load_policy(path)

@@ -1,0 +1,298 @@
+"""The router's journal: an append-only SQLite file (stdlib ``sqlite3``, WAL mode).
+
+Every decision, feedback, expiry and change of the expert set is one row of ``events``,
+committed before the router's call returns (or at the end of a ``Router.group()`` block), so an
+acknowledged event is never lost. Every ``snapshot_every`` events the router stores a snapshot:
+the policy in the versioned policy zip of :mod:`msroute.policies.persist` and the router's own
+state as JSON. Opening a journal = last snapshot + replay of the events after it.
+
+Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)             -- "config" (JSON), "run_id", "created"
+    events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB)
+    snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)
+
+``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert`` or ``remove_expert``; ``ref``
+the decision id (or the expert id); ``payload`` a JSON object (floats at full precision);
+``probs`` the decision's full sampling distribution as little-endian float64 (or NULL).
+
+The connection runs in autocommit mode (``isolation_level=None``) with explicit
+``BEGIN IMMEDIATE`` / ``COMMIT``, ``busy_timeout`` set, ``synchronous=FULL`` by default
+(``NORMAL`` on request: faster, and a power loss may lose the last commits but never corrupts).
+One router owns a journal at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msroute.errors import JournalError
+
+__all__ = ["SCHEMA_VERSION", "Event", "Journal", "MemoryJournal", "open_journal"]
+
+#: Version of the table layout; a journal of another version is refused.
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events(
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    ref TEXT,
+    time REAL NOT NULL,
+    payload TEXT NOT NULL,
+    probs BLOB
+);
+CREATE INDEX events_ref ON events(ref);
+CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, policy BLOB NOT NULL, router TEXT NOT NULL);
+"""
+
+#: One row of ``events``: seq, kind, ref, time, payload (decoded), probs (raw bytes or None).
+Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
+
+
+def open_journal(
+    path: str | os.PathLike[str] | None, sync: str = "full", *, create: bool
+) -> Journal | MemoryJournal:
+    """The journal at ``path`` (:class:`Journal`), or a :class:`MemoryJournal` for None."""
+    return MemoryJournal() if path is None else Journal(path, sync, create=create)
+
+
+class Journal:
+    """One SQLite journal file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+    sync : {"full", "normal"}
+        SQLite's ``synchronous`` setting.
+    create : bool
+        Create a new journal (the file must not hold one) or open an existing one (it must).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], sync: str = "full", *, create: bool) -> None:
+        self.path: Path | None = Path(path)
+        label = str(self.path)
+        self.label = label
+        if not create and not self.path.is_file():
+            raise JournalError(f"{label}: no such journal")
+        try:
+            self._db = sqlite3.connect(label, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise JournalError(f"{label}: cannot open the journal: {exc}") from exc
+        try:
+            self._setup(sync, create)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise JournalError(f"{label}: not a usable journal: {exc}") from exc
+        except JournalError:
+            self._db.close()
+            raise
+        row = self._db.execute("SELECT max(seq) FROM events").fetchone()
+        self.last_seq: int = 0 if row[0] is None else int(row[0])
+        self._closed = False
+
+    def _setup(self, sync: str, create: bool) -> None:
+        db = self._db
+        db.execute("PRAGMA busy_timeout = 5000")
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        has_tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+        if create:
+            if version != 0 or has_tables:
+                raise JournalError(
+                    f"{self.label}: already holds a journal or another database; open it with "
+                    "Router.open() or choose a new file"
+                )
+        else:
+            check = db.execute("PRAGMA integrity_check").fetchone()[0]
+            if check != "ok":
+                raise JournalError(f"{self.label}: integrity check failed: {check}")
+            if version != SCHEMA_VERSION:
+                raise JournalError(
+                    f"{self.label}: journal schema version {version}, this msroute reads version "
+                    f"{SCHEMA_VERSION}" + (" (not an msroute journal?)" if version == 0 else "")
+                )
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            raise JournalError(f"{self.label}: cannot switch to WAL mode (got {mode})")
+        self.set_sync(sync)
+        if create:
+            db.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ transactions
+    def begin(self) -> None:
+        """Start a write transaction (``BEGIN IMMEDIATE``: takes the write lock now)."""
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        """Commit: durable once this returns (at ``synchronous=FULL``)."""
+        self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the open transaction, if any (errors ignored: the connection may be gone)."""
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def set_sync(self, sync: str) -> None:
+        """Set ``synchronous`` ("full" or "normal")."""
+        self._db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open."""
+        return self._db.in_transaction
+
+    # ------------------------------------------------------------------ writes
+    def append(
+        self,
+        kind: str,
+        ref: str | None,
+        time: float,
+        payload: dict[str, Any],
+        probs: bytes | None = None,
+    ) -> int:
+        """Append one event; returns its sequence number."""
+        seq = self.last_seq + 1
+        self._db.execute(
+            "INSERT INTO events(seq, kind, ref, time, payload, probs) VALUES (?, ?, ?, ?, ?, ?)",
+            (seq, kind, ref, time, json.dumps(payload, separators=(",", ":")), probs),
+        )
+        self.last_seq = seq
+        return seq
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Set one meta entry."""
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def put_snapshot(self, seq: int, policy: bytes, router: dict[str, Any]) -> None:
+        """Store the snapshot taken after event ``seq``."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
+            (seq, policy, json.dumps(router, separators=(",", ":"))),
+        )
+
+    # ------------------------------------------------------------------ reads
+    def meta(self, key: str) -> str:
+        """One meta entry (JournalError when absent)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            raise JournalError(f"{self.label}: the journal has no {key!r} entry")
+        return str(row[0])
+
+    def last_snapshot(self) -> tuple[int, bytes, dict[str, Any]] | None:
+        """The latest snapshot: (seq, policy zip bytes, router state), or None."""
+        row = self._db.execute(
+            "SELECT seq, policy, router FROM snapshots ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        return int(row[0]), bytes(row[1]), json.loads(row[2])
+
+    def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
+        """The events with ``seq > after``, in order (at most ``limit``)."""
+        sql = "SELECT seq, kind, ref, time, payload, probs FROM events WHERE seq > ? ORDER BY seq"
+        args: tuple[int, ...] = (after,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args = (after, limit)
+        for seq, kind, ref, time, payload, probs in self._db.execute(sql, args):
+            yield int(seq), str(kind), ref, float(time), json.loads(payload), probs
+
+    def events_of(self, ref: str) -> list[Event]:
+        """Every event about one decision (or expert) id, in order."""
+        rows = self._db.execute(
+            "SELECT seq, kind, ref, time, payload, probs FROM events WHERE ref = ? ORDER BY seq",
+            (ref,),
+        ).fetchall()
+        return [(int(s), str(k), r, float(t), json.loads(p), b) for s, k, r, t, p, b in rows]
+
+    def close(self) -> None:
+        """Close the connection (idempotent); an open transaction is rolled back."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+
+class MemoryJournal:
+    """The journal of a router without a file: the same interface, events kept in a list.
+
+    Nothing is durable and nothing needs to be: a transaction is a no-op. Snapshots are not
+    kept (there is nothing to recover from).
+    """
+
+    path: Path | None = None
+    label = ":memory:"
+
+    def __init__(self) -> None:
+        self.last_seq = 0
+        self._events: list[Event] = []
+        self._by_ref: dict[str, list[int]] = {}
+        self._meta: dict[str, str] = {}
+
+    def begin(self) -> None:
+        """Nothing to do."""
+
+    def commit(self) -> None:
+        """Nothing to do."""
+
+    def rollback(self) -> None:
+        """Nothing to do (a memory journal never fails to write)."""
+
+    def set_sync(self, sync: str) -> None:
+        """Nothing to do."""
+
+    def append(
+        self,
+        kind: str,
+        ref: str | None,
+        time: float,
+        payload: dict[str, Any],
+        probs: bytes | None = None,
+    ) -> int:
+        """Append one event; returns its sequence number."""
+        self.last_seq += 1
+        if ref is not None:
+            self._by_ref.setdefault(ref, []).append(len(self._events))
+        self._events.append((self.last_seq, kind, ref, time, payload, probs))
+        return self.last_seq
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Set one meta entry."""
+        self._meta[key] = value
+
+    def put_snapshot(self, seq: int, policy: bytes, router: dict[str, Any]) -> None:
+        """Snapshots of a memory journal are not kept."""
+
+    def meta(self, key: str) -> str:
+        """One meta entry."""
+        return self._meta[key]
+
+    def last_snapshot(self) -> tuple[int, bytes, dict[str, Any]] | None:
+        """There is none."""
+        return None
+
+    def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
+        """The events with ``seq > after``, in order (at most ``limit``)."""
+        stop = None if limit is None else after + limit
+        yield from self._events[max(after, 0) : stop]
+
+    def events_of(self, ref: str) -> list[Event]:
+        """Every event about one id, in order."""
+        return [self._events[i] for i in self._by_ref.get(ref, ())]
+
+    def close(self) -> None:
+        """Nothing to release."""

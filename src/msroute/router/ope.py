@@ -1,0 +1,237 @@
+"""Off-policy evaluation from a router's journal: what would a fixed q' have earned and spent?
+
+A multinomial router logs, for every decision, its M ordered draws and the probability of each
+under the distribution q it sampled from. A candidate that draws M times i.i.d. from a fixed
+q' would have drawn the same ordered draws with probability ``prod_d q'_d``, so the importance
+weight of decision t is exactly
+
+    w_t = prod_{d in draws_t} q'_d / q_{t,d}
+
+and ``E[w_t r_t] = E_{q'}[r]`` (the logging q may change from one decision to the next; each
+weight uses the decision's own q). With an eligibility mask the candidate is restricted to the
+same eligible experts and renormalized, as the router itself would play it.
+
+Estimates (n = the decisions with a logged reward):
+
+* IPS: ``mean(w r)``; confidence interval ``± z sd(w r) / sqrt(n)`` (normal approximation).
+* Self-normalized IPS: ``sum(w r) / sum(w)``; interval by the delta method,
+  ``± z sqrt(sum(w^2 (r - V)^2)) / sum(w)``.
+* Effective sample size ``(sum w)^2 / sum(w^2)``: how many on-policy samples the estimate is
+  worth; a small one warns that q' is far from what was logged.
+
+The same for each cost coordinate (the realized cost, or the cost reported with the feedback).
+Decisions whose reward never came are left out, which is unbiased only if the reward is missing
+independently of its value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from msroute._validation import FloatArray
+
+__all__ = ["Estimate", "OPEResult", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its confidence interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready."""
+        return {"value": self.value, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class OPEResult:
+    """What :func:`evaluate` estimates for a candidate distribution.
+
+    Attributes
+    ----------
+    n : int
+        Decisions used (those with a logged reward).
+    ips_reward, snips_reward : Estimate
+        Expected reward per decision under q'.
+    ips_cost, snips_cost : dict of str -> Estimate
+        Expected realized cost per decision under q', by cost name.
+    ess : float
+        Effective sample size of the weights.
+    max_weight : float
+        The largest weight.
+    level : float
+        The confidence level of the intervals.
+    """
+
+    n: int
+    ips_reward: Estimate
+    snips_reward: Estimate
+    ips_cost: dict[str, Estimate]
+    snips_cost: dict[str, Estimate]
+    ess: float
+    max_weight: float
+    level: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "n": self.n,
+            "level": self.level,
+            "ess": self.ess,
+            "max_weight": self.max_weight,
+            "ips": {
+                "reward": self.ips_reward.to_dict(),
+                "cost": {k: v.to_dict() for k, v in self.ips_cost.items()},
+            },
+            "snips": {
+                "reward": self.snips_reward.to_dict(),
+                "cost": {k: v.to_dict() for k, v in self.snips_cost.items()},
+            },
+        }
+
+
+def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
+    """The events and the cost names of a journal file, a Router or a list of event dicts."""
+    from msroute.router.core import Router
+    from msroute.router.journal import Journal
+
+    if isinstance(source, str | os.PathLike):
+        journal = Journal(Path(source), create=False)
+        try:
+            names = list(json.loads(journal.meta("config"))["cost_names"])
+            events = [
+                {"seq": s, "kind": k, "ref": r, "time": t, **p}
+                for s, k, r, t, p, _ in journal.events()
+            ]
+        finally:
+            journal.close()
+        return events, names
+    if isinstance(source, Router):
+        events, seq = [], 0
+        while batch := source.decisions_since(seq, 10_000):
+            events.extend(batch)
+            seq = batch[-1]["seq"]
+        return events, source.cost_names
+    if isinstance(source, Iterable):
+        events = [dict(e) for e in source]
+        first = next((e for e in events if e.get("kind") == "decision"), None)
+        d = 0 if first is None else len(first["cost"])
+        return events, [str(j) for j in range(d)]
+    raise TypeError(
+        "evaluate() takes a journal path, a Router or a list of events, got "
+        f"{type(source).__name__}"
+    )
+
+
+def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:
+    if not isinstance(q, Mapping) or not q:
+        raise ValueError("candidate_q: must be a non-empty mapping of expert id -> probability")
+    out = {}
+    for k, v in q.items():
+        p = float(v)
+        if not math.isfinite(p) or p < 0:
+            raise ValueError(f"candidate_q[{k!r}]: must be a finite probability >= 0, got {v!r}")
+        out[str(k)] = p
+    total = sum(out.values())
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"candidate_q: probabilities must sum to 1, got {total!r}")
+    return out
+
+
+def evaluate(
+    journal_or_log: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | Any,
+    candidate_q: Mapping[str, float],
+    *,
+    level: float = 0.95,
+) -> OPEResult:
+    """IPS and self-normalized IPS estimates of a fixed distribution's reward and cost.
+
+    Parameters
+    ----------
+    journal_or_log : path, Router or list of event dicts
+        A journal file, a live :class:`~msroute.router.Router`, or events as returned by
+        ``Router.decisions_since``.
+    candidate_q : mapping of expert id -> probability
+        The distribution q' to evaluate (M i.i.d. draws per decision, as the log's policy).
+    level : float, default 0.95
+        Confidence level of the intervals.
+
+    Raises
+    ------
+    ValueError
+        q' not a distribution, a log without propensities (a team policy) or with no rewards.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level: must be in (0, 1), got {level!r}")
+    q_new = _check_candidate(candidate_q)
+    events, names = _read_log(journal_or_log)
+    decisions: dict[str, dict[str, Any]] = {}
+    rewards: dict[str, tuple[float, list[float] | None]] = {}
+    for e in events:
+        if e["kind"] == "decision":
+            if e.get("probs") is None:
+                raise ValueError(
+                    f"decision {e['ref']!r} has no propensities (a team policy): off-policy "
+                    "evaluation needs a multinomial policy's log"
+                )
+            decisions[e["ref"]] = e
+        elif e["kind"] == "feedback" and e["ref"] not in rewards:
+            rewards[e["ref"]] = (float(e["reward"]), e.get("cost"))
+    used = [d for d in decisions if d in rewards]
+    if not used:
+        raise ValueError("the log has no decision with a reward")
+    w = np.empty(len(used))
+    r = np.empty(len(used))
+    c = np.empty((len(used), len(names)))
+    for i, did in enumerate(used):
+        e = decisions[did]
+        eligible = e.get("eligible")
+        scale = 1.0 if eligible is None else sum(q_new.get(x, 0.0) for x in set(eligible))
+        ratio = 1.0
+        for expert, p_old in zip(e["draws"], e["probs"], strict=True):
+            ratio *= (q_new.get(expert, 0.0) / scale if scale > 0 else 0.0) / p_old
+        w[i] = ratio
+        reward, cost = rewards[did]
+        r[i] = reward
+        c[i] = e["cost"] if cost is None else cost
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    ips_c = [_ips(w, c[:, j], z) for j in range(len(names))]
+    sn_c = [_snips(w, c[:, j], z) for j in range(len(names))]
+    return OPEResult(
+        n=len(used),
+        ips_reward=_ips(w, r, z),
+        snips_reward=_snips(w, r, z),
+        ips_cost=dict(zip(names, ips_c, strict=True)),
+        snips_cost=dict(zip(names, sn_c, strict=True)),
+        ess=float(w.sum() ** 2 / np.sum(w * w)) if np.any(w > 0) else 0.0,
+        max_weight=float(w.max()),
+        level=level,
+    )
+
+
+def _ips(w: FloatArray, y: FloatArray, z: float) -> Estimate:
+    x = w * y
+    v = float(x.mean())
+    half = z * float(x.std(ddof=1)) / math.sqrt(x.size) if x.size > 1 else math.inf
+    return Estimate(v, v - half, v + half)
+
+
+def _snips(w: FloatArray, y: FloatArray, z: float) -> Estimate:
+    total = float(w.sum())
+    if total <= 0.0:
+        return Estimate(math.nan, -math.inf, math.inf)
+    v = float(np.sum(w * y) / total)
+    half = z * math.sqrt(float(np.sum(w * w * (y - v) ** 2))) / total
+    return Estimate(v, v - half, v + half)

@@ -1,0 +1,59 @@
+"""Randomness of a live router: decision n's draws are a pure function of (seed, n).
+
+A simulation gives each run one long stream; a router that replays its journal, or that is
+restored from a snapshot taken at any moment, must re-derive every decision bit for bit, so it
+gives each decision its own stream instead: a Philox generator keyed by the seed with counter
+``(0, n, 0, 0)``. Philox is a counter-based generator, so positioning it at decision n costs one
+state assignment (no per-decision seeding work), and the streams of two decisions never overlap
+(decision n would have to draw 2^64 blocks of four words to reach decision n + 1's counter).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from msroute._validation import FloatArray
+from msroute.policies.streams import RunStreams
+
+__all__ = ["DecisionStreams"]
+
+
+class DecisionStreams(RunStreams):
+    """The stream of a one-run policy inside a router: call :meth:`start` before each decision.
+
+    A :class:`RunStreams` as far as the policy and its persistence are concerned (its inherited
+    per-run generators are kept, untouched, so that a policy file saved with it loads like any
+    other); ``uniform`` and ``beta`` draw from the current decision's generator.
+
+    Parameters
+    ----------
+    seed : int
+        The router's seed.
+    block : int
+        The buffer size of the policy's own streams (kept so the saved state has its shape).
+    """
+
+    def __init__(self, seed: int, block: int) -> None:
+        super().__init__(seed, 1, block=block)
+        self._key = np.random.SeedSequence(seed).generate_state(2, np.uint64)
+        self._gen = np.random.Generator(np.random.Philox(key=self._key))
+        self.start(0)
+
+    def start(self, n: int) -> None:
+        """Position the stream at the start of decision ``n``'s randomness."""
+        self._gen.bit_generator.state = {
+            "bit_generator": "Philox",
+            "state": {"counter": np.array([0, n, 0, 0], dtype=np.uint64), "key": self._key},
+            "buffer": np.zeros(4, dtype=np.uint64),
+            "buffer_pos": 4,
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+
+    def uniform(self, width: int) -> FloatArray:
+        """The next ``width`` uniforms of the current decision, shape (1, width)."""
+        return self._gen.random((1, width))
+
+    def beta(self, a: FloatArray, b: FloatArray) -> FloatArray:
+        """One ``Beta(a, b)`` sample per entry, from the current decision's stream."""
+        return np.asarray(self._gen.beta(a, b), dtype=np.float64)

@@ -1,0 +1,441 @@
+"""The live Router: config, routing, feedback, experts, expiry, determinism, journal, group."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import msroute
+from msroute.cli import main
+from msroute.errors import (
+    InfeasibleConstraintsError,
+    InvalidFeedbackError,
+    JournalError,
+    MSRouteError,
+    RouterConfigError,
+    UnknownDecisionError,
+)
+from msroute.router import RoutedDecision, Router, RouterConfig
+
+CONFIG: dict[str, Any] = {
+    "policy": "omd",
+    "m_draws": 2,
+    "cost_names": ["usd", "gpu"],
+    "seed": 3,
+    "experts": {
+        "big": [0.030, 1.0],
+        "small": [0.002, 0.0],
+        "mid": [0.010, 0.5],
+        "tiny": {"usd": 0.001, "gpu": 0.0},
+    },
+    "constraints": {"upper": {"usd": 0.04}, "lower": {"gpu": 0.1}},
+    "snapshot_every": 40,
+}
+#: Each expert's skill on one dimension: the reward of a team is its best member's skill.
+SKILL = {"big": 0.9, "small": 0.3, "mid": 0.6, "tiny": 0.1, "new": 0.8}
+
+
+def cfg(**changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(CONFIG)
+    out.update(changes)
+    return out
+
+
+def reward_of(d: RoutedDecision) -> float:
+    return max(SKILL[e] for e in d.team)
+
+
+def traffic(router: Router, rounds: int, seed: int = 0, *, start: int = 0) -> list[str]:
+    """Route ``rounds`` queries; feed back a random earlier pending one 80% of the time."""
+    rng = np.random.default_rng(seed)
+    pending: list[RoutedDecision] = []
+    for i in range(rounds):
+        pending.append(router.route(decision_id=f"q{start + i}"))
+        if rng.random() < 0.8:
+            d = pending.pop(int(rng.integers(len(pending))))
+            router.feedback(d.decision_id, reward_of(d))
+    return [d.decision_id for d in pending]
+
+
+def backup(src: Path, dst: Path) -> Path:
+    """A consistent copy of a live journal (SQLite's online backup)."""
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    with b:
+        a.backup(b)
+    a.close()
+    b.close()
+    return dst
+
+
+def comparable(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k != "seq"}
+
+
+def same_decision(a: RoutedDecision, b: RoutedDecision) -> None:
+    da, db = a.to_dict(), b.to_dict()
+    da.pop("deadline")
+    db.pop("deadline")
+    assert da == db
+
+
+# ---------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"polcy": "omd"}, r"unknown key\(s\) \['polcy'\]"),
+        ({"policy": "ucb"}, "policy: unknown policy 'ucb'"),
+        ({"m_draws": 0}, "m_draws: must be >= 1"),
+        ({"m_draws": 2.5}, "m_draws: must be an integer"),
+        ({"cost_names": ["usd", "usd"]}, "cost_names: duplicate"),
+        ({"experts": {"big": [0.1]}}, r"experts\.big: needs 2 values"),
+        ({"experts": {"big": [0.1, -1.0]}}, r"experts\.big\.gpu: costs must be >= 0"),
+        ({"experts": {"big": {"usd": 0.1, "cpu": 1.0}}}, r"experts\.big: unknown cost name"),
+        ({"experts": {"big": [0.1, math.nan]}}, r"experts\.big\.gpu: must be finite"),
+        ({"constraints": {"upper": {"eur": 1.0}}}, r"constraints\.upper\.eur: unknown cost"),
+        ({"constraints": {"uper": {}}}, r"constraints: unknown key"),
+        ({"journal_sync": "off"}, "journal_sync: must be 'full' or 'normal'"),
+        ({"feedback_ttl_s": 0}, "feedback_ttl_s: must be > 0"),
+        ({"on_missing": "zero"}, "on_missing: must be a number"),
+        ({"on_missing": -1.0}, "on_missing: the default reward -1.0 is outside"),
+        ({"params": {"seed": 1}}, r"params\.seed: set by the router"),
+        ({"contexts": []}, "contexts: must be a non-empty list"),
+        ({"snapshot_every": 0}, "snapshot_every: must be >= 1"),
+    ],
+)
+def test_config_errors_name_the_key(change: dict[str, Any], match: str) -> None:
+    with pytest.raises(RouterConfigError, match=match):
+        RouterConfig.from_dict(cfg(**change))
+
+
+def test_config_from_toml_round_trips(tmp_path: Path) -> None:
+    toml = tmp_path / "router.toml"
+    toml.write_text(
+        'policy = "omd"\nm_draws = 2\ncost_names = ["usd", "gpu"]\ncontexts = ["a", "b"]\n'
+        'journal = "r.db"\non_missing = 0.5\n[experts]\nbig = [0.03, 1.0]\n'
+        "small = { usd = 0.002, gpu = 0.0 }\n[constraints]\nupper = { usd = 0.04 }\n"
+    )
+    c = RouterConfig.from_toml(toml)
+    assert c.experts == {"big": (0.03, 1.0), "small": (0.002, 0.0)}
+    assert RouterConfig.from_dict(c.to_dict()) == c
+    router = Router.from_config(toml)  # the journal path is relative to the TOML file
+    assert router.journal_path == tmp_path / "r.db" and router.context_names == ["a", "b"]
+    router.close()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('policy = "omd"\nm_draws = "two"\n')
+    with pytest.raises(RouterConfigError, match=r"bad\.toml: cost_names: required"):
+        RouterConfig.from_toml(bad)
+
+
+def test_infeasible_bounds_fail_at_construction_naming_the_cost() -> None:
+    with pytest.raises(InfeasibleConstraintsError, match="usd"):
+        Router(cfg(constraints={"upper": {"usd": 0.0001}}))
+
+
+def test_contexts_need_the_omd_family() -> None:
+    with pytest.raises(RouterConfigError, match="contexts: policy 'ts' is context-free"):
+        Router(cfg(policy="ts", contexts=["a"]))
+
+
+# ---------------------------------------------------------------------- routing and feedback
+def test_a_decision_and_its_feedback() -> None:
+    router = Router(CONFIG)
+    d = router.route()
+    assert len(d.draws) == 2 and d.team == list(dict.fromkeys(d.draws))
+    assert d.propensities is not None and math.isclose(sum(d.propensities.values()), 1.0)
+    costs = CONFIG["experts"]
+    want_usd = sum((costs[e]["usd"] if isinstance(costs[e], dict) else costs[e][0]) for e in d.team)
+    assert d.cost["usd"] == pytest.approx(want_usd)
+    assert set(d.to_dict()) == {
+        "decision_id",
+        "team",
+        "draws",
+        "propensities",
+        "policy_version",
+        "cost",
+        "deadline",
+    }
+    assert router.state()["pending"] == 1
+    assert router.feedback(d.decision_id, 0.7) == "applied"
+    assert router.feedback(d.decision_id, 0.7) == "duplicate"
+    st = router.state()
+    assert (st["decisions"], st["feedback_applied"], st["pending"]) == (1, 1, 0)
+    assert st["policy_version"] == 1
+    assert st["avg_cost"]["usd"] == pytest.approx(d.cost["usd"])
+    assert math.isclose(sum(st["q"].values()), 1.0)
+    with pytest.raises(UnknownDecisionError, match="'nope'"):
+        router.feedback("nope", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("reward", "cost", "match"),
+    [
+        (math.nan, None, "reward"),
+        (math.inf, None, "reward"),
+        (-0.5, None, "reward"),
+        (True, None, "reward"),
+        ("1", None, "reward"),
+        (0.5, {"eur": 1.0}, "cost: unknown cost name"),
+        (0.5, {"usd": -1.0}, r"cost\.usd: costs must be >= 0"),
+        (0.5, [0.1], "cost: needs 2 values"),
+        (0.5, {"usd": math.inf}, r"cost\.usd: must be finite"),
+    ],
+)
+def test_bad_feedback_changes_nothing(reward: Any, cost: Any, match: str) -> None:
+    router = Router(CONFIG)
+    d = router.route()
+    before = router.state()
+    with pytest.raises(InvalidFeedbackError, match=match):
+        router.feedback(d.decision_id, reward, cost)
+    assert router.state() == before
+    assert router.feedback(d.decision_id, 0.5) == "applied"
+
+
+def test_reported_cost_replaces_the_realized_one() -> None:
+    router = Router(CONFIG)
+    d = router.route()
+    router.feedback(d.decision_id, 0.5, cost={"usd": 0.5})
+    assert router.state()["avg_cost"] == {"usd": 0.5, "gpu": pytest.approx(d.cost["gpu"])}
+
+
+def test_same_decision_id_returns_the_same_decision() -> None:
+    router = Router(CONFIG)
+    a = router.route(decision_id="req-1")
+    seq = router.state()["seq"]
+    b = router.route(decision_id="req-1")
+    assert a == b and router.state()["seq"] == seq and router.state()["decisions"] == 1
+
+
+def test_contexts_and_eligibility() -> None:
+    router = Router(cfg(contexts=["billing", "tech"]))
+    with pytest.raises(InvalidFeedbackError, match="context: unknown context 'sales'"):
+        router.route(context="sales")
+    with pytest.raises(InvalidFeedbackError, match="context: unknown context None"):
+        router.route()
+    with pytest.raises(InvalidFeedbackError, match="eligible: unknown expert id 'huge'"):
+        router.route(context="tech", eligible=["big", "huge"])
+    with pytest.raises(InvalidFeedbackError, match="eligible: empty"):
+        router.route(context="tech", eligible=[])
+    assert router.state()["decisions"] == 0  # nothing changed
+    for _ in range(50):
+        d = router.route(context="tech", eligible=["mid", "tiny"])
+        assert set(d.team) <= {"mid", "tiny"}
+        assert d.propensities is not None and set(d.propensities) == {"mid", "tiny"}
+        router.feedback(d.decision_id, reward_of(d))
+    q = router.state()["q_by_context"]
+    assert q["billing"] == {e: 0.25 for e in CONFIG["experts"]}  # only "tech" learned
+    assert q["tech"] != q["billing"]
+
+
+def test_every_registered_policy_routes() -> None:
+    for name in msroute.available_policies():
+        router = Router(cfg(policy=name))
+        traffic(router, 30)
+        st = router.state()
+        assert st["decisions"] == 30 and st["policy"] == name
+
+
+# ---------------------------------------------------------------------- experts
+def test_add_and_remove_experts() -> None:
+    router = Router(CONFIG)
+    traffic(router, 60)
+    q_before = router.state()["q"]
+    router.add_expert("new", {"usd": 0.005, "gpu": 0.2})
+    q = router.state()["q"]
+    gamma = 1.0 / (10 * 5)
+    assert q["new"] == pytest.approx(gamma) and math.isclose(sum(q.values()), 1.0)
+    assert q["big"] / q["mid"] == pytest.approx(q_before["big"] / q_before["mid"], rel=1e-9)
+    traffic(router, 30, start=60)
+    held = router.route(eligible=["mid"])
+    router.remove_expert("mid")
+    assert router.expert_ids == ["big", "small", "tiny", "new"]
+    assert math.isclose(sum(router.state()["q"].values()), 1.0)
+    assert router.feedback(held.decision_id, 0.6) == "late"  # it routed to a removed expert
+    with pytest.raises(InvalidFeedbackError, match="ids are never reused"):
+        router.add_expert("mid", [0.01, 0.5])
+    with pytest.raises(InvalidFeedbackError, match="already an expert"):
+        router.add_expert("big", [0.01, 0.5])
+    with pytest.raises(InvalidFeedbackError, match=r"cost\.gpu: costs must be >= 0"):
+        router.add_expert("x", [0.01, -0.5])
+    traffic(router, 30, start=100)
+    assert "mid" not in router.state()["q"]
+
+
+def test_infeasible_removal_changes_nothing() -> None:
+    router = Router(cfg(constraints={"lower": {"gpu": 0.6}}))
+    traffic(router, 20)
+    before = router.state()
+    with pytest.raises(InfeasibleConstraintsError, match="gpu"):
+        router.remove_expert("big")
+    assert router.state() == before
+
+
+# ---------------------------------------------------------------------- expiry
+def test_expired_decisions_drop_or_learn_the_default() -> None:
+    for on_missing, version in (("drop", 0), (0.25, 2)):
+        router = Router(cfg(on_missing=on_missing, feedback_ttl_s=10.0))
+        a, b = router.route(), router.route()
+        assert router.expire(now=a.deadline - 1.0) == 0
+        assert router.expire(now=b.deadline + 1.0) == 2
+        st = router.state()
+        assert (st["pending"], st["expired"], st["policy_version"]) == (0, 2, version)
+        assert router.feedback(a.decision_id, 0.5) == "late"
+        assert router.feedback(a.decision_id, 0.5) == "duplicate"
+        assert router.state()["feedback_late"] == 1
+
+
+# ---------------------------------------------------------------------- determinism, journal
+def test_decision_n_is_a_function_of_seed_and_n() -> None:
+    a, b = Router(CONFIG), Router(CONFIG)
+    for i in range(40):
+        da, db = a.route(decision_id=str(i)), b.route(decision_id=str(i))
+        same_decision(da, db)
+        a.feedback(da.decision_id, reward_of(da))
+        b.feedback(db.decision_id, reward_of(db))
+    other = Router(cfg(seed=4))
+    draws = [other.route().draws for _ in range(40)]
+    assert draws != [a.route().draws for _ in range(40)]
+
+
+@pytest.mark.parametrize("policy", ["omd", "omd-contextual", "ts-bwk", "cucb", "moe"])
+def test_reopened_journal_continues_bit_for_bit(policy: str, tmp_path: Path) -> None:
+    contexts = ["a", "b"] if policy == "omd-contextual" else None
+    live = Router(cfg(policy=policy, contexts=contexts), journal=tmp_path / "live.db")
+
+    def route(r: Router, i: int) -> RoutedDecision:
+        return r.route(context=None if contexts is None else contexts[i % 2], decision_id=f"d{i}")
+
+    rng = np.random.default_rng(1)
+    pending: list[RoutedDecision] = []
+    for i in range(150):
+        pending.append(route(live, i))
+        if i == 70:
+            live.add_expert("new", [0.005, 0.2])
+        if rng.random() < 0.7:
+            d = pending.pop(int(rng.integers(len(pending))))
+            live.feedback(d.decision_id, reward_of(d))
+    copy_path = backup(tmp_path / "live.db", tmp_path / "copy.db")
+    reopened = Router.open(copy_path)
+    from_start = Router.open(copy_path, use_snapshot=False)
+    assert comparable(reopened.state()) == comparable(live.state())
+    assert comparable(from_start.state()) == comparable(live.state())
+    for i in range(150, 200):  # the same calls give the same decisions and the same state
+        da, db = route(live, i), route(reopened, i)
+        same_decision(da, db)
+        if i % 3:
+            assert live.feedback(da.decision_id, reward_of(da)) == "applied"
+            assert reopened.feedback(db.decision_id, reward_of(db)) == "applied"
+    assert comparable(reopened.state()) == comparable(live.state())
+    for r in (live, reopened, from_start):
+        r.close()
+
+
+def test_snapshots_are_taken_and_used(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    traffic(router, 100)
+    router.close()
+    db = sqlite3.connect(tmp_path / "j.db")
+    snaps = [s for (s,) in db.execute("SELECT seq FROM snapshots")]
+    db.close()
+    assert len(snaps) >= 3 and all(b - a >= 40 for a, b in itertools.pairwise(snaps))
+    reopened = Router.open(tmp_path / "j.db")
+    assert reopened._snap_seq == snaps[-1]
+    reopened.close()
+
+
+def test_new_router_refuses_an_existing_journal(tmp_path: Path) -> None:
+    Router(CONFIG, journal=tmp_path / "j.db").close()
+    with pytest.raises(JournalError, match="already holds a journal"):
+        Router(CONFIG, journal=tmp_path / "j.db")
+
+
+@pytest.mark.parametrize("damage", ["text", "version", "missing"])
+def test_damaged_journals_are_refused(damage: str, tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    if damage == "text":
+        path.write_text("not a database at all, just some text\n" * 50)
+    elif damage == "version":
+        Router(CONFIG, journal=path).close()
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA user_version = 99")
+        db.close()
+    with pytest.raises(JournalError, match=r"j\.db"):
+        Router.open(path)
+
+
+def test_replay_detects_a_tampered_decision(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    router = Router(cfg(snapshot_every=10_000), journal=path)
+    traffic(router, 30)
+    router.close()
+    assert main(["journal", "replay", str(path)]) == 0
+    db = sqlite3.connect(path)
+    (seq, payload) = db.execute(
+        "SELECT seq, payload FROM events WHERE kind = 'decision' AND ref = 'q7'"
+    ).fetchone()
+    p = json.loads(payload)
+    p["draws"] = ["tiny", "tiny"] if p["draws"] != ["tiny", "tiny"] else ["big", "big"]
+    with db:
+        db.execute("UPDATE events SET payload = ? WHERE seq = ?", (json.dumps(p), seq))
+    db.close()
+    assert main(["journal", "replay", str(path)]) == 1
+    with pytest.raises(JournalError, match=rf"event {seq}: decision 'q7'"):
+        Router.open(path)
+
+
+def test_export_jsonl_and_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    traffic(router, 10)
+    n = router.state()["seq"]
+    router.close()
+    assert main(["journal", "export", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == n and rows[0]["kind"] == "decision" and rows[0]["ref"] == "q0"
+    out = tmp_path / "e.csv"
+    assert main(["journal", "export", str(path), "--format", "csv", "--out", str(out)]) == 0
+    text = out.read_text().splitlines()
+    assert text[0] == "seq,kind,ref,time,payload" and len(text) == n + 1
+
+
+# ---------------------------------------------------------------------- group commit
+def test_group_commits_once_and_refused_calls_write_nothing(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    with router.group():
+        a = router.route()
+        with pytest.raises(InvalidFeedbackError):
+            router.feedback(a.decision_id, math.nan)
+        with router.group():  # re-entrant
+            b = router.route()
+        router.feedback(a.decision_id, 0.5)
+        # Nothing is visible to another connection before the group commits.
+        other = sqlite3.connect(tmp_path / "j.db")
+        assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+    other.close()
+    assert router.feedback(b.decision_id, 0.5) == "applied"
+    router.close()
+    router.close()  # idempotent
+    with pytest.raises(MSRouteError, match="closed"):
+        router.route()
+
+
+def test_a_refused_transaction_changes_nothing(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    blocker = sqlite3.connect(tmp_path / "j.db", timeout=0.0)
+    router._journal._db.execute("PRAGMA busy_timeout = 0")  # type: ignore[union-attr]
+    blocker.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(JournalError):
+        router.route()
+    blocker.rollback()
+    blocker.close()
+    assert router.state()["decisions"] == 0
+    assert router.route().team  # a refused BEGIN changed nothing: the router goes on

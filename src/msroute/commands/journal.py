@@ -112,12 +112,13 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from msroute.errors import InvalidValueError
     from msroute.router.ope import evaluate
 
     try:
         q = json.loads(args.q.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--q {args.q}: not JSON: {exc}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidValueError(f"--q {args.q}: not JSON: {exc}") from exc
     result = evaluate(args.path, q, level=args.level)
     print(json.dumps(result.to_dict(), indent=2))
     return 0

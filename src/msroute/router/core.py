@@ -33,6 +33,7 @@ import numpy as np
 
 from msroute._validation import FloatArray
 from msroute.errors import (
+    InfeasibleConstraintsError,
     InvalidFeedbackError,
     JournalError,
     MSRouteError,
@@ -271,7 +272,9 @@ class Router:
         kwargs.update(cfg.params)
         try:
             policy = make_policy(cfg.policy, problem, **kwargs)
-        except TypeError as exc:
+        except InfeasibleConstraintsError:
+            raise
+        except (TypeError, ValueError) as exc:  # a bad [params] value, or K too small
             raise RouterConfigError(f"params: {exc}") from exc
         if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
             problem.check_feasible(0.0)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray
+from msroute.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Estimate", "OPEResult", "evaluate"]
 
@@ -129,7 +130,7 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
         first = next((e for e in events if e.get("kind") == "decision"), None)
         d = 0 if first is None else len(first["cost"])
         return events, [str(j) for j in range(d)]
-    raise TypeError(
+    raise InvalidTypeError(
         "evaluate() takes a journal path, a Router or a list of events, got "
         f"{type(source).__name__}"
     )
@@ -137,16 +138,20 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
 
 def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:
     if not isinstance(q, Mapping) or not q:
-        raise ValueError("candidate_q: must be a non-empty mapping of expert id -> probability")
+        raise InvalidValueError(
+            "candidate_q: must be a non-empty mapping of expert id -> probability"
+        )
     out = {}
     for k, v in q.items():
-        p = float(v)
+        p = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
         if not math.isfinite(p) or p < 0:
-            raise ValueError(f"candidate_q[{k!r}]: must be a finite probability >= 0, got {v!r}")
+            raise InvalidValueError(
+                f"candidate_q[{k!r}]: must be a finite probability >= 0, got {v!r}"
+            )
         out[str(k)] = p
     total = sum(out.values())
     if abs(total - 1.0) > 1e-9:
-        raise ValueError(f"candidate_q: probabilities must sum to 1, got {total!r}")
+        raise InvalidValueError(f"candidate_q: probabilities must sum to 1, got {total!r}")
     return out
 
 
@@ -170,11 +175,11 @@ def evaluate(
 
     Raises
     ------
-    ValueError
+    InvalidValueError
         q' not a distribution, a log without propensities (a team policy) or with no rewards.
     """
     if not 0.0 < level < 1.0:
-        raise ValueError(f"level: must be in (0, 1), got {level!r}")
+        raise InvalidValueError(f"level: must be in (0, 1), got {level!r}")
     q_new = _check_candidate(candidate_q)
     events, names = _read_log(journal_or_log)
     decisions: dict[str, dict[str, Any]] = {}
@@ -182,7 +187,7 @@ def evaluate(
     for e in events:
         if e["kind"] == "decision":
             if e.get("probs") is None:
-                raise ValueError(
+                raise InvalidValueError(
                     f"decision {e['ref']!r} has no propensities (a team policy): off-policy "
                     "evaluation needs a multinomial policy's log"
                 )
@@ -191,7 +196,7 @@ def evaluate(
             rewards[e["ref"]] = (float(e["reward"]), e.get("cost"))
     used = [d for d in decisions if d in rewards]
     if not used:
-        raise ValueError("the log has no decision with a reward")
+        raise InvalidValueError("the log has no decision with a reward")
     w = np.empty(len(used))
     r = np.empty(len(used))
     c = np.empty((len(used), len(names)))

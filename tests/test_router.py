@@ -247,7 +247,11 @@ def test_add_and_remove_experts() -> None:
     router = Router(CONFIG)
     traffic(router, 60)
     q_before = router.state()["q"]
+    learned = router.policy.cost_est.costs.copy()  # type: ignore[attr-defined]
     router.add_expert("new", {"usd": 0.005, "gpu": 0.2})
+    carried = router.policy.cost_est.costs  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(carried[:, :4], learned)  # what was learned is kept
+    assert carried[0, 4].tolist() == pytest.approx([0.005, 0.2])  # the new one: its table
     q = router.state()["q"]
     gamma = 1.0 / (10 * 5)
     assert q["new"] == pytest.approx(gamma) and math.isclose(sum(q.values()), 1.0)

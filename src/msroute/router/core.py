@@ -976,21 +976,24 @@ def _carry(
 ) -> StateValue:
     """One state entry of a policy carried over to the policy of a changed expert set.
 
-    ``old[i]`` and ``new[i]`` are a kept expert's columns before and after; ``k`` the old K.
+    ``old[i]`` and ``new[i]`` are a kept expert's indices before and after; ``k`` the old K.
     Scalars and arrays whose shape did not change are carried as they are (an expert change
-    moves K by one, so every per-expert array changes shape); an array whose last axis was K
-    carries the kept experts' columns and starts the new ones fresh; anything else (a buffer
-    sized by K) starts fresh.
+    moves K by one, so every per-expert array changes shape); an array that differs only in
+    one axis of length K (the expert axis) carries the kept experts' entries and starts the
+    new ones fresh; anything else (a buffer sized by K) starts fresh.
     """
     if not isinstance(value, np.ndarray) or not isinstance(fresh, np.ndarray):
         return value
     if value.shape == fresh.shape:
         return value
-    if value.shape[:-1] == fresh.shape[:-1] and value.shape[-1] == k:
-        out = fresh.copy()
-        out[..., new] = value[..., old]
-        return out
-    return fresh
+    if value.ndim != fresh.ndim:
+        return fresh
+    axes = [a for a in range(value.ndim) if value.shape[a] != fresh.shape[a]]
+    if len(axes) != 1 or value.shape[axes[0]] != k:
+        return fresh
+    out = fresh.copy()
+    np.moveaxis(out, axes[0], -1)[..., new] = np.moveaxis(value, axes[0], -1)[..., old]
+    return out
 
 
 def _policy_bytes(policy: BasePolicy) -> bytes:

@@ -278,7 +278,7 @@ class Router:
             raise RouterConfigError(f"params: {exc}") from exc
         if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
             problem.check_feasible(0.0)
-        policy.streams = DecisionStreams(cfg.seed, policy.streams.block)
+        policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
         return policy
 
     # ------------------------------------------------------------------ properties
@@ -774,7 +774,7 @@ class Router:
         load_state_dict(new, new_state)
         if isinstance(new, OMDApproachability):
             self._floor_new_experts(new, keep_new)
-        new.streams = DecisionStreams(self.config.seed, new.streams.block)
+        new.streams = DecisionStreams(self.config.seed, new.streams.uniforms.block)
         return new
 
     @staticmethod
@@ -900,7 +900,7 @@ class Router:
         self._retired = set(st["retired"])
         self._layouts = [list(x) for x in st["layouts"]]
         policy = _policy_from_bytes(blob)
-        policy.streams = DecisionStreams(self.config.seed, policy.streams.block)
+        policy.streams = DecisionStreams(self.config.seed, policy.streams.uniforms.block)
         self.policy = policy
         self._n, self._applied = int(st["n"]), int(st["applied"])
         self._late, self._expired = int(st["late"]), int(st["expired"])

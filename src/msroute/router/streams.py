@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from msroute._validation import FloatArray
-from msroute.policies.streams import RunStreams
+from msroute.policies.streams import GammaShapes, RunStreams
 
 __all__ = ["DecisionStreams"]
 
@@ -54,6 +54,14 @@ class DecisionStreams(RunStreams):
         """The next ``width`` uniforms of the current decision, shape (1, width)."""
         return self._gen.random((1, width))
 
-    def beta(self, a: FloatArray, b: FloatArray) -> FloatArray:
-        """One ``Beta(a, b)`` sample per entry, from the current decision's stream."""
-        return np.asarray(self._gen.beta(a, b), dtype=np.float64)
+    def standard_gamma(self, shapes: GammaShapes) -> FloatArray:
+        """One ``Gamma(shape)`` variate per entry, from the current decision's stream."""
+        return np.asarray(self._gen.standard_gamma(shapes.shape), dtype=np.float64)
+
+    def beta(self, shapes: GammaShapes) -> FloatArray:
+        """``Beta(a, b)`` per entry for the shapes ``[a | b]`` (1, 2K), from the current
+        decision's stream."""
+        k = shapes.shape.shape[1] // 2
+        return np.asarray(
+            self._gen.beta(shapes.shape[:, :k], shapes.shape[:, k:]), dtype=np.float64
+        )

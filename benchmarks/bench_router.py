@@ -17,6 +17,7 @@ routing.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -62,7 +63,29 @@ def pairs_per_second(router: Router, pairs: int, group: int = 1) -> float:
     return (pairs // group) * group / (time.perf_counter() - tic)
 
 
+def bare_commits_per_second(sync: str, n: int = 500) -> float:
+    """The floor of a durable write: one-row INSERT + COMMIT in WAL mode, nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {sync}")
+        db.execute("CREATE TABLE t(x INTEGER)")
+        tic = time.perf_counter()
+        for i in range(n):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO t VALUES (?)", (i,))
+            db.execute("COMMIT")
+        rate = n / (time.perf_counter() - tic)
+        db.close()
+    return rate
+
+
 def throughput(pairs: int) -> None:
+    full, normal = bare_commits_per_second("FULL"), bare_commits_per_second("NORMAL")
+    print(
+        f"bare SQLite commits per second on this machine now: FULL {full:.0f}, NORMAL "
+        f"{normal:.0f} (a route + feedback pair needs two, or 2/16 with group commit)"
+    )
     print(f"route + feedback pairs per second (OMD, M = {M}, d = 2; {pairs} pairs at K = 50)")
     print(f"{'K':>7}  {'memory':>8}  {'FULL':>8}  {'NORMAL':>8}  {'FULL, 16/commit':>15}")
     for k in (50, 10_000):

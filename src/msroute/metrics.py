@@ -43,6 +43,7 @@ __all__ = [
     "constraint_regret",
     "feasible",
     "objective_regret_proxy",
+    "regret_of_averages",
     "rolling_mean",
     "running_average",
     "time_averaged",
@@ -267,8 +268,20 @@ def constraint_regret(
     [[1.5], [0.5]]
     """
     c = _as_trajectory(costs, "costs", 3)
-    lo, hi = _as_bounds(lo_ori, hi_ori, c.shape[1:])
-    avg = running_average(c, at)
+    return regret_of_averages(running_average(c, at), lo_ori, hi_ori)
+
+
+def regret_of_averages(avg_cost: ArrayLike, lo_ori: ArrayLike, hi_ori: ArrayLike) -> FloatArray:
+    """R2 from running-average costs already computed (e.g. streamed by
+    :func:`msroute.simulate.simulate_summary`): shape (n, R, d) -> (n, R).
+
+    Examples
+    --------
+    >>> regret_of_averages([[[1.5, 0.0]]], [-np.inf, -np.inf], [0.5, 1.0]).tolist()
+    [[1.0]]
+    """
+    avg = _as_trajectory(avg_cost, "avg_cost", 3)
+    lo, hi = _as_bounds(lo_ori, hi_ori, avg.shape[1:])
     return box_distance(avg, lo, hi)
 
 

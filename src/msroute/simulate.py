@@ -10,6 +10,11 @@ For policies whose decisions carry their sampling distribution (``Decision.probs
 OMD-Approachability) the simulator can also record the exact expected reward ``Phi_t(q_t)`` of
 the policy actually played each round, which the true regret of eq. (4) needs; it is computed in
 vectorized blocks, never in the per-round loop.
+
+:func:`simulate` keeps every round's reward and cost; :func:`simulate_summary` keeps only their
+time averages and the running average cost at chosen rounds, streamed as the rounds arrive
+(:mod:`msroute.streaming`), in memory independent of the horizon and equal bit for bit to the
+metrics computed from the full arrays.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,8 +33,9 @@ from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward
+from msroute.streaming import PairwiseSum
 
-__all__ = ["SkillSource", "Trajectory", "simulate"]
+__all__ = ["RunSummary", "SkillSource", "Trajectory", "simulate", "simulate_summary"]
 
 
 class SkillSource(Protocol):
@@ -76,6 +82,76 @@ class Trajectory:
     def horizon(self) -> int:
         """Number of rounds T recorded."""
         return int(self.rewards.shape[0])
+
+
+@dataclass
+class RunSummary:
+    """What one policy did, for every run, without the per-round arrays.
+
+    Attributes
+    ----------
+    policy : str
+    avg_reward : ndarray, shape (R,)
+        Time-averaged reward (:func:`msroute.metrics.time_averaged` of the rewards, bit for bit).
+    avg_cost : ndarray, shape (R, d)
+        Time-averaged realized cost (likewise).
+    checkpoints : ndarray of int
+        1-based round counts at which the running average cost was kept.
+    running_cost : ndarray, shape (len(checkpoints), R, d)
+        Running average cost at the checkpoints (:func:`msroute.metrics.running_average`).
+    rewards : ndarray, shape (T, R), or None
+        Every round's reward, when asked for (``keep_rewards``).
+    final_q : ndarray or None
+    wall_time : float
+        Seconds spent in this policy's ``select``/``update`` calls.
+    """
+
+    policy: str
+    avg_reward: FloatArray
+    avg_cost: FloatArray
+    checkpoints: IntArray
+    running_cost: FloatArray
+    rewards: FloatArray | None = None
+    final_q: FloatArray | None = None
+    wall_time: float = 0.0
+
+
+class _Rounds:
+    """Keeps every round's reward (T, R) and cost (T, R, d)."""
+
+    def __init__(self, horizon: int, n_runs: int, n_costs: int) -> None:
+        self.rewards: FloatArray = np.empty((horizon, n_runs))
+        self.costs: FloatArray = np.empty((horizon, n_runs, n_costs))
+
+    def add(self, t: int, reward: FloatArray, cost: FloatArray) -> None:
+        self.rewards[t] = reward
+        self.costs[t] = cost
+
+
+class _Sums:
+    """Streams the time sums (pairwise, as the metrics) and the running cost sum (cumulative,
+    as ``running_average``), saving the running average at the checkpoints."""
+
+    def __init__(
+        self, horizon: int, n_runs: int, n_costs: int, checkpoints: IntArray, keep: bool
+    ) -> None:
+        self.reward_sum = PairwiseSum(horizon, (n_runs,))
+        self.cost_sum = PairwiseSum(horizon, (n_runs, n_costs))
+        self.running: FloatArray = np.zeros((n_runs, n_costs))
+        self.checkpoints = checkpoints
+        self.at_checkpoints: FloatArray = np.empty((checkpoints.size, n_runs, n_costs))
+        self._next = 0
+        self.rewards: FloatArray | None = np.empty((horizon, n_runs)) if keep else None
+
+    def add(self, t: int, reward: FloatArray, cost: FloatArray) -> None:
+        self.reward_sum.add(reward)
+        self.cost_sum.add(cost)
+        self.running += cost
+        while self._next < self.checkpoints.size and self.checkpoints[self._next] == t + 1:
+            self.at_checkpoints[self._next] = self.running / (t + 1)
+            self._next += 1
+        if self.rewards is not None:
+            self.rewards[t] = reward
 
 
 def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
@@ -143,10 +219,157 @@ def simulate(
     dict of name -> Trajectory
     """
     t_total = check_positive_int(horizon, "horizon")
-    chunk = check_positive_int(chunk, "chunk")
-    if isinstance(batch, Problem):  # one instance shared by every run of the environment
+    batch = _as_batch(batch, env, run_map)
+    per_round = len(policies) * batch.n_runs * (1 + batch.n_costs + int(track_expected)) * 8.0
+    check_memory(
+        per_round * t_total,
+        f"simulate: the trajectories of {len(policies)} policy(ies) x {batch.n_runs} run(s) x "
+        f"T = {t_total}",
+        "use a smaller horizon or fewer runs, or simulate_summary (memory independent of T)",
+    )
+    played = _play(
+        policies,
+        env,
+        batch,
+        t_total,
+        _Rounds,
+        contexts=contexts,
+        context_weights=context_weights,
+        chunk=chunk,
+        run_map=run_map,
+        cost_count=cost_count,
+        track_expected=track_expected,
+        progress=progress,
+    )
+    recorders, expected, clock = played
+    out: dict[str, Trajectory] = {}
+    for name, pol in policies.items():
+        final_q = getattr(pol, "q", None)
+        rec = recorders[name]
+        out[name] = Trajectory(
+            policy=name,
+            rewards=rec.rewards,
+            costs=rec.costs,
+            expected_rewards=expected.get(name),
+            final_q=None if final_q is None else np.asarray(final_q, dtype=np.float64),
+            wall_time=clock[name],
+        )
+    return out
+
+
+def simulate_summary(
+    policies: Mapping[str, BasePolicy],
+    env: SkillSource,
+    batch: ProblemBatch | Problem,
+    horizon: int,
+    *,
+    checkpoints: ArrayLike | None = None,
+    keep_rewards: bool = False,
+    contexts: ArrayLike | None = None,
+    context_weights: ArrayLike | None = None,
+    chunk: int = 1000,
+    run_map: ArrayLike | None = None,
+    cost_count: str = "distinct",
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, RunSummary]:
+    """:func:`simulate` without the per-round arrays: memory that does not grow with T.
+
+    Every policy's time-averaged reward and cost, and its running average cost at the
+    ``checkpoints``, are streamed as the rounds arrive; they equal, bit for bit, what
+    :func:`msroute.metrics.time_averaged` and :func:`msroute.metrics.running_average` give on
+    :func:`simulate`'s arrays.
+
+    Parameters
+    ----------
+    policies, env, batch, horizon, contexts, context_weights, chunk, run_map, cost_count, progress
+        As in :func:`simulate`.
+    checkpoints : array_like of int, optional
+        1-based round counts in ``[1, T]``, increasing (R2 at batch ends: ``B, 2B, ...``);
+        default ``[T]``.
+    keep_rewards : bool, default False
+        Also keep every round's reward (T, R), e.g. for a rolling average.
+
+    Returns
+    -------
+    dict of name -> RunSummary
+    """
+    t_total = check_positive_int(horizon, "horizon")
+    batch = _as_batch(batch, env, run_map)
+    cp = np.asarray([t_total] if checkpoints is None else checkpoints)
+    if cp.ndim != 1 or cp.size == 0 or not np.issubdtype(cp.dtype, np.integer):
+        raise InvalidValueError("checkpoints must be a non-empty 1-d array of round counts")
+    if cp[0] < 1 or cp[-1] > t_total or np.any(np.diff(cp) <= 0):
+        raise InvalidValueError(f"checkpoints must increase within [1, {t_total}]")
+    marks = np.asarray(cp, dtype=np.int64)
+    if keep_rewards:
+        check_memory(
+            len(policies) * batch.n_runs * 8.0 * t_total,
+            f"simulate_summary: the rewards of {len(policies)} policy(ies) x {batch.n_runs} "
+            f"run(s) x T = {t_total}",
+            "use a smaller horizon or fewer runs, or keep_rewards=False",
+        )
+    recorders, _, clock = _play(
+        policies,
+        env,
+        batch,
+        t_total,
+        lambda t, r, d: _Sums(t, r, d, marks, keep_rewards),
+        contexts=contexts,
+        context_weights=context_weights,
+        chunk=chunk,
+        run_map=run_map,
+        cost_count=cost_count,
+        track_expected=False,
+        progress=progress,
+    )
+    out: dict[str, RunSummary] = {}
+    for name, pol in policies.items():
+        rec = recorders[name]
+        final_q = getattr(pol, "q", None)
+        out[name] = RunSummary(
+            policy=name,
+            avg_reward=rec.reward_sum.total() / t_total,
+            avg_cost=rec.cost_sum.total() / t_total,
+            checkpoints=marks,
+            running_cost=rec.at_checkpoints,
+            rewards=rec.rewards,
+            final_q=None if final_q is None else np.asarray(final_q, dtype=np.float64),
+            wall_time=clock[name],
+        )
+    return out
+
+
+RecT = TypeVar("RecT", _Rounds, _Sums)
+
+
+def _as_batch(
+    batch: ProblemBatch | Problem, env: SkillSource, run_map: ArrayLike | None
+) -> ProblemBatch:
+    """One instance shared by every run of the environment, or the batch given."""
+    if isinstance(batch, Problem):
         n = env.n_runs if run_map is None else int(np.asarray(run_map).shape[0])
-        batch = ProblemBatch(batch, n)
+        return ProblemBatch(batch, n)
+    return batch
+
+
+def _play(
+    policies: Mapping[str, BasePolicy],
+    env: SkillSource,
+    batch: ProblemBatch,
+    t_total: int,
+    recorder: Callable[[int, int, int], RecT],
+    *,
+    contexts: ArrayLike | None,
+    context_weights: ArrayLike | None,
+    chunk: int,
+    run_map: ArrayLike | None,
+    cost_count: str,
+    track_expected: bool,
+    progress: Callable[[int], None] | None,
+) -> tuple[dict[str, RecT], dict[str, FloatArray], dict[str, float]]:
+    """The rounds of :func:`simulate` and :func:`simulate_summary`: each policy's outcomes go to
+    its recorder; returns the recorders, the expected rewards tracked and the seconds spent."""
+    chunk = check_positive_int(chunk, "chunk")
     r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
     runs = _check_run_map(run_map, r, env.n_runs)
     if env.n_experts != k or (runs is None and env.n_runs != r):
@@ -170,14 +393,7 @@ def simulate(
     by_draw = cost_count == "draws"
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     names = list(policies)
-    per_round = len(names) * r * (1 + d + (1 if track_expected else 0)) * 8.0
-    check_memory(
-        per_round * t_total,
-        f"simulate: the trajectories of {len(names)} policy(ies) x {r} run(s) x T = {t_total}",
-        "use a smaller horizon or fewer runs",
-    )
-    rewards = {n: np.empty((t_total, r)) for n in names}
-    costs = {n: np.empty((t_total, r, d)) for n in names}
+    recorders = {n: recorder(t_total, r, d) for n in names}
     # Filled for the policies whose decisions carry their distribution (known at the first).
     expected: dict[str, FloatArray] = {}
     q_buf: dict[str, FloatArray] = {}
@@ -206,8 +422,7 @@ def simulate(
                 cost = batch.draws_cost(draws) if by_draw else batch.realized_cost(mask)
                 pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
-                rewards[name][t] = reward
-                costs[name][t] = cost
+                recorders[name].add(t, reward, cost)
         if q_buf:
             scored = skills if runs is None else skills[:, runs]
             if weights is not None and ctx_all is not None:
@@ -218,16 +433,4 @@ def simulate(
                 )
         if progress is not None:
             progress(stop)
-    out: dict[str, Trajectory] = {}
-    for name in names:
-        pol = policies[name]
-        final_q = getattr(pol, "q", None)
-        out[name] = Trajectory(
-            policy=name,
-            rewards=rewards[name],
-            costs=costs[name],
-            expected_rewards=expected.get(name),
-            final_q=None if final_q is None else np.asarray(final_q, dtype=np.float64),
-            wall_time=clock[name],
-        )
-    return out
+    return recorders, expected, clock

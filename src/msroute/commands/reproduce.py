@@ -63,6 +63,17 @@ def register(subparsers: Any) -> None:
         help="worker processes (default: the cores this process may use, here %(default)s)",
     )
     p.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="where cells run: local processes (default) or Ray tasks (extra [ray]; a local "
+        "Ray runtime with --jobs CPUs, or the cluster at --address)",
+    )
+    p.add_argument(
+        "--address",
+        help="with --backend ray: the cluster to join (HOST:PORT, ray://HOST:PORT or auto)",
+    )
+    p.add_argument(
         "--config",
         type=Path,
         help="TOML file: a [fig1]/[fig2]/... table per experiment, top-level keys for all",
@@ -103,16 +114,27 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidValueError(f"--jobs == {args.jobs}, must be >= 1")
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     configs = {name: build_config(name, args) for name in names}  # all errors before any work
+    from msroute.experiments.backends import make_backend
+
+    backend = make_backend(args.backend, jobs=args.jobs, address=args.address)
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        module_name, _, fn_name = EXPERIMENTS[name]
-        runner: Callable[..., Any] = getattr(importlib.import_module(module_name), fn_name)
-        tic = time.perf_counter()
-        runner(configs[name], args.out, jobs=args.jobs, plot=not args.no_plot, quiet=args.quiet)
-        if not args.quiet:
-            cfg = configs[name]
-            print(
-                f"{name}: done in {time.perf_counter() - tic:.1f} s "
-                f"({cfg.seeds} seeds, T = {cfg.horizon}); results in {args.out}/{name}.*"
+    with backend:  # Ray starts once for all experiments
+        for name in names:
+            module_name, _, fn_name = EXPERIMENTS[name]
+            runner: Callable[..., Any] = getattr(importlib.import_module(module_name), fn_name)
+            tic = time.perf_counter()
+            runner(
+                configs[name],
+                args.out,
+                jobs=args.jobs,
+                backend=backend,
+                plot=not args.no_plot,
+                quiet=args.quiet,
             )
+            if not args.quiet:
+                cfg = configs[name]
+                print(
+                    f"{name}: done in {time.perf_counter() - tic:.1f} s "
+                    f"({cfg.seeds} seeds, T = {cfg.horizon}); results in {args.out}/{name}.*"
+                )
     return 0

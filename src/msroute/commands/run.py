@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from msroute.experiments.common import CellSpec, params_items
+    from msroute.experiments.output import peak_memory_mb
     from msroute.experiments.sweep import sweep_worker
     from msroute.problem import bound_report
 
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
                     "horizon": args.horizon,
                     "params": params,
                     "seconds": float(res["wall_time"]),
+                    "peak_memory_mb": peak_memory_mb()["driver"],
                     "runs": runs,
                 }
             )

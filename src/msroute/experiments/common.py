@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
 import struct
 import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
@@ -35,6 +33,7 @@ from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
 from msroute.envs import RegimeSwitchingEnv, StochasticEnv
 from msroute.errors import CacheWarning, InvalidValueError
+from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
 from msroute.problem import Constraints, Problem, ProblemBatch
 from msroute.scenarios import ScenarioInstance, get_scenario
@@ -150,6 +149,19 @@ class RunMapEnv:
         return np.asarray(self.env.skills(start, stop)[:, self.run_map], dtype=np.float64)
 
 
+#: Memory the skills of one environment may keep for the next cells of a process.
+ENV_CACHE_BYTES = 320 * 2**20
+
+
+def _chunks_to_cache(n_runs: int, per_round: int, horizon: int, chunk: int = 1000) -> int:
+    """Every chunk of the horizon when they fit in :data:`ENV_CACHE_BYTES` (the cells of one
+    process then draw the skills once), otherwise the 2 a single pass needs: a long horizon
+    then costs memory independent of T, and each cell draws its skills again."""
+    chunks = -(-horizon // chunk)
+    fits = chunks * chunk * n_runs * per_round * 8 <= ENV_CACHE_BYTES
+    return max(2, chunks) if fits else 2
+
+
 def make_env(
     kind: str,
     bases: FloatArray,
@@ -160,7 +172,7 @@ def make_env(
     """The environment of kind ``kind`` for the given seeds (one run each)."""
     ss = [stream(s, _ENV_STREAM, name_key(kind)) for s in seeds]
     kappa = float(params.get("kappa", 20.0))
-    cached = max(2, -(-horizon // 1000))  # keep every chunk: cells of a process share it
+    cached = _chunks_to_cache(len(seeds), bases.shape[-2] * bases.shape[-1], horizon)
     if kind == "stochastic":
         return StochasticEnv(bases, kappa, seed=ss, cache_chunks=cached)
     if kind == "regime":
@@ -269,11 +281,15 @@ class Cell:
 
 
 def cell_bytes(spec: CellSpec) -> float:
-    """An estimate of the memory one cell needs: its skill stream, kept whole by the process's
-    environment cache (T x seeds x N x K floats), and the trajectories of its levels x seeds
-    runs (reward and two cost coordinates per round, plus the recorded float32 rewards)."""
+    """An upper bound of the memory one cell needs: the chunks of its skill stream that the
+    process's environment cache keeps (all of them if they fit in :data:`ENV_CACHE_BYTES`,
+    else two), and the trajectories of its levels x seeds runs (reward and two cost
+    coordinates per round, plus the recorded float32 rewards; a sweep cell streams its costs,
+    so it needs less)."""
     runs = len(spec.levels) * len(spec.seeds)
-    env = float(spec.horizon) * len(spec.seeds) * spec.n_dims * spec.n_experts * 8.0
+    per_round = float(len(spec.seeds)) * spec.n_dims * spec.n_experts * 8.0
+    kept = _chunks_to_cache(len(spec.seeds), spec.n_dims * spec.n_experts, spec.horizon)
+    env = per_round * min(float(spec.horizon), kept * 1000.0)
     traj = float(spec.horizon) * runs * ((1 + 2) * 8.0 + (4.0 if "rewards" in spec.record else 0))
     return env + traj
 
@@ -351,7 +367,7 @@ def build_batch(spec: CellSpec) -> Cell:
     return Cell(instances, ProblemBatch(problems), env, run_map)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=1)
 def _cached_env(
     kind: str,
     seeds: tuple[int, ...],
@@ -497,8 +513,10 @@ def run_cells(
     out_dir: Path,
     *,
     jobs: int = 1,
+    backend: Backend | None = None,
     progress: Progress | None = None,
     title: str = "cells",
+    drop: tuple[str, ...] = (),
 ) -> list[CellResult]:
     """Run (or load from the cache) every cell; results in the order of ``specs``.
 
@@ -511,14 +529,24 @@ def run_cells(
         Results directory; finished cells are cached under ``out_dir/cells`` and reused, so
         an interrupted sweep resumes where it stopped.
     jobs : int, default 1
-        Worker processes; 1 runs serially in this process.
+        Worker processes of the default backend; 1 runs serially in this process.
+    backend : Backend, optional
+        Where the cells run (:mod:`msroute.experiments.backends`); default
+        ``LocalBackend(jobs)``. Whatever the backend, this process stores each finished cell.
     progress : Progress, optional
         Shows a bar over the cells (none by default).
     title : str
         The bar's label.
+    drop : tuple of str, optional
+        Outputs to leave out of the returned results (they stay in the cache), so that a
+        sweep of many cells holds only what its caller reads.
     """
     bar = progress or Progress(enabled=False)
-    results: list[CellResult | None] = [load_cell(out_dir, s) for s in specs]
+
+    def kept(result: CellResult | None) -> CellResult | None:
+        return None if result is None else {k: v for k, v in result.items() if k not in drop}
+
+    results: list[CellResult | None] = [kept(load_cell(out_dir, s)) for s in specs]
     todo = [i for i, r in enumerate(results) if r is None]
     for i in todo:  # before any work
         check_cell_memory(specs[i])
@@ -528,41 +556,14 @@ def run_cells(
                 bar.advance(_label(specs[i]) + " (cached)")
 
         def done(i: int, result: CellResult) -> None:
-            results[i] = result
             save_cell(out_dir, specs[i], result)
+            results[i] = kept(result)
             bar.advance(_label(specs[i]))
 
-        if jobs <= 1 or len(todo) <= 1:
-            for i in todo:
-                done(i, worker(specs[i]))
-        else:
-            pool = ProcessPoolExecutor(
-                max_workers=min(jobs, len(todo)), initializer=_ignore_interrupts
-            )
-            try:
-                futures = {pool.submit(worker, specs[i]): i for i in todo}
-                for fut in as_completed(futures):
-                    done(futures[fut], fut.result())
-            except KeyboardInterrupt:
-                _stop(pool)  # finished cells are saved: the next run resumes from them
-                raise
-            pool.shutdown()
+        if todo:
+            runner = backend or LocalBackend(jobs)
+            runner.run(worker, [specs[i] for i in todo], lambda j, res: done(todo[j], res))
     return [r for r in results if r is not None]
-
-
-def _ignore_interrupts() -> None:
-    """Worker processes leave Ctrl-C to the parent (no traceback from every worker)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel the queued cells and end the running ones now (their work is redone on resume)."""
-    processes = list(getattr(pool, "_processes", {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in processes:
-        proc.terminate()
-    for proc in processes:
-        proc.join(timeout=5)
 
 
 def _label(spec: CellSpec) -> str:

@@ -135,6 +135,7 @@ def load_toml(
 #: largest, whether the smallest is excluded). One schema: types come from the annotations.
 RANGES: dict[str, tuple[float, float, bool]] = {
     "seeds": (1, 100_000, False),
+    "seeds_per_cell": (1, 100_000, False),
     "first_seed": (0, 2**63 - 1, False),
     "horizon": (1, 10**12, False),
     "n_experts": (1, 10**6, False),

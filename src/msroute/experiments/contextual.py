@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from msroute.errors import InvalidValueError
+from msroute.experiments.backends import Backend
 from msroute.experiments.common import (
     CellResult,
     CellSpec,
@@ -180,6 +181,7 @@ def run_contextual(
     out: Path,
     *,
     jobs: int = 1,
+    backend: Backend | None = None,
     progress: Progress | None = None,
     plot: bool = True,
     quiet: bool = False,
@@ -216,7 +218,13 @@ def run_contextual(
     # Each seed is its own cell, so the oracles of different seeds run in parallel.
     specs = [dataclasses.replace(spec, seeds=(s,)) for s in cfg.seed_list]
     results = run_cells(
-        specs, contextual_worker, out, jobs=jobs, progress=progress, title="contextual: seeds"
+        specs,
+        contextual_worker,
+        out,
+        jobs=jobs,
+        backend=backend,
+        progress=progress,
+        title="contextual: seeds",
     )
     rows: list[dict[str, Any]] = []
     for s, res in zip(specs, results, strict=True):

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from msroute.errors import InvalidValueError
+from msroute.experiments.backends import Backend
 from msroute.experiments.common import (
     CellResult,
     CellSpec,
@@ -159,6 +160,7 @@ def run_fig1(
     out: Path,
     *,
     jobs: int = 1,
+    backend: Backend | None = None,
     progress: Progress | None = None,
     plot: bool = True,
     quiet: bool = False,
@@ -196,7 +198,9 @@ def run_fig1(
         )
         for n in cfg.dims
     ]
-    results = run_cells(specs, fig1_worker, out, jobs=jobs, progress=progress, title="fig1")
+    results = run_cells(
+        specs, fig1_worker, out, jobs=jobs, backend=backend, progress=progress, title="fig1"
+    )
     rows: list[dict[str, Any]] = []
     summary = Summary(
         "Figure 1: regret of OMD-Approachability at the last step (mean over seeds)",

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.experiments.backends import Backend
 from msroute.experiments.common import CellSpec, params_items, run_cells
 from msroute.experiments.config import (
     ExperimentConfig,
@@ -28,7 +29,7 @@ from msroute.experiments.config import (
     check_policies,
 )
 from msroute.experiments.output import Progress, Summary, publish
-from msroute.experiments.sweep import policy_variants, sweep_worker
+from msroute.experiments.sweep import merge_seed_blocks, policy_variants, sweep_worker
 from msroute.policies.lagrangian import VIOLATIONS
 
 #: The reward axes of the figure (:func:`msroute.plotting.plot_fig2`; matplotlib not imported).
@@ -56,6 +57,11 @@ class Fig2Config(ExperimentConfig):
     reward_axis : str
         The figure's reward axis: "differences" (zoomed on the bars, default) or "full" (from
         0, the paper's).
+    seeds_per_cell : int
+        Seeds batched in one cell (20): a sweep with more seeds runs one cell per block of
+        this many seeds and policy, so that a cell's memory stays bounded and a cluster has
+        many cells to run at once. Every run depends on its own seed only, so the numbers do
+        not depend on this setting.
     """
 
     n_dims: int = 3
@@ -68,6 +74,7 @@ class Fig2Config(ExperimentConfig):
     fraction: float = 0.1
     shrink: float = 0.2
     reward_axis: str = "differences"
+    seeds_per_cell: int = 20
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -134,19 +141,43 @@ def run_sweep(
     jobs: int,
     progress: Progress,
     labels: Sequence[str] | None = None,
+    backend: Backend | None = None,
+    rewards: bool = False,
 ) -> tuple[list[tuple[str, CellSpec]], list[dict[str, np.ndarray]]]:
     """Run (or resume) the sweep's cells, with a progress bar.
 
     The cells record per-round rewards too, so that Figure 3 reads the same cells from the
-    cache instead of simulating them again; ``labels`` keeps only the policies it names.
+    cache instead of simulating them again; ``labels`` keeps only the policies it names;
+    ``backend`` runs the cells (default: ``jobs`` local processes); the results hold the
+    per-round rewards only with ``rewards=True`` (they stay in the cache either way).
     """
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
     if labels is not None:
         labelled = [(label, spec) for label, spec in labelled if label in labels]
-    specs = [s for _, s in labelled]
-    results = run_cells(specs, sweep_worker, out, jobs=jobs, progress=progress, title="sweep")
-    return labelled, results
+    step = cfg.seeds_per_cell
+    blocks = [
+        (i, dataclasses.replace(spec, seeds=spec.seeds[lo : lo + step]))
+        for i, (_, spec) in enumerate(labelled)
+        for lo in range(0, len(spec.seeds), step)
+    ]
+    results = run_cells(
+        [b for _, b in blocks],
+        sweep_worker,
+        out,
+        jobs=jobs,
+        backend=backend,
+        progress=progress,
+        title="sweep",
+        drop=() if rewards else ("rewards",),
+    )
+    merged = [
+        merge_seed_blocks(
+            [r for (j, _), r in zip(blocks, results, strict=True) if j == i], len(cfg.levels)
+        )
+        for i in range(len(labelled))
+    ]
+    return labelled, merged
 
 
 def tidy_rows(
@@ -205,6 +236,7 @@ def run_fig2(
     out: Path,
     *,
     jobs: int = 1,
+    backend: Backend | None = None,
     progress: Progress | None = None,
     plot: bool = True,
     quiet: bool = False,
@@ -212,7 +244,7 @@ def run_fig2(
     """Run Figure 2 and write ``fig2.csv``, ``fig2.json``, ``fig2.png`` and ``fig2.svg``."""
     tic = time.perf_counter()
     progress = progress or Progress(enabled=not quiet)
-    labelled, results = run_sweep(cfg, out, jobs, progress)
+    labelled, results = run_sweep(cfg, out, jobs, progress, backend=backend)
     rows = tidy_rows(cfg, labelled, results)
     summary = Summary(
         "Figure 2: time-averaged reward and % feasible seeds",

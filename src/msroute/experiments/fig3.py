@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from msroute.errors import InvalidValueError
+from msroute.experiments.backends import Backend
 from msroute.experiments.fig2 import Fig2Config, run_sweep
 from msroute.experiments.output import Progress, Summary, publish
 from msroute.metrics import rolling_mean
@@ -61,6 +62,7 @@ def run_fig3(
     out: Path,
     *,
     jobs: int = 1,
+    backend: Backend | None = None,
     progress: Progress | None = None,
     plot: bool = True,
     quiet: bool = False,
@@ -73,7 +75,9 @@ def run_fig3(
     tic = time.perf_counter()
     progress = progress or Progress(enabled=not quiet)
     sweep_cfg = Fig2Config(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(Fig2Config)})
-    labelled, results = run_sweep(sweep_cfg, out, jobs, progress, labels=cfg.show_policies)
+    labelled, results = run_sweep(
+        sweep_cfg, out, jobs, progress, labels=cfg.show_policies, backend=backend, rewards=True
+    )
     n_seeds = len(cfg.seed_list)
     rows: list[dict[str, Any]] = []
     summary = Summary(

@@ -16,7 +16,15 @@ import numpy as np
 
 from msroute import _version
 
-__all__ = ["Progress", "Summary", "print_table", "publish", "write_csv", "write_sidecar"]
+__all__ = [
+    "Progress",
+    "Summary",
+    "peak_memory_mb",
+    "print_table",
+    "publish",
+    "write_csv",
+    "write_sidecar",
+]
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -60,12 +68,27 @@ def write_sidecar(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "peak_memory_mb": peak_memory_mb(),
     }
     if extra:
         record.update(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
     return path
+
+
+def peak_memory_mb() -> dict[str, float]:
+    """Peak resident memory so far, in MB: of this process ("driver") and of the largest of
+    its finished worker processes ("worker"), as the operating system counts them (0 where it
+    does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return {"driver": 0.0, "worker": 0.0}
+    scale = 1024.0 if platform.system() != "Darwin" else 1.0  # ru_maxrss: KiB, bytes on macOS
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"driver": round(own * scale / 2**20, 1), "worker": round(kids * scale / 2**20, 1)}
 
 
 def _json_default(value: Any) -> Any:

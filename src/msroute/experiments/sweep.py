@@ -9,11 +9,14 @@ from typing import Any
 import numpy as np
 
 from msroute.experiments.common import CellResult, CellSpec, build_batch, policy_seeds
-from msroute.metrics import constraint_regret, feasible, time_averaged
+from msroute.metrics import feasible, regret_of_averages
 from msroute.policies.registry import make_policy
-from msroute.simulate import simulate
+from msroute.simulate import simulate_summary
 
-__all__ = ["policy_variants", "sweep_worker"]
+__all__ = ["merge_seed_blocks", "policy_variants", "sweep_worker"]
+
+#: The run axis of each per-run output of :func:`sweep_worker` (0 unless listed).
+_RUN_AXIS = {"rewards": 1}
 
 DUAL_BASELINES = ("cbwk", "ts-bwk")
 TS_FAMILY = ("ts", "ts-bwk")
@@ -52,7 +55,8 @@ def policy_variants(
 
 
 def sweep_worker(spec: CellSpec) -> CellResult:
-    """Run one cell and summarize every run of it.
+    """Run one cell and summarize every run of it, in memory independent of the horizon
+    (the rounds stream into the summary: :func:`msroute.simulate.simulate_summary`).
 
     Returns
     -------
@@ -71,24 +75,48 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         seed=policy_seeds(spec),
         **dict(spec.policy_params),
     )
-    traj = simulate(
+    run = simulate_summary(
         {spec.policy: policy},
         cell.env,
         batch,
         spec.horizon,
         run_map=cell.run_map,
         cost_count=spec.cost_count,
+        keep_rewards="rewards" in spec.record,
     )[spec.policy]
-    avg_cost = time_averaged(traj.costs)
+    avg_cost = run.avg_cost
     result: CellResult = {
-        "avg_reward": time_averaged(traj.rewards),
+        "avg_reward": run.avg_reward,
         "avg_cost": avg_cost,
         "feasible": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-9),
         "feasible_1e3": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-3),
-        "r2": constraint_regret(traj.costs, batch.lo_ori, batch.hi_ori, at=[spec.horizon])[0],
+        "r2": regret_of_averages(run.running_cost, batch.lo_ori, batch.hi_ori)[0],
         "bounds": batch.hi_ori,
     }
-    if "rewards" in spec.record:
-        result["rewards"] = traj.rewards.astype(np.float32)
+    if run.rewards is not None:
+        result["rewards"] = run.rewards.astype(np.float32)
     result["wall_time"] = np.array(time.perf_counter() - tic)
     return result
+
+
+def merge_seed_blocks(results: Sequence[CellResult], n_levels: int) -> CellResult:
+    """One result for the seeds of several cells that differ only in their block of seeds.
+
+    Each result holds its runs level by level (run ``li * S_b + si``); the merged one holds
+    every block's seeds in order within each level, as one cell of all the seeds would, and the
+    sum of the blocks' wall times.
+    """
+    if len(results) == 1:
+        return results[0]
+    merged: CellResult = {}
+    for key in results[0]:
+        parts = [res[key] for res in results]
+        if parts[0].ndim == 0:
+            merged[key] = np.asarray(sum(float(p) for p in parts))
+            continue
+        axis = _RUN_AXIS.get(key, 0)
+        by_level = [np.moveaxis(p, axis, 0) for p in parts]
+        by_level = [p.reshape(n_levels, -1, *p.shape[1:]) for p in by_level]
+        joined = np.concatenate(by_level, axis=1)
+        merged[key] = np.moveaxis(joined.reshape(-1, *joined.shape[2:]), 0, axis)
+    return merged

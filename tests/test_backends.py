@@ -1,0 +1,107 @@
+"""Backends of the cell runner: Ray tasks give the local numbers, bit for bit, and clean up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from msroute.cli import main
+from msroute.experiments.backends import BackendError, LocalBackend, RayBackend, make_backend
+from msroute.experiments.fig2 import Fig2Config, run_fig2
+
+
+def _descendants() -> set[int]:
+    """Process ids below this process (from /proc: the parent of each process)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts processes through /proc")
+def test_ray_backend_matches_local_resumes_and_leaves_no_process(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is in the test extra; install .[test]")
+    cfg = Fig2Config(seeds=2, horizon=1000)  # --quick
+    local = run_fig2(cfg, tmp_path / "local", jobs=1, plot=False, quiet=True)
+    before = _descendants()
+    out = tmp_path / "ray"
+    with RayBackend(num_cpus=2) as backend:
+        remote = run_fig2(cfg, out, backend=backend, plot=False, quiet=True)
+        assert remote == local  # every row, every float, bit for bit
+        cells = sorted((out / "cells").rglob("*.npz"))  # stored by the driver
+        assert len(cells) == len(cfg.envs) * len(cfg.policies)
+        stamps = {p: p.stat().st_mtime_ns for p in cells}
+        cells[0].unlink()  # an interrupted sweep: one cell never finished
+        assert run_fig2(cfg, out, backend=backend, plot=False, quiet=True) == local
+        assert cells[0].exists()
+        assert all(p.stat().st_mtime_ns == stamps[p] for p in cells[1:])  # not recomputed
+    deadline = time.monotonic() + 30.0
+    while _descendants() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _descendants() - before == set(), "Ray left processes running"
+
+
+def test_seed_blocks_give_the_numbers_of_one_cell(tmp_path: Path) -> None:
+    cfg = {"seeds": 5, "horizon": 150, "policies": ("ts", "omd", "random"), "envs": ("regime",)}
+    whole = run_fig2(Fig2Config(**cfg), tmp_path / "whole", plot=False, quiet=True)
+    split = run_fig2(
+        Fig2Config(**cfg, seeds_per_cell=2), tmp_path / "split", plot=False, quiet=True
+    )
+    assert split == whole
+    assert len(list((tmp_path / "split" / "cells").rglob("*.npz"))) == 3 * 3  # blocks 2, 2, 1
+
+
+def test_missing_ray_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails
+    with pytest.raises(BackendError, match=r"pip install 'msroute\[ray\]'"):
+        RayBackend()
+    code = main(["reproduce", "fig2", "--quick", "--backend", "ray", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "msroute[ray]" in err and "Traceback" not in err
+    assert not (tmp_path / "cells").exists()  # nothing ran
+
+
+def test_unreachable_address_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("ray", reason="Ray is in the test extra; install .[test]")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    with pytest.raises(BackendError, match=f"cannot reach a Ray cluster at {address}"):
+        RayBackend(address)
+    argv = ["reproduce", "fig2", "--quick", "--backend", "ray", "--address", address]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert address in capsys.readouterr().err
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        RayBackend("nowhere")
+
+
+def test_backend_names_and_options() -> None:
+    assert isinstance(make_backend("local", jobs=3), LocalBackend)
+    with pytest.raises(ValueError, match="--address needs --backend ray"):
+        make_backend("local", address="127.0.0.1:6379")
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("dask")
+    with pytest.raises(ValueError, match="jobs == 0"):
+        LocalBackend(0)

@@ -25,6 +25,7 @@ class Toy(BasePolicy):
     """A small correct policy: uniform over the eligible experts, learning reward sums."""
 
     name: ClassVar[str] = "toy-check"
+    has_propensity: ClassVar[bool] = True
     _state_attrs: ClassVar[tuple[str, ...]] = ("sums",)
 
     def __init__(self, problem: Any, *, horizon: int, n_runs: Any = None, seed: Any = None):
@@ -110,6 +111,10 @@ class Nameless(Toy):
     name: ClassVar[str] = "base"
 
 
+class HidesItsPropensity(Toy):
+    has_propensity: ClassVar[bool] = False
+
+
 def test_a_correct_toy_policy_passes() -> None:
     check_policy(Toy)
     assert "toy-check" not in POLICIES  # the temporary registration for saving is undone
@@ -119,6 +124,7 @@ def test_a_correct_toy_policy_passes() -> None:
     ("cls", "check"),
     [
         (Nameless, "protocol"),
+        (HidesItsPropensity, "propensities"),
         (IgnoresEligibility, "eligibility"),
         (HiddenLastDecision, "pending"),
         (SharedStream, "batching"),
@@ -143,3 +149,20 @@ def test_unknown_checks_to_skip_are_refused() -> None:
 def test_not_a_policy_class_fails_protocol() -> None:
     with pytest.raises(PolicyCheckError, match=r"subclass of msroute\.policies\.BasePolicy"):
         check_policy(dict)  # type: ignore[arg-type]
+
+
+def test_traits_are_class_attributes_read_by_experiments_and_figures() -> None:
+    from msroute.experiments.sweep import policy_variants
+    from msroute.plotting import policy_color, policy_label
+
+    cls = get_policy_class("ts-bwk")
+    assert cls.thompson and cls.lagrangian_dual and not cls.has_propensity
+    assert get_policy_class("omd").has_propensity and not get_policy_class("omd").thompson
+    assert policy_label("ts-bwk") == cls.label == "TS-BwK"
+    assert policy_color("omd") == get_policy_class("omd").color
+    variants = policy_variants(["ts-bwk", "cucb"], 3, bwk_violations=("average", "round"))
+    assert variants == [
+        ("ts-bwk", "ts-bwk", {"reward_scale": 3.0, "violation": "average"}),
+        ("ts-bwk[round]", "ts-bwk", {"reward_scale": 3.0, "violation": "round"}),
+        ("cucb", "cucb", {}),
+    ]

@@ -14,9 +14,10 @@ from msroute.policies.persist import state_dict
 from msroute.policies.registry import POLICIES, available_policies, get_policy_class, make_policy
 
 NAMES = available_policies()
-#: The multinomial (MSR) policies draw M times with replacement: their subset is the distinct
-#: draws. Every other policy routes M distinct experts.
-MULTINOMIAL = {"omd", "omd-contextual", "uniform", "fixed"}
+#: The multinomial (MSR) policies draw M times with replacement from a distribution they
+#: report (the has_propensity trait): their subset is the distinct draws. Every other policy
+#: routes M distinct experts.
+MULTINOMIAL = {n for n in available_policies() if get_policy_class(n).has_propensity}
 #: Index policies with deterministic tie-breaking: they draw nothing from their random stream,
 #: so their decisions depend on the feedback only, never on the seed.
 SEED_FREE = {"greedy", "cucb", "cbwk"}

@@ -12,8 +12,9 @@ rule:
     ``select`` returns a :class:`~msroute.policies.base.Decision`: int64 draws ``(R, M)`` of
     expert indices, read-only arrays, the round counting decisions, the context handed back.
 ``propensities``
-    ``probs`` is None or, per run, a finite distribution over the experts (sums to one) that
-    gives positive probability to every drawn expert.
+    ``probs`` is given exactly when the class says ``has_propensity``, and is then, per run, a
+    finite distribution over the experts (sums to one) that gives positive probability to every
+    drawn expert.
 ``eligibility``
     Only eligible experts are drawn, ``probs`` is zero off the mask, and an all-true mask
     decides exactly like no mask.
@@ -160,6 +161,20 @@ def _shapes(h: _Harness) -> None:
             raise _fail("shapes", h.cls, f"round {t}: the decision's context is {d.context}")
         if any(a is not None and a.flags.writeable for a in (d.draws, d.probs, d.context)):
             raise _fail("shapes", h.cls, "a decision's arrays must be read-only")
+        policy.update(d, *h.feedback(policy, d, t))
+
+
+def _propensities(h: _Harness) -> None:
+    policy = h.make()
+    for t in range(_ROUNDS):
+        d = policy.select(h.context(policy, t))
+        if (d.probs is not None) != h.cls.has_propensity:
+            raise _fail(
+                "propensities",
+                h.cls,
+                f"has_propensity is {h.cls.has_propensity} but decisions carry probs "
+                f"{'None' if d.probs is None else 'arrays'}",
+            )
         _check_probs(h.cls, d, np.ones((_R, _K), dtype=bool), t)
         policy.update(d, *h.feedback(policy, d, t))
 
@@ -358,6 +373,7 @@ def _newly_nonfinite(value: StateValue, was_finite: np.ndarray) -> bool:
 CHECKS: dict[str, Callable[[_Harness], None]] = {
     "protocol": _protocol,
     "shapes": _shapes,
+    "propensities": _propensities,
     "eligibility": _eligibility,
     "pending": _pending,
     "determinism": _determinism,

@@ -42,12 +42,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
+from msroute.policies.base import BasePolicy
+from msroute.policies.registry import POLICIES, get_policy_class
 
 __all__ = [
     "FIGURES",
     "LEVEL_ORDER",
-    "POLICY_COLORS",
-    "POLICY_LABELS",
     "plot_bench",
     "plot_contextual",
     "plot_fig1",
@@ -76,34 +76,8 @@ _POLICY_ORDER: tuple[str, ...] = (
     "uniform",
 )
 
-#: One color per registered policy, shared by every figure.
-POLICY_COLORS: dict[str, str] = {
-    "omd": "#1f77b4",  # blue
-    "omd-contextual": "#17becf",  # cyan
-    "ts-bwk": "#8c564b",  # brown
-    "cbwk": "#d62728",  # red
-    "moe": "#e377c2",  # pink
-    "ts": "#9467bd",  # purple
-    "cucb": "#2ca02c",  # green
-    "greedy": "#ff7f0e",  # orange
-    "random": "#7f7f7f",  # gray
-    "uniform": "#000000",  # black
-}
+#: Colors of policies that are not registered (or have none), chosen by a stable hash.
 _EXTRA_COLORS: tuple[str, ...] = ("#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173")
-
-#: Readable names of the registered policies.
-POLICY_LABELS: dict[str, str] = {
-    "omd": "OMD-Approachability",
-    "omd-contextual": "Contextual OMD",
-    "ts-bwk": "TS-BwK",
-    "cbwk": "CBwK",
-    "moe": "MoE",
-    "ts": "TS",
-    "cucb": "CUCB",
-    "greedy": "Greedy",
-    "random": "Random",
-    "uniform": "Uniform",
-}
 _LEVEL_LABELS = {"tight": "Tight", "medium": "Medium", "loose": "Loose", "none": "Unconstrained"}
 _LEVEL_COLORS = {"tight": "#d62728", "medium": "#ff7f0e", "loose": "#2ca02c", "none": "#7f7f7f"}
 _ENV_LABELS = {"stochastic": "Stochastic", "regime": "Regime-switching"}
@@ -117,6 +91,11 @@ _BAND_ALPHA = 0.15
 # --------------------------------------------------------------------------------------------
 
 
+def _policy_class(name: str) -> type[BasePolicy] | None:
+    """The registered class of ``name``, or None (e.g. a sweep label such as ``cbwk[round]``)."""
+    return get_policy_class(name) if name.lower() in POLICIES else None
+
+
 def policy_color(name: str) -> str:
     """The color of a policy in every figure.
 
@@ -128,28 +107,31 @@ def policy_color(name: str) -> str:
     Returns
     -------
     str
-        A hex color. Registered names have a fixed color (``"omd"`` is blue); any other name
-        gets a color from a spare palette chosen by a stable hash of the name.
+        A hex color: the class's ``color`` for a registered policy (``"omd"`` is blue); any
+        other name, or a class without one, gets a color from a spare palette chosen by a
+        stable hash of the name.
 
     Examples
     --------
     >>> policy_color("omd")
     '#1f77b4'
     """
-    if name in POLICY_COLORS:
-        return POLICY_COLORS[name]
+    cls = _policy_class(name)
+    if cls is not None and cls.color is not None:
+        return cls.color
     return _EXTRA_COLORS[zlib.crc32(name.encode()) % len(_EXTRA_COLORS)]
 
 
 def policy_label(name: str) -> str:
-    """The readable name of a policy (the name itself when it is not registered).
+    """The readable name of a policy: its class's ``label``, or the name itself.
 
     Examples
     --------
     >>> policy_label("ts-bwk")
     'TS-BwK'
     """
-    return POLICY_LABELS.get(name, name)
+    cls = _policy_class(name)
+    return cls.label if cls is not None and cls.label else name
 
 
 def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:

@@ -10,16 +10,13 @@ import numpy as np
 
 from msroute.experiments.common import CellResult, CellSpec, build_batch, policy_seeds
 from msroute.metrics import feasible, regret_of_averages
-from msroute.policies.registry import make_policy
+from msroute.policies.registry import get_policy_class, make_policy
 from msroute.simulate import simulate_summary
 
 __all__ = ["merge_seed_blocks", "policy_variants", "sweep_worker"]
 
 #: The run axis of each per-run output of :func:`sweep_worker` (0 unless listed).
 _RUN_AXIS = {"rewards": 1}
-
-DUAL_BASELINES = ("cbwk", "ts-bwk")
-TS_FAMILY = ("ts", "ts-bwk")
 
 
 def policy_variants(
@@ -39,13 +36,14 @@ def policy_variants(
     """
     out: list[tuple[str, str, dict[str, Any]]] = []
     for name in policies:
-        base: dict[str, Any] = {"reward_scale": float(n_dims)} if name in TS_FAMILY else {}
+        cls = get_policy_class(name)
+        base: dict[str, Any] = {"reward_scale": float(n_dims)} if cls.thompson else {}
         if name == "omd":
             omd: dict[str, Any] = {} if eta_mult is None else {"eta_mult": eta_mult}
             if cost_count != "distinct":
                 omd["cost_estimate"] = cost_count
             out.append((name, name, omd))
-        elif name in DUAL_BASELINES:
+        elif cls.lagrangian_dual:
             for i, v in enumerate(bwk_violations):
                 label = name if i == 0 and v == "average" else f"{name}[{v}]"
                 out.append((label, name, {**base, "violation": v}))

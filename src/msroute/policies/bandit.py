@@ -71,6 +71,8 @@ class RandomPolicy(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "random"
+    label: ClassVar[str] = "Random"
+    color: ClassVar[str | None] = "#7f7f7f"
 
     def __init__(
         self,
@@ -115,6 +117,8 @@ class GreedyPolicy(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "greedy"
+    label: ClassVar[str] = "Greedy"
+    color: ClassVar[str | None] = "#ff7f0e"
 
     def __init__(
         self,
@@ -156,6 +160,8 @@ class CUCB(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "cucb"
+    label: ClassVar[str] = "CUCB"
+    color: ClassVar[str | None] = "#2ca02c"
 
     def __init__(
         self,
@@ -199,6 +205,9 @@ class CBwK(CUCB):
     """
 
     name: ClassVar[str] = "cbwk"
+    label: ClassVar[str] = "CBwK"
+    color: ClassVar[str | None] = "#d62728"
+    lagrangian_dual: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -243,6 +252,9 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "ts"
+    label: ClassVar[str] = "TS"
+    color: ClassVar[str | None] = "#9467bd"
+    thompson: ClassVar[bool] = True
     #: The learned state beyond TeamRounds' (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
 
@@ -302,6 +314,10 @@ class ThompsonSamplingBwK(ThompsonSampling):
     """
 
     name: ClassVar[str] = "ts-bwk"
+    label: ClassVar[str] = "TS-BwK"
+    color: ClassVar[str | None] = "#8c564b"
+    thompson: ClassVar[bool] = True
+    lagrangian_dual: ClassVar[bool] = True
 
     def __init__(
         self,

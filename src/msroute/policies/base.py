@@ -144,6 +144,18 @@ class BasePolicy:
     """
 
     name: ClassVar[str] = "base"
+    #: How figures and tables name the policy (its ``name`` when empty).
+    label: ClassVar[str] = ""
+    #: Its color in every figure (None: one from a spare palette, chosen by the name).
+    color: ClassVar[str | None] = None
+    #: Traits that experiments, figures and tests read instead of lists of names. A Lagrangian
+    #: dual on the constraints, with a ``violation`` reading (CBwK, TS-BwK):
+    lagrangian_dual: ClassVar[bool] = False
+    #: Thompson sampling on Beta posteriors, rewards divided by ``reward_scale`` (TS, TS-BwK):
+    thompson: ClassVar[bool] = False
+    #: Decisions carry the distribution they were drawn from (``Decision.probs``, the
+    #: propensity) in closed form, with the M draws i.i.d. from it:
+    has_propensity: ClassVar[bool] = False
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.

@@ -46,6 +46,7 @@ class FixedPolicy(BasePolicy):
     """
 
     name: ClassVar[str] = "fixed"
+    has_propensity: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -117,6 +118,9 @@ class UniformPolicy(FixedPolicy):
     """
 
     name: ClassVar[str] = "uniform"
+    label: ClassVar[str] = "Uniform"
+    color: ClassVar[str | None] = "#000000"
+    has_propensity: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -117,6 +117,9 @@ class OMDApproachability(BasePolicy):
     """
 
     name: ClassVar[str] = "omd"
+    label: ClassVar[str] = "OMD-Approachability"
+    color: ClassVar[str | None] = "#1f77b4"
+    has_propensity: ClassVar[bool] = True
     #: The learned state (persistence); pending decisions carry their own context and q.
     _state_attrs: ClassVar[tuple[str, ...]] = (
         "_q",
@@ -346,6 +349,9 @@ class ContextualOMD(OMDApproachability):
     """
 
     name: ClassVar[str] = "omd-contextual"
+    label: ClassVar[str] = "Contextual OMD"
+    color: ClassVar[str | None] = "#17becf"
+    has_propensity: ClassVar[bool] = True
     _default_schedule: ClassVar[EtaSchedule] = "anytime"
     _default_batch: ClassVar[int] = 1
     _default_eta_mult: ClassVar[float] = 1.0

@@ -18,7 +18,17 @@ import pytest
 import msroute
 
 SRC = Path(msroute.__file__).resolve().parent
-HEAVY = ("scipy", "matplotlib", "rich")
+# The service stack (the serve extra) loads only when `msroute serve` runs.
+HEAVY = (
+    "scipy",
+    "matplotlib",
+    "rich",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "pydantic",
+    "prometheus_client",
+)
 
 
 def _loaded_after(code: str) -> set[str]:

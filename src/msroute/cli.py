@@ -19,7 +19,7 @@ from msroute import _version
 from msroute.errors import MSRouteError, MSRouteWarning
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("reproduce", "run", "bench", "data", "journal")
+COMMANDS: tuple[str, ...] = ("reproduce", "run", "bench", "data", "journal", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

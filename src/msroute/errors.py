@@ -30,6 +30,7 @@ __all__ = [
     "ResourceError",
     "RouterConfigError",
     "UnknownDecisionError",
+    "UnknownRouterError",
 ]
 
 
@@ -62,8 +63,8 @@ class DataFormatError(MSRouteError, ValueError):
 
 
 class ConfigError(MSRouteError, ValueError):
-    """An experiment configuration (TOML file or flags) is invalid: unknown table or key, wrong
-    type or out-of-range value. The message names the file, the table and the key."""
+    """An experiment or service configuration (TOML file or flags) is invalid: unknown table or
+    key, wrong type or out-of-range value. The message names the file, the table and the key."""
 
 
 class PolicyFileError(DataFormatError):
@@ -119,3 +120,7 @@ class DataWarning(MSRouteWarning):
 
 class ConvergenceWarning(MSRouteWarning, RuntimeWarning):
     """An iterative solver (the oracle of eq. (3)) stopped before its certified tolerance."""
+
+
+class UnknownRouterError(MSRouteError, LookupError):
+    """A request names a router the service does not serve; the message names it."""

@@ -1,0 +1,141 @@
+"""Prometheus metrics of one app, in a registry the app owns (tests can create many apps).
+
+Counters and histograms are observed as requests are served (they count this process's
+requests: they restart from zero with the process, as Prometheus counters do). Gauges describe
+each router's state and are read from ``router.state()`` when ``/metrics`` is scraped, so they
+always agree with the journal, across restarts too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["DelayClock", "ServiceMetrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_DELAY_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+
+
+class ServiceMetrics:
+    """The metric families of the service, registered in a private :class:`CollectorRegistry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.decisions = Counter(
+            "msroute_decisions", "Decisions served by this process.", ["router"], registry=reg
+        )
+        self.feedback = Counter(
+            "msroute_feedback",
+            "Feedback received by this process, by status (applied, duplicate, late).",
+            ["router", "status"],
+            registry=reg,
+        )
+        self.feedback_delay = Histogram(
+            "msroute_feedback_delay_seconds",
+            "Time from a decision to its first feedback (decisions made by this process).",
+            ["router"],
+            buckets=_DELAY_BUCKETS,
+            registry=reg,
+        )
+        self.latency = Histogram(
+            "msroute_request_duration_seconds",
+            "Time to serve a request, by method and endpoint (path template).",
+            ["method", "endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.pending = Gauge(
+            "msroute_pending_decisions", "Decisions awaiting feedback.", ["router"], registry=reg
+        )
+        self.expired = Gauge(
+            "msroute_expired_decisions",
+            "Decisions expired without feedback (in the journal).",
+            ["router"],
+            registry=reg,
+        )
+        self.journal_decisions = Gauge(
+            "msroute_journal_decisions",
+            "Decisions in the router's journal.",
+            ["router"],
+            registry=reg,
+        )
+        self.policy_version = Gauge(
+            "msroute_policy_version", "Version of the routing policy.", ["router"], registry=reg
+        )
+        self.avg_cost = Gauge(
+            "msroute_avg_cost",
+            "Time-averaged realized cost per decision, by cost name.",
+            ["router", "cost"],
+            registry=reg,
+        )
+        self.bound = Gauge(
+            "msroute_cost_bound",
+            "Bound on the time-averaged cost, by cost name and side (upper, lower).",
+            ["router", "cost", "side"],
+            registry=reg,
+        )
+        self.commit_groups = Gauge(
+            "msroute_commit_groups",
+            "Journal transactions committed by this process (one per group of requests).",
+            ["router"],
+            registry=reg,
+        )
+        self.commit_calls = Gauge(
+            "msroute_commit_calls",
+            "Router calls applied by this process (calls / groups = mean group size).",
+            ["router"],
+            registry=reg,
+        )
+
+    def set_state(self, router: str, state: Mapping[str, Any], groups: int, calls: int) -> None:
+        """Copy one router's ``state()`` (and its owner's commit counts) into the gauges."""
+        self.pending.labels(router).set(state["pending"])
+        self.expired.labels(router).set(state["expired"])
+        self.journal_decisions.labels(router).set(state["decisions"])
+        self.policy_version.labels(router).set(state["policy_version"])
+        for cost, value in state["avg_cost"].items():
+            self.avg_cost.labels(router, cost).set(value)
+        for side in ("upper", "lower"):
+            for cost, value in (state["bounds"].get(side) or {}).items():
+                if value is not None:
+                    self.bound.labels(router, cost, side).set(value)
+        self.commit_groups.labels(router).set(groups)
+        self.commit_calls.labels(router).set(calls)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class DelayClock:
+    """When each recent decision of this process was made, to observe its feedback delay.
+
+    Entries leave at their first feedback, or once older than ``horizon_s`` (late feedback past
+    that is not timed), and the oldest leave first beyond ``capacity``: memory stays bounded.
+    """
+
+    def __init__(self, horizon_s: float, capacity: int = 200_000) -> None:
+        self._horizon = horizon_s
+        self._capacity = capacity
+        self._made: OrderedDict[str, float] = OrderedDict()
+
+    def start(self, decision_id: str) -> None:
+        """Record that ``decision_id`` was just made (a repeat keeps the first time)."""
+        now = time.monotonic()
+        self._made.setdefault(decision_id, now)
+        while self._made:
+            oldest_id, made = next(iter(self._made.items()))
+            if len(self._made) <= self._capacity and now - made <= self._horizon:
+                break
+            del self._made[oldest_id]
+
+    def stop(self, decision_id: str) -> float | None:
+        """Seconds since ``decision_id`` was made, or None if this process did not time it."""
+        made = self._made.pop(decision_id, None)
+        return None if made is None else time.monotonic() - made

@@ -1,0 +1,186 @@
+"""The request and response bodies of the HTTP API; these pydantic models are its OpenAPI schema.
+
+Numbers must be finite (JSON has no NaN, and the models refuse the ``NaN``/``Infinity`` literals
+some encoders write). Unknown fields are refused, so a typo such as ``"rewrad"`` is a 422 naming
+the field rather than a silently ignored value. Ranges that depend on the router (the reward's
+range, the cost names, the expert and context names) are checked by the Router itself.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "DecisionRequest",
+    "DecisionResponse",
+    "ExpertRequest",
+    "ExpertResponse",
+    "FeedbackRequest",
+    "FeedbackResponse",
+    "Health",
+    "Problem",
+    "RouterList",
+]
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: Ids travel in URLs and journals: printable, no slash, bounded length.
+Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DecisionRequest(_Strict):
+    """Ask a router for a team."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"context": "code", "eligible": ["frontier-mini", "self-hosted-8b"]},
+                {"context": "support", "decision_id": "req-2f9c41"},
+            ]
+        },
+    )
+
+    context: str | None = Field(
+        None, max_length=128, description="Context name (routers configured with contexts)."
+    )
+    eligible: list[Ident] | None = Field(
+        None,
+        min_length=1,
+        max_length=100_000,
+        description="Only these expert ids may be drawn (default: every expert).",
+    )
+    decision_id: Ident | None = Field(
+        None,
+        description="Your own id for the decision (idempotency key): the same id again returns "
+        "the same decision. Generated when absent.",
+    )
+
+
+class DecisionResponse(BaseModel):
+    """A routing decision; send its reward to ``.../decisions/{decision_id}/feedback``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "decision_id": "req-2f9c41",
+                    "team": ["self-hosted-8b", "frontier-mini"],
+                    "draws": ["self-hosted-8b", "frontier-mini"],
+                    "propensities": {
+                        "frontier-large": 0.1,
+                        "frontier-mini": 0.3,
+                        "open-70b": 0.2,
+                        "self-hosted-8b": 0.4,
+                    },
+                    "policy_version": 12,
+                    "cost": {"usd": 0.0025, "self_hosted": 1.0},
+                    "deadline": 1767225600.0,
+                }
+            ]
+        }
+    )
+
+    decision_id: str
+    team: list[str] = Field(description="Distinct expert ids to send the query to, in draw order.")
+    draws: list[str] = Field(description="The M draws, with repeats.")
+    propensities: dict[str, float] | None = Field(
+        description="Probability of each eligible expert in the sampling distribution "
+        "(None for policies without a closed form)."
+    )
+    policy_version: int
+    cost: dict[str, float] = Field(description="Realized cost of the team by cost name.")
+    deadline: float = Field(description="Unix time after which feedback is late.")
+
+
+class FeedbackRequest(_Strict):
+    """The outcome of a decision."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"reward": 0.8}, {"reward": 0.4, "cost": {"usd": 0.031}}]},
+    )
+
+    reward: Finite = Field(description="The team's reward, in the router's reward range.")
+    cost: dict[str, Finite] | None = Field(
+        None,
+        description="The realized cost by cost name, when it is only known afterwards "
+        "(replaces the cost computed at decision time).",
+    )
+
+
+class FeedbackResponse(BaseModel):
+    """What became of a feedback: learned, a repeat, or after the deadline (logged, not learned)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "applied"}]})
+
+    status: Literal["applied", "duplicate", "late"]
+
+
+class ExpertRequest(_Strict):
+    """A new expert and its cost vector."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"id": "open-8x7b", "cost": {"usd": 0.003, "self_hosted": 0.0}}]
+        },
+    )
+
+    id: Ident
+    cost: dict[str, Finite] = Field(description="One value per cost name of the router.")
+
+
+class ExpertResponse(BaseModel):
+    """The experts of a router after a change."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"experts": ["frontier-mini", "self-hosted-8b"]}]}
+    )
+
+    experts: list[str]
+
+
+class RouterList(BaseModel):
+    """The routers this process serves."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"routers": ["chat"]}]})
+
+    routers: list[str]
+
+
+class Health(BaseModel):
+    """Liveness: the process serves requests."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: Literal["ok"]
+
+
+class Problem(BaseModel):
+    """An error, as ``application/problem+json`` (RFC 9457)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "about:blank",
+                    "title": "Unprocessable Content",
+                    "status": 422,
+                    "detail": "body.reward: Input should be a finite number",
+                }
+            ]
+        },
+    )
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None

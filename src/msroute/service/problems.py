@@ -1,0 +1,119 @@
+"""Errors as ``application/problem+json`` (RFC 9457), from one table.
+
+Every error response of the service is a problem document ``{"type", "title", "status",
+"detail"}`` whose ``detail`` names the offending field. msroute's own errors map to a status by
+:data:`STATUS_OF` (first matching class wins); request bodies that do not match the schema are
+422 with one ``errors`` entry per field (never echoing the values sent); unparsable JSON is 400.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from msroute.errors import (
+    InfeasibleConstraintsError,
+    MSRouteError,
+    UnknownDecisionError,
+    UnknownRouterError,
+)
+
+__all__ = ["PROBLEM_JSON", "STATUS_OF", "install_problem_handlers", "problem_response"]
+
+PROBLEM_JSON = "application/problem+json"
+_log = logging.getLogger("msroute.service")
+
+#: msroute error class -> HTTP status, most specific first (only msroute's own errors are
+#: mapped: anything else is a bug and a 500). A bad value is 422 (well-formed JSON that cannot be
+#: applied); an msroute error that is not about a value (a journal that failed to commit) is 503:
+#: the request may be retried once the router is reopened.
+STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
+    (UnknownRouterError, 404),
+    (UnknownDecisionError, 404),
+    (InfeasibleConstraintsError, 409),
+    (ValueError, 422),
+    (TypeError, 422),
+    (MSRouteError, 503),
+)
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    errors: Sequence[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """A problem+json response with the standard title of ``status``."""
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = list(errors)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _message(exc: BaseException) -> str:
+    # KeyError and friends quote a single string argument; show the message itself.
+    if len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc) or type(exc).__name__
+
+
+async def _msroute_error(request: Request, exc: Exception) -> JSONResponse:
+    for cls, status in STATUS_OF:
+        if isinstance(exc, cls):
+            if status >= 500:
+                _log.error("%s %s: %s", request.method, request.url.path, _message(exc))
+            return problem_response(status, _message(exc))
+    raise exc  # pragma: no cover - MSRouteError ends the table
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    entries = [
+        {
+            "loc": [str(p) for p in err.get("loc", ())],
+            "msg": err.get("msg", ""),
+            "type": err["type"],
+        }
+        for err in exc.errors()
+    ]
+    if any(e["type"] == "json_invalid" for e in entries):
+        return problem_response(400, "body: not valid JSON", errors=entries)
+    content_type = request.headers.get("content-type", "")
+    if entries and entries[0]["loc"] == ["body"] and "json" not in content_type:
+        return problem_response(
+            415, "body: send a JSON object with the header 'Content-Type: application/json'"
+        )
+    detail = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in entries)
+    return problem_response(422, detail or "invalid request", errors=entries)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    return problem_response(exc.status_code, detail, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # The server logs the traceback (Starlette re-raises after this response is sent).
+    return problem_response(500, "internal error; the server log has the details")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error of ``app`` a problem+json response."""
+    app.add_exception_handler(MSRouteError, _msroute_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,68 @@
+"""Run the app under uvicorn: bind, serve until SIGTERM/SIGINT, shut down cleanly.
+
+On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish (up to
+``graceful_s`` seconds), then runs the app's lifespan shutdown, which drains each router's
+queue and closes its journal.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from msroute.service.app import create_app
+from msroute.service.auth import check_start
+from msroute.service.config import ServiceConfig
+
+__all__ = ["serve"]
+
+
+def serve(
+    config: ServiceConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    token: str | None,
+    no_auth: bool = False,
+    graceful_s: int = 10,
+    log_level: str = "info",
+) -> None:
+    """Serve the routers of ``config`` over HTTP until the process is told to stop.
+
+    Parameters
+    ----------
+    config : ServiceConfig
+        The routers and HTTP limits.
+    host, port : str, int
+        Where to listen; the default binds the loopback interface only.
+    token : str or None
+        The bearer token clients must send (usually from ``MSROUTE_TOKEN``).
+    no_auth : bool
+        Serve without a token; refused unless ``host`` is a loopback address.
+    graceful_s : int
+        On SIGTERM, how long in-flight requests may take to finish.
+    log_level : str
+        Level of the server's log lines (one line per router on start).
+
+    Raises
+    ------
+    InvalidValueError
+        The auth settings are unsafe (see :func:`msroute.service.auth.check_start`).
+    """
+    required = check_start(host, token, no_auth)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("msroute").setLevel(log_level.upper())
+    app = create_app(config, token=required)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=graceful_s,
+            server_header=False,
+        )
+    )
+    server.run()

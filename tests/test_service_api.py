@@ -1,0 +1,313 @@
+"""The HTTP API on a real server: endpoints, auth, every error class, no state change on error."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _service import ROUTER, TIMEOUT, TOKEN, served
+from msroute.service.process import ServerProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+CTX = {"context": "billing"}  # the test router has contexts: every decision names one
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, httpx.Client]]:
+    tmp = tmp_path_factory.mktemp("api")
+    with served(tmp, {"llm": ROUTER}, service={"max_body_bytes": 4096}) as pair:
+        yield pair
+
+
+def problem(resp: httpx.Response, status: int) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = resp.json()
+    assert body["status"] == status and body["title"] and body["type"] == "about:blank"
+    return body
+
+
+def state(client: httpx.Client) -> dict[str, Any]:
+    resp = client.get("/v1/routers/llm")
+    assert resp.status_code == 200
+    out: dict[str, Any] = resp.json()
+    return out
+
+
+# --- auth -------------------------------------------------------------------------------------
+
+
+def test_healthz_needs_no_token(api: tuple[ServerProcess, httpx.Client]) -> None:
+    server, _ = api
+    resp = httpx.get(server.url + "/healthz", timeout=TIMEOUT)
+    assert resp.status_code == 200 and resp.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/routers"),
+        ("GET", "/v1/routers/llm"),
+        ("POST", "/v1/routers/llm/decisions"),
+        ("GET", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("DELETE", "/v1/routers/llm/experts/large"),
+    ],
+)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+    ],
+)
+def test_every_endpoint_but_healthz_needs_the_token(
+    api: tuple[ServerProcess, httpx.Client], method: str, path: str, headers: dict[str, str]
+) -> None:
+    server, client = api
+    before = state(client)
+    resp = httpx.request(method, server.url + path, headers=headers, json={}, timeout=TIMEOUT)
+    body = problem(resp, 401)
+    assert "Authorization" in body["detail"] and TOKEN not in resp.text
+    assert resp.headers["www-authenticate"].startswith("Bearer")
+    assert state(client) == before
+
+
+# --- endpoints --------------------------------------------------------------------------------
+
+
+def test_route_and_feedback(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    before = state(client)
+    resp = client.post("/v1/routers/llm/decisions", json={"context": "billing"})
+    assert resp.status_code == 201, resp.text
+    dec = resp.json()
+    assert set(dec) == {
+        "decision_id", "team", "draws", "propensities", "policy_version", "cost", "deadline"
+    }  # fmt: skip
+    assert len(dec["draws"]) == ROUTER["m_draws"]
+    assert dec["team"] == list(dict.fromkeys(dec["draws"]))
+    assert set(dec["team"]) <= set(ROUTER["experts"])
+    assert dec["cost"]["usd"] == pytest.approx(sum(ROUTER["experts"][e][0] for e in dec["team"]))
+    url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+    assert client.post(url, json={"reward": 1.0}).json() == {"status": "applied"}
+    assert client.post(url, json={"reward": 1.0}).json() == {"status": "duplicate"}
+    after = state(client)
+    assert after["decisions"] == before["decisions"] + 1
+    assert after["feedback_applied"] == before["feedback_applied"] + 1
+
+
+def test_same_decision_id_returns_the_same_decision(
+    api: tuple[ServerProcess, httpx.Client],
+) -> None:
+    _, client = api
+    body = {"decision_id": "idem-1", "context": "tech"}
+    first = client.post("/v1/routers/llm/decisions", json=body)
+    before = state(client)
+    again = client.post("/v1/routers/llm/decisions", json=body)
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json()
+    assert state(client) == before
+
+
+def test_eligible_experts_only(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    for _ in range(20):
+        body = {"eligible": ["small", "tiny"], "context": "tech"}
+        dec = client.post("/v1/routers/llm/decisions", json=body).json()
+        assert set(dec["draws"]) <= {"small", "tiny"}
+
+
+def test_list_routers_and_state(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    assert client.get("/v1/routers").json() == {"routers": ["llm"]}
+    st = state(client)
+    for key in (
+        "decisions",
+        "feedback_applied",
+        "pending",
+        "expired",
+        "policy_version",
+        "avg_cost",
+    ):
+        assert key in st
+    assert set(st["avg_cost"]) == {"usd"}
+
+
+def test_journal_rows_as_json_lines(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    ids = [
+        client.post("/v1/routers/llm/decisions", json=CTX).json()["decision_id"] for _ in range(3)
+    ]
+    resp = client.get("/v1/routers/llm/decisions", params={"since": 0, "limit": 10_000})
+    assert resp.status_code == 200 and resp.headers["content-type"] == "application/x-ndjson"
+    rows = [json.loads(line) for line in resp.text.splitlines()]
+    text = resp.text
+    assert all(i in text for i in ids)
+    assert len(rows) <= 10_000
+    limited = client.get("/v1/routers/llm/decisions", params={"since": 0, "limit": 2})
+    assert len(limited.text.splitlines()) == 2
+
+
+def test_add_and_remove_expert(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    resp = client.post("/v1/routers/llm/experts", json={"id": "mini", "cost": {"usd": 0.004}})
+    assert resp.status_code == 201, resp.text
+    assert "mini" in resp.json()["experts"]
+    resp = client.delete("/v1/routers/llm/experts/mini")
+    assert resp.status_code == 200, resp.text
+    assert "mini" not in resp.json()["experts"]
+
+
+def test_metrics(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+    client.post(f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback", json={"reward": 0.5})
+    resp = client.get("/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    text = resp.text
+    st = state(client)
+    for family in (
+        "msroute_decisions_total",
+        'msroute_feedback_total{router="llm",status="applied"}',
+        "msroute_feedback_delay_seconds_bucket",
+        'msroute_pending_decisions{router="llm"}',
+        'msroute_expired_decisions{router="llm"}',
+        'msroute_policy_version{router="llm"}',
+        'msroute_avg_cost{cost="usd",router="llm"}',
+        'msroute_cost_bound{cost="usd",router="llm",side="upper"} 0.02',
+        "msroute_request_duration_seconds_bucket",
+    ):
+        assert family in text, family
+    line = next(x for x in text.splitlines() if x.startswith("msroute_journal_decisions{"))
+    assert float(line.split()[-1]) >= st["decisions"] - 1
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
+    # method, path, JSON body (or raw bytes), status, text the detail must contain
+    ("POST", "/v1/routers/nope/decisions", {}, 404, "nope"),
+    ("GET", "/v1/routers/nope", None, 404, "nope"),
+    ("POST", "/v1/routers/llm/decisions/no-such-id/feedback", {"reward": 1.0}, 404, "no-such-id"),
+    ("POST", "/v1/routers/llm/decisions", {"context": "weather"}, 422, "context"),
+    ("POST", "/v1/routers/llm/decisions", {}, 422, "context"),
+    ("POST", "/v1/routers/llm/decisions", {**CTX, "eligible": ["gpt-9"]}, 422, "gpt-9"),
+    ("POST", "/v1/routers/llm/decisions", {**CTX, "eligible": []}, 422, "eligible"),
+    ("POST", "/v1/routers/llm/decisions", {"contxt": "billing"}, 422, "contxt"),
+    ("POST", "/v1/routers/llm/decisions", {"decision_id": "a/b"}, 422, "decision_id"),
+    ("POST", "/v1/routers/llm/decisions", b"{not json", 400, "JSON"),
+    ("POST", "/v1/routers/llm/decisions", b'{"context": "' + b"x" * 5000 + b'"}', 413, "limit"),
+    ("POST", "/v1/routers/llm/experts", b'{"id": "x", "cost": {"usd": NaN}}', 422, "cost"),
+    ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"eur": 0.01}}, 422, "eur"),
+    ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"usd": -1.0}}, 422, "cost"),
+    ("DELETE", "/v1/routers/llm/experts/gpt-9", None, 422, "gpt-9"),
+    ("POST", "/v1/routers/llm/experts", {"id": "large", "cost": {"usd": 0.01}}, 422, "large"),
+    ("GET", "/v1/routers/llm/decisions?since=-1", None, 422, "since"),
+    ("GET", "/v1/routers/llm/decisions?limit=0", None, 422, "limit"),
+    ("GET", "/v1/routers/llm/decisions?limit=10001", None, 422, "limit"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "named"), BAD_REQUESTS)
+def test_error_classes_change_nothing(
+    api: tuple[ServerProcess, httpx.Client],
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    named: str,
+) -> None:
+    _, client = api
+    before = state(client)
+    if isinstance(body, bytes):
+        headers = {"Content-Type": "application/json"}
+        resp = client.request(method, path, content=body, headers=headers)
+    elif body is None:
+        resp = client.request(method, path)
+    else:
+        resp = client.request(method, path, json=body)
+    detail = problem(resp, status)["detail"]
+    assert named in detail
+    assert state(client) == before
+
+
+def test_feedback_errors_name_the_field(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+    url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+    before = state(client)
+    cases: list[tuple[bytes, int, str]] = [
+        (b'{"reward": NaN}', 422, "reward"),
+        (b'{"reward": Infinity}', 422, "reward"),
+        (b'{"reward": "high"}', 422, "reward"),
+        (b"{}", 422, "reward"),
+        (b'{"reward": 1e9}', 422, "reward"),
+        (b'{"reward": 1.0, "cost": {"eur": 0.1}}', 422, "eur"),
+        (b'{"reward": 1.0, "cost": {"usd": -0.1}}', 422, "cost"),
+        (b'{"reward": 1.0, "rewrd": 2}', 422, "rewrd"),
+    ]
+    for raw, status, named in cases:
+        resp = client.post(url, content=raw, headers={"Content-Type": "application/json"})
+        assert named in problem(resp, status)["detail"], raw
+    assert state(client) == before
+    assert client.post(url, json={"reward": 1.0}).json() == {"status": "applied"}
+
+
+def test_infeasible_removal_is_409(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    # Without the two cheap experts the budget of 0.02 per decision cannot be met.
+    assert client.delete("/v1/routers/llm/experts/tiny").status_code == 200
+    before = state(client)
+    body = problem(client.delete("/v1/routers/llm/experts/small"), 409)
+    assert "usd" in body["detail"]
+    assert state(client) == before
+    assert client.post("/v1/routers/llm/experts", json={"id": "tiny2", "cost": {"usd": 0.001}})
+
+
+def test_non_json_body_is_refused(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    before = state(client)
+    resp = client.post(
+        "/v1/routers/llm/decisions", content=b"{}", headers={"Content-Type": "text/plain"}
+    )
+    assert "Content-Type" in problem(resp, 415)["detail"]
+    assert state(client) == before
+
+
+def test_chunked_body_over_the_limit_is_413(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    before = state(client)
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"context": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    resp = client.post(
+        "/v1/routers/llm/decisions", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert "limit" in problem(resp, 413)["detail"]
+    assert state(client) == before
+
+
+def test_unknown_path_is_a_problem(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    problem(client.get("/v2/anything"), 404)
+    problem(client.put("/v1/routers/llm"), 405)
+
+
+def test_no_auth_server_on_loopback(tmp_path: Path) -> None:
+    with served(tmp_path, token=None) as (server, _):
+        resp = httpx.post(server.url + "/v1/routers/llm/decisions", json=CTX, timeout=TIMEOUT)
+        assert resp.status_code == 201

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from msroute.router import Router
 
 from _service import AUTH, TIMEOUT, served
 from msroute.envs import StochasticEnv
 from msroute.reward import sum_max_reward
+from msroute.router import Router
 
 pytestmark = pytest.mark.timeout(240)
 

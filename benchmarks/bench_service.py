@@ -6,8 +6,9 @@ clients, each on its own keep-alive HTTP/1.1 connection, repeat: POST a decision
 feedback. The run stops after a fixed number of pairs or at the time cap, whichever comes first;
 the first ``--warmup`` pairs are not measured. Reports decision+feedback pairs per second and
 p50/p95/p99 latency of each endpoint, the mean group-commit size read from the server's
-``/metrics``, the CPU time per pair of the server and of the client (the machine's CPUs are
-shared, so CPU per pair shows the cost even when other load slows the clock), and checks that
+``/metrics``, the CPU time per pair of the server (in brackets: of its event-loop thread; the
+rest is the router's owner thread) and of the client (the machine's CPUs are shared, so CPU per
+pair shows the cost even when other load slows the clock), and checks that
 the router's state counts every acknowledged pair. The reference row ``bare`` serves the same two
 endpoints from a bare FastAPI app (pydantic bodies, no auth, router or journal) in the same run:
 the ceiling of the HTTP stack on this machine at this moment. The server is
@@ -82,9 +83,10 @@ class BareFastAPI(ServerProcess):
         return [sys.executable, "-c", BASELINE_APP, str(self.port)], dict(os.environ)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time so far of a process, or of one of its threads (Linux /proc)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -221,8 +223,10 @@ def run_one(sync: str, clients: int, args: argparse.Namespace, workdir: Path) ->
     with kind(config, case, token=TOKEN, log=case / "server.log") as server:
         port = server.port
         server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
+        loop_cpu = cpu_seconds(server.pid, server.pid)
         end = asyncio.run(drive(port, clients, load))
         server_cpu = cpu_seconds(server.pid) - server_cpu
+        loop_cpu = cpu_seconds(server.pid, server.pid) - loop_cpu
         client_cpu = time.process_time() - client_cpu
         if not bare:
             commits, state = asyncio.run(scrape(port))
@@ -243,6 +247,7 @@ def run_one(sync: str, clients: int, args: argparse.Namespace, workdir: Path) ->
         else [],
         "group": calls / groups if groups else float("nan"),
         "server_cpu_us": server_cpu / max(load.done, 1) * 1e6,
+        "loop_cpu_us": loop_cpu / max(load.done, 1) * 1e6,
         "client_cpu_us": client_cpu / max(load.done, 1) * 1e6,
         "state_decisions": state.get("decisions"),
         "state_feedback": state.get("feedback_applied"),
@@ -280,7 +285,7 @@ def main() -> None:
     )
     print(
         "| sync | clients | pairs/s | decide p50 / p95 / p99 (ms) | feedback p50 / p95 / p99 "
-        "(ms) | mean group | CPU µs/pair server / client | errors | in state |"
+        "(ms) | mean group | CPU µs/pair: server (its event loop) / client | errors | in state |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="msroute-bench-") as tmp:
@@ -300,7 +305,8 @@ def main() -> None:
                 print(
                     f"| {sync} | {clients} | {row['pairs_per_s']:.0f} | {dec} | {fb} | "
                     f"{row['group']:.1f} | "
-                    f"{row['server_cpu_us']:.0f} / {row['client_cpu_us']:.0f} | "
+                    f"{row['server_cpu_us']:.0f} ({row['loop_cpu_us']:.0f}) / "
+                    f"{row['client_cpu_us']:.0f} | "
                     f"{row['errors']} | {in_state} |",
                     flush=True,
                 )

@@ -228,7 +228,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
                 context=body.context, eligible=body.eligible, decision_id=body.decision_id
             ),
         )
-        service.metrics.decisions.labels(name).inc()
+        service.metrics.hot(name).decisions.inc()
         service.clocks[name].start(decision.decision_id)
         return JSONResponse(decision.to_dict(), status_code=201)
 
@@ -245,11 +245,12 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
         status = await service.call(
             name, lambda r: r.feedback(decision_id, body.reward, cost=body.cost)
         )
-        service.metrics.feedback.labels(name, status).inc()
+        hot = service.metrics.hot(name)
+        hot.feedback[status].inc()
         if status != "duplicate":
             delay = service.clocks[name].stop(decision_id)
             if delay is not None:
-                service.metrics.feedback_delay.labels(name).observe(delay)
+                hot.feedback_delay.observe(delay)
         return JSONResponse({"status": status})
 
     @api.get(

@@ -11,14 +11,28 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["DelayClock", "ServiceMetrics"]
+__all__ = ["FEEDBACK_STATUSES", "DelayClock", "RouterCounters", "ServiceMetrics"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _DELAY_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+
+
+#: The statuses of a feedback (``router.feedback``'s return values).
+FEEDBACK_STATUSES = ("applied", "duplicate", "late")
+
+
+@dataclass(frozen=True)
+class RouterCounters:
+    """One router's children of the counters observed on every request."""
+
+    decisions: Counter
+    feedback: Mapping[str, Counter]
+    feedback_delay: Histogram
 
 
 class ServiceMetrics:
@@ -86,12 +100,24 @@ class ServiceMetrics:
             ["router"],
             registry=reg,
         )
+        self._hot: dict[str, RouterCounters] = {}
         self.commit_calls = Gauge(
             "msroute_commit_calls",
             "Router calls applied by this process (calls / groups = mean group size).",
             ["router"],
             registry=reg,
         )
+
+    def hot(self, router: str) -> RouterCounters:
+        """The per-router children of the request-time metrics (looked up once, not per call)."""
+        counters = self._hot.get(router)
+        if counters is None:
+            counters = self._hot[router] = RouterCounters(
+                decisions=self.decisions.labels(router),
+                feedback={s: self.feedback.labels(router, s) for s in FEEDBACK_STATUSES},
+                feedback_delay=self.feedback_delay.labels(router),
+            )
+        return counters
 
     def set_state(self, router: str, state: Mapping[str, Any], groups: int, calls: int) -> None:
         """Copy one router's ``state()`` (and its owner's commit counts) into the gauges."""

@@ -130,14 +130,29 @@ def test_batch_one_is_per_round_and_batching_changes_update_times() -> None:
     assert not np.allclose(batched.q, 1 / 6)
 
 
-def test_default_hyperparameters_follow_the_paper() -> None:
+def test_paper_variant_hyperparameters_follow_the_paper() -> None:
     problem = binding_problem()
-    pol = OMDApproachability(problem, horizon=10_000)
+    pol = OMDApproachability(problem, horizon=10_000, variant="paper")
     k, m, gamma = 6, M, 1 / 60
     assert pol.gamma == pytest.approx(gamma)
     assert pol.batch_size == 10
     assert pol.eta == pytest.approx(0.05 * np.sqrt(2 * 10_000 * k * m * (1 / gamma + m - 1)))
     assert pol.dual_step == 0.05
+    assert (pol.estimator_name, pol.floor) == ("importance", "fixed")
+
+
+def test_default_variant_is_the_model_one() -> None:
+    problem = binding_problem()
+    pol = OMDApproachability(problem, horizon=10_000)
+    k, m, gamma = 6, M, 1 / 60
+    assert (pol.variant, pol.estimator_name, pol.floor) == ("model", "model", "decay")
+    assert pol.ix == pytest.approx(0.5 / k)
+    assert pol.eta == pytest.approx(1e-3 * np.sqrt(2 * 10_000 * k * m * (1 / gamma + m - 1)))
+    anytime = OMDApproachability(problem, horizon=10_000, eta_schedule="anytime")
+    assert anytime.eta == pytest.approx(3e-4 * 2 * np.sqrt(k * m * (1 / gamma + m - 1)))
+    assert OMDApproachability(problem, horizon=10, eta_mult=0.2).eta_mult == 0.2
+    # The contextual form keeps Algorithm 2 as printed unless asked.
+    assert ContextualOMD(problem, horizon=10, n_contexts=2).variant == "paper"
 
 
 def test_infeasible_constraints_fail_at_construction() -> None:
@@ -266,7 +281,9 @@ def test_pending_contextual_decisions_credit_their_own_context() -> None:
 
 def test_importance_weight_divides_by_the_decisions_own_propensity() -> None:
     """A decision fed back after q moved is weighted by the q it was drawn from (eq. step g)."""
-    pol = OMDApproachability(binding_problem(), horizon=100, n_runs=1, seed=2, batch=2)
+    pol = OMDApproachability(
+        binding_problem(), horizon=100, n_runs=1, seed=2, batch=2, variant="paper"
+    )
     d1, d2, d3 = pol.select(), pol.select(), pol.select()
     pol.update(d1, np.array([1.0]), np.zeros((1, 2)))
     pol.update(d2, np.array([2.0]), np.zeros((1, 2)))  # the QP step: q moves, g resets

@@ -89,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
     for key, flag in (("horizon", "--horizon"), ("seed", "--seed"), ("n_runs", "--seed")):
         if key in params:
             raise InvalidValueError(f"--param {key}=...: {key} is set by {flag}")
-    if args.policy == "omd":
-        params.setdefault("eta_mult", 0.05)
     if args.policy in ("ts", "ts-bwk"):
         params.setdefault("reward_scale", float(args.n_dims))  # Section 6.3's r_t / N
     spec = CellSpec(

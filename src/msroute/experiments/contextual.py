@@ -135,6 +135,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
         eta_mult=params["eta_mult"],
         batch=params["batch"],
         cost_estimate=check_cost_estimate(spec.cost_count),
+        variant="paper",  # Algorithm 2 against Algorithm 1, both as printed
     )
     trajs = simulate(
         {"omd-contextual": ctx_pol, "omd": flat_pol},

@@ -108,11 +108,13 @@ def fig1_worker(spec: CellSpec) -> CellResult:
     with_opt = bool(params.pop("opt"))
     cell = build_batch(spec)
     batch = cell.batch
+    # Figure 1 is about Algorithm 1 as printed: its regret, its step.
     policy = OMDApproachability(
         batch,
         horizon=spec.horizon,
         seed=policy_seeds(spec),
         cost_estimate=check_cost_estimate(spec.cost_count),  # how realized costs are counted
+        variant="paper",
         **params,
     )
     traj = simulate(

@@ -26,13 +26,16 @@ def policy_variants(
     eta_mult: float | None = None,
     bwk_violations: Sequence[str] = ("average",),
     cost_count: str = "distinct",
+    omd_variants: Sequence[str] = ("model",),
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, registered name, constructor params) of every policy run of a sweep.
 
     TS and TS-BwK normalize their Beta update by N (Section 6.3's ``r_t / N``); OMD gets
     ``eta_mult`` when one is given, and learns costs counted as they are spent when
-    ``cost_count`` is not "distinct"; CBwK and TS-BwK run once per dual reading in
-    ``bwk_violations`` (labelled ``cbwk[round]`` etc. for the non-default one).
+    ``cost_count`` is not "distinct"; it runs once per variant in ``omd_variants``
+    (:data:`msroute.policies.omd_variants.VARIANTS`; labelled ``omd`` for the first, ``omd[paper]``
+    etc. for the others); CBwK and TS-BwK run once per dual reading in ``bwk_violations``
+    (labelled ``cbwk[round]`` etc. for the non-default one).
     """
     out: list[tuple[str, str, dict[str, Any]]] = []
     for name in policies:
@@ -42,7 +45,9 @@ def policy_variants(
             omd: dict[str, Any] = {} if eta_mult is None else {"eta_mult": eta_mult}
             if cost_count != "distinct":
                 omd["cost_estimate"] = cost_count
-            out.append((name, name, omd))
+            for i, variant in enumerate(omd_variants):
+                label = name if i == 0 else f"{name}[{variant}]"
+                out.append((label, name, {**omd, "variant": variant}))
         elif cls.lagrangian_dual:
             for i, v in enumerate(bwk_violations):
                 label = name if i == 0 and v == "average" else f"{name}[{v}]"

@@ -38,6 +38,13 @@ from msroute.policies.duals import (
     check_surrogate,
     cost_scale,
 )
+from msroute.policies.omd_variants import (
+    ESTIMATORS,
+    FLOORS,
+    VARIANTS,
+    floor_at,
+    make_estimator,
+)
 from msroute.problem import Problem, ProblemBatch, bound_report
 
 __all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
@@ -51,16 +58,20 @@ class OMDApproachability(BasePolicy):
     Every decision: draw M experts i.i.d. from ``q`` (steps d-e) and let the dual take one step
     with ``u_t = C^T q_t`` (steps a-b): the constraint side needs nothing but the played
     distribution, so it moves when the decision is made (docs/architecture.md). Every feedback:
-    accumulate the importance-weighted gradient ``g_i += (r_t - b_t) count_{t,i} / q_{t,i}`` (step
-    g, with ``q_t`` the decision's own distribution and ``b_t`` the mean of all strictly earlier
-    rewards of its context). With an eligibility mask the distribution played, logged and divided by
-    is ``q`` restricted to the eligible experts and renormalized. Since ``E[count_i / q_i] = M``
-    for every expert, the baseline shifts every coordinate of the estimate by the same
-    ``-M b_t``, which the projection onto ``{sum q = 1}`` ignores: it lowers the variance and
-    changes no step in expectation. After every ``B`` feedbacks of a context, solve the QP (6)
-    with the batch-averaged gradient and the current dual (step c). ``batch = 1`` is the plain
-    per-round algorithm. With immediate feedback (``update`` after each ``select``) this is
-    Algorithm 1 exactly.
+    accumulate a gradient estimate at ``q_t``, the decision's own distribution (step g). With an
+    eligibility mask the distribution played, logged and divided by is ``q`` restricted to the
+    eligible experts and renormalized. After every ``B`` feedbacks of a context, solve the QP (6)
+    with the batch-averaged gradient, the current dual and the floor of the step (step c).
+    ``batch = 1`` is the plain per-round algorithm. With immediate feedback (``update`` after
+    each ``select``) and ``variant="paper"`` this is Algorithm 1 exactly.
+
+    The gradient estimator and the floor schedule are pieces a *variant* chooses
+    (:mod:`msroute.policies.omd_variants`): ``variant="paper"`` is Algorithm 1 as printed (the
+    importance-weighted ``(r_t - b_t) count_{t,i} / q_{t,i}`` with ``b_t`` the mean of all
+    strictly earlier rewards of the context, and the fixed floor ``gamma``); the default
+    ``"model"`` adds the exact gradient of a fitted reward model as a control variate and lets
+    the floor decay as ``gamma / sqrt(n)``. Both keep the dual and the cut of every QP step,
+    hence feasibility.
 
     The dual's construction is a choice (``dual=``): by default the scale-invariant one of
     :mod:`msroute.policies.duals`, whose feasibility does not depend on the units a user picks
@@ -75,12 +86,14 @@ class OMDApproachability(BasePolicy):
     n_runs : int, optional
     seed : int or SeedSequence, optional
     gamma : float, optional
-        Exploration floor, default ``1/(10K)`` (Section 6.2).
+        Exploration floor, default ``1/(10K)`` (Section 6.2); with the decaying floor, the floor
+        of the first QP step.
     eta : float, optional
         Proximal parameter; default ``eta_mult * sqrt(2 T K M (1/gamma + M - 1))``
         (Theorem 1's ``eta*`` scaled by ``eta_mult``).
-    eta_mult : float, default 0.05
-        The paper's multiplier (0.05 in Section 6.3, 0.03 in Section 6.2).
+    eta_mult : float, optional
+        The multiplier; default the variant's: 0.05 for "paper" (Section 6.3; 0.03 in Section
+        6.2), 0.001 for "model" (0.0003 with the anytime schedule).
     batch : int, default 10
         B, rounds per QP step.
     dual_step : float, default 0.05
@@ -106,6 +119,18 @@ class OMDApproachability(BasePolicy):
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
         impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
         later inside a QP step.
+    n_contexts : int, default 1
+    eta_schedule : {"fixed", "anytime"}, optional
+    variant : {"model", "paper"}, optional
+        The named choice of gradient estimator and floor schedule (default "model";
+        :data:`msroute.policies.omd_variants.VARIANTS`).
+    estimator : {"importance", "model"}, optional
+        Overrides the variant's gradient estimator.
+    floor : {"fixed", "decay"}, optional
+        Overrides the variant's floor schedule.
+    ix : float, optional
+        Implicit-exploration offset of the model estimator's residual weights (>= 0; default
+        ``1/(2K)`` for "model"; 0 makes the estimate unbiased).
 
     Examples
     --------
@@ -131,10 +156,12 @@ class OMDApproachability(BasePolicy):
         "cost_est",
         "_cost_sum",
         "_n_feedback",
+        "estimator",
     )
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
     _default_eta_mult: ClassVar[float] = 0.05
+    _default_variant: ClassVar[str] = "model"
 
     def __init__(
         self,
@@ -156,6 +183,10 @@ class OMDApproachability(BasePolicy):
         cost_prior_weight: float = 10.0,
         surrogate: Surrogate = "linear",
         margin: float = 3.0,
+        variant: str | None = None,
+        estimator: str | None = None,
+        floor: str | None = None,
+        ix: float | None = None,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
@@ -168,13 +199,29 @@ class OMDApproachability(BasePolicy):
         self.batch_size = check_positive_int(
             self._default_batch if batch is None else batch, "batch"
         )
-        self.eta_mult = check_hyper(
-            self._default_eta_mult if eta_mult is None else eta_mult, "eta_mult"
-        )
         schedule = self._default_schedule if eta_schedule is None else eta_schedule
         if schedule not in ("fixed", "anytime"):
             raise InvalidValueError(f"eta_schedule == {schedule!r}, must be 'fixed' or 'anytime'")
         self.eta_schedule: EtaSchedule = schedule
+        self.variant = self._default_variant if variant is None else variant
+        if self.variant not in VARIANTS:
+            raise InvalidValueError(
+                f"variant == {self.variant!r}, must be one of {', '.join(VARIANTS)}"
+            )
+        spec = VARIANTS[self.variant]
+        self.estimator_name = spec.estimator if estimator is None else estimator
+        if self.estimator_name not in ESTIMATORS:
+            raise InvalidValueError(
+                f"estimator == {self.estimator_name!r}, must be one of {', '.join(ESTIMATORS)}"
+            )
+        self.floor = spec.floor if floor is None else floor
+        if self.floor not in FLOORS:
+            raise InvalidValueError(f"floor == {self.floor!r}, must be one of {', '.join(FLOORS)}")
+        self.ix = check_hyper(spec.ix_per_k / k if ix is None else ix, "ix", strict=False)
+        variant_mult = spec.eta_mult if schedule == "fixed" else spec.anytime_eta_mult
+        if eta_mult is None:
+            eta_mult = self._default_eta_mult if variant_mult is None else variant_mult
+        self.eta_mult = check_hyper(eta_mult, "eta_mult")
         g2 = k * m * (1.0 / self.gamma + m - 1.0)  # G^2 of Corollary 2's proof
         if eta is not None:
             self.eta = check_hyper(eta, "eta")
@@ -204,6 +251,7 @@ class OMDApproachability(BasePolicy):
             mode=check_cost_estimate(cost_estimate),
             prior_weight=cost_prior_weight,
         )
+        self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix)
 
     def state(self) -> dict[str, object]:
         """What the router has done so far, in the user's units, per run.
@@ -289,13 +337,8 @@ class OMDApproachability(BasePolicy):
         visits = self._visits[rows, ctx]
         baseline = np.where(visits > 0, self._reward_sum[rows, ctx] / np.maximum(visits, 1), 0.0)
         counts = draw_counts(decision.draws, self.n_experts)
-        # Importance weights count / q of the decision's own q; experts not drawn (among them
-        # any masked out, q = 0) contribute nothing.
-        self._grad[rows, ctx] += np.divide(
-            (reward - baseline)[:, None] * counts,
-            q_play,
-            out=np.zeros_like(counts),
-            where=counts > 0,
+        self._grad[rows, ctx] += self.estimator.estimate(
+            rows, ctx, q_play, counts, reward, baseline
         )
         self._reward_sum[rows, ctx] += reward
         self._visits[rows, ctx] = visits + 1
@@ -316,8 +359,18 @@ class OMDApproachability(BasePolicy):
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
         q0 = self._q[runs, ctx]
-        self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs, q0)
+        if self.floor == "fixed":
+            self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs, q0)
+        else:  # one projection per floor: the runs at the same step share theirs
+            steps = self._steps[runs, ctx]
+            for step in np.unique(steps):
+                sel = np.flatnonzero(steps == step)
+                gamma = floor_at(self.gamma, self.floor, int(step))
+                self._q[runs[sel], ctx[sel]] = self.dual.project(
+                    y[sel], gamma, self.cost_est.costs, runs[sel], q0[sel]
+                )
         self._grad[runs, ctx] = 0.0
+        self.estimator.refit(runs, ctx)
 
 
 class ContextualOMD(OMDApproachability):
@@ -329,7 +382,9 @@ class ContextualOMD(OMDApproachability):
 
     The default proximal parameter is Corollary 2's anytime ``eta = a sqrt(n_x)`` with
     ``a = 2 sqrt(K M (1/gamma + M - 1))`` (times ``eta_mult``, default 1) and ``n_x`` the
-    context's step count; ``eta_schedule="fixed"`` uses Algorithm 1's constant instead.
+    context's step count; ``eta_schedule="fixed"`` uses Algorithm 1's constant instead. The
+    default variant is Algorithm 2 as printed (``variant="paper"``); the pieces of
+    :mod:`msroute.policies.omd_variants` apply per context too.
 
     Reading of Algorithm 2: it refreshes ``q^(x)`` at the *start* of context ``x``'s next
     visit with the gradient stored at the previous one; we apply the same step at the *end*
@@ -340,7 +395,8 @@ class ContextualOMD(OMDApproachability):
 
     Parameters
     ----------
-    problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible
+    problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible, variant,
+    estimator, floor, ix
         As in :class:`OMDApproachability`.
     n_contexts : int
         Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.
@@ -355,3 +411,4 @@ class ContextualOMD(OMDApproachability):
     _default_schedule: ClassVar[EtaSchedule] = "anytime"
     _default_batch: ClassVar[int] = 1
     _default_eta_mult: ClassVar[float] = 1.0
+    _default_variant: ClassVar[str] = "paper"

@@ -116,7 +116,10 @@ def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:
 
 
 def _is_component(value: object) -> bool:
-    return not isinstance(value, type) and bool(state_attrs(value))
+    """An instance whose class declares ``_state_attrs`` (possibly empty: a stateless piece)."""
+    return not isinstance(value, type) and any(
+        "_state_attrs" in vars(cls) for cls in type(value).__mro__
+    )
 
 
 def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:

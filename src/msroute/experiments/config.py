@@ -168,7 +168,7 @@ def check_schema(config: object) -> None:
     for f in dataclasses.fields(config):  # type: ignore[arg-type]
         value = getattr(config, f.name)
         _check_type(value, hints[f.name], f.name)
-        if f.name in RANGES:
+        if f.name in RANGES and value is not None:
             for v in _leaves(value):
                 _check_range(v, f.name, *RANGES[f.name])
 
@@ -189,6 +189,11 @@ def _describe(tp: Any) -> str:
 
 
 def _check_type(value: Any, tp: Any, key: str) -> None:
+    args = typing.get_args(tp)
+    if len(args) == 2 and type(None) in args:  # ``X | None``: None keeps a derived default
+        if value is None:
+            return
+        tp = args[0] if args[1] is type(None) else args[1]
     origin = typing.get_origin(tp)
     if origin is tuple:
         if not isinstance(value, tuple | list):

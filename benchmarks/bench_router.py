@@ -115,12 +115,12 @@ def schedule() -> None:
         )
         pols: dict[str, msroute.BasePolicy] = {
             f"anytime, eta_mult {m}": msroute.OMDApproachability(
-                batch, horizon=horizon, seed=1, eta_schedule="anytime", eta_mult=m
+                batch, horizon=horizon, seed=1, eta_schedule="anytime", eta_mult=m, variant="paper"
             )
             for m in (0.03, 0.1, 0.3, 1.0)
         }
         pols["fixed (knows T), 0.05"] = msroute.OMDApproachability(
-            batch, horizon=horizon, seed=1, eta_mult=0.05
+            batch, horizon=horizon, seed=1, eta_mult=0.05, variant="paper"
         )
         for name, tr in msroute.simulate(pols, env, batch, horizon).items():
             rewards.setdefault(name, []).append(float(tr.rewards.mean()))

@@ -24,8 +24,11 @@ from msroute.experiments.sweep import sweep_worker
 SEEDS = tuple(range(20))
 T = 10_000
 POLICIES = {
-    "OMD, paper's surrogate (linear)": ("omd", {"eta_mult": 0.05}),
-    "OMD, exact team cost + margin": ("omd", {"eta_mult": 0.05, "surrogate": "exact"}),
+    "OMD, paper's surrogate (linear)": ("omd", {"eta_mult": 0.05, "variant": "paper"}),
+    "OMD, exact team cost + margin": (
+        "omd",
+        {"eta_mult": 0.05, "surrogate": "exact", "variant": "paper"},
+    ),
     "CBwK": ("cbwk", {}),
     "TS-BwK": ("ts-bwk", {"reward_scale": 3.0}),
 }

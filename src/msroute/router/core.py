@@ -61,7 +61,14 @@ __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
 #: OMD's step schedule in a router, which does not know its horizon: Corollary 2's anytime eta
 #: ``a sqrt(n)`` with the multiplier chosen by ``benchmarks/bench_router.py --schedule`` (TREC
 #: pools, K = 20, M = 3, tight budget, 5,000 rounds: 0.1 gave the highest reward, feasible).
-DEFAULT_OMD_PARAMS: dict[str, Any] = {"eta_schedule": "anytime", "eta_mult": 0.1}
+#: That choice was measured for Algorithm 1's estimator, so a router keeps ``variant="paper"``
+#: until the model variant (:mod:`msroute.policies.omd_variants`) is measured under the anytime
+#: schedule and with experts added and removed.
+DEFAULT_OMD_PARAMS: dict[str, Any] = {
+    "eta_schedule": "anytime",
+    "eta_mult": 0.1,
+    "variant": "paper",
+}
 
 
 @dataclass(frozen=True)

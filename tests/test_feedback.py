@@ -72,15 +72,17 @@ def test_bad_feedback_is_refused_and_changes_no_state(name: str, case: str) -> N
 
 @pytest.mark.parametrize("name", available_policies())
 def test_feedback_at_the_edges_of_the_range_keeps_the_state_valid(name: str) -> None:
-    """Rewards alternating between 0 and the top of reward_range, zero and large costs: the
-    debug checks (on in the tests) verify the whole state after every update."""
+    """Rewards alternating between 0 and the top of reward_range, costs at both ends of what a
+    realized cost can be: the debug checks (on in the tests) verify the whole state after
+    every update."""
     policy = make(name)
     low, high = policy.reward_range
     rng = np.random.default_rng(0)
     for t in range(60):
         d = _select(policy)
         reward = np.where(rng.random(R) < 0.5, low, high) if t % 3 else np.full(R, high)
-        cost = np.where(rng.random((R, 2)) < 0.5, 0.0, 1e6)
+        # A realized cost lies in [0, M cbar]: both ends.
+        cost = np.where(rng.random((R, 2)) < 0.5, 0.0, PROBLEM.m_draws * PROBLEM.cbar)
         policy.update(d, reward, cost)
     check_state(policy)
 

@@ -445,8 +445,14 @@ def _set_array(members: dict[str, bytes], name: str, edit: Callable[[np.ndarray]
         (lambda m, a: _set_array(a, "_grad", lambda g: g.fill(np.inf)), "'_grad' has .* infinite"),
         (lambda m, a: _set_array(a, "_visits", lambda v: v.fill(-3)), "'_visits' must be >= 0"),
         (lambda m, a: m["state"].update(t=-1), "'t' must be >= 0"),
-        (lambda m, a: m["state"].update({"streams._pos": 10**9}), "'streams._pos' == 1000000000"),
-        (lambda m, a: _set_array(a, "streams._buffer", lambda b: b.fill(7.0)), "uniforms in"),
+        (
+            lambda m, a: _set_array(a, "streams.uniforms.pos", lambda v: v.fill(10**9)),
+            "'streams.uniforms.pos' must be in",
+        ),
+        (
+            lambda m, a: _set_array(a, "streams.uniforms.buffer", lambda b: b.fill(7.0)),
+            "uniforms in",
+        ),
     ],
 )
 def test_loaded_values_are_validated_like_constructor_arguments(

@@ -161,7 +161,7 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
 
 
 #: Entries (by the end of their dotted name) that must be >= 0, or > 0, beyond finiteness.
-_NONNEGATIVE = ("counts", "lam", "_reward_max", "_reward_sum", "_cost_sum")
+_NONNEGATIVE = ("counts", "lam", "_reward_max", "_reward_sum", "_cost_sum", "costs", "n_obs")
 _POSITIVE = ("posterior.alpha", "posterior.beta")
 #: Entries where +inf is a value (1/sqrt(count) of an expert never routed); NaN never is.
 _INF_ALLOWED = ("_rsqrt",)
@@ -171,8 +171,9 @@ def check_state(policy: BasePolicy) -> None:
     """Check every value a policy has learned, as strictly as its constructor's arguments.
 
     Every float array must be finite; every integer (round counter, step and visit counts)
-    ``>= 0``; counts, dual multipliers and reward sums ``>= 0``; Beta posteriors ``> 0``;
-    buffered uniforms in ``[0, 1)`` with their read position inside the buffer; a routing
+    ``>= 0``; counts, dual multipliers, reward sums and cost estimates ``>= 0``; Beta
+    posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer; a
+    routing
     distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one.
     Run after every update in debug mode (:func:`msroute.policies.set_debug_checks`), in the
     tests of every policy, and on every file :func:`load_policy` reads.
@@ -195,15 +196,14 @@ def check_state(policy: BasePolicy) -> None:
             raise InvalidStateError(f"state entry {key!r} must be >= 0, min is {arr.min()}")
         if key.endswith(_POSITIVE) and arr.size and arr.min() <= 0:
             raise InvalidStateError(f"state entry {key!r} must be > 0, min is {arr.min()}")
-    buffer = state.get("streams._buffer")
-    if isinstance(buffer, np.ndarray) and buffer.size:
-        if buffer.min() < 0.0 or buffer.max() >= 1.0:
-            raise InvalidStateError("state entry 'streams._buffer' must hold uniforms in [0, 1)")
-        pos = state.get("streams._pos")
-        if not isinstance(pos, int) or pos > buffer.shape[-1]:
-            raise InvalidStateError(
-                f"state entry 'streams._pos' == {pos}, must be in [0, {buffer.shape[-1]}]"
-            )
+    for key, value in state.items():  # buffered random streams: uniforms, read positions
+        if not isinstance(value, np.ndarray) or not value.size:
+            continue
+        if key.endswith("uniforms.buffer") and not 0.0 <= value.min() <= value.max() < 1.0:
+            raise InvalidStateError(f"state entry {key!r} must hold uniforms in [0, 1)")
+        buffer = state.get(key.removesuffix(".pos") + ".buffer") if key.endswith(".pos") else None
+        if isinstance(buffer, np.ndarray) and value.max() > buffer.shape[-1]:
+            raise InvalidStateError(f"state entry {key!r} must be in [0, {buffer.shape[-1]}]")
     q = state.get("_q")
     gamma = getattr(policy, "gamma", None)
     if isinstance(q, np.ndarray) and isinstance(gamma, float):

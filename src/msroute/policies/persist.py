@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -69,6 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import numpy as np
 
 from msroute import _version
+from msroute._atomic import atomic_path
 from msroute._validation import SIMPLEX_ATOL
 from msroute.errors import InvalidStateError, InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
@@ -377,21 +377,16 @@ def _encode_kwarg(name: str, value: object) -> object:
 
 
 def _write_zip(path: Path, manifest: str, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            # A fixed timestamp, as for the arrays: the same state gives the same bytes.
-            info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
-            zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
-            for key, arr in arrays.items():
-                with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with (
+        atomic_path(path) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf,
+    ):
+        # A fixed timestamp, as for the arrays: the same state gives the same bytes.
+        info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
+        zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
+        for key, arr in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
 
 
 # ---------------------------------------------------------------------- load

@@ -32,6 +32,7 @@ from msroute._validation import (
     FloatArray,
     IntArray,
     as_real,
+    as_real_array,
     check_positive_int,
     quoted,
 )
@@ -276,8 +277,8 @@ class BasePolicy:
                 f"decision must be the Decision returned by select(), got {type(decision).__name__}"
             )
         d = decision.draws
-        r = np.asarray(reward, dtype=np.float64)
-        c = np.asarray(cost, dtype=np.float64)
+        r = as_real_array(reward, "reward")
+        c = as_real_array(cost, "cost")
         if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
             raise InvalidValueError(
                 f"decision.draws must be integers of shape (R, M) = "

@@ -61,14 +61,13 @@ import json
 import os
 import warnings
 import zipfile
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 
 from msroute import _version
-from msroute._atomic import atomic_path
+from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
 from msroute._validation import SIMPLEX_ATOL
 from msroute.errors import InvalidStateError, InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
@@ -476,7 +475,7 @@ def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
     except PolicyFileError:
         raise
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+    except DAMAGED_FILE_ERRORS as exc:
         raise PolicyFileError(
             f"{path}: unreadable policy file (truncated or corrupt?): {exc}"
         ) from exc

@@ -52,14 +52,16 @@ def as_real_array(value: ArrayLike, name: str) -> FloatArray:
     :class:`InvalidTypeError` naming ``name``. NaN and inf pass (callers decide)."""
     if type(value) is np.ndarray and value.dtype == np.float64:
         return value
+    problem: Exception | None = None
     try:
-        if np.asarray(value).dtype.kind in "cOUSVMm":  # complex, objects, text, dates
-            raise TypeError(name)
-        return np.asarray(value, dtype=np.float64)
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "cOUSVMm":  # not complex, objects, text or dates
+            return np.asarray(arr, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise InvalidTypeError(
-            f"{name} must be an array of real numbers, got {quoted(value)} ({type(value).__name__})"
-        ) from exc
+        problem = exc
+    raise InvalidTypeError(
+        f"{name} must be an array of real numbers, got {quoted(value)} ({type(value).__name__})"
+    ) from problem
 
 
 def as_float_array(

@@ -11,6 +11,12 @@ import os
 
 from hypothesis import settings
 
+from msroute.policies import set_debug_checks
+
+# Every policy's whole state is checked after every update in the tests (NaN, inf, negative
+# counters, q off the simplex raise at once, in whichever test first produces them).
+set_debug_checks(True)
+
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")

@@ -418,3 +418,52 @@ def test_a_pickled_member_is_never_unpickled(saved, tmp_path):
     assert not marker.exists()
     np.load(saved, allow_pickle=True)["state._q"]  # the payload works: loading it would run it
     assert marker.exists()
+
+
+def _set_array(members: dict[str, bytes], name: str, edit: Callable[[np.ndarray], None]) -> None:
+    import io
+
+    arr = np.load(io.BytesIO(members[f"state.{name}.npy"]), allow_pickle=False).copy()
+    edit(arr)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    members[f"state.{name}.npy"] = buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            lambda m, a: _set_array(a, "_q", lambda q: q.flat.__setitem__(0, np.nan)),
+            "'_q' has 1 NaN",
+        ),
+        (lambda m, a: _set_array(a, "_q", lambda q: q.__imul__(2.0)), "'_q' is off the floored"),
+        (
+            lambda m, a: _set_array(a, "_q", lambda q: q.flat.__setitem__(0, -0.5)),
+            "off the floored",
+        ),
+        (lambda m, a: _set_array(a, "_grad", lambda g: g.fill(np.inf)), "'_grad' has .* infinite"),
+        (lambda m, a: _set_array(a, "_visits", lambda v: v.fill(-3)), "'_visits' must be >= 0"),
+        (lambda m, a: m["state"].update(t=-1), "'t' must be >= 0"),
+        (
+            lambda m, a: _set_array(a, "streams.uniforms.pos", lambda v: v.fill(10**9)),
+            "'streams.uniforms.pos' must be in",
+        ),
+        (
+            lambda m, a: _set_array(a, "streams.uniforms.buffer", lambda b: b.fill(7.0)),
+            "uniforms in",
+        ),
+    ],
+)
+def test_loaded_values_are_validated_like_constructor_arguments(
+    saved: Path, edit: Callable[[dict[str, Any], dict[str, bytes]], None], match: str
+) -> None:
+    rewrite(saved, edit)
+    with pytest.raises(PolicyFileError, match=f"cannot rebuild the saved policy: .*{match}"):
+        load_policy(saved)
+
+
+def test_a_manifest_asking_for_absurd_sizes_is_a_policy_file_error(saved: Path) -> None:
+    rewrite(saved, lambda m, _: m["problems"][0].update(m_draws=10**13))
+    with pytest.raises(PolicyFileError, match=str(saved)):
+        load_policy(saved)

@@ -1,4 +1,5 @@
-"""Atomic file writes: every output is written to a temporary name and renamed over its target.
+"""File helpers. Atomic writes: every output is written to a temporary name and renamed over
+its target. And the errors a damaged archive can raise when read.
 
 A crash or a Ctrl-C while writing therefore leaves either the old file or the complete new one,
 never a truncated file under the target's name. Errors name the target, not the temporary file.
@@ -8,11 +9,33 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import tempfile
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text_atomic"]
+__all__ = ["DAMAGED_FILE_ERRORS", "atomic_path", "write_text_atomic"]
+
+#: What reading a damaged zip of ``.npy`` arrays (a cached cell, a policy file) can raise, layer
+#: by layer: the file, the zip directory and CRCs, zlib, the ``.npy`` header (parsed as a Python
+#: literal), the array data, and a header asking for an absurd allocation.
+DAMAGED_FILE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    NotImplementedError,
+    OverflowError,
+    MemoryError,
+    SyntaxError,
+    tokenize.TokenError,
+    struct.error,
+    zipfile.BadZipFile,
+    zlib.error,
+)
 
 
 @contextlib.contextmanager

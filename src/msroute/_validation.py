@@ -46,16 +46,29 @@ def _digits(value: int) -> int:
     return n if abs(value) >= 10 ** (n - 1) else n - 1
 
 
+def as_real_array(value: ArrayLike, name: str) -> FloatArray:
+    """``value`` as a float64 array; anything that is not an array of real numbers (text,
+    objects, ragged lists, complex numbers, whose imaginary part numpy would drop) is an
+    :class:`InvalidTypeError` naming ``name``. NaN and inf pass (callers decide)."""
+    if type(value) is np.ndarray and value.dtype == np.float64:
+        return value
+    problem: Exception | None = None
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "cOUSVMm":  # not complex, objects, text or dates
+            return np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        problem = exc
+    raise InvalidTypeError(
+        f"{name} must be an array of real numbers, got {quoted(value)} ({type(value).__name__})"
+    ) from problem
+
+
 def as_float_array(
     value: ArrayLike, name: str, *, ndim_min: int = 0, ndim_max: int = 32
 ) -> FloatArray:
     """Convert ``value`` to a float64 array, rejecting NaN/inf and wrong dimensionality."""
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTypeError(
-            f"{name} must be an array of numbers, got {type(value).__name__}"
-        ) from exc
+    arr = as_real_array(value, name)
     if not ndim_min <= arr.ndim <= ndim_max:
         want = f"{ndim_min}" if ndim_min == ndim_max else f"{ndim_min} to {ndim_max}"
         raise InvalidValueError(f"{name} must have {want} dimensions, got shape {arr.shape}")

@@ -20,6 +20,7 @@ __all__ = [
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
     "InvalidFeedbackError",
+    "InvalidStateError",
     "InvalidTypeError",
     "InvalidValueError",
     "JournalError",
@@ -45,6 +46,12 @@ class InvalidValueError(MSRouteError, ValueError):
 
 class InvalidTypeError(MSRouteError, TypeError):
     """An argument has a type msroute cannot use; the message names it and the type received."""
+
+
+class InvalidStateError(MSRouteError, ValueError):
+    """A policy's learned state is invalid: a NaN or infinite value, a negative counter, a
+    routing distribution off the simplex. Raised by :func:`msroute.policies.check_state`
+    (after every update in debug mode, and on every loaded policy file)."""
 
 
 class InfeasibleConstraintsError(MSRouteError, ValueError):

@@ -31,7 +31,8 @@ At ``T = 10,000, N = 3, K = 50, d = 2`` a call takes about 0.3-0.6 s (one BLAS t
 the note on threads below), nearly all of it in ~15 SLSQP iterations and the initial sort.
 
 If the gap does not drop below ``tol`` within the iteration cap, the result says so
-(``converged = False``) and a :class:`RuntimeWarning` is issued.
+(``converged = False``) and a :class:`~msroute.errors.ConvergenceWarning` (a
+:class:`RuntimeWarning`) is issued.
 
 Threads: SLSQP makes many LAPACK calls on K x K matrices; a multi-threaded BLAS on a machine
 whose cores are already busy (parallel sweeps) can make them 10-50 times slower. Run such
@@ -54,7 +55,7 @@ from msroute._validation import (
     check_contexts,
     check_positive_int,
 )
-from msroute.errors import InfeasibleConstraintsError, InvalidValueError
+from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
 from msroute.problem import Problem
 
 __all__ = [
@@ -520,7 +521,7 @@ def _solve(objective: _SumMaxObjective, poly: _Polytope, tol: float, max_iter: i
             f"not converged: certified gap {best_gap:.3g} > tol {tol:.3g} after {iterations} "
             f"iterations ({message})"
         )
-        warnings.warn(f"best_fixed_policy {message}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"best_fixed_policy {message}", ConvergenceWarning, stacklevel=3)
     return OracleResult(
         q=best_q,
         value=best_value,

@@ -41,6 +41,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from msroute._atomic import atomic_path
 from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
 from msroute.policies.base import BasePolicy
 from msroute.policies.registry import POLICIES, get_policy_class
@@ -282,9 +283,10 @@ def save_figure(
     base.parent.mkdir(parents=True, exist_ok=True)
     png = base.with_name(base.name + ".png")
     svg = base.with_name(base.name + ".svg")
-    fig.savefig(png, dpi=dpi, format="png")
-    with matplotlib.rc_context({"svg.hashsalt": "msroute"}):
-        fig.savefig(svg, format="svg", metadata={"Date": None})
+    with atomic_path(png) as tmp:  # a Ctrl-C mid-write leaves no truncated figure
+        fig.savefig(tmp, dpi=dpi, format="png")
+    with matplotlib.rc_context({"svg.hashsalt": "msroute"}), atomic_path(svg) as tmp:
+        fig.savefig(tmp, format="svg", metadata={"Date": None})
     return png, svg
 
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import warnings
-import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from msroute import _version
-from msroute._atomic import atomic_path
+from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
@@ -453,18 +451,7 @@ def _check_cell(header: Any, arrays: CellResult) -> None:
             raise _DamagedCell(f"array {name!r} does not match its checksum")
 
 
-#: What a damaged cache file can raise while it is read (zip, zlib, npy and JSON layers).
-_READ_ERRORS = (
-    OSError,
-    ValueError,
-    KeyError,
-    EOFError,
-    NotImplementedError,
-    zipfile.BadZipFile,
-    zlib.error,
-    struct.error,
-    _DamagedCell,
-)
+_READ_ERRORS: tuple[type[BaseException], ...] = (*DAMAGED_FILE_ERRORS, _DamagedCell)
 
 
 def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:

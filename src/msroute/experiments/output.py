@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from msroute import _version
+from msroute._atomic import atomic_path, write_text_atomic
 
 __all__ = [
     "Progress",
@@ -29,9 +30,8 @@ __all__ = [
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """Write tidy rows (all with the same keys) as CSV; floats keep full precision."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     fields = list(rows[0]) if rows else []
-    with path.open("w", newline="") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         for row in rows:
@@ -72,9 +72,7 @@ def write_sidecar(
     }
     if extra:
         record.update(extra)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
-    return path
+    return write_text_atomic(path, json.dumps(record, indent=2, default=_json_default) + "\n")
 
 
 def peak_memory_mb() -> dict[str, float]:

@@ -10,12 +10,12 @@ from msroute.policies.bandit import (
     ThompsonSampling,
     ThompsonSamplingBwK,
 )
-from msroute.policies.base import BasePolicy, Policy
+from msroute.policies.base import BasePolicy, Policy, set_debug_checks
 from msroute.policies.fixed import FixedPolicy, UniformPolicy
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
-from msroute.policies.persist import PolicyFileError, load_policy, save_policy
+from msroute.policies.persist import PolicyFileError, check_state, load_policy, save_policy
 from msroute.policies.registry import (
     POLICIES,
     available_policies,
@@ -42,8 +42,10 @@ __all__ = [
     "ThompsonSamplingBwK",
     "UniformPolicy",
     "available_policies",
+    "check_state",
     "get_policy_class",
     "load_policy",
     "make_policy",
     "save_policy",
+    "set_debug_checks",
 ]

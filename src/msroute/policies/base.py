@@ -27,7 +27,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._seeding import SeedArg
-from msroute._validation import BoolArray, FloatArray, IntArray, as_real, check_positive_int
+from msroute._validation import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    as_real,
+    as_real_array,
+    check_positive_int,
+    quoted,
+)
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
@@ -111,6 +119,21 @@ def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
     return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 
 
+_debug_checks = os.environ.get("MSROUTE_DEBUG", "") not in ("", "0")
+
+
+def set_debug_checks(enabled: bool) -> bool:
+    """Check every policy's whole state after each update (slow; for tests and debugging).
+
+    Also switched on by the environment variable ``MSROUTE_DEBUG=1``. A check that fails
+    raises :class:`~msroute.errors.InvalidStateError` naming the entry (see
+    :func:`msroute.policies.persist.check_state`). Returns the previous setting.
+    """
+    global _debug_checks
+    previous, _debug_checks = _debug_checks, bool(enabled)
+    return previous
+
+
 class BasePolicy:
     """Shared plumbing: the stacked problems, the run count, the horizon, the seeded stream,
     the round counter and the checks of the public ``select``/``update`` boundary.
@@ -156,6 +179,9 @@ class BasePolicy:
     #: Decisions carry the distribution they were drawn from (``Decision.probs``, the
     #: propensity) in closed form, with the M draws i.i.d. from it:
     has_propensity: ClassVar[bool] = False
+    #: Rewards :meth:`update` accepts: a sum-max reward of skills ``>= 0`` is ``>= 0``, and the
+    #: upper end keeps every statistic, gradient and posterior far from overflow.
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1e6)
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.
@@ -235,17 +261,24 @@ class BasePolicy:
         decision : Decision
             What :meth:`select` returned; decisions may be fed back in any order, or never.
         reward : array_like, shape (R,)
-            The aggregate sum-max reward of each run's routed subset.
+            The aggregate sum-max reward of each run's routed subset: finite and within
+            :attr:`reward_range` (``[0, 1e6]``).
         cost : array_like, shape (R, d)
-            The realized cost vector (each distinct routed expert counted once).
+            The realized cost vector (each distinct routed expert counted once): finite and
+            ``>= 0``.
+
+        Raises
+        ------
+        InvalidValueError
+            On feedback the policy cannot learn from; the policy's state is then unchanged.
         """
         if not isinstance(decision, Decision):
             raise InvalidTypeError(
                 f"decision must be the Decision returned by select(), got {type(decision).__name__}"
             )
         d = decision.draws
-        r = np.asarray(reward, dtype=np.float64)
-        c = np.asarray(cost, dtype=np.float64)
+        r = as_real_array(reward, "reward")
+        c = as_real_array(cost, "cost")
         if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
             raise InvalidValueError(
                 f"decision.draws must be integers of shape (R, M) = "
@@ -264,18 +297,28 @@ class BasePolicy:
             raise InvalidValueError(
                 f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
             )
-        if not np.all(np.isfinite(r)):
+        low, high = self.reward_range
+        if not np.all((r >= low) & (r <= high)):  # False for NaN too
+            bad = np.flatnonzero(~((r >= low) & (r <= high)))
             raise InvalidValueError(
-                f"reward contains NaN or infinite values at runs "
-                f"{np.flatnonzero(~np.isfinite(r)).tolist()}"
+                f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
+                f"got {quoted(r[bad].tolist())} at run(s) {quoted(bad.tolist())}"
             )
-        if not np.all(np.isfinite(c)):
-            raise InvalidValueError("cost contains NaN or infinite values")
+        if not np.all(c >= 0.0) or not np.all(np.isfinite(c)):
+            bad = np.flatnonzero(~np.all((c >= 0.0) & np.isfinite(c), axis=1))
+            raise InvalidValueError(
+                f"cost must be finite and >= 0 (a realized cost sums the routed experts' cost "
+                f"vectors), got {quoted(c[bad].tolist())} at run(s) {quoted(bad.tolist())}"
+            )
         if d.min() < 0 or d.max() >= self.n_experts:
             raise InvalidValueError(
                 f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
             )
         self._update(decision, r, c)
+        if _debug_checks:
+            from msroute.policies.persist import check_state
+
+            check_state(self)
 
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""

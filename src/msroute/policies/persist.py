@@ -59,17 +59,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 import zipfile
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 
 from msroute import _version
-from msroute.errors import InvalidTypeError, InvalidValueError, PolicyFileError
+from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
+from msroute._validation import SIMPLEX_ATOL
+from msroute.errors import InvalidStateError, InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.problem import Constraints, Problem
 
@@ -80,6 +80,7 @@ __all__ = [
     "FORMAT_VERSION",
     "PolicyFileError",
     "StateValue",
+    "check_state",
     "load_policy",
     "load_state_dict",
     "save_policy",
@@ -159,6 +160,62 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
                 "or components with their own _state_attrs"
             )
     return out
+
+
+#: Entries (by the end of their dotted name) that must be >= 0, or > 0, beyond finiteness.
+_NONNEGATIVE = ("counts", "lam", "_reward_max", "_reward_sum", "_cost_sum", "costs", "n_obs")
+_POSITIVE = ("posterior.alpha", "posterior.beta")
+#: Entries where +inf is a value (1/sqrt(count) of an expert never routed); NaN never is.
+_INF_ALLOWED = ("_rsqrt",)
+
+
+def check_state(policy: BasePolicy) -> None:
+    """Check every value a policy has learned, as strictly as its constructor's arguments.
+
+    Every float array must be finite; every integer (round counter, step and visit counts)
+    ``>= 0``; counts, dual multipliers, reward sums and cost estimates ``>= 0``; Beta
+    posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer; a
+    routing
+    distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one.
+    Run after every update in debug mode (:func:`msroute.policies.set_debug_checks`), in the
+    tests of every policy, and on every file :func:`load_policy` reads.
+
+    Raises
+    ------
+    InvalidStateError
+        Naming the first entry that breaks a rule and how.
+    """
+    state = state_dict(policy)
+    for key, value in state.items():
+        if isinstance(value, bool) or value is None or isinstance(value, str | dict | list):
+            continue
+        arr = np.asarray(value)
+        finite = arr if not key.endswith(_INF_ALLOWED) else np.where(arr == np.inf, 0.0, arr)
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(finite)):
+            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+            raise InvalidStateError(f"state entry {key!r} has {bad} NaN or infinite value(s)")
+        if (arr.dtype.kind in "iu" or key.endswith(_NONNEGATIVE)) and arr.size and arr.min() < 0:
+            raise InvalidStateError(f"state entry {key!r} must be >= 0, min is {arr.min()}")
+        if key.endswith(_POSITIVE) and arr.size and arr.min() <= 0:
+            raise InvalidStateError(f"state entry {key!r} must be > 0, min is {arr.min()}")
+    for key, value in state.items():  # buffered random streams: uniforms, read positions
+        if not isinstance(value, np.ndarray) or not value.size:
+            continue
+        if key.endswith("uniforms.buffer") and not 0.0 <= value.min() <= value.max() < 1.0:
+            raise InvalidStateError(f"state entry {key!r} must hold uniforms in [0, 1)")
+        buffer = state.get(key.removesuffix(".pos") + ".buffer") if key.endswith(".pos") else None
+        if isinstance(buffer, np.ndarray) and value.max() > buffer.shape[-1]:
+            raise InvalidStateError(f"state entry {key!r} must be in [0, {buffer.shape[-1]}]")
+    q = state.get("_q")
+    gamma = getattr(policy, "gamma", None)
+    if isinstance(q, np.ndarray) and isinstance(gamma, float):
+        k = q.shape[-1]
+        worst = float(np.max(np.abs(q.sum(axis=-1) - 1.0))) if q.size else 0.0
+        if q.size and (q.min() < gamma - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
+            raise InvalidStateError(
+                f"state entry '_q' is off the floored simplex (min {q.min():.6g} against "
+                f"gamma = {gamma:.6g}, largest deviation of a sum from one {worst:.3g})"
+            )
 
 
 def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
@@ -322,21 +379,16 @@ def _encode_kwarg(name: str, value: object) -> object:
 
 
 def _write_zip(path: Path, manifest: str, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            # A fixed timestamp, as for the arrays: the same state gives the same bytes.
-            info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
-            zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
-            for key, arr in arrays.items():
-                with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with (
+        atomic_path(path) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf,
+    ):
+        # A fixed timestamp, as for the arrays: the same state gives the same bytes.
+        info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
+        zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
+        for key, arr in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
 
 
 # ---------------------------------------------------------------------- load
@@ -386,9 +438,16 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
         )
     try:
         policy = _rebuild(manifest, arrays, version)
+        check_state(policy)  # loaded values as strictly as constructor arguments
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc)
+        detail = detail if len(detail) <= 300 else f"{detail[:300]}... ({len(detail)} characters)"
         raise PolicyFileError(f"{p}: cannot rebuild the saved policy: {detail}") from exc
+    except (MemoryError, OverflowError) as exc:
+        raise PolicyFileError(
+            f"{p}: the manifest asks for sizes that cannot be allocated ({type(exc).__name__}); "
+            "the file is corrupt or not a policy saved by msroute"
+        ) from exc
     saved_version = manifest.get("msroute_version")
     if saved_version != (current := _version.__version__):
         warnings.warn(
@@ -419,7 +478,7 @@ def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
     except PolicyFileError:
         raise
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+    except DAMAGED_FILE_ERRORS as exc:
         raise PolicyFileError(
             f"{path}: unreadable policy file (truncated or corrupt?): {exc}"
         ) from exc

@@ -378,9 +378,9 @@ CHECKS: dict[str, Callable[[_Harness], None]] = {
     "pending": _pending,
     "determinism": _determinism,
     "batching": _batching,
+    "finite": _finite,
     "persistence": _persistence,
     "feedback": _feedback,
-    "finite": _finite,
 }
 
 

@@ -209,12 +209,15 @@ def check_state(policy: BasePolicy) -> None:
     q = state.get("_q")
     gamma = getattr(policy, "gamma", None)
     if isinstance(q, np.ndarray) and isinstance(gamma, float):
+        # A decaying floor (gamma / sqrt(n), msroute.policies.omd_variants) lets q go below
+        # gamma; it stays a distribution with positive entries.
+        floor = gamma if getattr(policy, "floor", "fixed") == "fixed" else 0.0
         k = q.shape[-1]
         worst = float(np.max(np.abs(q.sum(axis=-1) - 1.0))) if q.size else 0.0
-        if q.size and (q.min() < gamma - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
+        if q.size and (q.min() < floor - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
             raise InvalidStateError(
                 f"state entry '_q' is off the floored simplex (min {q.min():.6g} against "
-                f"gamma = {gamma:.6g}, largest deviation of a sum from one {worst:.3g})"
+                f"the floor {floor:.6g}, largest deviation of a sum from one {worst:.3g})"
             )
 
 

@@ -157,6 +157,14 @@ def test_run_bench_writes_tidy_csv_sidecar_and_figure(tmp_path: Path) -> None:
             )
         else:
             assert row["regret"] == ""
+    # OPT computed one level per cell equals the oracle over all levels at once
+    labelled, levels = _specs(cfg)
+    whole = oracle_worker(labelled[0][1])
+    got = [float(r["opt_reward"]) for r in table if r["policy"] == "random"]
+    order = [
+        levels.index(r["budget"]) * 2 + int(r["seed"]) for r in table if r["policy"] == "random"
+    ]
+    np.testing.assert_array_equal(got, whole["opt_reward"][order])
     side = json.loads(Path(f"{stem}.json").read_text())
     assert side["scenario"]["budget_unit"] == "$ per query"
     assert side["seeds"] == [0, 1] and side["budgets"][-1] == "none"
@@ -230,7 +238,11 @@ def _bench_rows() -> list[dict[str, Any]]:
     rows = []
     for budget, opt in (("0.1", 2.0), ("0.3", 2.5), ("none", 2.6)):
         for seed in (0, 1):
-            for policy, reward, ok in (("omd", opt - 0.2, True), ("greedy", opt + 0.1, False)):
+            for policy, reward, ok in (
+                ("omd", opt - 0.2, True),
+                ("greedy", opt + 0.1, False),
+                ("cbwk", opt - 0.1, seed == 0),
+            ):
                 rows.append(
                     {
                         "scenario": "x",
@@ -246,9 +258,7 @@ def _bench_rows() -> list[dict[str, Any]]:
 
 
 def test_plot_bench_frontier_line_and_marked_points() -> None:
-    from matplotlib.lines import Line2D
-
-    from msroute.plotting import plot_bench
+    from msroute.plotting import plot_bench, policy_color
 
     fig = plot_bench(_bench_rows())
     left, right = fig.axes[:2]
@@ -257,11 +267,22 @@ def test_plot_bench_frontier_line_and_marked_points() -> None:
     np.testing.assert_allclose(frontier[0].get_ydata(), [2.005, 2.505, 2.605])
     assert list(frontier[0].get_xdata())[:2] == [0.1, 0.3]
     points = [ln for ln in left.get_lines() if ln is not frontier[0]]
-    markers = {(ln.get_marker(), ln.get_markerfacecolor() == "none") for ln in points}
-    assert markers == {("o", False), ("x", True)}  # feasible filled, infeasible marked
+    kinds: dict[str, set[tuple[str, bool]]] = {}
+    for ln in points:
+        policy = next(p for p in ("omd", "greedy", "cbwk") if ln.get_color() == policy_color(p))
+        kinds.setdefault(policy, set()).add((ln.get_marker(), ln.get_markerfacecolor() == "none"))
+    omd_points = sorted(
+        float(ln.get_ydata()[0]) for ln in points if ln.get_color() == policy_color("omd")
+    )
+    np.testing.assert_allclose(omd_points, [1.805, 2.305, 2.405])  # the mean over seeds
+    # all runs feasible: filled; some: hollow; none: x
+    assert kinds == {"omd": {("o", False)}, "cbwk": {("o", True)}, "greedy": {("x", True)}}
     assert [t.get_text() for t in left.get_xticklabels()] == ["0.1", "0.3", "none"]
-    regret = [ln for ln in right.get_lines() if isinstance(ln, Line2D) and len(ln.get_xdata()) == 3]
-    np.testing.assert_allclose(regret[0].get_ydata(), [0.2, 0.2, 0.2])  # OMD's, feasible only
+    omd = [ln for ln in right.get_lines() if ln.get_color() == policy_color("omd")]
+    np.testing.assert_allclose(omd[0].get_ydata(), [0.2, 0.2, 0.2])  # feasible runs only
+    cbwk = [ln for ln in right.get_lines() if ln.get_color() == policy_color("cbwk")]
+    np.testing.assert_allclose(cbwk[0].get_ydata(), [0.1, 0.1, 0.1])  # seed 0 only
+    assert not [ln for ln in right.get_lines() if ln.get_color() == policy_color("greedy")]
 
 
 def test_fig2_reward_axis_shows_the_differences_or_starts_at_zero() -> None:

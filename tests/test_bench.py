@@ -89,7 +89,7 @@ def test_no_feasible_run_beats_opt_with_one_draw(tmp_path: Path) -> None:
         seeds=3,
         horizon=2000,
         n_budgets=3,
-        policies=tuple(p for p in POLICIES if p != "omd-contextual"),
+        policies=tuple(p for p in POLICIES if p not in ("omd-contextual", "fixed")),
     )
     assert _check_no_run_beats_opt(cfg, cfg.policies) > 20
 
@@ -102,12 +102,23 @@ def test_no_feasible_iid_run_beats_opt_with_two_draws() -> None:
 
 def test_trec_sharp_uniform_routing_is_separated_from_opt(tmp_path: Path) -> None:
     """Uniform routing (q = 1/K, M i.i.d. draws) earns >= 0.05 per task group less than OPT at
-    every budget of the --quick sweep where it is feasible (its expected realized cost within the
-    budget); its reward is exact (expected_reward on the same skill sequence)."""
-    cfg = BenchConfig(scenario="trec-sharp", seeds=2, horizon=1000, n_budgets=4, policies=("omd",))
+    every budget of the --quick sweep where it is feasible: the registered ``uniform`` policy's
+    feasible runs, and its exact expected reward (expected_reward on the same skill sequence)
+    wherever its expected realized cost is within the budget."""
+    cfg = BenchConfig(
+        scenario="trec-sharp", seeds=2, horizon=1000, n_budgets=4, policies=("uniform",)
+    )
     labelled, levels = _specs(cfg)
     spec = labelled[0][1]
     opt = oracle_worker(spec)
+    # the registered uniform policy: every budget where its runs are feasible
+    runs = sweep_worker(labelled[1][1])
+    per_group = (opt["opt_reward"] - runs["avg_reward"]) / spec.n_dims
+    feasible = runs["feasible"].reshape(len(levels), -1)
+    for li in range(len(levels)):
+        if feasible[li].any():
+            assert per_group.reshape(len(levels), -1)[li][feasible[li]].mean() >= 0.05
+    assert feasible[-1].all()
     cell = build_batch(spec)
     skills = cell.env.skills(0, spec.horizon)  # (T, seeds, N, K)
     k, n = cell.batch.n_experts, spec.n_dims

@@ -277,6 +277,16 @@ class BasePolicy:
             )
         self._update(decision, r, c)
 
+    def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        """:meth:`update` without its checks, for a caller that validated at its own boundary.
+
+        The live router feeds back decisions this policy's :meth:`select` returned (draws and
+        round valid by construction), with a reward and a cost it has already checked (finite,
+        in range) and built as float64 arrays of shapes (R,) and (R, d); re-checking them cost
+        a sizeable share of a route + feedback pair. Anything else calls :meth:`update`.
+        """
+        self._update(decision, reward, cost)
+
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""
         mask = np.asarray(eligible)

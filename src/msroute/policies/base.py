@@ -100,7 +100,7 @@ class Policy(Protocol):
 def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
     """Membership mask (R, K) of the distinct experts among each run's draws (R, M)."""
     mask = np.zeros((draws.shape[0], n_experts), dtype=bool)
-    np.put_along_axis(mask, draws, True, axis=1)
+    mask[np.arange(draws.shape[0])[:, None], draws] = True
     return mask
 
 

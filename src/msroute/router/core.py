@@ -487,7 +487,9 @@ class Router:
         propensities = None
         if probs is not None:  # the support only: a K = 10,000 policy puts mass on few experts
             support = np.flatnonzero(probs > 0.0)
-            propensities = dict(zip([ids[i] for i in support.tolist()], probs[support].tolist()))
+            propensities = dict(
+                zip([ids[i] for i in support.tolist()], probs[support].tolist(), strict=True)
+            )
         deadline = now + self.config.feedback_ttl_s
         names = self.config.cost_names
         routed = RoutedDecision(

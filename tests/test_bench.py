@@ -89,7 +89,7 @@ def test_no_feasible_run_beats_opt_with_one_draw(tmp_path: Path) -> None:
         seeds=3,
         horizon=2000,
         n_budgets=3,
-        policies=tuple(p for p in POLICIES if p != "omd-contextual"),
+        policies=tuple(p for p in POLICIES if p not in ("omd-contextual", "fixed")),
     )
     assert _check_no_run_beats_opt(cfg, cfg.policies) > 20
 
@@ -102,12 +102,23 @@ def test_no_feasible_iid_run_beats_opt_with_two_draws() -> None:
 
 def test_trec_sharp_uniform_routing_is_separated_from_opt(tmp_path: Path) -> None:
     """Uniform routing (q = 1/K, M i.i.d. draws) earns >= 0.05 per task group less than OPT at
-    every budget of the --quick sweep where it is feasible (its expected realized cost within the
-    budget); its reward is exact (expected_reward on the same skill sequence)."""
-    cfg = BenchConfig(scenario="trec-sharp", seeds=2, horizon=1000, n_budgets=4, policies=("omd",))
+    every budget of the --quick sweep where it is feasible: the registered ``uniform`` policy's
+    feasible runs, and its exact expected reward (expected_reward on the same skill sequence)
+    wherever its expected realized cost is within the budget."""
+    cfg = BenchConfig(
+        scenario="trec-sharp", seeds=2, horizon=1000, n_budgets=4, policies=("uniform",)
+    )
     labelled, levels = _specs(cfg)
     spec = labelled[0][1]
     opt = oracle_worker(spec)
+    # the registered uniform policy: every budget where its runs are feasible
+    runs = sweep_worker(labelled[1][1])
+    per_group = (opt["opt_reward"] - runs["avg_reward"]) / spec.n_dims
+    feasible = runs["feasible"].reshape(len(levels), -1)
+    for li in range(len(levels)):
+        if feasible[li].any():
+            assert per_group.reshape(len(levels), -1)[li][feasible[li]].mean() >= 0.05
+    assert feasible[-1].all()
     cell = build_batch(spec)
     skills = cell.env.skills(0, spec.horizon)  # (T, seeds, N, K)
     k, n = cell.batch.n_experts, spec.n_dims
@@ -157,6 +168,14 @@ def test_run_bench_writes_tidy_csv_sidecar_and_figure(tmp_path: Path) -> None:
             )
         else:
             assert row["regret"] == ""
+    # OPT computed one level per cell equals the oracle over all levels at once
+    labelled, levels = _specs(cfg)
+    whole = oracle_worker(labelled[0][1])
+    got = [float(r["opt_reward"]) for r in table if r["policy"] == "random"]
+    order = [
+        levels.index(r["budget"]) * 2 + int(r["seed"]) for r in table if r["policy"] == "random"
+    ]
+    np.testing.assert_array_equal(got, whole["opt_reward"][order])
     side = json.loads(Path(f"{stem}.json").read_text())
     assert side["scenario"]["budget_unit"] == "$ per query"
     assert side["seeds"] == [0, 1] and side["budgets"][-1] == "none"
@@ -230,7 +249,11 @@ def _bench_rows() -> list[dict[str, Any]]:
     rows = []
     for budget, opt in (("0.1", 2.0), ("0.3", 2.5), ("none", 2.6)):
         for seed in (0, 1):
-            for policy, reward, ok in (("omd", opt - 0.2, True), ("greedy", opt + 0.1, False)):
+            for policy, reward, ok in (
+                ("omd", opt - 0.2, True),
+                ("greedy", opt + 0.1, False),
+                ("cbwk", opt - 0.1, seed == 0),
+            ):
                 rows.append(
                     {
                         "scenario": "x",
@@ -246,9 +269,7 @@ def _bench_rows() -> list[dict[str, Any]]:
 
 
 def test_plot_bench_frontier_line_and_marked_points() -> None:
-    from matplotlib.lines import Line2D
-
-    from msroute.plotting import plot_bench
+    from msroute.plotting import plot_bench, policy_color
 
     fig = plot_bench(_bench_rows())
     left, right = fig.axes[:2]
@@ -257,11 +278,22 @@ def test_plot_bench_frontier_line_and_marked_points() -> None:
     np.testing.assert_allclose(frontier[0].get_ydata(), [2.005, 2.505, 2.605])
     assert list(frontier[0].get_xdata())[:2] == [0.1, 0.3]
     points = [ln for ln in left.get_lines() if ln is not frontier[0]]
-    markers = {(ln.get_marker(), ln.get_markerfacecolor() == "none") for ln in points}
-    assert markers == {("o", False), ("x", True)}  # feasible filled, infeasible marked
+    kinds: dict[str, set[tuple[str, bool]]] = {}
+    for ln in points:
+        policy = next(p for p in ("omd", "greedy", "cbwk") if ln.get_color() == policy_color(p))
+        kinds.setdefault(policy, set()).add((ln.get_marker(), ln.get_markerfacecolor() == "none"))
+    omd_points = sorted(
+        float(ln.get_ydata()[0]) for ln in points if ln.get_color() == policy_color("omd")
+    )
+    np.testing.assert_allclose(omd_points, [1.805, 2.305, 2.405])  # the mean over seeds
+    # all runs feasible: filled; some: hollow; none: x
+    assert kinds == {"omd": {("o", False)}, "cbwk": {("o", True)}, "greedy": {("x", True)}}
     assert [t.get_text() for t in left.get_xticklabels()] == ["0.1", "0.3", "none"]
-    regret = [ln for ln in right.get_lines() if isinstance(ln, Line2D) and len(ln.get_xdata()) == 3]
-    np.testing.assert_allclose(regret[0].get_ydata(), [0.2, 0.2, 0.2])  # OMD's, feasible only
+    omd = [ln for ln in right.get_lines() if ln.get_color() == policy_color("omd")]
+    np.testing.assert_allclose(omd[0].get_ydata(), [0.2, 0.2, 0.2])  # feasible runs only
+    cbwk = [ln for ln in right.get_lines() if ln.get_color() == policy_color("cbwk")]
+    np.testing.assert_allclose(cbwk[0].get_ydata(), [0.1, 0.1, 0.1])  # seed 0 only
+    assert not [ln for ln in right.get_lines() if ln.get_color() == policy_color("greedy")]
 
 
 def test_fig2_reward_axis_shows_the_differences_or_starts_at_zero() -> None:

@@ -900,65 +900,65 @@ def plot_bench(rows: Iterable[Row]) -> Figure:
     ----------
     rows : iterable of mapping
         One row per (``budget``, ``policy``, ``seed``) with the keys ``scenario``, ``budget``
-        (a number or ``"none"``), ``policy``, ``avg_reward``, ``opt_reward`` and ``feasible``.
+        (a number or ``"none"``), ``policy``, ``seed``, ``avg_reward``, ``opt_reward`` and
+        ``feasible``.
 
     Returns
     -------
     Figure
         Left: OPT (the mean over seeds of the best fixed feasible policy of eq. (3)) as a line
-        against the budget, and every run as a point at its time-averaged reward: filled when
-        the run met the budget, an ``x`` when it did not; policies are offset a little along
-        the budget axis. Right: the mean regret to the frontier (OPT - reward) of the feasible
-        runs per policy and budget. ``"none"`` (unconstrained) is drawn right of the largest
-        budget.
+        against the budget, and each policy as a point at its mean time-averaged reward over
+        the seeds: filled when every run met the budget, hollow when some did not, an ``x``
+        when none did; policies are offset a little along the budget axis. Right: the mean
+        regret to the frontier (OPT - reward) of the feasible runs per policy and budget.
+        ``"none"`` (unconstrained) is drawn right of the largest budget.
     """
     data = _rows(
-        rows, ("scenario", "budget", "policy", "avg_reward", "opt_reward", "feasible"), "plot_bench"
+        rows,
+        ("scenario", "budget", "policy", "seed", "avg_reward", "opt_reward", "feasible"),
+        "plot_bench",
     )
     budgets = list(dict.fromkeys(_str(r, "budget") for r in data))
     pos, log = _budget_positions(budgets)
     order = sorted(budgets, key=lambda b: pos[b])
     policies = _ordered((_str(r, "policy") for r in data), _POLICY_ORDER)
-    opt: dict[str, list[float]] = defaultdict(list)
-    seen: set[tuple[str, str]] = set()
+    opt: dict[str, dict[str, float]] = defaultdict(dict)
+    reward: dict[tuple[str, str], list[float]] = defaultdict(list)
+    feasible: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    regret: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in data:
-        key = (_str(r, "budget"), str(r.get("seed", "")))
-        if key not in seen:
-            seen.add(key)
-            opt[key[0]].append(_float(r, "opt_reward"))
+        b, policy = _str(r, "budget"), _str(r, "policy")
+        opt[b][_str(r, "seed")] = _float(r, "opt_reward")
+        reward[(b, policy)].append(_float(r, "avg_reward"))
+        feasible[(b, policy)].append(_bool(r, "feasible"))
+        if _bool(r, "feasible"):
+            regret[(b, policy)].append(_float(r, "opt_reward") - _float(r, "avg_reward"))
 
     fig = _new_figure(12.0, 4.4)
     left, right = _grid(fig, 1, 2)[0]
     xs = [pos[b] for b in order]
-    left.plot(xs, [float(np.mean(opt[b])) for b in order], color="black", lw=2, zorder=2)
+    left.plot(xs, [float(np.mean(list(opt[b].values()))) for b in order], color="black", lw=2)
     spread = 0.25 if log else 0.02 * (max(xs) - min(xs) if len(xs) > 1 else 1.0)
-    regret: dict[tuple[str, str], list[float]] = defaultdict(list)
     for j, policy in enumerate(policies):
         offset = (j - (len(policies) - 1) / 2) / max(len(policies), 1) * spread
         color = policy_color(policy)
-        for r in data:
-            if _str(r, "policy") != policy:
+        for b in order:
+            if not reward[(b, policy)]:
                 continue
-            b = _str(r, "budget")
-            x = pos[b] * (1.0 + offset) if log else pos[b] + offset
-            ok = _bool(r, "feasible")
+            share = float(np.mean(feasible[(b, policy)]))
             left.plot(
-                [x],
-                [_float(r, "avg_reward")],
-                marker="o" if ok else "x",
+                [pos[b] * (1.0 + offset) if log else pos[b] + offset],
+                [float(np.mean(reward[(b, policy)]))],
+                marker="x" if share == 0.0 else "o",
                 ls="",
-                markersize=5,
+                markersize=6,
                 color=color,
-                markerfacecolor=color if ok else "none",
-                alpha=0.85,
+                markerfacecolor=color if share == 1.0 else "none",
                 zorder=_TOP_ZORDER if policy == "omd" else 3,
             )
-            if ok:
-                regret[(b, policy)].append(_float(r, "opt_reward") - _float(r, "avg_reward"))
-    for policy in policies:
         pts = [(pos[b], float(np.mean(regret[(b, policy)]))) for b in order if regret[(b, policy)]]
         if pts:
-            right.plot(*zip(*pts, strict=True), marker="o", color=policy_color(policy), lw=1.2)
+            right.plot(*zip(*pts, strict=True), marker="o", color=color, lw=1.2)
     for ax in (left, right):
         if log:
             ax.set_xscale("log")
@@ -966,12 +966,11 @@ def plot_bench(rows: Iterable[Row]) -> Figure:
         ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.set_xlabel("budget")
-    scenario = _str(data[0], "scenario")
-    left.set_ylabel("time-averaged reward")
-    left.set_title(f"{scenario}: reward vs budget (line: OPT; o feasible, x infeasible)")
+    left.set_ylabel("time-averaged reward (mean over seeds)")
+    left.set_title(f"{_str(data[0], 'scenario')}: line OPT; ● all runs feasible, ○ some, x none")
     right.axhline(0.0, color="0.6", lw=0.8)
     right.set_ylabel("OPT - reward (feasible runs)")
-    right.set_title("regret to the frontier (mean over feasible seeds)")
+    right.set_title("regret to the frontier (mean over feasible runs)")
     handles = [Line2D([], [], color="black", lw=2, label="OPT (eq. (3))")]
     handles += _policy_handles(policies, "line")
     fig.legend(

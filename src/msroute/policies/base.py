@@ -108,7 +108,7 @@ class Policy(Protocol):
 def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
     """Membership mask (R, K) of the distinct experts among each run's draws (R, M)."""
     mask = np.zeros((draws.shape[0], n_experts), dtype=bool)
-    np.put_along_axis(mask, draws, True, axis=1)
+    mask[np.arange(draws.shape[0])[:, None], draws] = True
     return mask
 
 
@@ -319,6 +319,16 @@ class BasePolicy:
             from msroute.policies.persist import check_state
 
             check_state(self)
+
+    def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        """:meth:`update` without its checks, for a caller that validated at its own boundary.
+
+        The live router feeds back decisions this policy's :meth:`select` returned (draws and
+        round valid by construction), with a reward and a cost it has already checked (finite,
+        in range) and built as float64 arrays of shapes (R,) and (R, d); re-checking them cost
+        a sizeable share of a route + feedback pair. Anything else calls :meth:`update`.
+        """
+        self._update(decision, reward, cost)
 
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""

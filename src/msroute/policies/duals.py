@@ -61,7 +61,7 @@ from typing import ClassVar, Literal, get_args
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray
+from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.problem import support_box, support_point_box, surrogate_cost
 from msroute.projection import _project_step_unchecked
@@ -217,6 +217,11 @@ class ApproachabilityDual:
             self.scale: FloatArray = scale
             self._lower = np.asarray(has_lower, dtype=bool)
             self._upper = np.asarray(has_upper, dtype=bool)
+            # The linear surrogate's target box never moves: scale it once, not every step.
+            self._box_n: tuple[FloatArray, FloatArray] | None = None
+            if self.surrogate == "linear":
+                lo_t, hi_t = self.target()
+                self._box_n = (lo_t / scale, hi_t / scale)
         self.w: FloatArray = np.zeros_like(lo)
 
     # ------------------------------------------------------------------ what it approaches
@@ -260,14 +265,18 @@ class ApproachabilityDual:
             w = self.w + self.step_size * grad
         else:
             un = u / self.scale
-            lo, hi = self.target()
-            x_star = support_point_box(self.w, un, lo / self.scale, hi / self.scale)
+            if self._box_n is None:
+                lo, hi = self.target()
+                lo_n, hi_n = lo / self.scale, hi / self.scale
+            else:
+                lo_n, hi_n = self._box_n
+            x_star = support_point_box(self.w, un, lo_n, hi_n)
             grad = un - x_star
             grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
             w = self.w + self.step_size * grad
             # The cone of Lemma 4's maximisers: no weight against a missing bound.
-            w = np.where(self._lower, w, np.maximum(w, 0.0))
-            w = np.where(self._upper, w, np.minimum(w, 0.0))
+            w = _cone(w, self._lower, np.maximum)
+            w = _cone(w, self._upper, np.minimum)
         norm = np.sqrt(np.sum(w * w, axis=1, keepdims=True))
         self.w = np.where(norm > 1.0, w / np.maximum(norm, 1.0), w)
 
@@ -366,3 +375,13 @@ class ApproachabilityDual:
     def active(self) -> np.ndarray:
         """Which bounds the dual currently enforces: (R, d) ints, +1 upper, -1 lower, 0 none."""
         return np.sign(self.w).astype(np.int64)
+
+
+def _cone(w: FloatArray, bounded: BoolArray, clamp: np.ufunc) -> FloatArray:
+    """``where(bounded, w, clamp(w, 0))``, skipping the masks when all sides agree (the
+    common case: every bound present, or none on that side)."""
+    if bounded.all():
+        return w
+    if not bounded.any():
+        return np.asarray(clamp(w, 0.0), dtype=np.float64)
+    return np.where(bounded, w, clamp(w, 0.0))

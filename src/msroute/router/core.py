@@ -484,9 +484,12 @@ class Router:
         cost = self._costs[team_cols].sum(axis=0)
         probs = None if dec.probs is None else dec.probs[0]
         drawn = None if probs is None else tuple(probs[cols].tolist())
-        propensities = (
-            None if probs is None else {ids[i]: p for i, p in enumerate(probs.tolist()) if p > 0.0}
-        )
+        propensities = None
+        if probs is not None:  # the support only: a K = 10,000 policy puts mass on few experts
+            support = np.flatnonzero(probs > 0.0)
+            propensities = dict(
+                zip([ids[i] for i in support.tolist()], probs[support].tolist(), strict=True)
+            )
         deadline = now + self.config.feedback_ttl_s
         names = self.config.cost_names
         routed = RoutedDecision(
@@ -654,7 +657,9 @@ class Router:
         reward: float,
         cost: FloatArray | None,
         realized: FloatArray,
+        trusted: bool = True,
     ) -> None:
+        """Learn a feedback; ``trusted=False`` (a journal's event) re-checks it in the policy."""
         if cost is not None:
             self._cost_sum += cost - realized
         if pending is None:
@@ -662,7 +667,8 @@ class Router:
             return
         del self._pending[did]
         learned = pending.cost if cost is None else cost
-        self.policy.update(self._decision_of(pending), np.array([reward]), learned[None, :])
+        learn = self.policy.update_trusted if trusted else self.policy.update
+        learn(self._decision_of(pending), np.array([reward]), learned[None, :])
         self._applied += 1
         self._version += 1
 
@@ -704,12 +710,15 @@ class Router:
             count += 1
         return count
 
-    def _apply_expire(self, did: str, pending: _Pending, reward: float | None) -> None:
+    def _apply_expire(
+        self, did: str, pending: _Pending, reward: float | None, trusted: bool = True
+    ) -> None:
         del self._pending[did]
         self._expired += 1
         if reward is not None:
             decision = self._decision_of(pending)
-            self.policy.update(decision, np.array([reward]), pending.cost[None, :])
+            learn = self.policy.update_trusted if trusted else self.policy.update
+            learn(decision, np.array([reward]), pending.cost[None, :])
             self._version += 1
 
     # ------------------------------------------------------------------ experts
@@ -958,12 +967,12 @@ class Router:
             if (pending is None) != (payload["status"] == "late"):
                 raise JournalError(f"{label}: event {seq}: feedback status of {ref!r} disagrees")
             cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
-            self._apply_feedback(ref, pending, float(payload["reward"]), cost, realized)
+            self._apply_feedback(ref, pending, float(payload["reward"]), cost, realized, False)
         elif kind == "expire":
             pending = self._pending.get(ref)
             if pending is None:
                 raise JournalError(f"{label}: event {seq}: {ref!r} expires but is not pending")
-            self._apply_expire(ref, pending, payload["reward"])
+            self._apply_expire(ref, pending, payload["reward"], False)
         elif kind == "add_expert":
             ids = [*self._ids, ref]
             costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])

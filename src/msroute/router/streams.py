@@ -37,18 +37,23 @@ class DecisionStreams(RunStreams):
         super().__init__(seed, 1, block=block)
         self._key = np.random.SeedSequence(seed).generate_state(2, np.uint64)
         self._gen = np.random.Generator(np.random.Philox(key=self._key))
-        self.start(0)
-
-    def start(self, n: int) -> None:
-        """Position the stream at the start of decision ``n``'s randomness."""
-        self._gen.bit_generator.state = {
+        # One state mapping reused by every decision (the setter copies its values): only the
+        # counter's second word changes between decisions.
+        self._counter = np.zeros(4, dtype=np.uint64)
+        self._state: dict[str, object] = {
             "bit_generator": "Philox",
-            "state": {"counter": np.array([0, n, 0, 0], dtype=np.uint64), "key": self._key},
+            "state": {"counter": self._counter, "key": self._key},
             "buffer": np.zeros(4, dtype=np.uint64),
             "buffer_pos": 4,
             "has_uint32": 0,
             "uinteger": 0,
         }
+        self.start(0)
+
+    def start(self, n: int) -> None:
+        """Position the stream at the start of decision ``n``'s randomness."""
+        self._counter[1] = n
+        self._gen.bit_generator.state = self._state
 
     def uniform(self, width: int) -> FloatArray:
         """The next ``width`` uniforms of the current decision, shape (1, width)."""

@@ -974,8 +974,11 @@ def plot_bench(rows: Iterable[Row]) -> Figure:
     handles = [Line2D([], [], color="black", lw=2, label="OPT (eq. (3))")]
     handles += _policy_handles(policies, "line")
     fig.legend(
-        handles=handles, loc="outside lower center", ncols=min(len(handles), 10), frameon=False
-    )
+        handles=handles,
+        loc="outside lower center",
+        ncols=math.ceil(len(handles) / 2),
+        frameon=False,
+    )  # two rows: ten entries in one row are wider than the two panels
     return fig
 
 

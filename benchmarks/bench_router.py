@@ -3,7 +3,8 @@
 Throughput: one OMD router (R = 1) routes a query and receives its feedback at once, over and
 over, in memory and with its SQLite journal at synchronous=FULL and NORMAL (each call committed
 before it returns: two commits a pair; and FULL with group commit of 16 pairs per transaction,
-as the HTTP service does), for K = 50 (a TREC pool) and K = 10,000 (synthetic costs). The figures go in the README.
+as the HTTP service does), for K = 50 (a TREC pool) and K = 10,000 (synthetic costs). The
+figures go in the README.
 
 ``--schedule``: the Router's default step schedule. A live router does not know its horizon, so
 OMD uses Corollary 2's anytime eta ``a sqrt(n)``; this compares multipliers of ``a`` with the

@@ -203,6 +203,20 @@ def test_saving_does_not_touch_the_policy_and_is_deterministic(skills, contexts,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]
 
 
+@pytest.mark.parametrize("name", ["omd", "ts-bwk"])
+def test_policy_bytes_are_the_file_and_resume_alike(name, skills, contexts, tmp_path):
+    policy = make(name)
+    play(policy, skills, contexts, range(BEFORE))
+    blob = persist_module.policy_bytes(policy)
+    policy.save(tmp_path / "p.npz")
+    assert blob == (tmp_path / "p.npz").read_bytes()
+    twin = persist_module.policy_from_bytes(blob)
+    assert_same_state(policy, twin)
+    lockstep(policy, twin, skills, contexts, range(BEFORE, BEFORE + AFTER))
+    with pytest.raises(PolicyFileError, match=r"^my snapshot: .*truncated"):
+        persist_module.policy_from_bytes(blob[: len(blob) // 2], "my snapshot")
+
+
 def test_per_run_problems_and_seed_sequence_are_kept(skills, contexts, tmp_path):
     other = Problem(COSTS * 0.5, M, Constraints(upper=[0.6, None], names=["gpu", "usd"]), cbar=2.0)
     problems = [PROBLEM, other, PROBLEM]

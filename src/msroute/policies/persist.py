@@ -57,12 +57,13 @@ True
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import warnings
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard, cast
+from typing import IO, TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 
@@ -83,6 +84,8 @@ __all__ = [
     "check_state",
     "load_policy",
     "load_state_dict",
+    "policy_bytes",
+    "policy_from_bytes",
     "save_policy",
     "state_attrs",
     "state_dict",
@@ -315,6 +318,23 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
         The policy's class is not registered, or a constructor argument or state attribute is
         not of a type the format stores.
     """
+    manifest, arrays = _archive(policy)
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        _write_zip(fh, manifest, arrays)
+
+
+def policy_bytes(policy: BasePolicy) -> bytes:
+    """The file :func:`save_policy` would write, as bytes (for a snapshot kept in a database).
+
+    Raises as :func:`save_policy`; :func:`policy_from_bytes` reads the bytes back.
+    """
+    buffer = io.BytesIO()
+    _write_zip(buffer, *_archive(policy))
+    return buffer.getvalue()
+
+
+def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
+    """The manifest (JSON text) and the arrays of a policy's file."""
     cls = type(policy)
     if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
         raise InvalidTypeError(
@@ -356,7 +376,7 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
         "state": scalars,
         "arrays": sorted(k.removeprefix("state.") for k in arrays if k.startswith("state.")),
     }
-    _write_zip(Path(path), json.dumps(manifest, indent=2), arrays)
+    return json.dumps(manifest, indent=2), arrays
 
 
 def _encode_kwarg(name: str, value: object) -> object:
@@ -381,11 +401,8 @@ def _encode_kwarg(name: str, value: object) -> object:
     )
 
 
-def _write_zip(path: Path, manifest: str, arrays: dict[str, np.ndarray]) -> None:
-    with (
-        atomic_path(path) as tmp,
-        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf,
-    ):
+def _write_zip(out: IO[bytes], manifest: str, arrays: dict[str, np.ndarray]) -> None:
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         # A fixed timestamp, as for the arrays: the same state gives the same bytes.
         info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
         zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
@@ -426,7 +443,17 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
     p = Path(path)
     if not p.is_file():
         raise PolicyFileError(f"{p}: no such file (expected a policy saved by save_policy)")
-    manifest, arrays = _read_zip(p)
+    return _load(p, str(p))
+
+
+def policy_from_bytes(blob: bytes, label: str = "policy bytes") -> BasePolicy:
+    """Rebuild a policy from :func:`policy_bytes`, as :func:`load_policy`; errors name ``label``."""
+    return _load(blob, label)
+
+
+def _load(source: Path | bytes, p: str) -> BasePolicy:
+    """:func:`load_policy` of a file or of its bytes; ``p`` names it in errors."""
+    manifest, arrays = _read_zip(source, p)
     version = manifest.get("format_version")
     if manifest.get("format") != _FORMAT or type(version) is not int:
         raise PolicyFileError(
@@ -457,22 +484,26 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
             f"{p} was saved by msroute {saved_version} and is loaded by msroute {current}: "
             "if the policy's algorithm changed in between, its next decisions may differ",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return policy
 
 
-def _read_zip(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The manifest and every array of the archive, read without unpickling."""
+def _read_zip(source: Path | bytes, path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The manifest and every array of the archive (a file or its bytes), never unpickling."""
+
+    def handle() -> IO[bytes]:
+        return open(source, "rb") if isinstance(source, Path) else io.BytesIO(source)
+
     try:
-        with open(path, "rb") as fh:
+        with handle() as fh:
             if fh.read(4) != b"PK\x03\x04":
                 raise PolicyFileError(
                     f"{path}: not an msroute policy file: not a zip archive (empty, truncated "
                     "or another kind of file)"
                 )
         # Our own handle: np.load leaves the file open when the archive is damaged.
-        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
+        with handle() as fh, np.load(fh, allow_pickle=False) as npz:
             if _MANIFEST not in npz.files:
                 raise PolicyFileError(
                     f"{path}: not an msroute policy file (no manifest.json; a plain .npz?)"

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import sqlite3
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,9 +43,9 @@ from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.persist import (
     StateValue,
-    load_policy,
     load_state_dict,
-    save_policy,
+    policy_bytes,
+    policy_from_bytes,
     state_dict,
 )
 from msroute.policies.registry import get_policy_class, make_policy
@@ -882,7 +881,7 @@ class Router:
         """Store a snapshot of the policy and the router's state in the journal now."""
         self._check_usable()
         seq = self._journal.last_seq
-        blob = _policy_bytes(self.policy)
+        blob = policy_bytes(self.policy)
         router = {
             "ids": self._ids,
             "costs": self._costs.tolist(),
@@ -915,7 +914,7 @@ class Router:
         self._costs = np.array(st["costs"], dtype=np.float64).reshape(len(self._ids), -1)
         self._retired = set(st["retired"])
         self._layouts = [list(x) for x in st["layouts"]]
-        policy = _policy_from_bytes(blob)
+        policy = policy_from_bytes(blob, f"{self._journal.label}: snapshot")
         policy.streams = DecisionStreams(self.config.seed, policy.streams.uniforms.block)
         self.policy = policy
         self._n, self._applied = int(st["n"]), int(st["applied"])
@@ -1010,18 +1009,3 @@ def _carry(
     out = fresh.copy()
     np.moveaxis(out, axes[0], -1)[..., new] = np.moveaxis(value, axes[0], -1)[..., old]
     return out
-
-
-def _policy_bytes(policy: BasePolicy) -> bytes:
-    """The policy's versioned zip (:func:`save_policy`) as bytes."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "policy.npz"
-        save_policy(policy, path)
-        return path.read_bytes()
-
-
-def _policy_from_bytes(blob: bytes) -> BasePolicy:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "policy.npz"
-        path.write_bytes(blob)
-        return load_policy(path)

@@ -52,8 +52,38 @@ CREATE INDEX events_ref ON events(ref);
 CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, policy BLOB NOT NULL, router TEXT NOT NULL);
 """
 
+_INSERT_EVENT = "INSERT INTO events(seq, kind, ref, time, payload, probs) VALUES (?, ?, ?, ?, ?, ?)"
+
 #: One row of ``events``: seq, kind, ref, time, payload (decoded), probs (raw bytes or None).
 Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
+
+
+#: The encoder of payloads: compact, floats at full precision (one encoder, built once).
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class _EventLog:
+    """What both journals share: events numbered 1, 2, ... in the order they are appended."""
+
+    last_seq: int
+
+    def append(
+        self,
+        kind: str,
+        ref: str | None,
+        time: float,
+        payload: dict[str, Any],
+        probs: bytes | None = None,
+    ) -> int:
+        """Append one event; returns its sequence number."""
+        seq = self.last_seq + 1
+        self._store((seq, kind, ref, time, payload, probs))
+        self.last_seq = seq
+        return seq
+
+    def _store(self, event: Event) -> None:
+        """Keep one event (numbered by :meth:`append`)."""
+        raise NotImplementedError
 
 
 def open_journal(
@@ -63,7 +93,7 @@ def open_journal(
     return MemoryJournal() if path is None else Journal(path, sync, create=create)
 
 
-class Journal:
+class Journal(_EventLog):
     """One SQLite journal file.
 
     Parameters
@@ -157,22 +187,9 @@ class Journal:
         return self._db.in_transaction
 
     # ------------------------------------------------------------------ writes
-    def append(
-        self,
-        kind: str,
-        ref: str | None,
-        time: float,
-        payload: dict[str, Any],
-        probs: bytes | None = None,
-    ) -> int:
-        """Append one event; returns its sequence number."""
-        seq = self.last_seq + 1
-        self._db.execute(
-            "INSERT INTO events(seq, kind, ref, time, payload, probs) VALUES (?, ?, ?, ?, ?, ?)",
-            (seq, kind, ref, time, json.dumps(payload, separators=(",", ":")), probs),
-        )
-        self.last_seq = seq
-        return seq
+    def _store(self, event: Event) -> None:
+        seq, kind, ref, time, payload, probs = event
+        self._db.execute(_INSERT_EVENT, (seq, kind, ref, time, _encode(payload), probs))
 
     def put_meta(self, key: str, value: str) -> None:
         """Set one meta entry."""
@@ -182,7 +199,7 @@ class Journal:
         """Store the snapshot taken after event ``seq``."""
         self._db.execute(
             "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
-            (seq, policy, json.dumps(router, separators=(",", ":"))),
+            (seq, policy, _encode(router)),
         )
 
     # ------------------------------------------------------------------ reads
@@ -227,7 +244,7 @@ class Journal:
             self._db.close()
 
 
-class MemoryJournal:
+class MemoryJournal(_EventLog):
     """The journal of a router without a file: the same interface, events kept in a list.
 
     Nothing is durable and nothing needs to be: a transaction is a no-op. Snapshots are not
@@ -255,20 +272,11 @@ class MemoryJournal:
     def set_sync(self, sync: str) -> None:
         """Nothing to do."""
 
-    def append(
-        self,
-        kind: str,
-        ref: str | None,
-        time: float,
-        payload: dict[str, Any],
-        probs: bytes | None = None,
-    ) -> int:
-        """Append one event; returns its sequence number."""
-        self.last_seq += 1
+    def _store(self, event: Event) -> None:
+        ref = event[2]
         if ref is not None:
             self._by_ref.setdefault(ref, []).append(len(self._events))
-        self._events.append((self.last_seq, kind, ref, time, payload, probs))
-        return self.last_seq
+        self._events.append(event)
 
     def put_meta(self, key: str, value: str) -> None:
         """Set one meta entry."""

@@ -126,6 +126,29 @@ def test_model_refit_is_ridge_least_squares() -> None:
     assert np.all(est.coef[0, 0] == 0.0)  # run 0 was not refitted
 
 
+@pytest.mark.parametrize(("k", "m"), [(50, 5), (3, 5), (6, 1)])
+def test_model_statistics_equal_the_dense_outer_products(k: int, m: int) -> None:
+    """The fit's Gram matrix and moment, updated at the routed entries only, are bit for bit
+    the sums of the dense ``x x^T`` and ``r x`` (any contexts, repeated draws, M > K)."""
+    rng = np.random.default_rng(7)
+    runs, contexts = 6, 3
+    est = ModelGradient(runs, contexts, k, m, ix=0.01)
+    gram, moment = est.gram.copy(), est.moment.copy()
+    rows = np.arange(runs)
+    for _ in range(40):
+        counts = draw_counts(rng.integers(0, k, (runs, m)), k)
+        ctx = rng.integers(0, contexts, runs)
+        reward = rng.normal(size=runs)
+        q = np.full((runs, k), 1.0 / k)
+        est.estimate(rows, ctx, q, counts, reward, reward)
+        x = np.ones((runs, k + 1))
+        x[:, 1:] = counts > 0
+        gram[rows, ctx] += x[:, :, None] * x[:, None, :]
+        moment[rows, ctx] += reward[:, None] * x
+    assert np.array_equal(est.gram, gram)
+    assert np.array_equal(est.moment, moment)
+
+
 def test_floor_schedules() -> None:
     assert floor_at(0.01, "fixed", 100) == 0.01
     assert floor_at(0.01, "decay", 1) == 0.01

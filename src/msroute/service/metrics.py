@@ -12,11 +12,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["FEEDBACK_STATUSES", "DelayClock", "RouterCounters", "ServiceMetrics"]
+
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _DELAY_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
@@ -40,73 +42,70 @@ class ServiceMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        reg = self.registry
-        self.decisions = Counter(
-            "msroute_decisions", "Decisions served by this process.", ["router"], registry=reg
-        )
-        self.feedback = Counter(
-            "msroute_feedback",
+        self.decisions = self._family(Counter, "decisions", "Decisions served by this process.")
+        self.feedback = self._family(
+            Counter,
+            "feedback",
             "Feedback received by this process, by status (applied, duplicate, late).",
-            ["router", "status"],
-            registry=reg,
+            ("router", "status"),
         )
-        self.feedback_delay = Histogram(
-            "msroute_feedback_delay_seconds",
+        self.feedback_delay = self._family(
+            Histogram,
+            "feedback_delay_seconds",
             "Time from a decision to its first feedback (decisions made by this process).",
-            ["router"],
             buckets=_DELAY_BUCKETS,
-            registry=reg,
         )
-        self.latency = Histogram(
-            "msroute_request_duration_seconds",
+        self.latency = self._family(
+            Histogram,
+            "request_duration_seconds",
             "Time to serve a request, by method and endpoint (path template).",
-            ["method", "endpoint"],
+            ("method", "endpoint"),
             buckets=_LATENCY_BUCKETS,
-            registry=reg,
         )
-        self.pending = Gauge(
-            "msroute_pending_decisions", "Decisions awaiting feedback.", ["router"], registry=reg
+        self.pending = self._family(Gauge, "pending_decisions", "Decisions awaiting feedback.")
+        self.expired = self._family(
+            Gauge, "expired_decisions", "Decisions expired without feedback (in the journal)."
         )
-        self.expired = Gauge(
-            "msroute_expired_decisions",
-            "Decisions expired without feedback (in the journal).",
-            ["router"],
-            registry=reg,
+        self.journal_decisions = self._family(
+            Gauge, "journal_decisions", "Decisions in the router's journal."
         )
-        self.journal_decisions = Gauge(
-            "msroute_journal_decisions",
-            "Decisions in the router's journal.",
-            ["router"],
-            registry=reg,
+        self.policy_version = self._family(
+            Gauge, "policy_version", "Version of the routing policy."
         )
-        self.policy_version = Gauge(
-            "msroute_policy_version", "Version of the routing policy.", ["router"], registry=reg
-        )
-        self.avg_cost = Gauge(
-            "msroute_avg_cost",
+        self.avg_cost = self._family(
+            Gauge,
+            "avg_cost",
             "Time-averaged realized cost per decision, by cost name.",
-            ["router", "cost"],
-            registry=reg,
+            ("router", "cost"),
         )
-        self.bound = Gauge(
-            "msroute_cost_bound",
+        self.bound = self._family(
+            Gauge,
+            "cost_bound",
             "Bound on the time-averaged cost, by cost name and side (upper, lower).",
-            ["router", "cost", "side"],
-            registry=reg,
+            ("router", "cost", "side"),
         )
-        self.commit_groups = Gauge(
-            "msroute_commit_groups",
+        self.commit_groups = self._family(
+            Gauge,
+            "commit_groups",
             "Journal transactions committed by this process (one per group of requests).",
-            ["router"],
-            registry=reg,
+        )
+        self.commit_calls = self._family(
+            Gauge,
+            "commit_calls",
+            "Router calls applied by this process (calls / groups = mean group size).",
         )
         self._hot: dict[str, RouterCounters] = {}
-        self.commit_calls = Gauge(
-            "msroute_commit_calls",
-            "Router calls applied by this process (calls / groups = mean group size).",
-            ["router"],
-            registry=reg,
-        )
+
+    def _family(
+        self,
+        kind: type[M],
+        name: str,
+        doc: str,
+        labels: tuple[str, ...] = ("router",),
+        **kwargs: Any,
+    ) -> M:
+        """One metric family ``msroute_<name>`` in this registry (labelled by router by default)."""
+        return kind(f"msroute_{name}", doc, labels, registry=self.registry, **kwargs)
 
     def hot(self, router: str) -> RouterCounters:
         """The per-router children of the request-time metrics (looked up once, not per call)."""

@@ -4,16 +4,18 @@ There is no module-level app: each call builds a fresh one with its own metrics 
 its lifespan opens every router's journal (recovering its state) on start and closes them on
 shutdown. Every router call goes through the router's :class:`RouterOwner`, which serializes
 calls and acknowledges each only after the journal transaction holding it has committed.
+
+The endpoints are declared here, with their schemas, examples and error responses (the OpenAPI
+document). The two hot ones are served in the ordinary case by
+:class:`~msroute.service.fastpath.FastPath`, in front of FastAPI, with the same models and the
+same operations; FastAPI serves them in every other case (and answers their errors).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Query
@@ -21,15 +23,16 @@ from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp
 
 from msroute._version import __version__
-from msroute.errors import UnknownRouterError
 from msroute.router import Router
 from msroute.service.auth import BearerToken
 from msroute.service.config import ServiceConfig
-from msroute.service.metrics import DelayClock, ServiceMetrics
+from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
 from msroute.service.middleware import BodyLimit, RequestTimer
 from msroute.service.models import (
+    ID_PATTERN,
     DecisionRequest,
     DecisionResponse,
     ExpertRequest,
@@ -40,33 +43,20 @@ from msroute.service.models import (
     Problem,
     RouterList,
 )
-from msroute.service.owner import RouterOwner
 from msroute.service.problems import PROBLEM_JSON, install_problem_handlers
+from msroute.service.routers import ServedRouters
 
-__all__ = ["create_app", "open_router"]
+__all__ = ["create_app"]
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-_log = logging.getLogger("msroute.service")
 
 NDJSON = "application/x-ndjson"
 RouterName = Annotated[str, PathParam(description="A router of the service config.")]
-IdParam = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_.:@-]{1,128}$")]
-#: Seconds a decision's time is kept to measure its feedback delay.
-_DELAY_HORIZON_S = 86400.0
+IdParam = Annotated[str, PathParam(pattern=ID_PATTERN)]
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": Problem, "content": {PROBLEM_JSON: {}}} for s in statuses}
-
-
-def open_router(config: dict[str, Any]) -> Router:
-    """Recover the router from its journal if the file exists, else create it from ``config``."""
-    journal = Path(config["journal"])
-    if journal.exists():
-        return Router.open(journal)
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    return Router.from_config(config)
 
 
 class _Protected:
@@ -90,53 +80,7 @@ class _Protected:
         return self.app.delete(path, **self._kwargs(kwargs))
 
 
-class _Service:
-    """What the endpoints share: the owners of the routers, the metrics, the delay clocks."""
-
-    def __init__(self, config: ServiceConfig) -> None:
-        self.config = config
-        self.metrics = ServiceMetrics()
-        self.owners: dict[str, RouterOwner] = {}
-        self.clocks: dict[str, DelayClock] = {}
-
-    def owner(self, name: str) -> RouterOwner:
-        try:
-            return self.owners[name]
-        except KeyError:
-            raise UnknownRouterError(
-                f"router {name!r} is not served here; known: {', '.join(sorted(self.owners))}"
-            ) from None
-
-    async def call(self, name: str, fn: Callable[[Router], T]) -> T:
-        return await self.owner(name).call(fn)
-
-    async def start(self) -> None:
-        for name, cfg in self.config.routers.items():
-            existed = Path(cfg["journal"]).exists()
-            owner = RouterOwner(name, partial(open_router, dict(cfg)))
-            router = await owner.start()
-            self.owners[name] = owner
-            self.clocks[name] = DelayClock(_DELAY_HORIZON_S)
-            state = await owner.call(lambda r: r.state())
-            _log.info(
-                "router %s: %s journal %s; %d experts, %d decisions, %d pending, policy version %d",
-                name,
-                "recovered from" if existed else "created",
-                cfg["journal"],
-                len(router.expert_ids),
-                state["decisions"],
-                state["pending"],
-                state["policy_version"],
-            )
-
-    async def stop(self) -> None:
-        for name, owner in list(self.owners.items()):
-            await owner.stop()
-            _log.info("router %s: journal closed", name)
-        self.owners.clear()
-
-
-def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
+def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
     """Build the HTTP app serving the routers of ``config``.
 
     Parameters
@@ -150,10 +94,13 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
 
     Returns
     -------
-    FastAPI
-        The app; its lifespan opens the journals on start and closes them on shutdown.
+    ASGI app
+        The FastAPI app behind the fast path of the two hot endpoints
+        (:class:`~msroute.service.fastpath.FastPath`), the body limit and the request timer.
+        Its lifespan opens the journals on start and closes them on shutdown.
     """
-    service = _Service(config)
+    service = ServedRouters(config)
+    auth = BearerToken(token)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -173,13 +120,11 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.state.service = service
     install_problem_handlers(app)
     # The two hot endpoints return their JSON directly: the response models document them (and
     # the schema tests check the answers against them) without a second validation per request.
-    # Routes are registered on the app itself (an included APIRouter costs a second dispatch
-    # per request); every route but /healthz carries the token dependency.
-    api = _Protected(app, Depends(BearerToken(token)))
+    # Every route but /healthz carries the token dependency.
+    api = _Protected(app, Depends(auth))
 
     @app.get("/healthz", response_model=Health, tags=["operations"])
     async def healthz() -> dict[str, str]:
@@ -214,7 +159,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
         return await service.call(name, lambda r: r.state())
 
     @api.post(
-        "/v1/routers/{name}/decisions",
+        DECISIONS,
         status_code=201,
         response_model=DecisionResponse,
         tags=["decisions"],
@@ -222,18 +167,10 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
     )
     async def decide(name: RouterName, body: DecisionRequest) -> JSONResponse:
         """Route one query: the team to send it to (durably journaled before the answer)."""
-        decision = await service.call(
-            name,
-            lambda r: r.route(
-                context=body.context, eligible=body.eligible, decision_id=body.decision_id
-            ),
-        )
-        service.metrics.hot(name).decisions.inc()
-        service.clocks[name].start(decision.decision_id)
-        return JSONResponse(decision.to_dict(), status_code=201)
+        return JSONResponse(await service.decide(name, body), status_code=201)
 
     @api.post(
-        "/v1/routers/{name}/decisions/{decision_id}/feedback",
+        FEEDBACK,
         response_model=FeedbackResponse,
         tags=["decisions"],
         responses=_problems(404, 422, 413, 503),
@@ -242,16 +179,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
         name: RouterName, decision_id: IdParam, body: FeedbackRequest
     ) -> JSONResponse:
         """Report the outcome of a decision (durably journaled before the answer)."""
-        status = await service.call(
-            name, lambda r: r.feedback(decision_id, body.reward, cost=body.cost)
-        )
-        hot = service.metrics.hot(name)
-        hot.feedback[status].inc()
-        if status != "duplicate":
-            delay = service.clocks[name].stop(decision_id)
-            if delay is not None:
-                hot.feedback_delay.observe(delay)
-        return JSONResponse({"status": status})
+        return JSONResponse({"status": await service.feedback(name, decision_id, body)})
 
     @api.get(
         "/v1/routers/{name}/decisions",
@@ -311,6 +239,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> FastAPI:
 
         return {"experts": await service.call(name, apply)}
 
-    app.add_middleware(RequestTimer, histogram=service.metrics.latency)
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    return app
+    # Outside FastAPI's own layers, so that the requests the fast path answers are capped and
+    # timed too.
+    hot = FastPath(app, service, auth)
+    return RequestTimer(BodyLimit(hot, config.max_body_bytes), service.metrics.latency)

@@ -73,20 +73,26 @@ class BearerToken(HTTPBearer):
         )
         self._expected = None if token is None else token.encode()
 
-    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+    def refusal(self, authorization: str) -> HTTPException | None:
+        """The 401 for a request with this ``Authorization`` header, or None if it may pass."""
         if self._expected is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, credentials = header.partition(" ")
+            return None
+        scheme, _, credentials = authorization.partition(" ")
         if scheme.lower() != "bearer" or not credentials:
-            raise HTTPException(
+            return HTTPException(
                 401,
                 "Authorization: a bearer token is required",
                 headers={"WWW-Authenticate": "Bearer"},
             )
         if not hmac.compare_digest(credentials.strip().encode(), self._expected):
-            raise HTTPException(
+            return HTTPException(
                 401,
                 "Authorization: the bearer token is not valid",
                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
             )
+        return None
+
+    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+        refusal = self.refusal(request.headers.get("authorization", ""))
+        if refusal is not None:
+            raise refusal

@@ -6,16 +6,14 @@ microseconds per request.
 
 from __future__ import annotations
 
-import json
 import time
-from http import HTTPStatus
 from typing import Any
 
 from prometheus_client import Histogram
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from msroute.service.problems import PROBLEM_JSON
+from msroute.service.problems import problem_response
 
 __all__ = ["BodyLimit", "RequestTimer"]
 
@@ -44,7 +42,7 @@ class BodyLimit:
                 except ValueError:
                     declared = -1
                 if declared > self.max_bytes:
-                    await self._refuse(send)
+                    await self._refuse(scope, receive, send)
                     return
                 # The server delivers no more than the declared length: nothing to count.
                 await self.app(scope, receive, send)
@@ -63,27 +61,9 @@ class BodyLimit:
 
         await self.app(scope, counting_receive, send)
 
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "type": "about:blank",
-                "title": HTTPStatus(413).phrase,
-                "status": 413,
-                "detail": self.detail,
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", PROBLEM_JSON.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem_response(413, self.detail, headers={"connection": "close"})
+        await response(scope, receive, send)
 
 
 class RequestTimer:

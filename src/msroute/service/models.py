@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ID_PATTERN",
     "DecisionRequest",
     "DecisionResponse",
     "ExpertRequest",
@@ -26,7 +27,8 @@ __all__ = [
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 #: Ids travel in URLs and journals: printable, no slash, bounded length.
-Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+ID_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
+Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=ID_PATTERN)]
 
 
 class _Strict(BaseModel):

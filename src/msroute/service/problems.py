@@ -25,7 +25,14 @@ from msroute.errors import (
     UnknownRouterError,
 )
 
-__all__ = ["PROBLEM_JSON", "STATUS_OF", "install_problem_handlers", "problem_response"]
+__all__ = [
+    "PROBLEM_JSON",
+    "STATUS_OF",
+    "install_problem_handlers",
+    "internal_problem",
+    "msroute_problem",
+    "problem_response",
+]
 
 PROBLEM_JSON = "application/problem+json"
 _log = logging.getLogger("msroute.service")
@@ -70,13 +77,20 @@ def _message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def msroute_problem(exc: MSRouteError, where: str) -> JSONResponse:
+    """The problem response for an msroute error raised while serving ``where`` (method, path).
+
+    The status comes from :data:`STATUS_OF`; errors that are not about a value (5xx) are logged.
+    """
+    status = next(s for cls, s in STATUS_OF if isinstance(exc, cls))
+    if status >= 500:
+        _log.error("%s: %s", where, _message(exc))
+    return problem_response(status, _message(exc))
+
+
 async def _msroute_error(request: Request, exc: Exception) -> JSONResponse:
-    for cls, status in STATUS_OF:
-        if isinstance(exc, cls):
-            if status >= 500:
-                _log.error("%s %s: %s", request.method, request.url.path, _message(exc))
-            return problem_response(status, _message(exc))
-    raise exc  # pragma: no cover - MSRouteError ends the table
+    assert isinstance(exc, MSRouteError)
+    return msroute_problem(exc, f"{request.method} {request.url.path}")
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -106,9 +120,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(exc.status_code, detail, headers=exc.headers)
 
 
+def internal_problem() -> JSONResponse:
+    """The 500 answered for a bug: no detail leaks; the server logs the traceback."""
+    return problem_response(500, "internal error; the server log has the details")
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     # The server logs the traceback (Starlette re-raises after this response is sent).
-    return problem_response(500, "internal error; the server log has the details")
+    return internal_problem()
 
 
 def install_problem_handlers(app: FastAPI) -> None:

@@ -1,0 +1,158 @@
+"""The two hot endpoints, answered without FastAPI's per-request machinery.
+
+``POST /v1/routers/{name}/decisions`` and ``POST /v1/routers/{name}/decisions/{id}/feedback``
+carry nearly all the traffic, and FastAPI's layers (routing, dependency solving, its own
+middleware) cost more CPU per request than the router itself. :class:`FastPath` wraps the
+FastAPI app and answers these two requests directly in the ordinary case: a served router, a
+valid decision id in the path, an accepted token, a ``Content-Length`` JSON body that the request
+model accepts. Every other request goes to the FastAPI app unchanged (a body already read is
+replayed), so there is one set of rules and one set of error bodies: the body is validated by
+the same pydantic model (``model_validate`` on the parsed JSON, as FastAPI does), the token by
+the same :class:`~msroute.service.auth.BearerToken`, and whatever either refuses is answered by
+FastAPI's handlers. The work and the answers are those of the FastAPI endpoints: the same
+:class:`~msroute.service.routers.ServedRouters` operations, the same ``JSONResponse``, the same
+problem table for the router's errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from msroute.errors import MSRouteError
+from msroute.service.auth import BearerToken
+from msroute.service.models import ID_PATTERN, DecisionRequest, FeedbackRequest
+from msroute.service.problems import internal_problem, msroute_problem
+from msroute.service.routers import ServedRouters
+
+__all__ = ["DECISIONS", "FEEDBACK", "FastPath"]
+
+#: The path templates of the two hot endpoints (their label in the request-latency metric).
+DECISIONS = "/v1/routers/{name}/decisions"
+FEEDBACK = "/v1/routers/{name}/decisions/{decision_id}/feedback"
+
+_log = logging.getLogger("msroute.service")
+_ID = re.compile(ID_PATTERN)
+
+
+class _Route:
+    """What the request-latency middleware reads from ``scope["route"]``: the path template."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+_DECISIONS_ROUTE = _Route(DECISIONS)
+_FEEDBACK_ROUTE = _Route(FEEDBACK)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that yields the body already read, then defers to the server's."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+class FastPath:
+    """ASGI wrapper answering the hot endpoints of ``routers`` itself; everything else to ``app``.
+
+    Parameters
+    ----------
+    app : ASGI app
+        The FastAPI app: every request this class does not answer, and the lifespan.
+    routers : ServedRouters
+        The routers the app serves.
+    auth : BearerToken
+        The app's token check.
+    """
+
+    def __init__(self, app: ASGIApp, routers: ServedRouters, auth: BearerToken) -> None:
+        self.app = app
+        self.routers = routers
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        parts = scope["path"].split("/")
+        # ["", "v1", "routers", name, "decisions"] or [..., "decisions", decision_id, "feedback"]
+        n = len(parts)
+        hot = (
+            (n == 5 or (n == 7 and parts[6] == "feedback" and _ID.fullmatch(parts[5]) is not None))
+            and parts[4] == "decisions"
+            and parts[1] == "v1"
+            and parts[2] == "routers"
+            and parts[0] == ""
+            and parts[3] in self.routers.owners
+            and self._ordinary(scope)
+        )
+        if not hot:
+            await self.app(scope, receive, send)
+            return
+        body = await self._body(receive)
+        if body is None:  # the client went away
+            return
+        try:
+            content = json.loads(body)
+            request: DecisionRequest | FeedbackRequest = (
+                DecisionRequest if n == 5 else FeedbackRequest
+            ).model_validate(content)
+        except (ValueError, ValidationError):  # FastAPI answers with the problem it names
+            await self.app(scope, _replay(body, receive), send)
+            return
+        scope["route"] = _DECISIONS_ROUTE if n == 5 else _FEEDBACK_ROUTE
+        response = await self._answer(scope, parts, request)
+        await response(scope, receive, send)
+
+    def _ordinary(self, scope: Scope) -> bool:
+        """A JSON body of declared length and an accepted token (else FastAPI answers)."""
+        authorization = ""
+        json_body = sized = False
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                authorization = value.decode("latin-1")
+            elif key == b"content-type":
+                json_body = value == b"application/json" or value.startswith(b"application/json;")
+            elif key == b"content-length":
+                sized = True
+        return json_body and sized and self.auth.refusal(authorization) is None
+
+    @staticmethod
+    async def _body(receive: Receive) -> bytes | None:
+        """The whole request body, or None if the client disconnected first."""
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _answer(
+        self, scope: Scope, parts: list[str], request: DecisionRequest | FeedbackRequest
+    ) -> JSONResponse:
+        name = parts[3]
+        try:
+            if isinstance(request, DecisionRequest):
+                content: Any = await self.routers.decide(name, request)
+                return JSONResponse(content, status_code=201)
+            status = await self.routers.feedback(name, parts[5], request)
+            return JSONResponse({"status": status})
+        except MSRouteError as exc:
+            return msroute_problem(exc, f"POST {scope['path']}")
+        except Exception:
+            _log.exception("POST %s", scope["path"])
+            return internal_problem()

@@ -1,0 +1,185 @@
+"""The fast path answers the ordinary hot requests itself and hands every other one to FastAPI.
+
+The ASGI wrapper is driven in process over real routers (journals in a temporary directory): an
+ordinary decision or feedback is answered without reaching the wrapped app, and each kind of
+request the fast path must not answer reaches the wrapped app with its body intact (there, the
+real FastAPI app answers it: tests/test_service_api.py checks those answers over HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _service import ROUTER, TOKEN, write_config
+from msroute.service.auth import BearerToken
+from msroute.service.config import load_service_config
+from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
+from msroute.service.routers import ServedRouters
+
+Message = dict[str, Any]
+
+
+class Inner:
+    """Stands for the FastAPI app: records each request it gets, with the body it can read."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bytes]] = []
+
+    async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
+        message = await receive()
+        self.seen.append((scope["path"], message.get("body", b"")))
+        await send({"type": "http.response.start", "status": 599, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def request(
+    app: FastPath,
+    path: str,
+    body: bytes,
+    *,
+    headers: dict[str, str] | None = None,
+    chunks: int = 1,
+) -> tuple[int, Any, Message]:
+    """POST ``body`` (in ``chunks`` parts) through ``app``; its status, JSON body and scope."""
+    hdrs = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    hdrs.update(headers or {})
+    if chunks == 1:
+        hdrs["content-length"] = str(len(body))
+    size = -(-len(body) // chunks) or 1
+    parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    incoming = [
+        {"type": "http.request", "body": p, "more_body": i < len(parts) - 1}
+        for i, p in enumerate(parts)
+    ]
+    scope: Message = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(k.encode(), v.encode()) for k, v in hdrs.items() if v],
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    raw = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], json.loads(raw) if raw else None, scope
+
+
+def run(tmp_path: Path, body: Callable[[FastPath, Inner], Coroutine[Any, Any, None]]) -> None:
+    async def main() -> None:
+        async with fast_path(tmp_path) as (app, inner):
+            await body(app, inner)
+
+    asyncio.run(main())
+
+
+@contextlib.asynccontextmanager
+async def fast_path(tmp_path: Path) -> AsyncIterator[tuple[FastPath, Inner]]:
+    """A fast path over the test router (started, stopped on exit) and the app it wraps."""
+    config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
+    routers = ServedRouters(load_service_config(config, data_dir=tmp_path))
+    await routers.start()
+    try:
+        inner = Inner()
+        yield FastPath(inner, routers, BearerToken(TOKEN)), inner
+    finally:
+        await routers.stop()
+
+
+async def _decide(app: FastPath) -> dict[str, Any]:
+    status, dec, scope = await request(app, "/v1/routers/llm/decisions", b'{"context": "tech"}')
+    assert status == 201 and scope["route"].path == DECISIONS
+    assert isinstance(dec, dict)
+    return dec
+
+
+def test_ordinary_requests_are_answered_here(tmp_path: Path) -> None:
+    async def body(app: FastPath, inner: Inner) -> None:
+        dec = await _decide(app)
+        assert len(dec["draws"]) == ROUTER["m_draws"]
+        url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+        status, answer, scope = await request(app, url, b'{"reward": 0.5}')
+        assert (status, answer, scope["route"].path) == (200, {"status": "applied"}, FEEDBACK)
+        status, answer, _ = await request(app, url, b'{"reward": 0.5}')
+        assert (status, answer) == (200, {"status": "duplicate"})
+        assert inner.seen == []
+        counters = app.routers.metrics.hot("llm")
+        assert counters.decisions._value.get() == 1
+        assert counters.feedback["applied"]._value.get() == 1
+
+    run(tmp_path, body)
+
+
+def test_router_errors_are_problems_from_the_shared_table(tmp_path: Path) -> None:
+    async def body(app: FastPath, inner: Inner) -> None:
+        url = "/v1/routers/llm/decisions/no-such-id/feedback"
+        status, problem, _ = await request(app, url, b'{"reward": 0.5}')
+        assert status == 404 and "no-such-id" in problem["detail"]
+        status, problem, _ = await request(
+            app, "/v1/routers/llm/decisions", b'{"context": "weather"}'
+        )
+        assert status == 422 and "weather" in problem["detail"]
+        assert inner.seen == []
+
+    run(tmp_path, body)
+
+
+HANDED_ON: list[tuple[str, str, bytes, dict[str, str], int]] = [
+    # case, path, body, extra headers, chunks
+    ("not JSON", DECISIONS, b"{not json", {}, 1),
+    ("schema refuses", DECISIONS, b'{"contxt": "tech"}', {}, 1),
+    ("NaN reward", FEEDBACK, b'{"reward": NaN}', {}, 1),
+    ("no token", DECISIONS, b"{}", {"authorization": ""}, 1),
+    ("wrong token", DECISIONS, b"{}", {"authorization": "Bearer nope"}, 1),
+    ("not JSON content", DECISIONS, b"{}", {"content-type": "text/plain"}, 1),
+    ("chunked", DECISIONS, b'{"context": "tech"}', {}, 3),
+    ("unknown router", "/v1/routers/nope/decisions", b"{}", {}, 1),
+    ("bad decision id", "/v1/routers/llm/decisions/a%20b/feedback", b'{"reward": 1}', {}, 1),
+    ("id with newline", "/v1/routers/llm/decisions/ab\n/feedback", b'{"reward": 1}', {}, 1),
+    ("trailing slash", "/v1/routers/llm/decisions/", b"{}", {}, 1),
+]
+
+
+@pytest.mark.parametrize(("case", "path", "raw", "headers", "chunks"), HANDED_ON)
+def test_other_requests_reach_fastapi_with_their_body(
+    tmp_path: Path, case: str, path: str, raw: bytes, headers: dict[str, str], chunks: int
+) -> None:
+    async def body(app: FastPath, inner: Inner) -> None:
+        target = path.format(name="llm", decision_id="d-1")
+        status, _, _ = await request(app, target, raw, headers=headers, chunks=chunks)
+        assert status == 599, case
+        # A body the fast path read is replayed whole; a chunked one it never read arrives as sent.
+        first = raw[: -(-len(raw) // chunks)]
+        assert inner.seen == [(target, first)], case
+        assert app.routers.metrics.hot("llm").decisions._value.get() == 0
+
+    run(tmp_path, body)
+
+
+def test_lifespan_and_other_methods_pass_through(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def inner(scope: Message, receive: Any, send: Any) -> None:
+        seen.append(scope["type"] + " " + scope.get("method", ""))
+
+    async def body() -> None:
+        config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
+        routers = ServedRouters(load_service_config(config, data_dir=tmp_path))
+        app = FastPath(inner, routers, BearerToken(TOKEN))
+        for scope in ({"type": "lifespan"}, {"type": "http", "method": "GET", "path": DECISIONS}):
+            await app(scope, None, None)  # type: ignore[arg-type]
+
+    asyncio.run(body())
+    assert seen == ["lifespan ", "http GET"]

@@ -63,6 +63,8 @@ def serve(
             access_log=False,
             timeout_graceful_shutdown=graceful_s,
             server_header=False,
+            # No client address is used: skip the per-request X-Forwarded-* rewriting.
+            proxy_headers=False,
         )
     )
     server.run()

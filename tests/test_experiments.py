@@ -118,6 +118,26 @@ def test_interrupted_sweep_resumes_without_recomputing(
     assert first == second
 
 
+def test_a_sweep_starts_its_costliest_cells_first_environment_by_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cells start grouped by environment (a worker's cached skills serve its next cells)
+    and, within one, by the policies' relative cost; the results keep the sweep's order."""
+    cfg = Fig2Config(policies=("greedy", "ts", "omd", "moe"), levels=("tight",), **SMALL)
+    started: list[tuple[str, str]] = []
+    real = fig2_module.sweep_worker
+
+    def recording(spec):  # type: ignore[no-untyped-def]
+        started.append((spec.env, spec.policy))
+        return real(spec)
+
+    monkeypatch.setattr(fig2_module, "sweep_worker", recording)
+    rows = run_fig2(cfg, tmp_path, plot=False, quiet=True)
+    by_cost = ["omd", "ts", "moe", "greedy"]
+    assert started == [(env, p) for env in cfg.envs for p in by_cost]
+    assert list(dict.fromkeys(row["policy"] for row in rows)) == list(cfg.policies)
+
+
 def test_serial_and_parallel_runs_give_identical_numbers(tmp_path: Path) -> None:
     cfg = Fig2Config(policies=("ts", "cbwk", "omd"), envs=("regime",), levels=("tight",), **SMALL)
     serial = run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True)

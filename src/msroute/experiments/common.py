@@ -33,6 +33,7 @@ from msroute.envs import RegimeSwitchingEnv, StochasticEnv
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
+from msroute.policies.registry import get_policy_class
 from msroute.problem import Constraints, Problem, ProblemBatch
 from msroute.scenarios import ScenarioInstance, get_scenario
 
@@ -549,8 +550,27 @@ def run_cells(
 
         if todo:
             runner = backend or LocalBackend(jobs)
-            runner.run(worker, [specs[i] for i in todo], lambda j, res: done(todo[j], res))
+            order = _costliest_first(specs, todo)
+            runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
     return [r for r in results if r is not None]
+
+
+def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
+    """The order in which the cells start: grouped by environment (in order of appearance: a
+    worker's cached skills then serve its next cells), the costliest policy first within each
+    (:attr:`msroute.policies.base.BasePolicy.relative_cost`), so that no long cell starts last
+    while the other workers idle. The results do not depend on it."""
+    envs: dict[str, int] = {}
+    for i in todo:
+        envs.setdefault(specs[i].env, len(envs))
+
+    def cost(name: str) -> float:
+        try:
+            return get_policy_class(name).relative_cost
+        except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
+            return 1.0
+
+    return sorted(todo, key=lambda i: (envs[specs[i].env], -cost(specs[i].policy)))
 
 
 def _label(spec: CellSpec) -> str:

@@ -73,6 +73,7 @@ class RandomPolicy(TeamRounds, BasePolicy):
     name: ClassVar[str] = "random"
     label: ClassVar[str] = "Random"
     color: ClassVar[str | None] = "#7f7f7f"
+    relative_cost: ClassVar[float] = 2.0
 
     def __init__(
         self,
@@ -255,6 +256,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     label: ClassVar[str] = "TS"
     color: ClassVar[str | None] = "#9467bd"
     thompson: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 5.0
     #: The learned state beyond TeamRounds' (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
 
@@ -318,6 +320,7 @@ class ThompsonSamplingBwK(ThompsonSampling):
     color: ClassVar[str | None] = "#8c564b"
     thompson: ClassVar[bool] = True
     lagrangian_dual: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 6.0
 
     def __init__(
         self,

@@ -182,6 +182,10 @@ class BasePolicy:
     #: Rewards :meth:`update` accepts: a sum-max reward of skills ``>= 0`` is ``>= 0``, and the
     #: upper end keeps every statistic, gradient and posterior far from overflow.
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1e6)
+    #: Per-round cost relative to a cheap index policy (R = 80, K = 50, as measured by
+    #: benchmarks/bench_baselines.py): a sweep starts its costliest cells first, so that no long
+    #: cell starts last while the other workers idle. A scheduling hint; no number depends on it.
+    relative_cost: ClassVar[float] = 1.0
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.

@@ -145,6 +145,7 @@ class OMDApproachability(BasePolicy):
     label: ClassVar[str] = "OMD-Approachability"
     color: ClassVar[str | None] = "#1f77b4"
     has_propensity: ClassVar[bool] = True
+    relative_cost: ClassVar[float] = 8.0
     #: The learned state (persistence); pending decisions carry their own context and q.
     _state_attrs: ClassVar[tuple[str, ...]] = (
         "_q",

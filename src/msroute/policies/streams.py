@@ -273,15 +273,21 @@ def _candidate(
     ``v <= 0`` needs ``x <= -1/c <= -2.44``, where the squeeze never accepts and ``log v`` is
     NaN, so such a candidate is rejected without a test of its own.
     """
-    v = c * x
-    v += 1.0
-    v = v * v * v
-    x2 = x * x
-    ok = u < 1.0 - 0.0331 * (x2 * x2)
+    # In place where the formula allows: the same operations in the same order, fewer arrays.
+    w = c * x
+    w += 1.0
+    v = w * w
+    v *= w
+    x2 = np.multiply(x, x, out=w)
+    squeeze = x2 * x2
+    squeeze *= 0.0331
+    np.subtract(1.0, squeeze, out=squeeze)
+    ok = u < squeeze
     rest = np.nonzero(~ok)
     if rest[0].size:
         dr = np.broadcast_to(d, x.shape)[rest]
         vr = v[rest]
         with np.errstate(divide="ignore", invalid="ignore"):  # log of u = 0 or of v <= 0
             ok[rest] = np.log(u[rest]) < 0.5 * x2[rest] + dr * (1.0 - vr + np.log(vr))
-    return np.asarray(d * v, dtype=np.float64), ok
+    v *= d
+    return v, ok

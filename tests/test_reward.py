@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msroute.policies.base import draws_to_mask
 from msroute.reward import (
     batch_sum_max_reward,
+    draws_sum_max_reward,
     expected_reward,
     expected_reward_grad,
     monte_carlo_reward,
@@ -189,6 +191,16 @@ def test_sum_max_and_batch_sum_max_agree():
         direct = sum(max(skills[i, n, j] for j in set(draws[i].tolist())) for n in range(n_dims))
         assert single == pytest.approx(direct, abs=1e-15)
         assert batch[i] == pytest.approx(single, abs=1e-15)
+
+
+def test_the_simulator_reward_from_draws_equals_the_masked_one_bit_for_bit():
+    """With zeros among the skills (a maximum of 0 over the routed experts) and repeats."""
+    rng = np.random.default_rng(12)
+    r, n_dims, k, m = 200, 3, 8, 5
+    skills = rng.random((r, n_dims, k)) * (rng.random((r, n_dims, k)) < 0.6)
+    draws = rng.integers(0, k, size=(r, m))
+    want = batch_sum_max_reward(skills, draws_to_mask(draws, k))
+    assert np.array_equal(draws_sum_max_reward(skills, draws), want)
 
 
 def test_sum_max_counts_repeats_once():

@@ -96,6 +96,28 @@ def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
     return np.asarray((skills * mask[..., None, :]).max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 
+def draws_sum_max_reward(skills: FloatArray, draws: IntArray) -> FloatArray:
+    """Sum-max rewards of each run's draws (the simulation hot path; no validation).
+
+    The same floats as ``batch_sum_max_reward(skills, draws_to_mask(draws, K))`` for skills
+    ``>= 0``: a dimension's maximum over the routed experts is the maximum of the masked row
+    (whose other entries are 0), and a repeated draw changes no maximum; it reads ``R N M``
+    skills instead of multiplying all ``R N K``.
+
+    Parameters
+    ----------
+    skills : ndarray, shape (R, N, K), entries >= 0
+    draws : ndarray of int, shape (R, M)
+        Expert indices in ``[0, K)``.
+
+    Returns
+    -------
+    ndarray, shape (R,)
+    """
+    picked = np.take_along_axis(skills, draws[:, None, :], axis=-1)
+    return np.asarray(picked.max(axis=-1).sum(axis=-1), dtype=np.float64)
+
+
 def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
     """Per dimension: gaps ``v(j) - v(j+1)``, ``1 - Q_j`` and the sorting order (descending)."""
     order = np.argsort(-v, axis=-1)

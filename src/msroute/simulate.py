@@ -32,7 +32,7 @@ from msroute._validation import FloatArray, IntArray, check_contexts, check_posi
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
-from msroute.reward import batch_sum_max_reward, expected_reward
+from msroute.reward import draws_sum_max_reward, expected_reward
 from msroute.streaming import PairwiseSum
 
 __all__ = ["RunSummary", "SkillSource", "Trajectory", "simulate", "simulate_summary"]
@@ -417,9 +417,11 @@ def _play(
                         q_buf[name] = np.empty((chunk, r, k))
                         expected[name] = np.empty((t_total, r))
                     q_buf[name][step] = decision.probs
-                mask = draws_to_mask(draws, k)
-                reward = batch_sum_max_reward(v, mask)
-                cost = batch.draws_cost(draws) if by_draw else batch.realized_cost(mask)
+                reward = draws_sum_max_reward(v, draws)
+                if by_draw:
+                    cost = batch.draws_cost(draws)
+                else:
+                    cost = batch.realized_cost(draws_to_mask(draws, k))
                 pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 recorders[name].add(t, reward, cost)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -124,18 +125,23 @@ def test_a_sweep_starts_its_costliest_cells_first_environment_by_environment(
     """The cells start grouped by environment (a worker's cached skills serve its next cells)
     and, within one, by the policies' relative cost; the results keep the sweep's order."""
     cfg = Fig2Config(policies=("greedy", "ts", "omd", "moe"), levels=("tight",), **SMALL)
-    started: list[tuple[str, str]] = []
+    started: list[tuple[str, str, tuple[int, ...]]] = []
     real = fig2_module.sweep_worker
 
     def recording(spec):  # type: ignore[no-untyped-def]
-        started.append((spec.env, spec.policy))
+        started.append((spec.env, spec.policy, spec.seeds))
         return real(spec)
 
     monkeypatch.setattr(fig2_module, "sweep_worker", recording)
     rows = run_fig2(cfg, tmp_path, plot=False, quiet=True)
     by_cost = ["omd", "ts", "moe", "greedy"]
-    assert started == [(env, p) for env in cfg.envs for p in by_cost]
+    assert started == [(env, p, (0, 1)) for env in cfg.envs for p in by_cost]
     assert list(dict.fromkeys(row["policy"] for row in rows)) == list(cfg.policies)
+    # Seeds in blocks: each block's skill stream is a group of its own.
+    started.clear()
+    blocks = dataclasses.replace(cfg, seeds_per_cell=1)
+    assert run_fig2(blocks, tmp_path / "blocks", plot=False, quiet=True) == rows
+    assert started == [(env, p, (s,)) for env in cfg.envs for s in cfg.seed_list for p in by_cost]
 
 
 def test_serial_and_parallel_runs_give_identical_numbers(tmp_path: Path) -> None:

@@ -556,13 +556,18 @@ def run_cells(
 
 
 def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
-    """The order in which the cells start: grouped by environment (in order of appearance: a
-    worker's cached skills then serve its next cells), the costliest policy first within each
+    """The order in which the cells start: grouped by skill stream (environment and block of
+    seeds, in order of appearance: a worker's cached skills then serve its next cells instead
+    of being drawn again for each), the costliest policy first within each
     (:attr:`msroute.policies.base.BasePolicy.relative_cost`), so that no long cell starts last
     while the other workers idle. The results do not depend on it."""
-    envs: dict[str, int] = {}
+
+    def stream(spec: CellSpec) -> tuple[object, ...]:
+        return (spec.env, spec.seeds, spec.horizon, spec.env_params, _instance_key(spec))
+
+    envs: dict[tuple[object, ...], int] = {}
     for i in todo:
-        envs.setdefault(specs[i].env, len(envs))
+        envs.setdefault(stream(specs[i]), len(envs))
 
     def cost(name: str) -> float:
         try:
@@ -570,7 +575,7 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
         except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
             return 1.0
 
-    return sorted(todo, key=lambda i: (envs[specs[i].env], -cost(specs[i].policy)))
+    return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i].policy)))
 
 
 def _label(spec: CellSpec) -> str:

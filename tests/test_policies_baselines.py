@@ -125,7 +125,8 @@ def test_dual_has_one_row_per_bound_with_signs():
     lo = np.array([[-np.inf, 0.2, 0.1]])
     hi = np.array([[1.0, np.inf, 0.9]])
     dual = LagrangianDual(lo, hi, step=1.0)
-    assert dual.rows == [(0, "upper"), (2, "upper"), (1, "lower"), (2, "lower")]
+    # Rows in the order of lam: upper bounds (sign -1) first, then lower bounds (sign +1).
+    assert dual.coord.tolist() == [0, 2, 1, 2]
     assert dual.sign.tolist() == [-1, -1, 1, 1]
     assert dual.lam.shape == (1, 4)
 
@@ -158,7 +159,7 @@ def test_dual_penalty_sign_steers_away_from_upper_toward_lower():
 def test_dual_both_bounds_on_one_coordinate_and_absent_bounds_per_run():
     # Run 0: 0.2 <= x <= 0.4. Run 1: no bound at all on the coordinate.
     dual = LagrangianDual(np.array([[0.2], [-np.inf]]), np.array([[0.4], [np.inf]]), step=1.0)
-    assert dual.rows == [(0, "upper"), (0, "lower")]
+    assert dual.coord.tolist() == [0, 0] and dual.sign.tolist() == [-1, 1]  # upper, lower
     dual.step(np.array([[1.0], [1.0]]))
     np.testing.assert_allclose(dual.lam, [[0.6, 0.0], [0.0, 0.0]])
     dual.step(np.array([[-1.0], [-5.0]]))  # average 0: the upper row decays, the lower grows

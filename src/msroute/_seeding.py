@@ -15,10 +15,14 @@ import numpy as np
 from msroute._validation import IntArray, check_positive_int
 from msroute.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["SeedArg", "SeedLike", "child_seed", "run_seed_sequences"]
+__all__ = ["RngSeed", "RunSeed", "SeedArg", "child_seed", "run_seed_sequences"]
 
-SeedLike = int | np.integer | np.random.SeedSequence
-SeedArg = SeedLike | Sequence[SeedLike] | None
+#: The seed of one run.
+RunSeed = int | np.integer | np.random.SeedSequence
+#: The seeds of a batch of runs: one seed per run, or one seed spawning them (None: fresh).
+SeedArg = RunSeed | Sequence[RunSeed] | None
+#: The randomness of one estimate (a Monte Carlo average): a seed, or a generator to draw from.
+RngSeed = int | np.random.SeedSequence | np.random.Generator | None
 
 
 def _as_seed_sequence(seed: object, name: str) -> np.random.SeedSequence:
@@ -43,7 +47,7 @@ def child_seed(seed: np.random.SeedSequence, *key: int) -> np.random.SeedSequenc
     )
 
 
-def _is_seed_sequence_arg(seed: object) -> TypeGuard[Sequence[SeedLike] | IntArray]:
+def _is_seed_sequence_arg(seed: object) -> TypeGuard[Sequence[RunSeed] | IntArray]:
     if isinstance(seed, np.ndarray):
         return seed.ndim > 0
     return isinstance(seed, Sequence) and not isinstance(seed, str | bytes)

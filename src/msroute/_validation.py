@@ -111,6 +111,11 @@ def check_simplex(q: FloatArray, name: str = "q") -> None:
         )
 
 
+def default_gamma(n_experts: int) -> float:
+    """The paper's exploration floor ``gamma = 1/(10K)`` for K experts."""
+    return 1.0 / (10.0 * n_experts)
+
+
 def check_gamma(gamma: float, n_experts: int) -> float:
     """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty)."""
     gamma = as_real(gamma, "gamma")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import RngSeed
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -50,7 +51,6 @@ __all__ = [
     "true_regret",
 ]
 
-SeedLike = int | np.random.SeedSequence | np.random.Generator | None
 SkillsLike = ArrayLike | Callable[[int, int], ArrayLike]
 
 #: Rounds of skills fetched at a time (memory: 1,000 * R * N * K * 8 bytes, 24 MB at R = 20,
@@ -329,7 +329,7 @@ def objective_regret_proxy(
     *,
     method: str = "exact",
     n_samples: int = 200,
-    seed: SeedLike = None,
+    seed: RngSeed = None,
     contexts: ArrayLike | None = None,
     context_weights: ArrayLike | None = None,
 ) -> FloatArray:

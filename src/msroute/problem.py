@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._validation import FloatArray, as_float_array, as_real, check_gamma, check_positive_int
+from msroute._validation import (
+    FloatArray,
+    as_float_array,
+    as_real,
+    check_gamma,
+    check_positive_int,
+    default_gamma,
+)
 from msroute.errors import InfeasibleConstraintsError, InvalidTypeError, InvalidValueError
 
 __all__ = ["Constraints", "Problem", "ProblemBatch", "bound_report"]
@@ -303,7 +310,7 @@ class Problem:
     # ------------------------------------------------------------------ feasibility
     def default_gamma(self) -> float:
         """The paper's exploration floor ``gamma = 1/(10K)``."""
-        return 1.0 / (10.0 * self.n_experts)
+        return default_gamma(self.n_experts)
 
     def check_feasible(self, gamma: float | None = None) -> FloatArray:
         """Decide Assumption 1: is there ``q >= gamma`` on the simplex with ``C^T q`` in ``S``?

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import RngSeed
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -39,8 +40,6 @@ __all__ = [
     "monte_carlo_reward",
     "sum_max_reward",
 ]
-
-SeedLike = int | np.random.SeedSequence | np.random.Generator | None
 
 
 def _check_skills(skills: ArrayLike) -> FloatArray:
@@ -265,7 +264,7 @@ def monte_carlo_reward(
     skills: ArrayLike,
     m_draws: int,
     n_samples: int = 200,
-    seed: SeedLike = None,
+    seed: RngSeed = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Monte Carlo estimate of ``Phi(q)`` with its standard error (the paper's 200 draws).
 

@@ -27,8 +27,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from msroute._seeding import SeedArg
 from msroute._validation import FloatArray, IntArray
-from msroute.policies.base import BasePolicy, SeedLike, check_hyper
+from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import BetaPosterior, TeamRounds, default_bwk_step
 from msroute.problem import Problem, ProblemBatch
@@ -81,7 +82,7 @@ class RandomPolicy(TeamRounds, BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 0,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
@@ -127,7 +128,7 @@ class GreedyPolicy(TeamRounds, BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 10,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
@@ -170,7 +171,7 @@ class CUCB(TeamRounds, BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 10,
         c: float = 2.0,
     ) -> None:
@@ -216,7 +217,7 @@ class CBwK(CUCB):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 10,
         c: float = 2.0,
         dual_step: float | None = None,
@@ -266,7 +267,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 10,
         reward_scale: float | None = None,
         prior_alpha: float = 1.0,
@@ -328,7 +329,7 @@ class ThompsonSamplingBwK(ThompsonSampling):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 10,
         reward_scale: float | None = None,
         prior_alpha: float = 1.0,

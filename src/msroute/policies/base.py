@@ -44,14 +44,11 @@ __all__ = [
     "BasePolicy",
     "Decision",
     "Policy",
-    "SeedLike",
     "check_hyper",
     "draw_counts",
     "draws_to_mask",
     "sample_multinomial",
 ]
-
-SeedLike = SeedArg
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,7 +202,7 @@ class BasePolicy:
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
     ) -> None:
         self.batch = problem if isinstance(problem, ProblemBatch) else ProblemBatch(problem, n_runs)
         if n_runs is not None and n_runs != self.batch.n_runs:

@@ -14,9 +14,10 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import SeedArg
 from msroute._validation import BoolArray, FloatArray, IntArray, as_float_array
 from msroute.errors import InvalidValueError
-from msroute.policies.base import BasePolicy, Decision, SeedLike, sample_multinomial
+from msroute.policies.base import BasePolicy, Decision, sample_multinomial
 from msroute.problem import Problem, ProblemBatch
 
 __all__ = ["FixedPolicy", "UniformPolicy"]
@@ -54,7 +55,7 @@ class FixedPolicy(BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         q: ArrayLike | Mapping[str, float] | None = None,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
@@ -128,6 +129,6 @@ class UniformPolicy(FixedPolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)

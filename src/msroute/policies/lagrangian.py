@@ -144,19 +144,6 @@ class LagrangianDual:
         self._cost_sum: FloatArray = np.zeros((n_runs, n_costs))
         self.n_steps = 0
 
-    @property
-    def n_bounds(self) -> int:
-        """Number of bound rows B."""
-        return int(self.coord.size)
-
-    @property
-    def rows(self) -> list[tuple[int, str]]:
-        """``(coordinate, "upper" | "lower")`` of each bound row, in the order of ``lam``."""
-        return [
-            (int(j), "upper" if s < 0 else "lower")
-            for j, s in zip(self.coord, self.sign, strict=True)
-        ]
-
     def weights(self) -> FloatArray:
         """``lambda ⊙ sign`` gathered per cost coordinate, per unit of cost, shape (R, d).
 

@@ -19,8 +19,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from msroute._seeding import SeedArg
 from msroute._validation import FloatArray, IntArray
-from msroute.policies.base import BasePolicy, SeedLike, check_hyper
+from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import TeamRounds
 from msroute.problem import Problem, ProblemBatch
@@ -91,7 +92,7 @@ class MoEGating(TeamRounds, BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         warmup: int = 0,
         lr: float = 0.01,
         dual_step: float = 4e-4,
@@ -102,10 +103,6 @@ class MoEGating(TeamRounds, BasePolicy):
         self.lr = check_hyper(lr, "lr")
         self._gate_dual = self._attach_dual(dual_step, violation, default=4e-4)
         self.theta: FloatArray = np.zeros((self.n_runs, self.n_experts))
-
-    def gate(self) -> FloatArray:
-        """The gate's softmax probabilities ``p``, shape (R, K)."""
-        return softmax(self.theta)
 
     def _scores(self) -> FloatArray:
         u = self.streams.uniform(self.n_experts)

@@ -19,12 +19,19 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from msroute._validation import BoolArray, FloatArray, IntArray, check_gamma, check_positive_int
+from msroute._seeding import SeedArg
+from msroute._validation import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    check_gamma,
+    check_positive_int,
+    default_gamma,
+)
 from msroute.errors import InvalidValueError
 from msroute.policies.base import (
     BasePolicy,
     Decision,
-    SeedLike,
     check_hyper,
     draw_counts,
     sample_multinomial,
@@ -170,7 +177,7 @@ class OMDApproachability(BasePolicy):
         *,
         horizon: int,
         n_runs: int | None = None,
-        seed: SeedLike = None,
+        seed: SeedArg = None,
         gamma: float | None = None,
         eta: float | None = None,
         eta_mult: float | None = None,
@@ -192,7 +199,7 @@ class OMDApproachability(BasePolicy):
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
         self.n_contexts = check_positive_int(n_contexts, "n_contexts")
-        self.gamma = check_gamma(1.0 / (10.0 * k) if gamma is None else gamma, k)
+        self.gamma = check_gamma(default_gamma(k) if gamma is None else gamma, k)
         if self.gamma <= 0.0:
             raise InvalidValueError(
                 "gamma must be > 0: the importance weights divide by q_i >= gamma"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, default_gamma
 from msroute.errors import InvalidValueError
 from msroute.problem import Constraints
 
@@ -194,7 +194,7 @@ class Scenario:
                 inst.skills_base[None], inst.costs, np.zeros(d), inst.costs.max(0), m
             )
             uniform = np.full(inst.n_experts, 1.0 / inst.n_experts)
-            gamma = 1.0 / (10.0 * inst.n_experts)  # Problem.default_gamma
+            gamma = default_gamma(inst.n_experts)
             floored = (1.0 - inst.n_experts * gamma) * float(cost.min()) + gamma * float(cost.sum())
             lows.append(m * floored)
             highs.append(max(m * float(cost @ opt.q), _expected_distinct_cost(uniform, cost, m)))

@@ -16,12 +16,11 @@ from scipy.optimize import linprog
 from msroute import Constraints, InfeasibleConstraintsError, Problem
 from msroute.oracle import (
     _Polytope,
-    _SumMaxObjective,
     best_fixed_policy,
     best_fixed_policy_for,
     contextual_opt,
 )
-from msroute.reward import expected_reward, expected_reward_grad
+from msroute.reward import SortedRows, expected_reward, expected_reward_grad
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -111,7 +110,7 @@ def test_objective_value_and_gradient_match_reward_module(m):
     rng, skills, _ = make_instance(1, t=9, n=3, k=6)
     skills[0, 0] = 0.0  # an all-zero row is dropped; must not change anything
     skills[1, 1, :3] = 0.4  # ties
-    obj = _SumMaxObjective(skills, m)
+    obj = SortedRows.average(skills, m)
     for _ in range(3):
         q = rng.dirichlet(np.ones(6))
         value, grad = obj.value_and_grad(q)
@@ -123,7 +122,7 @@ def test_objective_value_and_gradient_match_reward_module(m):
 @pytest.mark.parametrize("m", [2, 3, 4])
 def test_hessian_matches_finite_differences_along_the_simplex(m):
     rng, skills, _ = make_instance(2, t=7, n=2, k=6)
-    obj = _SumMaxObjective(skills, m)
+    obj = SortedRows.average(skills, m)
     q = rng.dirichlet(np.ones(6))
     idx = np.array([0, 2, 3, 5])
     hess = obj.hessian(q, idx)

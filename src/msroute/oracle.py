@@ -13,9 +13,9 @@ with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (:meth:`Problem.surro
 ``P``. The solver here
 
 1. sorts every ``(t, n)`` row of skills once and keeps the gaps ``v(j) - v(j+1)`` and the sort
-   order, so that one evaluation of ``F`` and of its exact gradient is a gather, a running sum,
-   an integer power and a scatter-add over ``T N K`` entries (about 10 ms at
-   ``T = 10,000, N = 3, K = 50``);
+   order (:class:`msroute.reward.SortedRows`, which also gives the exact Hessian), so that one
+   evaluation of ``F`` and of its exact gradient is a gather, a running sum, an integer power
+   and a scatter-add over ``T N K`` entries (about 10 ms at ``T = 10,000, N = 3, K = 50``);
 2. starts from a relative-interior point of ``P`` (a linear program, which also detects an
    empty ``P``) and runs scipy's SLSQP with the analytic gradient;
 3. moves the SLSQP point exactly into ``P`` (SLSQP may leave constraint violations of order
@@ -57,6 +57,7 @@ from msroute._validation import (
 )
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
 from msroute.problem import Problem
+from msroute.reward import SortedRows
 
 __all__ = [
     "ContextualOracleResult",
@@ -143,107 +144,6 @@ class ContextualOracleResult:
     per_context: tuple[OracleResult, ...]
     counts: np.ndarray
     converged: bool
-
-
-# ---------------------------------------------------------------------------- objective
-class _SumMaxObjective:
-    """``F(q) = (1/T) sum_t Phi_t(q)`` with each row's sort order and gaps precomputed.
-
-    Rows ``(t, n)`` are stored transposed, shape (K, T N), so that the running sums along the
-    sorted experts are K vectorised row operations instead of T N short scans.
-    """
-
-    def __init__(self, skills: FloatArray, m_draws: int) -> None:
-        t, n, k = skills.shape
-        rows = skills.reshape(t * n, k)
-        rows = rows[rows.max(axis=1) > 0.0]  # all-zero rows contribute nothing
-        order = np.argsort(-rows, axis=1, kind="stable")
-        v_sorted = np.take_along_axis(rows, order, axis=1)
-        gaps = np.empty_like(v_sorted)
-        np.subtract(v_sorted[:, :-1], v_sorted[:, 1:], out=gaps[:, :-1])
-        gaps[:, -1] = v_sorted[:, -1]
-        gaps /= t
-        self.k = k
-        self.m = m_draws
-        self.order = np.ascontiguousarray(order.T)
-        self.order_flat = self.order.ravel()
-        self.gaps = np.ascontiguousarray(gaps.T)
-        self.total = float(self.gaps.sum())
-        self._tail = np.empty_like(self.gaps)
-        self._work = np.empty_like(self.gaps)
-        self._rank: np.ndarray | None = None
-
-    def _fill_tail(self, q: FloatArray) -> FloatArray:
-        """``1 - Q_j`` of every row into the buffer ``_tail`` (K, T N), rank by rank."""
-        tail = self._tail
-        np.take(q, self.order, out=tail)  # q of the expert at each rank
-        np.subtract(1.0, tail[0], out=tail[0])
-        for j in range(1, self.k):
-            np.subtract(tail[j - 1], tail[j], out=tail[j])
-        np.maximum(tail, 0.0, out=tail)
-        return tail
-
-    def _reverse_cumsum_rows(self, work: FloatArray) -> None:
-        for j in range(self.k - 2, -1, -1):  # the expert at rank r collects every j >= r
-            np.add(work[j], work[j + 1], out=work[j])
-
-    def value_and_grad(self, q: FloatArray) -> tuple[float, FloatArray]:
-        """``F(q)`` and its exact gradient (module docstring of :mod:`msroute.reward`)."""
-        k, m = self.k, self.m
-        if self.gaps.shape[1] == 0:
-            return 0.0, np.zeros(k)
-        tail, work = self._fill_tail(q), self._work
-        _int_power(tail, m - 1, out=work)  # (1 - Q_j)^(M-1)
-        np.multiply(tail, work, out=tail)  # (1 - Q_j)^M
-        np.multiply(tail, self.gaps, out=tail)  # no BLAS dot: its threads stall on busy CPUs
-        value = self.total - float(tail.sum())
-        np.multiply(work, self.gaps, out=work)
-        np.multiply(work, float(m), out=work)  # per-rank terms of the gradient
-        self._reverse_cumsum_rows(work)
-        grad = np.bincount(self.order_flat, weights=work.ravel(), minlength=k)
-        return value, np.asarray(grad, dtype=np.float64)
-
-    def hessian(self, q: FloatArray, idx: np.ndarray) -> FloatArray:
-        """Exact Hessian of ``F`` restricted to the experts ``idx``, shape (f, f).
-
-        ``d2 Phi / dq_a dq_b = -sum_{j >= max(r_a, r_b)} (v(j) - v(j+1)) M (M-1) (1-Q_j)^(M-2)``
-        per row; the inner sum ``S(r)`` is non-increasing in the rank ``r``, so the entry is
-        ``-min(S(r_a), S(r_b))``. Negative semi-definite (``F`` is concave).
-        """
-        k, m, f = self.k, self.m, idx.shape[0]
-        if m == 1 or self.gaps.shape[1] == 0 or f == 0:
-            return np.zeros((f, f))
-        if self._rank is None:
-            rank = np.empty_like(self.order)
-            np.put_along_axis(
-                rank, self.order, np.broadcast_to(np.arange(k)[:, None], rank.shape), axis=0
-            )
-            self._rank = rank
-        tail, work = self._fill_tail(q), self._work
-        _int_power(tail, m - 2, out=work)
-        np.multiply(work, self.gaps, out=work)
-        np.multiply(work, float(m * (m - 1)), out=work)
-        self._reverse_cumsum_rows(work)  # S(r) per row
-        s_idx = np.take_along_axis(work, self._rank[idx], axis=0)  # (f, T N)
-        hess = np.empty((f, f))
-        buf = np.empty_like(s_idx)
-        for a in range(f):
-            np.minimum(s_idx[a][None, :], s_idx, out=buf)
-            hess[a] = -buf.sum(axis=1)
-        return hess
-
-
-def _int_power(x: FloatArray, p: int, out: FloatArray) -> FloatArray:
-    """``out = x ** p`` for an integer ``p >= 0`` (repeated products are faster than pow)."""
-    if p == 0:
-        out.fill(1.0)
-    elif p <= 8:
-        np.copyto(out, x)
-        for _ in range(p - 1):
-            np.multiply(out, x, out=out)
-    else:
-        np.power(x, float(p), out=out)
-    return out
 
 
 # ---------------------------------------------------------------------------- polytope
@@ -413,7 +313,7 @@ class _Polytope:
 
 # ---------------------------------------------------------------------------- solver
 def _newton_step(
-    objective: _SumMaxObjective, poly: _Polytope, q: FloatArray, grad: FloatArray
+    objective: SortedRows, poly: _Polytope, q: FloatArray, grad: FloatArray
 ) -> FloatArray | None:
     """One Newton step on the face of ``P`` that ``q`` lies on (the inequalities active at
     ``q`` kept as equalities), with a ratio test against the others.
@@ -457,7 +357,7 @@ def _newton_step(
     return poly.repair(out)
 
 
-def _solve(objective: _SumMaxObjective, poly: _Polytope, tol: float, max_iter: int) -> OracleResult:
+def _solve(objective: SortedRows, poly: _Polytope, tol: float, max_iter: int) -> OracleResult:
     from scipy.optimize import minimize  # scipy loads when an oracle is first solved
 
     k = poly.costs.shape[0]
@@ -625,7 +525,7 @@ def best_fixed_policy(
     m = check_positive_int(m_draws, "m_draws")
     max_iter = check_positive_int(max_iter, "max_iter")
     poly = _Polytope(c, lo_a, hi_a, floor)
-    return _solve(_SumMaxObjective(v, m), poly, tol, max_iter)
+    return _solve(SortedRows.average(v, m), poly, tol, max_iter)
 
 
 def best_fixed_policy_for(
@@ -726,7 +626,14 @@ def contextual_opt(
             )
             continue
         sub = v[x == ctx] * w[ctx][None, :, None]
-        results.append(_solve(_SumMaxObjective(sub, problem.m_draws), poly, tol, max_iter))
+        results.append(
+            _solve(
+                SortedRows.average(sub, problem.m_draws),
+                poly,
+                tol,
+                max_iter,
+            )
+        )
     share = counts / t_len
     return ContextualOracleResult(
         value=float(sum(s * r.value for s, r in zip(share, results, strict=True))),

@@ -117,19 +117,132 @@ def draws_sum_max_reward(skills: FloatArray, draws: IntArray) -> FloatArray:
     return np.asarray(picked.max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 
-def _sorted_terms(q: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
-    """Per dimension: gaps ``v(j) - v(j+1)``, ``1 - Q_j`` and the sorting order (descending)."""
-    order = np.argsort(-v, axis=-1)
-    v_sorted = np.take_along_axis(v, order, axis=-1)
-    # Broadcast q against v's leading axes before gathering along the sort order.
-    lead = np.broadcast_shapes(q.shape[:-1], v.shape[:-2])
-    q_b = np.broadcast_to(q[..., None, :], (*lead, v.shape[-2], q.shape[-1]))
-    order_b = np.broadcast_to(order, (*lead, *v.shape[-2:]))
-    v_b = np.broadcast_to(v_sorted, (*lead, *v.shape[-2:]))
-    q_sorted = np.take_along_axis(q_b, order_b, axis=-1)
-    tail = np.clip(1.0 - np.cumsum(q_sorted, axis=-1), 0.0, 1.0)
-    gaps = v_b - np.concatenate([v_b[..., 1:], np.zeros_like(v_b[..., :1])], axis=-1)
-    return gaps, tail, np.asarray(order_b, dtype=np.int64)
+class SortedRows:
+    """Skill rows sorted once, for repeated exact evaluations of ``Phi``, its gradient and its
+    Hessian (the oracle's objective, :func:`expected_reward_grad`).
+
+    Row ``r`` (one dimension ``V[n, :]`` of one skill matrix) is scored against the policy of
+    its group ``group[r]``; the function is ``F(q) = sum_r Phi_r(q[group[r]]) / divisor``, so
+    that one group with ``divisor = T`` is the average ``(1/T) sum_t Phi_t(q)`` of eq. (3).
+    Each row keeps its sort order and the gaps ``v(j) - v(j+1)`` (module docstring); rows are
+    stored transposed, shape (K, rows), so that the running sums along the sorted experts are
+    K vectorised row operations instead of one short scan per row. All-zero rows contribute
+    nothing and are dropped.
+    """
+
+    def __init__(
+        self,
+        rows: FloatArray,
+        m_draws: int,
+        *,
+        group: IntArray | None = None,
+        n_groups: int = 1,
+        divisor: float = 1.0,
+    ) -> None:
+        k = rows.shape[1]
+        keep = rows.max(axis=1) > 0.0
+        rows = rows[keep]
+        order = np.argsort(-rows, axis=1, kind="stable")
+        v_sorted = np.take_along_axis(rows, order, axis=1)
+        gaps = np.empty_like(v_sorted)
+        np.subtract(v_sorted[:, :-1], v_sorted[:, 1:], out=gaps[:, :-1])
+        gaps[:, -1] = v_sorted[:, -1]
+        gaps /= divisor
+        self.k = k
+        self.m = m_draws
+        self.n_groups = n_groups
+        self.order = np.ascontiguousarray(order.T)
+        # Index of the policy entry of the expert at each rank, into q flattened (G, K).
+        self.q_index = self.order if group is None else self.order + group[keep] * k
+        self.q_index_flat = self.q_index.ravel()
+        self.gaps = np.ascontiguousarray(gaps.T)
+        self.total = float(self.gaps.sum())
+        self._tail = np.empty_like(self.gaps)
+        self._work = np.empty_like(self.gaps)
+        self._rank: np.ndarray | None = None
+
+    @classmethod
+    def average(cls, skills: FloatArray, m_draws: int) -> SortedRows:
+        """``F(q) = (1/T) sum_t Phi_t(q)`` of one policy over skills (T, N, K), eq. (3)."""
+        t, n_dims, k = skills.shape
+        return cls(skills.reshape(t * n_dims, k), m_draws, divisor=t)
+
+    def _fill_tail(self, q: FloatArray) -> FloatArray:
+        """``1 - Q_j`` of every row into the buffer ``_tail`` (K, rows), rank by rank."""
+        tail = self._tail
+        np.take(q, self.q_index, out=tail)  # q of the expert at each rank
+        np.subtract(1.0, tail[0], out=tail[0])
+        for j in range(1, self.k):
+            np.subtract(tail[j - 1], tail[j], out=tail[j])
+        np.maximum(tail, 0.0, out=tail)
+        return tail
+
+    def _reverse_cumsum_rows(self, work: FloatArray) -> None:
+        for j in range(self.k - 2, -1, -1):  # the expert at rank r collects every j >= r
+            np.add(work[j], work[j + 1], out=work[j])
+
+    def value_and_grad(self, q: FloatArray) -> tuple[float, FloatArray]:
+        """``F(q)`` and its exact gradient, of the shape of ``q``: (K,) or (G, K).
+
+        The gradient is the closed form of the module docstring, summed per group.
+        """
+        m = self.m
+        if self.gaps.shape[1] == 0:
+            return 0.0, np.zeros(q.shape)
+        tail, work = self._fill_tail(q), self._work
+        _int_power(tail, m - 1, out=work)  # (1 - Q_j)^(M-1)
+        np.multiply(tail, work, out=tail)  # (1 - Q_j)^M
+        np.multiply(tail, self.gaps, out=tail)  # no BLAS dot: its threads stall on busy CPUs
+        value = self.total - float(tail.sum())
+        np.multiply(work, self.gaps, out=work)
+        np.multiply(work, float(m), out=work)  # per-rank terms of the gradient
+        self._reverse_cumsum_rows(work)
+        grad = np.bincount(
+            self.q_index_flat, weights=work.ravel(), minlength=self.n_groups * self.k
+        )
+        return value, np.asarray(grad, dtype=np.float64).reshape(q.shape)
+
+    def hessian(self, q: FloatArray, idx: np.ndarray) -> FloatArray:
+        """Exact Hessian of ``F`` restricted to the experts ``idx``, shape (f, f); one group.
+
+        ``d2 Phi / dq_a dq_b = -sum_{j >= max(r_a, r_b)} (v(j) - v(j+1)) M (M-1) (1-Q_j)^(M-2)``
+        per row; the inner sum ``S(r)`` is non-increasing in the rank ``r``, so the entry is
+        ``-min(S(r_a), S(r_b))``. Negative semi-definite (``F`` is concave).
+        """
+        k, m, f = self.k, self.m, idx.shape[0]
+        if m == 1 or self.gaps.shape[1] == 0 or f == 0:
+            return np.zeros((f, f))
+        if self._rank is None:
+            rank = np.empty_like(self.order)
+            np.put_along_axis(
+                rank, self.order, np.broadcast_to(np.arange(k)[:, None], rank.shape), axis=0
+            )
+            self._rank = rank
+        tail, work = self._fill_tail(q), self._work
+        _int_power(tail, m - 2, out=work)
+        np.multiply(work, self.gaps, out=work)
+        np.multiply(work, float(m * (m - 1)), out=work)
+        self._reverse_cumsum_rows(work)  # S(r) per row
+        s_idx = np.take_along_axis(work, self._rank[idx], axis=0)  # (f, rows)
+        hess = np.empty((f, f))
+        buf = np.empty_like(s_idx)
+        for a in range(f):
+            np.minimum(s_idx[a][None, :], s_idx, out=buf)
+            hess[a] = -buf.sum(axis=1)
+        return hess
+
+
+def _int_power(x: FloatArray, p: int, out: FloatArray) -> FloatArray:
+    """``out = x ** p`` for an integer ``p >= 0`` (repeated products are faster than pow)."""
+    if p == 0:
+        out.fill(1.0)
+    elif p <= 8:
+        np.copyto(out, x)
+        for _ in range(p - 1):
+            np.multiply(out, x, out=out)
+    else:
+        np.power(x, float(p), out=out)
+    return out
 
 
 def expected_reward_core(q: FloatArray, v: FloatArray, m: int) -> FloatArray:
@@ -250,13 +363,14 @@ def expected_reward_grad(q: ArrayLike, skills: ArrayLike, m_draws: int) -> Float
     ndarray, shape (broadcast leading axes..., K)
     """
     qa, v, m = _check_pair(q, skills, m_draws)
-    gaps, tail, order = _sorted_terms(qa, v)
-    per_rank = gaps * m * tail ** (m - 1)
-    # Expert at rank r collects the terms of every j >= r: a reversed cumulative sum.
-    by_rank = np.flip(np.cumsum(np.flip(per_rank, axis=-1), axis=-1), axis=-1)
-    grad = np.zeros_like(by_rank)
-    np.put_along_axis(grad, order, by_rank, axis=-1)
-    return np.asarray(grad.sum(axis=-2), dtype=np.float64)
+    lead = np.broadcast_shapes(qa.shape[:-1], v.shape[:-2])
+    n_dims, k = v.shape[-2:]
+    size = int(np.prod(lead, dtype=np.int64))
+    rows = np.broadcast_to(v, (*lead, n_dims, k)).reshape(size * n_dims, k)
+    group = np.repeat(np.arange(size, dtype=np.int64), n_dims)
+    q_flat = np.ascontiguousarray(np.broadcast_to(qa, (*lead, k))).reshape(size, k)
+    _, grad = SortedRows(rows, m, group=group, n_groups=size).value_and_grad(q_flat)
+    return grad.reshape(*lead, k)
 
 
 def monte_carlo_reward(

@@ -278,9 +278,9 @@ def test_problem_wrapper_uses_the_surrogate_box():
 def test_infeasible_constraints_raise():
     _, skills, _ = make_instance(26, k=3, d=1)
     costs = np.array([[0.5], [0.6], [0.9]])
-    with pytest.raises(InfeasibleConstraintsError, match=r"smallest reachable 0\.5"):
+    with pytest.raises(InfeasibleConstraintsError, match=r"smallest reachable value is 0\.5"):
         best_fixed_policy(skills, costs, [0.0], [0.4], 2)
-    with pytest.raises(InfeasibleConstraintsError, match=r"largest reachable 0\.9"):
+    with pytest.raises(InfeasibleConstraintsError, match=r"largest reachable value is 0\.9"):
         best_fixed_policy(skills, costs, [0.95], [1.0], 2)
     # Reachable alone (0.9 needs q_2 = 1) but not with a floor of 0.2 on the others.
     with pytest.raises(InfeasibleConstraintsError, match="floor"):

@@ -56,7 +56,7 @@ from msroute._validation import (
     check_positive_int,
 )
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
-from msroute.problem import Problem
+from msroute.problem import Problem, unreachable_bounds
 from msroute.reward import SortedRows
 
 __all__ = [
@@ -194,29 +194,15 @@ class _Polytope:
             raise InfeasibleConstraintsError(f"interior-point LP failed: {res.message}")
         tau = float(res.x[-1])
         if tau < -1e-9 * self.scale:
-            raise InfeasibleConstraintsError(self._infeasible_message(tau))
+            raise InfeasibleConstraintsError(
+                self._infeasible_message(tau, self.costs.T @ res.x[:k])
+            )
         q = self._onto_floored_simplex(np.asarray(res.x[:k], dtype=np.float64))
         slack = self.b_ub - self.a_ub @ q
         return q, np.where(slack > _ROUNDING * self.scale, slack, 0.0)
 
-    def _infeasible_message(self, tau: float) -> str:
-        k = self.costs.shape[0]
-        free = 1.0 - k * self.floor
-        reach_min = self.floor * self.costs.sum(axis=0) + free * self.costs.min(axis=0)
-        reach_max = self.floor * self.costs.sum(axis=0) + free * self.costs.max(axis=0)
-        parts = []
-        for j in range(self.costs.shape[1]):
-            if reach_min[j] > self.hi[j]:
-                parts.append(
-                    f"coordinate {j}: C^T q <= {self.hi[j]:.6g} asked, smallest reachable "
-                    f"{reach_min[j]:.6g}"
-                )
-            if reach_max[j] < self.lo[j]:
-                parts.append(
-                    f"coordinate {j}: C^T q >= {self.lo[j]:.6g} asked, largest reachable "
-                    f"{reach_max[j]:.6g}"
-                )
-        detail = "; ".join(parts) if parts else "each bound is reachable alone, not all together"
+    def _infeasible_message(self, tau: float, closest: FloatArray) -> str:
+        detail = unreachable_bounds(self.costs, self.floor, self.lo, self.hi, closest)
         return (
             f"no routing policy q >= floor = {self.floor:.6g} on the simplex has "
             f"lo <= C^T q <= hi (the best point misses by {-tau:.3g}): {detail}"

@@ -13,7 +13,7 @@ Lemma 2 then transfers distances: ``dist(phi, S_ori) <= M dist(varphi, S)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,14 @@ from msroute._validation import (
 )
 from msroute.errors import InfeasibleConstraintsError, InvalidTypeError, InvalidValueError
 
-__all__ = ["Constraints", "Problem", "ProblemBatch", "bound_report"]
+__all__ = [
+    "Constraints",
+    "Problem",
+    "ProblemBatch",
+    "bound_report",
+    "floored_reach",
+    "unreachable_bounds",
+]
 
 Bound = float | None
 _REAL = (int, float, np.integer, np.floating)
@@ -361,56 +368,105 @@ class Problem:
 
     def _infeasibility_message(self, gamma: float, closest: FloatArray) -> str:
         """Explain which coordinates cannot be met and the best value reachable for each."""
-        k = self.n_experts
-        c = self.costs
-        # Range of (C^T q)_j over the floored simplex, coordinate by coordinate.
-        free = 1.0 - k * gamma
-        reach_min = gamma * c.sum(axis=0) + free * c.min(axis=0)
-        reach_max = gamma * c.sum(axis=0) + free * c.max(axis=0)
         lo, hi = self._lo, self._hi
         m = self.m_draws
-        parts: list[str] = []
         lo_ori, hi_ori = self.original_box()
-        for j in range(self.n_costs):
-            name = self.constraints.coordinate_name(j)
-            if np.isfinite(lo_ori[j]) and np.isfinite(hi_ori[j]) and lo[j] > hi[j]:
-                parts.append(
-                    f"coordinate {name}: lower bound {lo_ori[j]:.6g} is above upper bound / M = "
-                    f"{hi[j]:.6g} (M={m}), so the surrogate interval of Section 4.2 is empty; "
-                    f"the bounds must satisfy l <= u/M"
-                )
-                continue
-            if reach_min[j] > hi[j] + 1e-12:
-                parts.append(
-                    f"coordinate {name}: upper bound {hi_ori[j]:.6g} needs C^T q <= "
-                    f"{hi[j]:.6g} (= u/M, M={m}) but the smallest reachable value is "
-                    f"{reach_min[j]:.6g}"
-                )
-            if reach_max[j] < lo[j] - 1e-12:
-                parts.append(
-                    f"coordinate {name}: lower bound {lo_ori[j]:.6g} needs C^T q >= {lo[j]:.6g} "
-                    f"but the largest reachable value is {reach_max[j]:.6g}"
-                )
-        if not parts:
-            for j in range(self.n_costs):
-                name = self.constraints.coordinate_name(j)
-                if closest[j] > hi[j] + 1e-9:
-                    parts.append(
-                        f"coordinate {name}: needs C^T q <= {hi[j]:.6g}; best jointly reachable "
-                        f"{closest[j]:.6g}"
-                    )
-                elif closest[j] < lo[j] - 1e-9:
-                    parts.append(
-                        f"coordinate {name}: needs C^T q >= {lo[j]:.6g}; best jointly reachable "
-                        f"{closest[j]:.6g}"
-                    )
-            head = "each bound is reachable alone but not all together; closest point: "
-        else:
-            head = ""
+        empty = {
+            j: f"coordinate {self.constraints.coordinate_name(j)}: lower bound {lo_ori[j]:.6g} "
+            f"is above upper bound / M = {hi[j]:.6g} (M={m}), so the surrogate interval of "
+            "Section 4.2 is empty; the bounds must satisfy l <= u/M"
+            for j in range(self.n_costs)
+            if np.isfinite(lo_ori[j]) and np.isfinite(hi_ori[j]) and lo[j] > hi[j]
+        }
+
+        def bound(j: int, side: str) -> str:
+            if side == "upper":
+                return f"upper bound {hi_ori[j]:.6g} needs C^T q <= {hi[j]:.6g} (= u/M, M={m})"
+            return f"lower bound {lo_ori[j]:.6g} needs C^T q >= {lo[j]:.6g}"
+
+        detail = unreachable_bounds(
+            self.costs,
+            gamma,
+            lo,
+            hi,
+            closest,
+            name=self.constraints.coordinate_name,
+            bound=bound,
+            reasons=empty,
+        )
         return (
             f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
-            f"(Assumption 1 fails): {head}" + "; ".join(parts)
+            f"(Assumption 1 fails): {detail}"
         )
+
+
+def floored_reach(costs: FloatArray, floor: float) -> tuple[FloatArray, FloatArray]:
+    """The least and the greatest ``(C^T q)_j`` of each cost coordinate over the floored
+    simplex ``{q >= floor, sum q = 1}``: the floor everywhere, the free mass on one expert."""
+    free = 1.0 - costs.shape[0] * floor
+    return (
+        floor * costs.sum(axis=0) + free * costs.min(axis=0),
+        floor * costs.sum(axis=0) + free * costs.max(axis=0),
+    )
+
+
+def unreachable_bounds(
+    costs: FloatArray,
+    floor: float,
+    lo: FloatArray,
+    hi: FloatArray,
+    closest: FloatArray,
+    *,
+    name: Callable[[int], str] = str,
+    bound: Callable[[int, str], str] | None = None,
+    reasons: Mapping[int, str] | None = None,
+) -> str:
+    """Why no ``q >= floor`` on the simplex has ``lo <= C^T q <= hi``, coordinate by coordinate.
+
+    A bound beyond :func:`floored_reach` is named with the best value reachable for it; when
+    every bound is reachable alone, the bounds that ``closest`` (``C^T q`` of the point that
+    came nearest) misses are named with its values. ``name(j)`` names coordinate ``j``,
+    ``bound(j, "upper" | "lower")`` words its bound (default ``needs C^T q <= hi[j]``), and
+    ``reasons[j]``, when given, replaces the reach check of coordinate ``j``.
+    """
+
+    def word(j: int, side: str) -> str:
+        if bound is not None:
+            return bound(j, side)
+        return f"needs C^T q <= {hi[j]:.6g}" if side == "upper" else f"needs C^T q >= {lo[j]:.6g}"
+
+    reach_min, reach_max = floored_reach(costs, floor)
+    known = reasons or {}
+    parts: list[str] = []
+    for j in range(costs.shape[1]):
+        if j in known:
+            parts.append(known[j])
+            continue
+        if reach_min[j] > hi[j] + 1e-12:
+            parts.append(
+                f"coordinate {name(j)}: {word(j, 'upper')} but the smallest reachable value is "
+                f"{reach_min[j]:.6g}"
+            )
+        if reach_max[j] < lo[j] - 1e-12:
+            parts.append(
+                f"coordinate {name(j)}: {word(j, 'lower')} but the largest reachable value is "
+                f"{reach_max[j]:.6g}"
+            )
+    if parts:
+        return "; ".join(parts)
+    for j in range(costs.shape[1]):
+        if closest[j] > hi[j] + 1e-9:
+            parts.append(
+                f"coordinate {name(j)}: needs C^T q <= {hi[j]:.6g}; best jointly reachable "
+                f"{closest[j]:.6g}"
+            )
+        elif closest[j] < lo[j] - 1e-9:
+            parts.append(
+                f"coordinate {name(j)}: needs C^T q >= {lo[j]:.6g}; best jointly reachable "
+                f"{closest[j]:.6g}"
+            )
+    head = "each bound is reachable alone but not all together; closest point: "
+    return head + "; ".join(parts)
 
 
 def _names(values: Sequence[str] | None, n: int, arg: str, what: str) -> tuple[str, ...] | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from msroute._validation import FloatArray, default_gamma
 from msroute.errors import InvalidValueError
-from msroute.problem import Constraints
+from msroute.problem import Constraints, floored_reach
 
 __all__ = ["NO_BUDGET", "Scenario", "ScenarioInstance", "format_budget", "parse_budget"]
 
@@ -194,8 +194,7 @@ class Scenario:
                 inst.skills_base[None], inst.costs, np.zeros(d), inst.costs.max(0), m
             )
             uniform = np.full(inst.n_experts, 1.0 / inst.n_experts)
-            gamma = default_gamma(inst.n_experts)
-            floored = (1.0 - inst.n_experts * gamma) * float(cost.min()) + gamma * float(cost.sum())
+            floored = float(floored_reach(cost[:, None], default_gamma(inst.n_experts))[0][0])
             lows.append(m * floored)
             highs.append(max(m * float(cost @ opt.q), _expected_distinct_cost(uniform, cost, m)))
         lo, hi = max(lows), max(highs)

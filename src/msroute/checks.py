@@ -54,11 +54,11 @@ from typing import Any
 import numpy as np
 
 from msroute.errors import PolicyCheckError
-from msroute.policies.base import BasePolicy, Decision, Policy, draws_to_mask
+from msroute.policies.base import BasePolicy, Decision, Policy
 from msroute.policies.persist import StateValue, load_policy, save_policy, state_dict
 from msroute.policies.registry import POLICIES
 from msroute.problem import Constraints, Problem
-from msroute.reward import batch_sum_max_reward
+from msroute.reward import batch_sum_max_reward, draws_to_mask
 
 __all__ = ["CHECKS", "check_policy"]
 

@@ -35,6 +35,7 @@ from msroute.errors import InvalidValueError
 
 __all__ = [
     "batch_sum_max_reward",
+    "draws_to_mask",
     "expected_reward",
     "expected_reward_grad",
     "monte_carlo_reward",
@@ -77,6 +78,14 @@ def sum_max_reward(skills: ArrayLike, subset: ArrayLike) -> float:
     if idx.min() < 0 or idx.max() >= k:
         raise InvalidValueError(f"subset has indices outside [0, {k - 1}]: {idx.tolist()}")
     return float(v[:, idx].max(axis=1).sum())
+
+
+def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
+    """Membership mask (..., K) of the distinct experts among draws (..., M)."""
+    rows = draws.reshape(-1, draws.shape[-1])
+    mask = np.zeros((rows.shape[0], n_experts), dtype=bool)
+    mask[np.arange(rows.shape[0])[:, None], rows] = True
+    return mask.reshape(*draws.shape[:-1], n_experts)
 
 
 def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
@@ -405,8 +414,7 @@ def monte_carlo_reward(
     cdf[..., -1] = 1.0
     u = rng.random((*lead, n, m))
     draws = np.minimum((u[..., None] >= cdf[..., None, None, :]).sum(axis=-1), k - 1)
-    mask = np.zeros((*lead, n, k), dtype=bool)
-    np.put_along_axis(mask, draws, True, axis=-1)
+    mask = draws_to_mask(draws, k)
     v_b = np.broadcast_to(v, (*lead, *v.shape[-2:]))
     rewards = batch_sum_max_reward(v_b[..., None, :, :], mask)
     mean = rewards.mean(axis=-1)

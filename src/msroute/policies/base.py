@@ -39,6 +39,7 @@ from msroute._validation import (
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
+from msroute.reward import draws_to_mask
 
 __all__ = [
     "BasePolicy",
@@ -100,13 +101,6 @@ class Policy(Protocol):
     def update(self, decision: Decision, reward: ArrayLike, cost: ArrayLike) -> None:
         """Bandit feedback of one decision: reward (R,), realized cost (R, d)."""
         ...
-
-
-def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
-    """Membership mask (R, K) of the distinct experts among each run's draws (R, M)."""
-    mask = np.zeros((draws.shape[0], n_experts), dtype=bool)
-    mask[np.arange(draws.shape[0])[:, None], draws] = True
-    return mask
 
 
 def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:

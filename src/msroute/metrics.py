@@ -37,7 +37,7 @@ from msroute._validation import (
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.problem import bound_report, box_distance
-from msroute.reward import expected_reward_core, monte_carlo_reward
+from msroute.reward import context_scaled, expected_reward_core, monte_carlo_reward
 
 __all__ = [
     "bound_report",
@@ -410,7 +410,7 @@ def objective_regret_proxy(
         v = fetch(start, stop)
         if ctx is not None and weights is not None:
             x = ctx[start:stop]  # (c, R)
-            v = v * weights[x][..., None]
+            v = context_scaled(v, weights, x)
             q_rounds = q[runs[None, :], x]  # (c, R, K)
         else:
             q_rounds = np.broadcast_to(q[None], (stop - start, n_runs, k))

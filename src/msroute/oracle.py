@@ -57,7 +57,7 @@ from msroute._validation import (
 )
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
 from msroute.problem import Problem, unreachable_bounds
-from msroute.reward import SortedRows
+from msroute.reward import SortedRows, context_scaled
 
 __all__ = [
     "ContextualOracleResult",
@@ -611,7 +611,7 @@ def contextual_opt(
                 )
             )
             continue
-        sub = v[x == ctx] * w[ctx][None, :, None]
+        sub = context_scaled(v[x == ctx], w, ctx)
         results.append(
             _solve(
                 SortedRows.average(sub, problem.m_draws),

@@ -35,6 +35,7 @@ from msroute.errors import InvalidValueError
 
 __all__ = [
     "batch_sum_max_reward",
+    "context_scaled",
     "draws_to_mask",
     "expected_reward",
     "expected_reward_grad",
@@ -86,6 +87,13 @@ def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:
     mask = np.zeros((rows.shape[0], n_experts), dtype=bool)
     mask[np.arange(rows.shape[0])[:, None], rows] = True
     return mask.reshape(*draws.shape[:-1], n_experts)
+
+
+def context_scaled(skills: FloatArray, weights: FloatArray, contexts: IntArray | int) -> FloatArray:
+    """Skills (..., N, K) as scored in their contexts (...): context ``x`` weighs dimension ``n``
+    by ``weights[x, n] >= 0`` (Section 5.2). Scaling a dimension scales its maximum exactly, so
+    the sum-max reward of the scaled skills is the context's reward."""
+    return np.asarray(skills * weights[contexts][..., None], dtype=np.float64)
 
 
 def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:

@@ -32,7 +32,7 @@ from msroute._validation import FloatArray, IntArray, check_contexts, check_posi
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
-from msroute.reward import draws_sum_max_reward, expected_reward
+from msroute.reward import context_scaled, draws_sum_max_reward, expected_reward
 from msroute.streaming import PairwiseSum
 
 __all__ = ["RunSummary", "SkillSource", "Trajectory", "simulate", "simulate_summary"]
@@ -406,7 +406,7 @@ def _play(
             v = skills[step] if runs is None else skills[step][runs]
             ctx = None if ctx_all is None else ctx_all[t]
             if weights is not None and ctx is not None:
-                v = v * weights[ctx][:, :, None]
+                v = context_scaled(v, weights, ctx)
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
@@ -428,7 +428,7 @@ def _play(
         if q_buf:
             scored = skills if runs is None else skills[:, runs]
             if weights is not None and ctx_all is not None:
-                scored = scored * weights[ctx_all[start:stop]][..., None]
+                scored = context_scaled(scored, weights, ctx_all[start:stop])
             for name in q_buf:
                 expected[name][start:stop] = expected_reward(
                     q_buf[name][: stop - start], scored, batch.m_draws

@@ -38,6 +38,7 @@ from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.costs import check_cost_estimate
 from msroute.policies.omd import ContextualOMD, OMDApproachability
+from msroute.reward import context_scaled
 from msroute.simulate import simulate
 
 __all__ = ["ContextualConfig", "contextual_worker", "run_contextual"]
@@ -154,7 +155,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     gaps = np.empty(batch.n_runs)
     for r, problem in enumerate(batch.problems):
         ctx_res = contextual_opt(skills[:, r], contexts[:, r], weights, problem, floor=gamma)
-        scored = skills[:, r] * weights[contexts[:, r]][:, :, None]
+        scored = context_scaled(skills[:, r], weights, contexts[:, r])
         flat_res = best_fixed_policy_for(problem, scored, floor=gamma)
         opt_ctx[r], opt_flat[r] = ctx_res.value, flat_res.value
         gaps[r] = max(ctx_res.gap, flat_res.gap)

@@ -40,7 +40,7 @@ def run(policy: BasePolicy, skills: np.ndarray) -> Record:
         draws = decision.draws
         mask = draws_to_mask(draws, k)
         reward = batch_sum_max_reward(skills[t], mask)
-        cost = policy.batch.realized_cost(mask)
+        cost = policy.problem_batch.realized_cost(mask)
         policy.update(decision, reward, cost)
         rec.draws[t], rec.rewards[t], rec.costs[t] = draws, reward, cost
     return rec

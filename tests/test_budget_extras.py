@@ -108,8 +108,8 @@ def test_names_survive_save_and_load(tmp_path) -> None:
     pol = msroute.OMDApproachability(p, horizon=100, seed=0)
     pol.save(tmp_path / "r.npz")
     back = msroute.load_policy(tmp_path / "r.npz")
-    assert back.batch.problems[0].expert_names == tuple("abcdef")
-    assert back.batch.problems[0].cost_names == ("usd", "in_house")
+    assert back.problem_batch.problems[0].expert_names == tuple("abcdef")
+    assert back.problem_batch.problems[0].cost_names == ("usd", "in_house")
 
 
 def test_transposed_skills_get_a_hint_and_simulate_takes_a_problem() -> None:

@@ -208,7 +208,7 @@ def test_realized_costs_equal_to_the_table_change_nothing() -> None:
     d_tab, _, _, _ = play(llm_problem(), 800, cost_estimate="table")
     np.testing.assert_array_equal(d_est, d_tab)
     np.testing.assert_array_equal(
-        pol.cost_est.costs, np.broadcast_to(pol.batch.costs, pol.cost_est.costs.shape)
+        pol.cost_est.costs, np.broadcast_to(pol.problem_batch.costs, pol.cost_est.costs.shape)
     )
 
 

@@ -55,7 +55,7 @@ def make(name: str, **kwargs: Any) -> BasePolicy:
 
 def feedback(policy: BasePolicy, draws: np.ndarray, skills_t: np.ndarray):
     mask = draws_to_mask(draws, policy.n_experts)
-    return batch_sum_max_reward(skills_t, mask), policy.batch.realized_cost(mask)
+    return batch_sum_max_reward(skills_t, mask), policy.problem_batch.realized_cost(mask)
 
 
 def play(policy: BasePolicy, skills: np.ndarray, contexts: np.ndarray, rounds: range) -> None:
@@ -226,10 +226,10 @@ def test_per_run_problems_and_seed_sequence_are_kept(skills, contexts, tmp_path)
     play(original, skills, contexts, range(20))
     original.save(tmp_path / "r.npz")
     loaded = load_policy(tmp_path / "r.npz")
-    lp = loaded.batch.problems
+    lp = loaded.problem_batch.problems
     assert lp[0] is lp[2] and lp[0] is not lp[1]
     assert lp[1].cbar == 2.0 and lp[1].constraints == other.constraints
-    np.testing.assert_array_equal(loaded.batch.costs, original.batch.costs)
+    np.testing.assert_array_equal(loaded.problem_batch.costs, original.problem_batch.costs)
     assert loaded._init_kwargs["seed"].spawn_key == (1,)
     assert loaded.gamma == 0.02
     lockstep(original, loaded, skills, contexts, range(20, 40))

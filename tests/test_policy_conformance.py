@@ -196,7 +196,7 @@ def test_a_run_decides_the_same_alone_or_in_a_batch(name, skills):
         np.testing.assert_array_equal(d_all.draws[1:2], d_one.draws)
         for pol, dec, v in ((together, d_all, skills[t]), (alone, d_one, skills[t][1:2])):
             mask = draws_to_mask(dec.draws, pol.n_experts)
-            pol.update(dec, batch_sum_max_reward(v, mask), pol.batch.realized_cost(mask))
+            pol.update(dec, batch_sum_max_reward(v, mask), pol.problem_batch.realized_cost(mask))
 
 
 def assert_same_state(a: dict[str, object], b: dict[str, object]) -> None:
@@ -210,7 +210,9 @@ def assert_same_state(a: dict[str, object], b: dict[str, object]) -> None:
 
 def play_one(pol: BasePolicy, decision: Decision, skills_t: np.ndarray) -> None:
     mask = draws_to_mask(decision.draws, pol.n_experts)
-    pol.update(decision, batch_sum_max_reward(skills_t, mask), pol.batch.realized_cost(mask))
+    pol.update(
+        decision, batch_sum_max_reward(skills_t, mask), pol.problem_batch.realized_cost(mask)
+    )
 
 
 def context_of(name: str, t: int) -> np.ndarray | None:

@@ -94,7 +94,7 @@ class _Harness:
     def feedback(self, policy: BasePolicy, decision: Decision, t: int) -> tuple[Any, Any]:
         mask = draws_to_mask(decision.draws, policy.n_experts)
         skills = self.skills[t % _ROUNDS, : policy.n_runs]
-        return batch_sum_max_reward(skills, mask), policy.batch.realized_cost(mask)
+        return batch_sum_max_reward(skills, mask), policy.problem_batch.realized_cost(mask)
 
     def play(self, policy: BasePolicy, rounds: int, start: int = 0) -> list[Decision]:
         """``rounds`` decisions with immediate feedback; the decisions made."""

@@ -22,32 +22,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
+from msroute.envs import SkillEnv
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import context_scaled, draws_sum_max_reward, expected_reward
 from msroute.streaming import PairwiseSum
 
-__all__ = ["RunSummary", "SkillSource", "Trajectory", "simulate", "simulate_summary"]
-
-
-class SkillSource(Protocol):
-    """What the simulator needs of an environment: replayable skills of any round range."""
-
-    n_runs: int
-    n_dims: int
-    n_experts: int
-
-    def skills(self, start: int, stop: int) -> FloatArray:
-        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
-        ...
+__all__ = ["RunSummary", "Trajectory", "simulate", "simulate_summary"]
 
 
 @dataclass
@@ -167,7 +156,7 @@ def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> Int
 
 def simulate(
     policies: Mapping[str, BasePolicy],
-    env: SkillSource,
+    env: SkillEnv,
     batch: ProblemBatch | Problem,
     horizon: int,
     *,
@@ -185,7 +174,7 @@ def simulate(
     ----------
     policies : mapping of name -> policy
         Each with ``n_runs == env.n_runs == batch.n_runs``; they are advanced in place.
-    env : SkillSource
+    env : SkillEnv
         The skill environment (replayable: metrics can ask it for the same rounds again).
     batch : ProblemBatch or Problem
         The instance of each run (costs for the realized cost vectors); a single Problem is
@@ -244,7 +233,7 @@ def simulate(
     recorders, expected, clock = played
     out: dict[str, Trajectory] = {}
     for name, pol in policies.items():
-        final_q = getattr(pol, "q", None)
+        final_q = pol.q
         rec = recorders[name]
         out[name] = Trajectory(
             policy=name,
@@ -259,7 +248,7 @@ def simulate(
 
 def simulate_summary(
     policies: Mapping[str, BasePolicy],
-    env: SkillSource,
+    env: SkillEnv,
     batch: ProblemBatch | Problem,
     horizon: int,
     *,
@@ -325,7 +314,7 @@ def simulate_summary(
     out: dict[str, RunSummary] = {}
     for name, pol in policies.items():
         rec = recorders[name]
-        final_q = getattr(pol, "q", None)
+        final_q = pol.q
         out[name] = RunSummary(
             policy=name,
             avg_reward=rec.reward_sum.total() / t_total,
@@ -343,7 +332,7 @@ RecT = TypeVar("RecT", _Rounds, _Sums)
 
 
 def _as_batch(
-    batch: ProblemBatch | Problem, env: SkillSource, run_map: ArrayLike | None
+    batch: ProblemBatch | Problem, env: SkillEnv, run_map: ArrayLike | None
 ) -> ProblemBatch:
     """One instance shared by every run of the environment, or the batch given."""
     if isinstance(batch, Problem):
@@ -354,7 +343,7 @@ def _as_batch(
 
 def _play(
     policies: Mapping[str, BasePolicy],
-    env: SkillSource,
+    env: SkillEnv,
     batch: ProblemBatch,
     t_total: int,
     recorder: Callable[[int, int, int], RecT],

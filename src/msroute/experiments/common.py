@@ -142,10 +142,15 @@ class RunMapEnv:
         self.n_runs = int(self.run_map.size)
         self.n_dims = int(env.n_dims)
         self.n_experts = int(env.n_experts)
+        self.horizon: int | None = env.horizon
 
     def skills(self, start: int, stop: int) -> FloatArray:
         """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
         return np.asarray(self.env.skills(start, stop)[:, self.run_map], dtype=np.float64)
+
+    def mean_skills(self, start: int, stop: int) -> FloatArray:
+        """Expected skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        return np.asarray(self.env.mean_skills(start, stop)[:, self.run_map], dtype=np.float64)
 
 
 #: Memory the skills of one environment may keep for the next cells of a process.

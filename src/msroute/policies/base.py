@@ -198,15 +198,17 @@ class BasePolicy:
         n_runs: int | None = None,
         seed: SeedArg = None,
     ) -> None:
-        self.batch = problem if isinstance(problem, ProblemBatch) else ProblemBatch(problem, n_runs)
-        if n_runs is not None and n_runs != self.batch.n_runs:
+        self.problem_batch = (
+            problem if isinstance(problem, ProblemBatch) else ProblemBatch(problem, n_runs)
+        )
+        if n_runs is not None and n_runs != self.problem_batch.n_runs:
             raise InvalidValueError(
-                f"n_runs == {n_runs} but the problem batch has {self.batch.n_runs}"
+                f"n_runs == {n_runs} but the problem batch has {self.problem_batch.n_runs}"
             )
-        self.n_runs = self.batch.n_runs
-        self.n_experts = self.batch.n_experts
-        self.m_draws = self.batch.m_draws
-        self.n_costs = self.batch.n_costs
+        self.n_runs = self.problem_batch.n_runs
+        self.n_experts = self.problem_batch.n_experts
+        self.m_draws = self.problem_batch.m_draws
+        self.n_costs = self.problem_batch.n_costs
         self.horizon = check_positive_int(horizon, "horizon")
         # One stream per run (docs/architecture.md): a run decides the same alone or in any batch.
         block = max(4096, 16 * max(self.n_experts, self.m_draws))
@@ -247,6 +249,12 @@ class BasePolicy:
         decision = Decision(draws, probs, ctx, self.t)
         self.t += 1
         return decision
+
+    @property
+    def q(self) -> FloatArray | None:
+        """The routing distribution the policy keeps, (R, K) or (R, X, K), a copy; None for a
+        policy that keeps none (its draws come from scores, samples or a schedule)."""
+        return None
 
     def update(self, decision: Decision, reward: ArrayLike, cost: ArrayLike) -> None:
         """Feed back the outcome of one decision (bandit feedback only), in any order.

@@ -67,7 +67,7 @@ class FixedPolicy(BasePolicy):
         if q is None:
             return np.full((r, k), 1.0 / k)
         if isinstance(q, Mapping):
-            names = self.batch.problems[0].expert_names
+            names = self.problem_batch.problems[0].expert_names
             if names is None:
                 raise InvalidValueError(
                     "q was given as a mapping of expert names, but the problem has no "
@@ -94,7 +94,7 @@ class FixedPolicy(BasePolicy):
 
     def q_named(self, run: int = 0) -> dict[str, float]:
         """One run's routing distribution as a mapping expert name -> probability."""
-        return self.batch.problems[run].named(self._q[run])
+        return self.problem_batch.problems[run].named(self._q[run])
 
     def _select(
         self, context: IntArray | None, eligible: BoolArray | None

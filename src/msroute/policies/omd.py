@@ -239,7 +239,7 @@ class OMDApproachability(BasePolicy):
             self.eta = self.eta_mult * 2.0 * float(np.sqrt(g2))  # a of Corollary 2
         self.dual_step = check_hyper(dual_step, "dual_step")
         if check_feasible:
-            for p in dict.fromkeys(self.batch.problems):
+            for p in dict.fromkeys(self.problem_batch.problems):
                 p.check_feasible(self.gamma)
         r, x = self.n_runs, self.n_contexts
         self._q: FloatArray = np.full((r, x, k), 1.0 / k)
@@ -247,7 +247,7 @@ class OMDApproachability(BasePolicy):
         self._visits: IntArray = np.zeros((r, x), dtype=np.int64)
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
         self._reward_sum: FloatArray = np.zeros((r, x))
-        b = self.batch
+        b = self.problem_batch
         self._cost_sum: FloatArray = np.zeros((r, b.n_costs))
         self._n_feedback = 0
         self._scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
@@ -269,7 +269,7 @@ class OMDApproachability(BasePolicy):
         (:func:`msroute.metrics.bound_report`), and ``enforced``: the bounds the dual's cut(s)
         currently enforce (+1 upper, -1 lower, 0 none, per cost coordinate).
         """
-        b = self.batch
+        b = self.problem_batch
         avg = self._cost_sum / max(self._n_feedback, 1)
         names = b.problems[0].cost_names
         return {
@@ -282,7 +282,7 @@ class OMDApproachability(BasePolicy):
     def _make_dual(
         self, construction: DualConstruction, surrogate: Surrogate, margin: float
     ) -> ApproachabilityDual:
-        b = self.batch
+        b = self.problem_batch
         if construction == "paper":
             if surrogate != "linear":
                 raise InvalidValueError("surrogate='exact' needs dual='invariant'")
@@ -313,7 +313,7 @@ class OMDApproachability(BasePolicy):
 
     def q_named(self, run: int = 0, context: int = 0) -> dict[str, float]:
         """One run's routing distribution as a mapping expert name -> probability."""
-        return self.batch.problems[run].named(self._q[run, context])
+        return self.problem_batch.problems[run].named(self._q[run, context])
 
     @property
     def w(self) -> FloatArray:

@@ -343,8 +343,8 @@ def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
         )
     problems: list[Problem] = []
     index: dict[int, int] = {}
-    problem_of_run = [index.setdefault(id(p), len(index)) for p in policy.batch.problems]
-    for p in policy.batch.problems:
+    problem_of_run = [index.setdefault(id(p), len(index)) for p in policy.problem_batch.problems]
+    for p in policy.problem_batch.problems:
         if index[id(p)] == len(problems):
             problems.append(p)
     arrays: dict[str, np.ndarray] = {

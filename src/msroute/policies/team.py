@@ -251,7 +251,7 @@ class TeamRounds:
     """
 
     # Provided by BasePolicy.
-    batch: ProblemBatch
+    problem_batch: ProblemBatch
     streams: RunStreams
     horizon: int
     t: int
@@ -284,7 +284,7 @@ class TeamRounds:
         self, dual_step: float | None, violation: Violation, default: float
     ) -> LagrangianDual:
         step = default if dual_step is None else check_hyper(dual_step, "dual_step")
-        b = self.batch
+        b = self.problem_batch
         scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
         self.dual = LagrangianDual(b.lo_ori, b.hi_ori, step=step, violation=violation, scale=scale)
         # The penalty prices experts at their learned cost per call (M distinct experts).

@@ -22,6 +22,7 @@ from msroute.datasets import (
     sample_instance,
 )
 from msroute.datasets import crowd as crowd_module
+from msroute.datasets import instance as instance_module
 from msroute.errors import DataFormatError
 
 SHARED_TREC = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec2010"
@@ -385,10 +386,11 @@ def test_too_few_reliable_workers(trec: CrowdData, hand: CrowdData) -> None:
         sample_instance(hand, n_experts=4, n_dims=2, seed=0, n_flagged=1, min_annotations=3)
 
 
-def test_doctests_of_the_module() -> None:
+@pytest.mark.parametrize("module", [crowd_module, instance_module])
+def test_doctests_of_the_module(module: object) -> None:
     import doctest
 
-    result = doctest.testmod(crowd_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 

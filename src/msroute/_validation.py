@@ -111,6 +111,12 @@ def check_simplex(q: FloatArray, name: str = "q") -> None:
         )
 
 
+def read_only(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``arr`` made read-only in place (arrays held by frozen records)."""
+    arr.setflags(write=False)
+    return arr
+
+
 def default_gamma(n_experts: int) -> float:
     """The paper's exploration floor ``gamma = 1/(10K)`` for K experts."""
     return 1.0 / (10.0 * n_experts)

@@ -7,16 +7,12 @@ of files in the same format works too.
 
 from __future__ import annotations
 
-from msroute.datasets.crowd import (
-    DATASETS,
-    TREC2010_SHA256,
-    WEB_SHA256,
-    CrowdData,
+from msroute.datasets.crowd import DATASETS, TREC2010_SHA256, WEB_SHA256, CrowdData, load_crowd
+from msroute.datasets.instance import (
     Instance,
     build_instance,
     fit_beta_prior,
     fit_beta_strength,
-    load_crowd,
     sample_instance,
 )
 

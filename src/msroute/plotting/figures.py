@@ -1,27 +1,5 @@
-"""Figures of the experiments, drawn from tidy result rows.
-
-Each ``plot_*`` function takes the rows of one experiment's CSV file (a sequence of mappings, as
-:class:`csv.DictReader` yields them, so values may be strings; native ``int``/``float``/``bool``
-values work too) and returns a :class:`matplotlib.figure.Figure`; :func:`save_figure` writes it
-as ``.png`` and ``.svg``.
-
-* :func:`plot_fig1` -- Figure 1: objective regret :math:`R_1(n)` and constraint regret
-  :math:`R_2(n)` of OMD-Approachability against its step, per constraint level.
-* :func:`plot_fig2` -- Figure 2: time-averaged reward and share of feasible runs per policy and
-  constraint level, in each environment.
-* :func:`plot_fig3` -- Figure 3: rolling-average reward per policy over the rounds.
-* :func:`plot_contextual` -- the contextual experiment: reward (with the per-context OPT) and
-  regret per policy.
-* :func:`plot_bench` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
-  every run as a point (infeasible runs marked).
-
-Figures are built without :mod:`matplotlib.pyplot`: each one gets its own Agg canvas, so no
-screen is needed and no global backend is switched. This module is not imported by
-``import msroute``; matplotlib is loaded only when it is.
-
-Every policy keeps one color across figures; OMD-Approachability (``"omd"``) is always blue and
-drawn above the other lines.
-"""
+"""The figures of the experiments (see :mod:`msroute.plotting`), with the policies' colors and
+labels (read from the policy classes) and the order of levels and environments."""
 
 from __future__ import annotations
 
@@ -42,7 +20,17 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from msroute._atomic import atomic_path
-from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
+from msroute.errors import InvalidValueError
+from msroute.plotting.rows import (
+    Row,
+    checked_rows,
+    get_bool,
+    get_float,
+    get_int,
+    get_optional_float,
+    get_str,
+    mean_std,
+)
 from msroute.policies.base import BasePolicy
 from msroute.policies.registry import POLICIES, get_policy_class
 
@@ -58,8 +46,6 @@ __all__ = [
     "policy_label",
     "save_figure",
 ]
-
-Row = Mapping[str, object]
 
 #: Display order of the constraint levels (unknown levels follow, sorted by name).
 LEVEL_ORDER: tuple[str, ...] = ("tight", "medium", "loose", "none")
@@ -148,77 +134,6 @@ def _level_label(level: str) -> str:
 
 def _env_label(env: str) -> str:
     return _ENV_LABELS.get(env, env)
-
-
-# --------------------------------------------------------------------------------------------
-# Reading rows
-# --------------------------------------------------------------------------------------------
-
-
-def _rows(rows: Iterable[Row], required: Sequence[str], what: str) -> list[Row]:
-    """Materialize ``rows`` and check that each has the ``required`` keys."""
-    out = list(rows)
-    if not out:
-        raise InvalidValueError(f"{what}: rows is empty; pass the result rows of the experiment")
-    for i, row in enumerate(out):
-        if not isinstance(row, Mapping):
-            raise InvalidTypeError(f"{what}: row {i} is a {type(row).__name__}, expected a mapping")
-        missing = [k for k in required if k not in row]
-        if missing:
-            raise DataFormatError(
-                f"{what}: row {i} lacks the key(s) {missing}; expected {list(required)}, "
-                f"got {sorted(row)}"
-            )
-    return out
-
-
-def _float(row: Row, key: str) -> float:
-    value = row[key]
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            raise DataFormatError(f"{key} == {value!r} is not a number") from None
-    if isinstance(value, int | float | np.number):
-        return float(value)
-    raise InvalidTypeError(f"{key} == {value!r} has type {type(value).__name__}, expected a number")
-
-
-def _int(row: Row, key: str) -> int:
-    value = _float(row, key)
-    if not value.is_integer():
-        raise DataFormatError(f"{key} == {row[key]!r} is not an integer")
-    return int(value)
-
-
-_TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
-_FALSE = frozenset({"false", "f", "no", "n", "0", "0.0"})
-
-
-def _bool(row: Row, key: str) -> bool:
-    value = row[key]
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-    elif isinstance(value, int | float | np.number) and float(value) in (0.0, 1.0):
-        return bool(value)
-    raise DataFormatError(f"{key} == {value!r} is not a boolean (use True/False or 1/0)")
-
-
-def _str(row: Row, key: str) -> str:
-    return str(row[key]).strip()
-
-
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``ddof=1``; 0 for a single value)."""
-    arr = np.asarray(values, dtype=float)
-    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return float(arr.mean()), std
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,15 +277,6 @@ def _reference_constant(means_at: Mapping[str, Mapping[int, float]]) -> float | 
     return None
 
 
-def _optional_float(row: Row, key: str) -> float | None:
-    """``row[key]`` as a float, or ``None`` when the key is missing, blank or NaN."""
-    value = row.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    number = _float(row, key)
-    return None if math.isnan(number) else number
-
-
 _PROXY_LEGEND = "solid: paper's proxy $R_1$ with $q_T$"
 _TRUE_LINESTYLE = (0, (4.0, 1.6))  # dashes of the true-regret curves
 _TRUE_LEGEND = "dashed: true regret $R_1$ vs OPT"
@@ -436,18 +342,18 @@ def plot_fig1(
     the line stops where it enters the linear range (where it would no longer be straight).
     Each panel prints its :math:`c`.
     """
-    data = _rows(rows, ("n_dims", "level", "step", r1_key, "r2"), "plot_fig1")
+    data = checked_rows(rows, ("n_dims", "level", "step", r1_key, "r2"), "plot_fig1")
     # values[(n_dims, metric)][level][step] -> per-seed values
     values: dict[tuple[int, str], dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     draw_true = true_key is not None and true_key != r1_key
     for row in data:
-        n_dims, level, step = _int(row, "n_dims"), _str(row, "level"), _int(row, "step")
-        values[(n_dims, "r1")][level][step].append(_float(row, r1_key))
-        values[(n_dims, "r2")][level][step].append(_float(row, "r2"))
+        n_dims, level, step = get_int(row, "n_dims"), get_str(row, "level"), get_int(row, "step")
+        values[(n_dims, "r1")][level][step].append(get_float(row, r1_key))
+        values[(n_dims, "r2")][level][step].append(get_float(row, "r2"))
         if draw_true and true_key is not None:
-            true_r1 = _optional_float(row, true_key)
+            true_r1 = get_optional_float(row, true_key)
             if true_r1 is not None:
                 values[(n_dims, _TRUE_GID)][level][step].append(true_r1)
     dims = sorted({n for n, metric in values if metric == "r1"})
@@ -505,7 +411,7 @@ def _mean_band(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Steps, mean and band edges (mean ± std, clipped at 0 if ``nonnegative``) of a curve."""
     steps = np.array(sorted(per_step))
-    stats = np.array([_mean_std(per_step[s]) for s in steps])
+    stats = np.array([mean_std(per_step[s]) for s in steps])
     mean, std = stats[:, 0], stats[:, 1]
     low, high = mean - std, mean + std
     if nonnegative:
@@ -697,7 +603,7 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
         raise InvalidValueError(
             f"reward_axis == {reward_axis!r}, must be one of {', '.join(REWARD_AXES)}"
         )
-    data = _rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
+    data = checked_rows(rows, ("env", "level", "policy", "avg_reward", "feasible"), "plot_fig2")
     reward: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     feasible: dict[tuple[str, str, str], list[bool]] = defaultdict(list)
     spend: dict[tuple[str, str, str], list[float]] = defaultdict(list)
@@ -706,13 +612,13 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
         for row in data
     )
     for row in data:
-        key = (_str(row, "env"), _str(row, "level"), _str(row, "policy"))
-        reward[key].append(_float(row, "avg_reward"))
-        feasible[key].append(_bool(row, "feasible"))
+        key = (get_str(row, "env"), get_str(row, "level"), get_str(row, "policy"))
+        reward[key].append(get_float(row, "avg_reward"))
+        feasible[key].append(get_bool(row, "feasible"))
         if with_spend:
-            budget = _float(row, "budget_bound")
+            budget = get_float(row, "budget_bound")
             if math.isfinite(budget) and budget > 0:
-                spend[key].append(100.0 * _float(row, "avg_workload") / budget)
+                spend[key].append(100.0 * get_float(row, "avg_workload") / budget)
     envs = _ordered((k[0] for k in reward), _ENV_ORDER)
     policies = _ordered((k[2] for k in reward), _POLICY_ORDER)
 
@@ -720,7 +626,7 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
     grid = _grid(fig, len(envs), 3 if with_spend else 2)
     for i, env in enumerate(envs):
         levels = _ordered((k[1] for k in reward if k[0] == env), LEVEL_ORDER)
-        reward_stats = {(k[1], k[2]): _mean_std(v) for k, v in reward.items() if k[0] == env}
+        reward_stats = {(k[1], k[2]): mean_std(v) for k, v in reward.items() if k[0] == env}
         feasible_pct = {
             (k[1], k[2]): (100.0 * float(np.mean(v)), 0.0)
             for k, v in feasible.items()
@@ -729,7 +635,7 @@ def plot_fig2(rows: Iterable[Row], *, reward_axis: str = "differences") -> Figur
         left, right = grid[i][:2]
         if with_spend:
             ax = grid[i][2]
-            used = {(k[1], k[2]): _mean_std(v) for k, v in spend.items() if k[0] == env and v}
+            used = {(k[1], k[2]): mean_std(v) for k, v in spend.items() if k[0] == env and v}
             _grouped_bars(ax, levels, policies, used, errors=True)
             ax.axhline(100.0, color="0.2", linestyle="--", linewidth=1.0, gid="budget")
             ax.set_ylabel("workload, % of the budget")
@@ -764,11 +670,11 @@ def plot_fig3(rows: Iterable[Row]) -> Figure:
         loose), sharing the value axis within a row. Each policy is a line with a light
         ± ``std`` band; OMD-Approachability is drawn on top. One legend for the whole figure.
     """
-    data = _rows(rows, ("env", "level", "policy", "round", "mean", "std"), "plot_fig3")
+    data = checked_rows(rows, ("env", "level", "policy", "round", "mean", "std"), "plot_fig3")
     series: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
     for row in data:
-        key = (_str(row, "env"), _str(row, "level"), _str(row, "policy"))
-        series[key].append((_float(row, "round"), _float(row, "mean"), _float(row, "std")))
+        key = (get_str(row, "env"), get_str(row, "level"), get_str(row, "policy"))
+        series[key].append((get_float(row, "round"), get_float(row, "mean"), get_float(row, "std")))
     envs = _ordered((k[0] for k in series), _ENV_ORDER)
     levels = _ordered((k[1] for k in series), LEVEL_ORDER)
     policies = _ordered((k[2] for k in series), _POLICY_ORDER)
@@ -819,18 +725,20 @@ def plot_contextual(rows: Iterable[Row]) -> Figure:
         mean OPT over seeds (each seed counted once) as a dashed horizontal line. Right: mean
         ± standard deviation of ``regret`` per policy.
     """
-    data = _rows(rows, ("policy", "seed", "avg_reward", "feasible", "regret"), "plot_contextual")
+    data = checked_rows(
+        rows, ("policy", "seed", "avg_reward", "feasible", "regret"), "plot_contextual"
+    )
     reward: dict[str, list[float]] = defaultdict(list)
     regret: dict[str, list[float]] = defaultdict(list)
     feasible: dict[str, list[bool]] = defaultdict(list)
     opt_by_seed: dict[str, float] = {}
     for row in data:
-        policy = _str(row, "policy")
-        reward[policy].append(_float(row, "avg_reward"))
-        regret[policy].append(_float(row, "regret"))
-        feasible[policy].append(_bool(row, "feasible"))
+        policy = get_str(row, "policy")
+        reward[policy].append(get_float(row, "avg_reward"))
+        regret[policy].append(get_float(row, "regret"))
+        feasible[policy].append(get_bool(row, "feasible"))
         if "opt" in row and str(row["opt"]).strip() != "":
-            opt_by_seed.setdefault(_str(row, "seed"), _float(row, "opt"))
+            opt_by_seed.setdefault(get_str(row, "seed"), get_float(row, "opt"))
     policies = _ordered(reward, _POLICY_ORDER)
     x = np.arange(len(policies), dtype=float)
     colors = [policy_color(p) for p in policies]
@@ -844,7 +752,7 @@ def plot_contextual(rows: Iterable[Row]) -> Figure:
         (left, reward, "time-averaged reward"),
         (right, regret, "regret vs per-context OPT"),
     ):
-        stats = [_mean_std(values[p]) for p in policies]
+        stats = [mean_std(values[p]) for p in policies]
         ax.bar(
             x,
             [s[0] for s in stats],
@@ -913,26 +821,26 @@ def plot_bench(rows: Iterable[Row]) -> Figure:
         regret to the frontier (OPT - reward) of the feasible runs per policy and budget.
         ``"none"`` (unconstrained) is drawn right of the largest budget.
     """
-    data = _rows(
+    data = checked_rows(
         rows,
         ("scenario", "budget", "policy", "seed", "avg_reward", "opt_reward", "feasible"),
         "plot_bench",
     )
-    budgets = list(dict.fromkeys(_str(r, "budget") for r in data))
+    budgets = list(dict.fromkeys(get_str(r, "budget") for r in data))
     pos, log = _budget_positions(budgets)
     order = sorted(budgets, key=lambda b: pos[b])
-    policies = _ordered((_str(r, "policy") for r in data), _POLICY_ORDER)
+    policies = _ordered((get_str(r, "policy") for r in data), _POLICY_ORDER)
     opt: dict[str, dict[str, float]] = defaultdict(dict)
     reward: dict[tuple[str, str], list[float]] = defaultdict(list)
     feasible: dict[tuple[str, str], list[bool]] = defaultdict(list)
     regret: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in data:
-        b, policy = _str(r, "budget"), _str(r, "policy")
-        opt[b][_str(r, "seed")] = _float(r, "opt_reward")
-        reward[(b, policy)].append(_float(r, "avg_reward"))
-        feasible[(b, policy)].append(_bool(r, "feasible"))
-        if _bool(r, "feasible"):
-            regret[(b, policy)].append(_float(r, "opt_reward") - _float(r, "avg_reward"))
+        b, policy = get_str(r, "budget"), get_str(r, "policy")
+        opt[b][get_str(r, "seed")] = get_float(r, "opt_reward")
+        reward[(b, policy)].append(get_float(r, "avg_reward"))
+        feasible[(b, policy)].append(get_bool(r, "feasible"))
+        if get_bool(r, "feasible"):
+            regret[(b, policy)].append(get_float(r, "opt_reward") - get_float(r, "avg_reward"))
 
     fig = _new_figure(12.0, 4.4)
     left, right = _grid(fig, 1, 2)[0]
@@ -967,7 +875,7 @@ def plot_bench(rows: Iterable[Row]) -> Figure:
         ax.grid(True, alpha=0.3)
         ax.set_xlabel("budget")
     left.set_ylabel("time-averaged reward (mean over seeds)")
-    left.set_title(f"{_str(data[0], 'scenario')}: line OPT; ● all runs feasible, ○ some, x none")
+    left.set_title(f"{get_str(data[0], 'scenario')}: line OPT; ● all runs feasible, ○ some, x none")
     right.axhline(0.0, color="0.6", lw=0.8)
     right.set_ylabel("OPT - reward (feasible runs)")
     right.set_title("regret to the frontier (mean over feasible runs)")

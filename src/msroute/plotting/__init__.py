@@ -1,0 +1,52 @@
+"""Figures of the experiments, drawn from tidy result rows.
+
+Each ``plot_*`` function takes the rows of one experiment's CSV file (a sequence of mappings, as
+:class:`csv.DictReader` yields them, so values may be strings; native ``int``/``float``/``bool``
+values work too) and returns a :class:`matplotlib.figure.Figure`; :func:`save_figure` writes it
+as ``.png`` and ``.svg``.
+
+* :func:`plot_fig1` -- Figure 1: objective regret :math:`R_1(n)` and constraint regret
+  :math:`R_2(n)` of OMD-Approachability against its step, per constraint level.
+* :func:`plot_fig2` -- Figure 2: time-averaged reward and share of feasible runs per policy and
+  constraint level, in each environment.
+* :func:`plot_fig3` -- Figure 3: rolling-average reward per policy over the rounds.
+* :func:`plot_contextual` -- the contextual experiment: reward (with the per-context OPT) and
+  regret per policy.
+* :func:`plot_bench` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
+  every run as a point (infeasible runs marked).
+
+Figures are built without :mod:`matplotlib.pyplot`: each one gets its own Agg canvas, so no
+screen is needed and no global backend is switched. This module is not imported by
+``import msroute``; matplotlib is loaded only when it is.
+
+Every policy keeps one color across figures; OMD-Approachability (``"omd"``) is always blue and
+drawn above the other lines.
+"""
+
+from __future__ import annotations
+
+from msroute.plotting.figures import (
+    FIGURES,
+    LEVEL_ORDER,
+    plot_bench,
+    plot_contextual,
+    plot_fig1,
+    plot_fig2,
+    plot_fig3,
+    policy_color,
+    policy_label,
+    save_figure,
+)
+
+__all__ = [
+    "FIGURES",
+    "LEVEL_ORDER",
+    "plot_bench",
+    "plot_contextual",
+    "plot_fig1",
+    "plot_fig2",
+    "plot_fig3",
+    "policy_color",
+    "policy_label",
+    "save_figure",
+]

@@ -4,8 +4,9 @@ Two instances:
 
 * the paper's (Figure 2's sweep cell, ``tight`` level: workload budget ``M * mean workload``
   and expert cap 2; K = 50, M = 5, N = 3, T = 10,000, seeds 0-19, both environments);
-* the LLM routing instance of ``tests/test_duals.py`` (6 models, dollars per call with a $0.012
-  budget, an in-house share floor of 20%, M = 2, T = 10,000, 20 skill streams).
+* the LLM routing instance of ``examples/support-llms`` (also in ``tests/test_duals.py``;
+  6 models, dollars per call with a $0.012 budget, an in-house share floor of 20%, M = 2,
+  T = 10,000, 20 skill streams).
 
 OMD runs with the scale-invariant dual and either the paper's linear surrogate ``C^T q`` in the
 box ``S`` (``surrogate="linear"``, the default) or the exact expected team cost in ``S_ori``
@@ -15,11 +16,14 @@ seeds feasible at 1e-9). Run from the repository root: ``python benchmarks/compa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import msroute
 from msroute.experiments.common import CellSpec, params_items
 from msroute.experiments.sweep import sweep_worker
+from msroute.scenarios import load_costs_csv, load_skills_csv
 
 SEEDS = tuple(range(20))
 T = 10_000
@@ -33,16 +37,10 @@ POLICIES = {
     "TS-BwK": ("ts-bwk", {"reward_scale": 3.0}),
 }
 
-V = np.array(
-    [
-        [0.92, 0.90, 0.80, 0.65, 0.70, 0.85],
-        [0.95, 0.96, 0.78, 0.55, 0.72, 0.60],
-        [0.88, 0.86, 0.82, 0.70, 0.74, 0.90],
-        [0.90, 0.91, 0.75, 0.60, 0.68, 0.80],
-    ]
-)
-USD = np.array([0.030, 0.025, 0.008, 0.002, 0.003, 0.001])
-INHOUSE = np.array([0, 0, 0, 0, 0, 1.0])
+#: The support-desk instance: 6 LLMs, 4 topics, dollars per call and an in-house flag.
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "support-llms"
+V = load_skills_csv(EXAMPLE / "skills.csv")[2]
+USD, INHOUSE = load_costs_csv(EXAMPLE / "costs.csv")[2].T
 
 
 def paper_table() -> None:

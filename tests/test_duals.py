@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,19 +12,13 @@ from msroute.policies.base import draws_to_mask
 from msroute.policies.duals import ApproachabilityDual, check_construction, cost_scale
 from msroute.problem import team_cost
 from msroute.reward import batch_sum_max_reward
+from msroute.scenarios import load_costs_csv, load_skills_csv
 
-# Support questions routed among 6 LLMs: skills (topics, models), dollars per call, and an
-# in-house indicator with a 20% floor; two draws per question, $0.012 budget.
-V = np.array(
-    [
-        [0.92, 0.90, 0.80, 0.65, 0.70, 0.85],
-        [0.95, 0.96, 0.78, 0.55, 0.72, 0.60],
-        [0.88, 0.86, 0.82, 0.70, 0.74, 0.90],
-        [0.90, 0.91, 0.75, 0.60, 0.68, 0.80],
-    ]
-)
-USD = np.array([0.030, 0.025, 0.008, 0.002, 0.003, 0.001])
-INHOUSE = np.array([0, 0, 0, 0, 0, 1.0])
+# Support questions routed among 6 LLMs (examples/support-llms): skills (topics, models), dollars
+# per call, and an in-house indicator with a 20% floor; two draws per question, $0.012 budget.
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "support-llms"
+V = load_skills_csv(EXAMPLE / "skills.csv")[2]
+USD, INHOUSE = load_costs_csv(EXAMPLE / "costs.csv")[2].T
 BUDGET, FLOOR = 0.012, 0.2
 
 

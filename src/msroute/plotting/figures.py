@@ -1,5 +1,6 @@
-"""The figures of the experiments (see :mod:`msroute.plotting`), with the policies' colors and
-labels (read from the policy classes) and the order of levels and environments."""
+"""The figures of the experiments (see :mod:`msroute.plotting`, which exports the public names),
+with the policies' colors and labels (read from the policy classes) and the order of levels and
+environments."""
 
 from __future__ import annotations
 
@@ -33,19 +34,6 @@ from msroute.plotting.rows import (
 )
 from msroute.policies.base import BasePolicy
 from msroute.policies.registry import POLICIES, get_policy_class
-
-__all__ = [
-    "FIGURES",
-    "LEVEL_ORDER",
-    "plot_bench",
-    "plot_contextual",
-    "plot_fig1",
-    "plot_fig2",
-    "plot_fig3",
-    "policy_color",
-    "policy_label",
-    "save_figure",
-]
 
 #: Display order of the constraint levels (unknown levels follow, sorted by name).
 LEVEL_ORDER: tuple[str, ...] = ("tight", "medium", "loose", "none")

@@ -133,7 +133,9 @@ class RunMapEnv:
     """Serve runs of an environment under another run layout (``run_map[r]`` = source run).
 
     Levels of a sweep share their seed's skill stream: the environment is drawn once per seed
-    and every (level, seed) run reads its seed's skills.
+    and every (level, seed) run reads its seed's skills. This serves whole replays (the metrics,
+    the oracle); the simulation itself remaps round by round (``simulate(..., run_map=)``), so
+    that its chunks of skills stay at the environment's size.
     """
 
     def __init__(self, env: Any, run_map: IntArray) -> None:

@@ -111,7 +111,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     weights = np.asarray(params.pop("weights"), dtype=np.float64)
     n_ctx = weights.shape[0]
     cell = build_batch(spec)
-    batch, env = cell.batch, cell.replay()
+    batch = cell.batch
     contexts = np.stack(
         [
             np.random.default_rng(stream(s, _CONTEXT_STREAM)).integers(0, n_ctx, spec.horizon)
@@ -140,15 +140,16 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     )
     trajs = simulate(
         {"omd-contextual": ctx_pol, "omd": flat_pol},
-        env,
+        cell.env,
         batch,
         spec.horizon,
+        run_map=cell.run_map,
         contexts=contexts,
         context_weights=weights,
         cost_count=spec.cost_count,
         track_expected=True,
     )
-    skills = env.skills(0, spec.horizon)
+    skills = cell.replay().skills(0, spec.horizon)
     gamma = ctx_pol.gamma
     opt_ctx = np.empty(batch.n_runs)
     opt_flat = np.empty(batch.n_runs)

@@ -41,6 +41,7 @@ __all__ = [
     "WEB_SHA256",
     "CrowdData",
     "check_dataset",
+    "decode_text",
     "load_crowd",
 ]
 
@@ -167,16 +168,18 @@ def _read_text(path: PathLike) -> tuple[str, str]:
     """Text of a user file and the name used for it in messages."""
     source = os.fspath(path)
     raw = Path(source).read_bytes()  # OSError propagates
-    return _decode(raw, source), source
+    return decode_text(raw, source), source
 
 
-def _decode(raw: bytes, source: str) -> str:
+def decode_text(raw: bytes, source: str, expected: str = "whitespace-separated integers") -> str:
+    """A user file's bytes as text (UTF-8, an optional BOM dropped); a
+    :class:`~msroute.errors.DataFormatError` naming the file, the byte and what was
+    ``expected`` otherwise."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DataFormatError(
-            f"{source} is not a text file (byte {exc.start} is not UTF-8); expected "
-            "whitespace-separated integers"
+            f"{source} is not a text file (byte {exc.start} is not UTF-8); expected {expected}"
         ) from None
 
 
@@ -200,7 +203,7 @@ def _read_packaged(name: str, title: str) -> tuple[str, str]:
             f"{source} fails its SHA-256 check (got {digest}, expected "
             f"{expected}): the installation is damaged; reinstall msroute"
         )
-    return _decode(raw, source), source
+    return decode_text(raw, source), source
 
 
 def _join(

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from msroute._validation import FloatArray, quoted
-from msroute.datasets.crowd import PathLike, _decode
+from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError
 from msroute.scenarios.base import Scenario, ScenarioInstance
 
@@ -45,7 +45,7 @@ def _read_table(
 ) -> tuple[tuple[str, ...], tuple[str, ...], FloatArray]:
     """Expert names, column names and the (K, columns) values of a CSV file."""
     source = os.fspath(path)
-    text = _decode(Path(source).read_bytes(), source)  # OSError propagates
+    text = decode_text(Path(source).read_bytes(), source, "a CSV file")  # OSError propagates
     rows = [(n, r) for n, r in _numbered_rows(text, source) if any(cell.strip() for cell in r)]
     if not rows:
         raise DataFormatError(f"{source} is empty: expected a header row 'expert,<{what}>...'")

@@ -430,11 +430,10 @@ def unreachable_bounds(
     ``reasons[j]``, when given, replaces the reach check of coordinate ``j``.
     """
 
-    def word(j: int, side: str) -> str:
-        if bound is not None:
-            return bound(j, side)
+    def needs(j: int, side: str) -> str:
         return f"needs C^T q <= {hi[j]:.6g}" if side == "upper" else f"needs C^T q >= {lo[j]:.6g}"
 
+    word = needs if bound is None else bound
     reach_min, reach_max = floored_reach(costs, floor)
     known = reasons or {}
     parts: list[str] = []
@@ -442,28 +441,24 @@ def unreachable_bounds(
         if j in known:
             parts.append(known[j])
             continue
-        if reach_min[j] > hi[j] + 1e-12:
-            parts.append(
-                f"coordinate {name(j)}: {word(j, 'upper')} but the smallest reachable value is "
-                f"{reach_min[j]:.6g}"
-            )
-        if reach_max[j] < lo[j] - 1e-12:
-            parts.append(
-                f"coordinate {name(j)}: {word(j, 'lower')} but the largest reachable value is "
-                f"{reach_max[j]:.6g}"
-            )
+        for side, missed, extreme, reach in (
+            ("upper", reach_min[j] > hi[j] + 1e-12, "smallest", reach_min[j]),
+            ("lower", reach_max[j] < lo[j] - 1e-12, "largest", reach_max[j]),
+        ):
+            if missed:
+                parts.append(
+                    f"coordinate {name(j)}: {word(j, side)} but the {extreme} reachable value "
+                    f"is {reach:.6g}"
+                )
     if parts:
         return "; ".join(parts)
     for j in range(costs.shape[1]):
-        if closest[j] > hi[j] + 1e-9:
+        side = (
+            "upper" if closest[j] > hi[j] + 1e-9 else "lower" if closest[j] < lo[j] - 1e-9 else ""
+        )
+        if side:
             parts.append(
-                f"coordinate {name(j)}: needs C^T q <= {hi[j]:.6g}; best jointly reachable "
-                f"{closest[j]:.6g}"
-            )
-        elif closest[j] < lo[j] - 1e-9:
-            parts.append(
-                f"coordinate {name(j)}: needs C^T q >= {lo[j]:.6g}; best jointly reachable "
-                f"{closest[j]:.6g}"
+                f"coordinate {name(j)}: {needs(j, side)}; best jointly reachable {closest[j]:.6g}"
             )
     head = "each bound is reachable alone but not all together; closest point: "
     return head + "; ".join(parts)

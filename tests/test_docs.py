@@ -75,6 +75,7 @@ def test_every_tutorial_and_how_to_is_tested() -> None:
         "tutorials/reproduce.md",
         "tutorials/own-experts.md",
         "tutorials/llm-service.md",
+        "tutorials/evaluate-from-journal.md",
         "how-to/custom-data.md",
         "how-to/policy-plugin.md",
     } <= set(PAGES)

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from msroute.errors import (
     RouterConfigError,
     UnknownDecisionError,
 )
+from msroute.policies.persist import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
 
 CONFIG: dict[str, Any] = {
@@ -443,3 +445,117 @@ def test_a_refused_transaction_changes_nothing(tmp_path: Path) -> None:
     blocker.close()
     assert router.state()["decisions"] == 0
     assert router.route().team  # a refused BEGIN changed nothing: the router goes on
+
+
+# ---------------------------------------------------------------------- learning during the commit
+class _FailingCommits:
+    """A connection whose COMMIT fails (a full disk, an I/O error), delegating all else; it
+    fails once ``ready`` is set (or at once without it)."""
+
+    def __init__(self, db: sqlite3.Connection, ready: threading.Event | None = None) -> None:
+        self._db = db
+        self._ready = ready
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            if self._ready is not None:
+                assert self._ready.wait(30), "the helper never learned"
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def _learners(router: Router, learned: threading.Event | None = None) -> list[str]:
+    """Record the thread each policy update of ``router`` runs on (and set ``learned``)."""
+    threads: list[str] = []
+    learn = router.policy.update_trusted
+
+    def recorded(*args: Any) -> None:
+        threads.append(threading.current_thread().name)
+        learn(*args)
+        if learned is not None:
+            learned.set()
+
+    router.policy.update_trusted = recorded  # type: ignore[method-assign]
+    return threads
+
+
+def _stall_helper(router: Router) -> None:
+    """Give a new router a helper thread that never runs: every feedback takes its work back."""
+    assert router._overlap is not None
+    ended = threading.Thread()
+    ended.start()
+    ended.join()
+    router._overlap._thread = ended  # its place taken by an ended thread: nobody reads the queue
+
+
+def _assert_same_policy_state(a: Router, b: Router) -> None:
+    sa, sb = state_dict(a.policy), state_dict(b.policy)
+    assert sa.keys() == sb.keys()
+    for key, value in sa.items():
+        same = np.array_equal(value, sb[key]) if isinstance(value, np.ndarray) else None
+        assert same if same is not None else value == sb[key], key
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_feedback_learns_during_the_commit_exactly_as_in_memory(
+    tmp_path: Path, stalled: bool
+) -> None:
+    durable = Router(CONFIG, journal=tmp_path / "j.db")  # synchronous=FULL: learns in overlap
+    if stalled:
+        _stall_helper(durable)
+    threads = _learners(durable)
+    memory = Router(CONFIG)
+    for r in (durable, memory):
+        traffic(r, 120, seed=5)
+    assert ("msroute-overlap" in threads) != stalled  # where it learned, by construction ...
+    assert comparable(durable.state()) == comparable(memory.state())  # ... changes nothing
+    _assert_same_policy_state(durable, memory)
+    durable.close()
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_a_failed_commit_undoes_the_overlapped_learning(tmp_path: Path, stalled: bool) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    if stalled:
+        _stall_helper(router)
+    twin = Router(CONFIG)  # the same calls, without the failed one
+    for r in (router, twin):
+        traffic(r, 30)
+        r.route(decision_id="last")
+    learned = threading.Event()
+    threads = _learners(router, learned)
+    before = router.state()
+    real = router._journal._db  # type: ignore[union-attr]
+    fail = _FailingCommits(real, None if stalled else learned)
+    router._journal._db = fail  # type: ignore[union-attr]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        router.feedback("last", 0.7)
+    # The helper learned (unless it never started) while the commit failed; that was undone.
+    assert threads == ([] if stalled else ["msroute-overlap"])
+    assert router.state() == before
+    assert comparable(router.state()) == comparable(twin.state())
+    _assert_same_policy_state(router, twin)
+    with pytest.raises(MSRouteError, match="failed to write its journal"):
+        router.feedback("last", 0.7)
+    router.close()
+    reopened = Router.open(tmp_path / "j.db")  # the journal agrees: the feedback never happened
+    assert comparable(reopened.state()) == comparable(before)
+    assert reopened.feedback("last", 0.7) == twin.feedback("last", 0.7) == "applied"
+    assert comparable(reopened.state()) == comparable(twin.state())
+    reopened.close()
+
+
+def test_an_error_while_learning_reaches_the_caller(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    d = router.route()
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("learning failed")
+
+    router.policy.update_trusted = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="learning failed"):
+        router.feedback(d.decision_id, 0.5)
+    router.close()

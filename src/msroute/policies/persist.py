@@ -62,6 +62,7 @@ import json
 import os
 import warnings
 import zipfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -126,7 +127,9 @@ def _is_component(value: object) -> bool:
     )
 
 
-def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
+def state_dict(
+    obj: object, prefix: str = "", *, exclude: Collection[str] = ()
+) -> dict[str, StateValue]:
     """The declared state of a policy or component, flat, with dotted names (copies).
 
     Parameters
@@ -135,6 +138,9 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
         A policy or a stateful component (anything whose class declares ``_state_attrs``).
     prefix : str, optional
         Prepended to every name (used for nested components).
+    exclude : collection of str, optional
+        Attributes of ``obj`` itself to leave out (the live router's undo point leaves out the
+        random streams, which learning never touches).
 
     Returns
     -------
@@ -144,6 +150,8 @@ def state_dict(obj: object, prefix: str = "") -> dict[str, StateValue]:
     """
     out: dict[str, StateValue] = {}
     for name in state_attrs(obj):
+        if name in exclude:
+            continue
         value = getattr(obj, name)
         key = prefix + name
         if isinstance(value, np.ndarray):
@@ -224,8 +232,12 @@ def check_state(policy: BasePolicy) -> None:
             )
 
 
-def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
+def load_state_dict(
+    obj: object, state: dict[str, StateValue], *, exclude: Collection[str] = ()
+) -> None:
     """Overwrite the declared state of ``obj`` with ``state`` (as made by :func:`state_dict`).
+
+    ``exclude`` names attributes of ``obj`` that ``state`` leaves out (kept as they are).
 
     Every entry is checked first against ``obj``'s own: the same names, and per entry the same
     kind (array, generator, scalar type, None), and for arrays the same dtype and shape. Arrays
@@ -236,7 +248,7 @@ def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
     ValueError
         Naming the first entry that is missing, unexpected or does not match.
     """
-    expected = state_dict(obj)
+    expected = state_dict(obj, exclude=exclude)
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
     if missing or extra:
@@ -246,7 +258,7 @@ def load_state_dict(obj: object, state: dict[str, StateValue]) -> None:
         )
     for key, current in expected.items():
         _check_entry(key, current, state[key])
-    _assign(obj, state, "")
+    _assign(obj, state, "", exclude)
 
 
 def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
@@ -279,8 +291,12 @@ def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
         )
 
 
-def _assign(obj: object, state: dict[str, StateValue], prefix: str) -> None:
+def _assign(
+    obj: object, state: dict[str, StateValue], prefix: str, exclude: Collection[str] = ()
+) -> None:
     for name in state_attrs(obj):
+        if name in exclude:
+            continue
         key = prefix + name
         current = getattr(obj, name)
         if isinstance(current, np.ndarray):

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +53,13 @@ from msroute.problem import Constraints, Problem
 from msroute.projection import project_step
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Event, Journal, MemoryJournal, open_journal
+from msroute.router.overlap import Overlap
 from msroute.router.streams import DecisionStreams
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
+
+#: The policy state that learning from a feedback never changes (left out of an undo point).
+_NOT_LEARNED = ("streams",)
 
 #: OMD's step schedule in a router, which does not know its horizon: Corollary 2's anytime eta
 #: ``a sqrt(n)`` with the multiplier chosen by ``benchmarks/bench_router.py --schedule`` (TREC
@@ -164,7 +168,7 @@ class Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
         self._setup(cfg)
         path = journal if journal is not None else cfg.journal
-        self._journal: Journal | MemoryJournal = open_journal(path, cfg.journal_sync, create=True)
+        self._attach(open_journal(path, cfg.journal_sync, create=True))
         self._run_id = uuid.uuid4().hex[:12]
         with self._write():
             self._journal.put_meta("config", json.dumps(cfg.to_dict()))
@@ -212,7 +216,7 @@ class Router:
             journal.set_sync(cfg.journal_sync)
             router = cls.__new__(cls)
             router._setup(cfg)
-            router._journal = journal
+            router._attach(journal)
             router._run_id = journal.meta("run_id")
             snap = journal.last_snapshot() if use_snapshot else None
             after = 0
@@ -266,6 +270,12 @@ class Router:
         self._failed: BaseException | None = None
         self._closed = False
         self._snap_seq = 0
+
+    def _attach(self, journal: Journal | MemoryJournal) -> None:
+        """Use this journal; at synchronous=FULL feedback learns while the commit waits."""
+        self._journal: Journal | MemoryJournal = journal
+        flushes = journal.path is not None and self.config.journal_sync == "full"
+        self._overlap = Overlap() if flushes else None
 
     def _build_policy(self, costs: FloatArray) -> BasePolicy:
         """The policy over these experts (InfeasibleConstraintsError, ... when impossible)."""
@@ -597,15 +607,85 @@ class Router:
         else:
             realized = pending.cost
         c = self._check_cost(cost, realized)
+        now = time.time()
+        if pending is not None and self._overlap is not None and not self._depth:
+            heap = self._deadlines
+            if not heap or heap[0][0] > now:  # nothing expires in this call
+                return self._feedback_overlapped(decision_id, pending, r, c, now)
         with self._write():
-            now = time.time()
             self._expire_due(now)
             pending = self._pending.get(decision_id)  # it may just have expired
             status = "late" if pending is None else "applied"
-            payload = {"reward": r, "cost": None if c is None else c.tolist(), "status": status}
-            self._append("feedback", decision_id, now, payload, None)
+            self._log_feedback(decision_id, status, r, c, now)
             self._apply_feedback(decision_id, pending, r, c, realized)
         return status
+
+    def _log_feedback(
+        self, did: str, status: str, reward: float, cost: FloatArray | None, now: float
+    ) -> None:
+        payload = {
+            "reward": reward,
+            "cost": None if cost is None else cost.tolist(),
+            "status": status,
+        }
+        self._append("feedback", did, now, payload, None)
+
+    def _feedback_overlapped(
+        self, did: str, pending: _Pending, reward: float, cost: FloatArray | None, now: float
+    ) -> str:
+        """An applied feedback, learned on the helper thread while the commit waits for the disk.
+
+        The row is written first, so the journal's order is that of :meth:`feedback`; the
+        policy learns exactly what it would have learned before the commit. If the commit
+        fails, the learning is undone (the call changed no state) and the router is failed.
+        Only a feedback that learns and expires nothing comes here (an expiry due in the same
+        call takes the plain path).
+        """
+        self._begin()
+        try:
+            self._log_feedback(did, "applied", reward, cost, now)
+        except BaseException:
+            self._finish()
+            raise
+        undo: list[Callable[[], None]] = []
+
+        def learn() -> None:
+            undo.append(self._undo_point(did, pending))
+            self._apply_feedback(did, pending, reward, cost, pending.cost)
+
+        overlap = self._overlap
+        assert overlap is not None
+        overlap.start(learn)
+        try:
+            self._finish()
+        except BaseException:
+            try:
+                overlap.finish()  # the helper may be learning: let it end, then undo
+            finally:
+                if undo:
+                    undo[0]()
+            raise
+        if not overlap.finish():  # the helper never got a core in time: learn here
+            self._apply_feedback(did, pending, reward, cost, pending.cost)
+        self._maybe_snapshot()
+        return "applied"
+
+    def _undo_point(self, did: str, pending: _Pending) -> Callable[[], None]:
+        """What undoes :meth:`_apply_feedback` of a pending decision: the counters, the cost sum,
+        the pending entry and the policy's learned state (learning never draws randomness, so
+        the random streams are left out)."""
+        policy = self.policy
+        learned = state_dict(policy, exclude=_NOT_LEARNED)
+        counters = (self._applied, self._version)
+        cost_sum = self._cost_sum.copy()
+
+        def undo() -> None:
+            load_state_dict(policy, learned, exclude=_NOT_LEARNED)
+            self._applied, self._version = counters
+            self._cost_sum = cost_sum
+            self._pending[did] = pending
+
+        return undo
 
     def _check_reward(self, reward: object) -> float:
         if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
@@ -862,6 +942,8 @@ class Router:
         if not self._closed:
             self._closed = True
             self._journal.close()
+            if self._overlap is not None:
+                self._overlap.close()
 
     def __enter__(self) -> Router:
         return self

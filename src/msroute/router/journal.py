@@ -126,6 +126,7 @@ class Journal(_EventLog):
             raise
         row = self._db.execute("SELECT max(seq) FROM events").fetchone()
         self.last_seq: int = 0 if row[0] is None else int(row[0])
+        self._committed_seq = self.last_seq
         self._closed = False
 
     def _setup(self, sync: str, create: bool) -> None:
@@ -164,13 +165,16 @@ class Journal(_EventLog):
     def begin(self) -> None:
         """Start a write transaction (``BEGIN IMMEDIATE``: takes the write lock now)."""
         self._db.execute("BEGIN IMMEDIATE")
+        self._committed_seq = self.last_seq
 
     def commit(self) -> None:
         """Commit: durable once this returns (at ``synchronous=FULL``)."""
         self._db.execute("COMMIT")
 
     def rollback(self) -> None:
-        """Roll back the open transaction, if any (errors ignored: the connection may be gone)."""
+        """Roll back the open transaction, if any (errors ignored: the connection may be gone);
+        the events it appended are forgotten (their numbers will be given again)."""
+        self.last_seq = self._committed_seq
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import json
 import math
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -559,3 +561,25 @@ def test_an_error_while_learning_reaches_the_caller(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="learning failed"):
         router.feedback(d.decision_id, 0.5)
     router.close()
+
+
+def test_the_helper_thread_ends_with_close_or_with_its_router(tmp_path: Path) -> None:
+    def started(path: Path) -> tuple[Router, threading.Thread]:
+        router = Router(CONFIG, journal=path)
+        d = router.route()
+        router.feedback(d.decision_id, 0.5)
+        assert router._overlap is not None and router._overlap._thread is not None
+        return router, router._overlap._thread
+
+    closed, first = started(tmp_path / "a.db")
+    closed.close()
+    assert not first.is_alive()
+    dropped, second = started(tmp_path / "b.db")
+    alive = weakref.ref(dropped)
+    del dropped
+    for _ in range(100):  # the helper lets go of its last piece of work as it waits for more
+        gc.collect()
+        second.join(0.1)
+        if alive() is None and not second.is_alive():
+            break
+    assert alive() is None and not second.is_alive()

@@ -607,12 +607,13 @@ class Router:
         else:
             realized = pending.cost
         c = self._check_cost(cost, realized)
-        now = time.time()
         if pending is not None and self._overlap is not None and not self._depth:
+            now = time.time()
             heap = self._deadlines
             if not heap or heap[0][0] > now:  # nothing expires in this call
                 return self._feedback_overlapped(decision_id, pending, r, c, now)
         with self._write():
+            now = time.time()
             self._expire_due(now)
             pending = self._pending.get(decision_id)  # it may just have expired
             status = "late" if pending is None else "applied"

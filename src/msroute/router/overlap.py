@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 
 __all__ = ["Overlap"]
@@ -40,18 +41,26 @@ class _Job:
 
 
 class Overlap:
-    """One helper thread (started on first use) running one piece of work at a time."""
+    """One helper thread (started on first use) running one piece of work at a time.
+
+    The thread holds only the queue of work, so an ``Overlap`` that is dropped without
+    :meth:`close` is still collected, and its thread then ends.
+    """
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._job: _Job | None = None
         self._thread: threading.Thread | None = None
+        self._stop: Callable[[], object] | None = None
 
     def start(self, work: Callable[[], None]) -> None:
         """Hand ``work`` to the helper; the caller must :meth:`finish` before touching its state."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="msroute-overlap", daemon=True)
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name="msroute-overlap", daemon=True
+            )
             self._thread.start()
+            self._stop = weakref.finalize(self, self._jobs.put, None)
         self._job = _Job(work)
         self._jobs.put(self._job)
 
@@ -82,22 +91,23 @@ class Overlap:
 
     def close(self) -> None:
         """Stop the helper thread (idempotent; no work may be pending)."""
-        if self._thread is not None:
-            self._jobs.put(None)
+        if self._thread is not None and self._stop is not None:
+            self._stop()  # puts the end-of-work marker, once
             self._thread.join()
             self._thread = None
 
-    @staticmethod
-    def _run_one(job: _Job) -> None:
-        if not job.taken.acquire(blocking=False):
-            return  # the caller took it back
-        try:
-            job.work()
-        except BaseException as exc:  # handed to the caller by finish()
-            job.error = exc
-        finally:
-            job.done.release()
 
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            self._run_one(job)
+def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """The helper thread: run each job it gets first, until the end-of-work marker."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        if job.taken.acquire(blocking=False):  # else the caller took it back
+            try:
+                job.work()
+            except BaseException as exc:  # handed to the caller by finish()
+                job.error = exc
+            finally:
+                job.done.release()
+        del job  # while waiting for the next one, hold nothing of this one

@@ -1,20 +1,25 @@
 """Property-based fuzzing of every public boundary with hostile values: NaN, inf, huge and tiny
 magnitudes, wrong dtypes and shapes, empty inputs, truncated and bit-flipped files. Each call
 either raises an msroute error (MSRouteError) or returns a valid result; never another
-exception, never a non-finite result or state. Bounded examples: the file runs in seconds."""
+exception, never a non-finite result or state. Bounded examples: the file runs in seconds.
+
+A longer local search: ``MSROUTE_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz.py`` (the
+examples per test; 40 by default). Under ``CI`` the draws are derandomized (``conftest.py``).
+Every failure such a search found is pinned below with ``@example``."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import os
 import string
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import msroute
@@ -25,7 +30,9 @@ from msroute.policies import check_state
 from msroute.policies.persist import load_policy
 
 FUZZ = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=int(os.environ.get("MSROUTE_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 POLICIES = [n for n in msroute.available_policies() if n != "omd-contextual"]
 
@@ -134,6 +141,48 @@ def test_project_step(y: Any, gamma: Any, a: Any, b: Any) -> None:
         if q is not None:
             assert _finite(q)
             assert np.all(np.abs(q.sum(axis=-1) - 1.0) <= 1e-9)
+
+
+EXTREME = st.one_of(
+    st.floats(-1.7e308, 1.7e308),
+    st.sampled_from([1e308, -1e308, 1e300, 1e-300, 5e-324, 1e16, 1.0, 0.0]),
+)
+
+
+@FUZZ
+@given(
+    y=st.lists(EXTREME, min_size=2, max_size=4),
+    a=st.lists(EXTREME, min_size=2, max_size=4),
+    where=st.floats(0.0, 1.0),
+    gamma=st.sampled_from([0.0, 1e-12, 0.01]),
+)
+# Found by a long search: y spread over 2e308 against a gap of a of 1e-300 needs a multiplier
+# beyond the largest float (the exact solver's float(mu) overflowed).
+@example(y=[1e308, -1e308], a=[1e-300, 0.0], where=0.5, gamma=0.0)
+def test_project_step_binding_cut_at_extreme_scales(
+    y: list[float], a: list[float], where: float, gamma: float
+) -> None:
+    """A cut that binds (b between the smallest reachable a . q and a . q without the cut), on
+    inputs of every scale: the result is on the floored simplex to 1e-12 and meets the cut, or
+    the scale is refused with an msroute error."""
+    k = min(len(y), len(a))
+    ya, aa = np.array(y[:k]), np.array(a[:k])
+    free = project_step(ya, gamma)
+    with np.errstate(over="ignore", invalid="ignore"):
+        reach = gamma * aa.sum() + (1 - k * gamma) * aa.min()
+        top = float(aa @ free)
+        b = reach + where * (top - reach)
+    if not np.isfinite(b):
+        return
+    q = _ok_or_msroute(project_step, ya, gamma, aa, b)
+    if q is not None:
+        assert _finite(q) and np.all(q >= gamma)
+        assert abs(q.sum() - 1.0) <= 1e-12
+        scale = np.abs(aa).max()
+        assert aa @ q <= b + 1e-9 * scale
+    rows = _ok_or_msroute(project_step, np.stack([ya, ya[::-1]]), gamma, aa, b)
+    if rows is not None:
+        assert _finite(rows) and np.all(np.abs(rows.sum(axis=-1) - 1.0) <= 1e-12)
 
 
 @FUZZ

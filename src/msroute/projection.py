@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 from typing import cast
 
 import numpy as np
@@ -57,6 +58,9 @@ FEASIBILITY_RTOL = 1e-10
 _EPS = float(np.finfo(np.float64).eps)
 _MAX_ACTIVE_SET_STEPS = 8
 _MAX_SEARCH_STEPS = 400
+#: The largest float (the cap of a multiplier; the limit mu -> inf of a face), also exact.
+_FLOAT_MAX_F = float(np.finfo(np.float64).max)
+_FLOAT_MAX = Fraction(_FLOAT_MAX_F)
 #: Largest mu (for max|a| = 1) the search tries, far below overflow of y - mu a.
 _MU_CAP = 1e250
 #: Relative to the largest entry, every entry below -1 is at the floor of the floored simplex
@@ -520,7 +524,8 @@ def _solve_rows(
         for j in np.flatnonzero(~_accurate(qa, ma, ac[rows], bc[rows])).tolist():
             r = int(rows[j])
             qa[j], ma[j] = _exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
-        q[idx], mu[idx] = qa, ma / amax[rows]
+        with np.errstate(over="ignore"):
+            q[idx], mu[idx] = qa, np.minimum(ma / amax[rows], _FLOAT_MAX_F)
     return q, mu
 
 
@@ -622,9 +627,11 @@ def _active_set_solve(
     mass_free = 1.0 - gamma * (k - nf)
     rhs = np.vecdot(ac, y) + abar * mass_free - b + gamma * (asum - a_free)
     ok = (nf > 0) & (beta > (1e3 * _EPS) * np.vecdot(a_f, a_f))
-    mu = rhs / np.where(ok, beta, 1.0)
-    shift = (np.vecdot(y, fm) - mass_free) / nf_safe
-    z = y - mu[:, None] * a_cen - shift[:, None]
+    # Near 1/eps and beyond these can overflow: such rows fail _accurate and are solved exactly.
+    with np.errstate(over="ignore", invalid="ignore"):
+        mu = rhs / np.where(ok, beta, 1.0)
+        shift = (np.vecdot(y, fm) - mass_free) / nf_safe
+        z = y - mu[:, None] * a_cen - shift[:, None]
     return z, mu, ok
 
 
@@ -728,7 +735,7 @@ def _verified(
         return q, mu
     scale = float(np.abs(a).max())
     qe, me = _exact_cut(y, gamma, a / scale, b / scale, mu * scale)
-    return qe, me / scale
+    return qe, min(me / scale, _FLOAT_MAX_F)
 
 
 _MAX_EXACT_STEPS = 4000
@@ -747,9 +754,11 @@ def _exact_cut(
     with ``a . q = b`` and ``sum q = 1`` exactly, and the returned floats are their roundings
     (each entry to half an ulp). Slow (pure Python), and used only when the floating-point
     solution fails :func:`_accurate`. Raises ``ValueError`` if it does not settle.
-    """
-    from fractions import Fraction
 
+    The multiplier is only a certificate: when it exceeds the largest float (``y`` spread over
+    ~1e308 against gaps of ``a`` of ~1e-300) it is returned as the largest float, as
+    :func:`_face_point` does for its limit ``mu -> inf``; ``q`` is exact either way.
+    """
     k = y.shape[0]
     ys = [Fraction(v) for v in y.tolist()]
     av = [Fraction(v) for v in a.tolist()]
@@ -783,7 +792,7 @@ def _exact_cut(
         q, free = project(mu)
         f = phi(q)
         if f == bf:
-            return np.array([float(x) for x in q]), float(mu)
+            return np.array([float(x) for x in q]), float(min(mu, _FLOAT_MAX))
         if f > bf:
             lo = mu
         else:

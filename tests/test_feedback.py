@@ -1,6 +1,7 @@
 """Feedback cannot poison a policy: rewards must be finite and in the policy's reward_range,
-costs finite and >= 0; a refused update changes no state; valid feedback, even at the edges of
-the range, never leaves a non-finite or invalid state (checked after every update in tests)."""
+costs finite, >= 0 and at most cost_limit times their unit; a refused update changes no state;
+valid feedback, even at the edges of the range, never leaves a non-finite or invalid state
+(checked after every update in tests)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ BAD_FEEDBACK = {
     "negative cost": ([1.0, 1.0], [[0.5, -0.1], [0.5, 0.5]], "cost must be finite and >= 0"),
     "NaN cost": ([1.0, 1.0], [[0.5, 0.5], [np.nan, 0.5]], r"cost must be .* at run\(s\) \[1\]"),
     "inf cost": ([1.0, 1.0], [[np.inf, 0.5], [0.5, 0.5]], "cost must be finite and >= 0"),
+    # The units of both columns are 1 (their largest table cost): the limit is 1e6.
+    "cost above the limit": (
+        [1.0, 1.0],
+        [[0.5, 0.5], [0.5, 1.0000001e6]],
+        r"cost 1e\+06 \(coordinate 1, run 1\) exceeds cost_limit",
+    ),
 }
 
 
@@ -85,6 +92,26 @@ def test_feedback_at_the_edges_of_the_range_keeps_the_state_valid(name: str) -> 
         cost = np.where(rng.random((R, 2)) < 0.5, 0.0, PROBLEM.m_draws * PROBLEM.cbar)
         policy.update(d, reward, cost)
     check_state(policy)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [(n, {}) for n in available_policies()]
+    + [(n, {"dual": "paper"}) for n in available_policies() if n.startswith("omd")],
+)
+def test_realized_costs_at_the_limit_never_crash_a_policy(name: str, extra: dict[str, str]) -> None:
+    """Every round costs cost_limit units (far above every bound): valid, extreme feedback.
+    The learned cost estimates then put the bounds out of reach (the estimated constraint set
+    is empty); every policy keeps routing (the QP steps move each cut to what it can reach)
+    with a finite, valid state, checked after every update."""
+    kwargs = {"n_contexts": 2} if name == "omd-contextual" else {}
+    policy = make_policy(name, PROBLEM, horizon=50, n_runs=R, seed=3, **kwargs, **extra)
+    top = policy.cost_limit * 1.0  # both columns' unit is 1
+    for t in range(40):
+        d = _select(policy)
+        policy.update(d, np.full(R, 1.0), np.full((R, 2), top if t % 4 else 0.0))
+    check_state(policy)
+    assert np.all(_select(policy).draws < PROBLEM.n_experts)
 
 
 def test_debug_checks_catch_a_state_that_went_bad() -> None:

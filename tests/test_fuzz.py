@@ -379,3 +379,111 @@ def test_cli_never_shows_a_traceback(argv: list[str]) -> None:
     assert code in (0, 2), (argv, code, text)
     assert "Traceback" not in text, (argv, text)
     assert len(text) < 5000, (argv, len(text))
+
+
+# ---------------------------------------------------------------------- the live router
+ROUTER_CONFIG: dict[str, Any] = {
+    "policy": "omd",
+    "m_draws": 2,
+    "cost_names": ["usd", "gpu"],
+    "seed": 3,
+    "experts": {"big": [0.03, 1.0], "small": [0.002, 0.0], "mid": [0.01, 0.5]},
+    "constraints": {"upper": {"usd": 0.04}, "lower": {"gpu": 0.1}},
+    "contexts": ["tech", "billing"],
+}
+IDS = st.one_of(
+    st.sampled_from(["big", "small", "mid", "gone", "", "BIG"]),
+    st.text(max_size=4),
+    SCALARS,
+    st.just(["big"]),
+)
+COSTS = st.one_of(
+    st.lists(SCALARS, max_size=3),
+    st.dictionaries(st.sampled_from(["usd", "gpu", "eur", ""]), SCALARS, max_size=3),
+    SCALARS,
+)
+ROUTER_OPS = st.one_of(
+    st.tuples(
+        st.just("route"),
+        st.one_of(st.sampled_from(["tech", "billing", "other"]), SCALARS),
+        st.one_of(st.none(), st.lists(IDS, max_size=4), st.just("big"), SCALARS),
+        st.one_of(st.none(), st.text(max_size=3), SCALARS, st.just("x" * 10_000)),
+    ),
+    st.tuples(st.just("feedback"), st.integers(-1, 3), SCALARS, st.one_of(st.none(), COSTS)),
+    st.tuples(st.just("feedback_id"), st.one_of(SCALARS, st.just(["a"]), st.text(max_size=3))),
+    st.tuples(st.just("add_expert"), IDS, COSTS),
+    st.tuples(st.just("remove_expert"), IDS),
+)
+
+
+def _finite_state(state: Any) -> bool:
+    """Every number in a router's state() is finite."""
+    if isinstance(state, dict):
+        return all(_finite_state(v) for v in state.values())
+    if isinstance(state, list):
+        return all(_finite_state(v) for v in state)
+    if isinstance(state, float):
+        return bool(np.isfinite(state))
+    return True
+
+
+@FUZZ
+@given(ops=st.lists(ROUTER_OPS, min_size=1, max_size=10))
+def test_router_route_feedback_and_experts(ops: list[tuple[Any, ...]]) -> None:
+    """Hostile route, feedback and expert calls: each is an msroute error that changes no
+    state (state() compared before and after), or a valid result; never a non-finite state."""
+    from msroute import Router
+
+    router = Router(ROUTER_CONFIG)
+    routed: list[str] = []
+    for op in ops:
+        before = router.state()
+        try:
+            if op[0] == "route":
+                d = router.route(context=op[1], eligible=op[2], decision_id=op[3])
+                assert set(d.team) <= set(router.expert_ids) and len(d.draws) == 2
+                if op[2] is not None:
+                    assert set(d.team) <= set(op[2])
+                assert d.propensities is None or abs(sum(d.propensities.values()) - 1) < 1e-9
+                routed.append(d.decision_id)
+            elif op[0] == "feedback":
+                did = routed[op[1]] if 0 <= op[1] < len(routed) else "never-routed"
+                assert router.feedback(did, op[2], op[3]) in ("applied", "duplicate", "late")
+            elif op[0] == "feedback_id":
+                router.feedback(op[1], 0.5)
+            elif op[0] == "add_expert":
+                router.add_expert(op[1], op[2])
+                assert op[1] in router.expert_ids
+            else:
+                router.remove_expert(op[1])
+                assert op[1] not in router.expert_ids
+        except MSRouteError:
+            assert router.state() == before, op
+        assert _finite_state(router.state()), op
+    router.close()
+
+
+@FUZZ
+@given(
+    key=st.sampled_from(
+        ["policy", "m_draws", "seed", "experts", "constraints", "contexts", "horizon", "params"]
+    ),
+    value=st.one_of(
+        SCALARS,
+        st.lists(SCALARS, max_size=3),
+        st.dictionaries(st.text(max_size=3), SCALARS, max_size=2),
+        st.just({"upper": {"usd": float("nan")}}),
+        st.just({"big": [1e308, 1e308]}),
+    ),
+)
+def test_router_from_config(key: str, value: Any) -> None:
+    from msroute import Router
+
+    config = {**ROUTER_CONFIG, key: value}
+    router = _ok_or_msroute(Router.from_config, config)
+    if router is not None:
+        assert _finite_state(router.state())
+        d = router.route(context=(router.context_names or [None])[0])
+        router.feedback(d.decision_id, 0.5)
+        assert _finite_state(router.state())
+        router.close()

@@ -583,3 +583,16 @@ def test_the_helper_thread_ends_with_close_or_with_its_router(tmp_path: Path) ->
         if alive() is None and not second.is_alive():
             break
     assert alive() is None and not second.is_alive()
+
+
+def test_feedback_cost_beyond_the_policys_limit_is_refused_and_changes_nothing() -> None:
+    """The router learns through update_trusted, so it applies the policy's cost check itself:
+    a realized cost above cost_limit times the column's largest table cost is refused."""
+    router = Router(CONFIG)
+    d = router.route()
+    before = router.state()
+    limit = router.policy.cost_limit * 1.0  # the gpu column's largest table cost is 1.0
+    with pytest.raises(InvalidFeedbackError, match=r"cost: cost 2e\+06 \(coordinate 1"):
+        router.feedback(d.decision_id, 0.5, {"gpu": 2 * limit})
+    assert router.state() == before
+    assert router.feedback(d.decision_id, 0.5, {"gpu": limit}) == "applied"

@@ -18,6 +18,7 @@ inputs give the same decisions, bit for bit, whatever the other runs of the batc
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from msroute._validation import (
     quoted,
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
+from msroute.policies.duals import cost_scale
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import draws_to_mask
@@ -111,6 +113,7 @@ def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
 
 
 _debug_checks = os.environ.get("MSROUTE_DEBUG", "") not in ("", "0")
+_FMAX = float(np.finfo(np.float64).max)
 
 
 def set_debug_checks(enabled: bool) -> bool:
@@ -177,6 +180,12 @@ class BasePolicy:
     #: benchmarks/bench_baselines.py): a sweep starts its costliest cells first, so that no long
     #: cell starts last while the other workers idle. A scheduling hint; no number depends on it.
     relative_cost: ClassVar[float] = 1.0
+    #: Realized costs :meth:`update` accepts, per cost coordinate, in units of the coordinate
+    #: (:func:`~msroute.policies.duals.cost_scale`: the column's largest table cost, else its
+    #: largest bound): finite, ``>= 0`` and at most ``cost_limit`` units. A round costing a
+    #: million times the dearest expert's table cost is a units mistake, not data; the limit
+    #: also keeps the learned cost estimates, duals and penalties far from overflow.
+    cost_limit: ClassVar[float] = 1e6
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.
@@ -215,6 +224,10 @@ class BasePolicy:
         self.streams = RunStreams(seed, self.n_runs, block=block)
         self.t = 0  # decisions made (the round counter advances on select)
         self._rows = np.arange(self.n_runs)
+        b = self.problem_batch
+        self._cost_unit: FloatArray = cost_scale(b.costs, b.lo_ori, b.hi_ori)
+        with np.errstate(over="ignore"):  # a table near the float limit: the largest float
+            self._cost_cap: FloatArray = np.minimum(self.cost_limit * self._cost_unit, _FMAX)
 
     # ------------------------------------------------------------------ public boundary
     def select(
@@ -267,8 +280,9 @@ class BasePolicy:
             The aggregate sum-max reward of each run's routed subset: finite and within
             :attr:`reward_range` (``[0, 1e6]``).
         cost : array_like, shape (R, d)
-            The realized cost vector (each distinct routed expert counted once): finite and
-            ``>= 0``.
+            The realized cost vector (each distinct routed expert counted once): finite,
+            ``>= 0`` and at most :attr:`cost_limit` (``1e6``) times the coordinate's unit (its
+            largest table cost; see :meth:`check_cost`).
 
         Raises
         ------
@@ -307,12 +321,7 @@ class BasePolicy:
                 f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
                 f"got {quoted(r[bad].tolist())} at run(s) {quoted(bad.tolist())}"
             )
-        if not np.all(c >= 0.0) or not np.all(np.isfinite(c)):
-            bad = np.flatnonzero(~np.all((c >= 0.0) & np.isfinite(c), axis=1))
-            raise InvalidValueError(
-                f"cost must be finite and >= 0 (a realized cost sums the routed experts' cost "
-                f"vectors), got {quoted(c[bad].tolist())} at run(s) {quoted(bad.tolist())}"
-            )
+        self.check_cost(c)
         if d.min() < 0 or d.max() >= self.n_experts:
             raise InvalidValueError(
                 f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
@@ -322,6 +331,30 @@ class BasePolicy:
             from msroute.policies.persist import check_state
 
             check_state(self)
+
+    def check_cost(self, cost: FloatArray) -> None:
+        """Raise :class:`InvalidValueError` unless every realized cost (R, d) can be learned.
+
+        A cost must be finite, ``>= 0`` and at most ``cost_limit * unit`` per coordinate (the
+        unit is the column's largest table cost, else its largest bound, else 1). The live
+        router calls this before :meth:`update_trusted`.
+        """
+        ok = (cost >= 0.0) & (cost <= self._cost_cap)  # False for NaN and inf (the cap is finite)
+        if ok.all():
+            return
+        r, j = np.argwhere(~ok)[0].tolist()
+        x = float(cost[r, j])
+        if x >= 0.0 and math.isfinite(x):
+            raise InvalidValueError(
+                f"cost {x:g} (coordinate {j}, run {r}) exceeds cost_limit = {self.cost_limit:g} "
+                f"times the coordinate's unit {self._cost_unit[r, j]:g}, its largest table cost "
+                "(is the realized cost in the table's units?)"
+            )
+        runs = np.flatnonzero(~ok.all(axis=1))
+        raise InvalidValueError(
+            f"cost must be finite and >= 0 (a realized cost sums the routed experts' cost "
+            f"vectors), got {quoted(cost[runs].tolist())} at run(s) {quoted(runs.tolist())}"
+        )
 
     def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         """:meth:`update` without its checks, for a caller that validated at its own boundary.

@@ -340,8 +340,11 @@ class ApproachabilityDual:
             The routing before the step (the exact surrogate linearizes there).
         """
         if self.construction == "paper":
-            a, b = self.halfspace(costs, runs)
-            return _project_step_unchecked(y, gamma, a, b)
+            a1, b1 = self.halfspace(costs, runs)
+            try:
+                return _project_step_unchecked(y, gamma, a1, b1)
+            except EmptyFeasibleSetError:  # the cut at its reach: the face nearest to it
+                return _project_step_unchecked(y, gamma, a1, np.maximum(b1, _reach(a1, gamma)))
         a, b = self.cuts(costs, runs, q0)
         try:
             return solve_cuts(y, gamma, a, b)[0]
@@ -355,14 +358,14 @@ class ApproachabilityDual:
         """The step when the (estimated) costs put a bound out of reach: get as close as possible.
 
         Learned costs can make a bound unreachable that the table met (Assumption 1 is checked
-        on the table). Each cut is then moved to the nearest value it can reach, which routes as
-        much as the floor allows toward meeting it; if the bounds still conflict, the cut of
-        the bound broken most (in its own units) is kept alone.
+        on the table): realized costs above the bounds round after round are valid feedback and
+        must not crash a step. Each cut is then moved to the nearest value it can reach (as
+        :meth:`project` does with the paper's single cut), which routes as much as the floor
+        allows toward meeting it; if the bounds still conflict, the cut of the bound broken
+        most (in its own units) is kept alone.
         """
-        k = y.shape[-1]
-        reach = gamma * a.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * a.min(axis=-1)
         width = np.abs(a).max(axis=-1)
-        b = np.maximum(b, reach + 1e-9 * width)
+        b = np.maximum(b, _reach(a, gamma) + 1e-9 * width)
         try:
             return solve_cuts(y, gamma, a, b)[0]
         except EmptyFeasibleSetError:
@@ -375,6 +378,13 @@ class ApproachabilityDual:
     def active(self) -> np.ndarray:
         """Which bounds the dual currently enforces: (R, d) ints, +1 upper, -1 lower, 0 none."""
         return np.sign(self.w).astype(np.int64)
+
+
+def _reach(a: FloatArray, gamma: float) -> FloatArray:
+    """The smallest ``a . q`` over the floored simplex, per cut: ``a`` (..., K) -> (...)."""
+    k = a.shape[-1]
+    out = gamma * a.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * a.min(axis=-1)
+    return np.asarray(out, dtype=np.float64)
 
 
 def _cone(w: FloatArray, bounded: BoolArray, clamp: np.ufunc) -> FloatArray:

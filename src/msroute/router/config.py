@@ -65,10 +65,10 @@ _KEYS = {
 
 def _number(value: object, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RouterConfigError(f"{key}: must be a number, got {value!r}")
-    v = float(value)
+        raise RouterConfigError(f"{key}: must be a number, got {value!r:.80}")
+    v = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
     if not math.isfinite(v):
-        raise RouterConfigError(f"{key}: must be finite, got {value!r}")
+        raise RouterConfigError(f"{key}: must be finite, got {value!r:.80}")
     return v
 
 

@@ -34,6 +34,7 @@ from msroute._validation import FloatArray
 from msroute.errors import (
     InfeasibleConstraintsError,
     InvalidFeedbackError,
+    InvalidValueError,
     JournalError,
     MSRouteError,
     RouterConfigError,
@@ -597,6 +598,8 @@ class Router:
             (nothing changed).
         """
         self._check_usable()
+        if not isinstance(decision_id, str):
+            raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
         r = self._check_reward(reward)
         pending = self._pending.get(decision_id)
         if pending is None:
@@ -690,8 +693,8 @@ class Router:
 
     def _check_reward(self, reward: object) -> float:
         if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
-            raise InvalidFeedbackError(f"reward: must be a number, got {reward!r}")
-        r = float(reward)
+            raise InvalidFeedbackError(f"reward: must be a number, got {reward!r:.80}")
+        r = float(reward) if not isinstance(reward, int) or abs(reward) < 2**1023 else math.inf
         cfg = self.config
         hi = math.inf if cfg.reward_max is None else cfg.reward_max
         if not math.isfinite(r) or not cfg.reward_min <= r <= hi:
@@ -711,9 +714,11 @@ class Router:
                 raise InvalidFeedbackError(f"cost: unknown cost name(s) {unknown}; known: {names}")
             cost = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
         try:
-            return np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
-        except RouterConfigError as exc:
-            raise InvalidFeedbackError(str(exc)) from exc
+            vec = np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
+            self.policy.check_cost(vec[None, :])  # within what the policy can learn from
+        except (RouterConfigError, InvalidValueError) as exc:
+            raise InvalidFeedbackError(f"cost: {exc}") from exc
+        return vec
 
     def _closed_status(self, did: str) -> str:
         """For an id that is not pending: "duplicate" or "late" (UnknownDecisionError if new)."""
@@ -836,8 +841,8 @@ class Router:
         pending decisions that routed to it expire (their feedback will be "late").
         """
         self._check_usable()
-        if expert_id not in self._col:
-            raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r}")
+        if not isinstance(expert_id, str) or expert_id not in self._col:
+            raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r:.80}")
         if len(self._ids) == 1:
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
         keep = [i for i, e in enumerate(self._ids) if e != expert_id]

@@ -78,6 +78,7 @@ def test_every_tutorial_and_how_to_is_tested() -> None:
         "tutorials/evaluate-from-journal.md",
         "how-to/custom-data.md",
         "how-to/policy-plugin.md",
+        "how-to/ray.md",
     } <= set(PAGES)
 
 

@@ -1,5 +1,6 @@
 """Pins of the tolerances and rules that mutation testing found unguarded: each test fails when
-its constant or rule changes (the values are the documented ones, DESIGN.md and docstrings)."""
+its constant or rule changes (the values are the documented ones: docs/architecture.md and the
+docstrings)."""
 
 from __future__ import annotations
 

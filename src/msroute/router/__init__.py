@@ -1,5 +1,6 @@
-"""The live router (DESIGN.md, "Serving live traffic"): route queries one at a time with
-decision ids, delayed feedback, a crash-safe SQLite journal and off-policy evaluation.
+"""The live router: route queries one at a time with decision ids, delayed feedback, a
+crash-safe SQLite journal and off-policy evaluation (docs/architecture.md, "The router and the
+journal").
 
 Layering: ``problem/reward/projection`` <- ``policies`` <- ``router`` <- ``service`` <- ``cli``.
 """

@@ -1,8 +1,8 @@
 """The live router: one policy routing queries one at a time, with ids, deadlines and a journal.
 
-DESIGN.md, "Serving live traffic": the router wraps one registered policy with R = 1. Experts
-have stable string ids (a removed id is never reused), costs and contexts have names. Each
-``route`` makes decision n with randomness that is a pure function of (seed, n)
+docs/architecture.md, "The router and the journal": the router wraps one registered policy with
+R = 1. Experts have stable string ids (a removed id is never reused), costs and contexts have
+names. Each ``route`` makes decision n with randomness that is a pure function of (seed, n)
 (:class:`~msroute.router.streams.DecisionStreams`), so the journal re-derives every decision
 bit for bit. Feedback may come late, in any order, or never: a decision expires after
 ``feedback_ttl_s`` (its missing reward is dropped or replaced by ``on_missing``); a reward for an

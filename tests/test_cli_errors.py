@@ -133,11 +133,16 @@ def test_ctrl_c_with_jobs_stops_without_worker_tracebacks(tmp_path: Path) -> Non
             time.sleep(0.2)
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith("Sig")]
+            pytest.fail(f"msroute still runs 60 s after SIGINT; its signal masks: {masks}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.communicate()  # reap it and close its pipes (no unclosed-file warnings later)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().endswith("msroute reproduce: interrupted"), err

@@ -109,6 +109,10 @@ def test_a_toml_integer_of_thousands_of_digits_names_the_file(
     assert f"{cfg}: not valid TOML" in err
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_with_jobs_stops_without_worker_tracebacks(tmp_path: Path) -> None:
     """SIGINT to the whole process group, as a terminal's Ctrl-C does, while workers run."""
@@ -122,6 +126,9 @@ def test_ctrl_c_with_jobs_stops_without_worker_tracebacks(tmp_path: Path) -> Non
         text=True,
         env=env,
         start_new_session=True,  # its own process group, so the test can signal all of it
+        # As from a terminal: SIGINT at its default even when this test runs as a background
+        # job of a non-interactive shell, whose children inherit SIGINT ignored.
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 60

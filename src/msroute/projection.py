@@ -547,8 +547,8 @@ def _face_point(
     q, _, tau = _floored_simplex(z, gamma)
     if 1.0 - k * gamma <= 0.0:
         return q, np.zeros(y.shape[0])
-    gap = np.where(at_min, 1.0, a - amin[:, None])
-    with np.errstate(over="ignore", invalid="ignore"):  # inf only for subnormal gaps of a
+    with np.errstate(over="ignore", invalid="ignore"):  # inf gaps (a spread over ~1e308)
+        gap = np.where(at_min, 1.0, a - amin[:, None])  # and subnormal ones give inf/0 needs
         need = np.where(at_min, 0.0, (rel - tau[:, None] - gamma) / gap)
     return q, np.maximum(np.nan_to_num(need, nan=0.0).max(axis=-1), 0.0)
 
@@ -580,7 +580,7 @@ def _cut_active(
         good = ok & (m >= 0.0) & ~bad
         if good.all():
             q[todo], mu[todo] = np.maximum(z, gamma), m
-            return q, mu / scale
+            return q, _unscaled(mu, scale)
         free = new_free
         if good.any():  # settled rows leave the working set
             q[todo[good]], mu[todo[good]] = np.maximum(z[good], gamma), m[good]
@@ -595,7 +595,16 @@ def _cut_active(
                 free[keep],
             )
     q[todo], mu[todo] = _search_mu(y, gamma, a, b)
-    return q, mu / scale
+    return q, _unscaled(mu, scale)
+
+
+def _unscaled(mu: FloatArray, scale: FloatArray) -> FloatArray:
+    """The multiplier of the cut ``(a, b)`` from that of ``(a, b) / scale``, capped at the
+    largest float (a certificate only: tiny ``a`` can need a multiplier beyond it, see
+    :func:`_exact_cut`)."""
+    with np.errstate(over="ignore"):
+        out: FloatArray = np.minimum(mu / scale, _FLOAT_MAX_F)
+    return out
 
 
 def _active_set_solve(

@@ -20,6 +20,7 @@ import msroute
 SRC = Path(msroute.__file__).resolve().parent
 # The service stack (the serve extra) loads only when `msroute serve` runs.
 HEAVY = (
+    "numba",
     "scipy",
     "matplotlib",
     "rich",

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies import _kernels
+from msroute.policies.streams import GammaShapes, RunStreams, _candidate
 
 
 def test_uniforms_are_one_sequence_per_run_whatever_the_buffer() -> None:
@@ -86,6 +92,59 @@ def test_requests_wider_than_the_buffer_continue_the_same_sequence() -> None:
     small = RunStreams([1, 2], n_runs=2, block=8)
     got = np.concatenate([small.uniform(3), small.uniform(20), small.uniform(5)], axis=1)
     np.testing.assert_array_equal(got, RunStreams([1, 2], n_runs=2, block=64).uniform(28))
+
+
+def test_compiled_normals_are_numpys() -> None:
+    # A million values reach the ziggurat's rare branches (its tail and its wedges), and the
+    # generator is left where numpy's own call leaves it.
+    ours, numpys = np.random.default_rng(8), np.random.default_rng(8)
+    got, want = np.empty(1_000_000), np.empty(1_000_000)
+    _kernels.fill_normals(ours, got)
+    numpys.standard_normal(out=want)
+    np.testing.assert_array_equal(got, want)
+    assert ours.random() == numpys.random()
+
+
+def test_compiled_candidates_are_numpys() -> None:
+    # With no spare values to retry from, the compiled loop gives each variate its first
+    # candidate: d v and the squeeze-or-logarithm test of numpy's vectorized formula, bit for bit,
+    # on shapes from near 1 (many rejections) to the thousands.
+    rng = np.random.default_rng(5)
+    shapes = GammaShapes(
+        np.concatenate([rng.uniform(1.0, 3.0, (4, 3000)), rng.uniform(1.0, 5e3, (4, 3000))], axis=1)
+    )
+    x, u = rng.standard_normal((4, 6000)), rng.random((4, 6000))
+    u[0, :50] = 0.0  # log u = -inf: accepted
+    out, ok = np.empty((4, 6000)), np.empty((4, 6000), dtype=np.bool_)
+    none, at = np.empty((4, 0)), np.zeros(4, dtype=np.int64)
+    _kernels.marsaglia_tsang(shapes.d, shapes.c, x, u, none, at, none, at.copy(), 4, out, ok)
+    want_out, want_ok = _candidate(shapes.d.ravel(), shapes.c.ravel(), x.ravel(), u.ravel())
+    np.testing.assert_array_equal(out.ravel(), want_out)
+    np.testing.assert_array_equal(ok.ravel(), want_ok)
+    assert int((~ok).sum()) > 0 and bool(ok[0, :50].all())
+
+
+def test_compiled_sampler_works_without_a_cache_location() -> None:
+    # An installation whose directory and user cache cannot be written: numba finds no place for
+    # its machine code (simulated by offering it only a locator that never applies), so the
+    # kernels compile in memory, with no warning.
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_LOCATOR_CLASSES": "IPythonCacheLocator",
+        "PYTHONPATH": os.pathsep.join([str(Path(_kernels.__file__).parents[2]), *sys.path]),
+    }
+    code = (
+        "import numpy as np\n"
+        "from msroute.policies import _kernels\n"
+        "from msroute.policies.streams import GammaShapes, RunStreams\n"
+        "print(RunStreams(0, 2).beta(GammaShapes(np.full((2, 4), 2.0))).shape)\n"
+        "print(type(_kernels.marsaglia_tsang._cache).__name__)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["(2,", "2)", "NullCache"]
 
 
 def test_bad_arguments_are_named() -> None:

@@ -9,10 +9,11 @@ buffer (:class:`BufferedStream`): uniforms (OMD's multinomial draws, Random's sh
 Gumbel noise) and the normals of Thompson sampling's Gamma variates.
 
 Beta variates (:meth:`RunStreams.beta`) are ratios of Gamma variates, drawn by Marsaglia and
-Tsang's rejection method (ACM TOMS 26(3), 2000) vectorized over all runs and experts at once:
-each candidate takes one normal and one uniform; the first candidate of every variate comes
-from the run's buffered streams in order, and the few rejected variates (2-5%) draw their next
-candidates from two further per-run streams, each run consuming them in the order of its own
+Tsang's rejection method (ACM TOMS 26(3), 2000) in one compiled loop over all runs and experts
+(:mod:`msroute.policies._kernels`, which reads the buffers in place): each candidate takes one
+normal and one uniform; the first candidate of every variate comes from the run's buffered
+streams in order, and the few rejected variates (2-5%) draw their next candidates, four at a
+time, from two further per-run streams, each run consuming them in the order of its own
 rejections. What a run consumes therefore depends only on its own seed and its own shape
 parameters, never on the other runs of the batch. (Cheng's uniform-only methods BB and GB were
 measured too: on Thompson sampling's posteriors they accept only 70-80% of their candidates,
@@ -76,7 +77,9 @@ class BufferedStream:
         if self.kind == "uniform":
             self.generators[r].random(out=out)
         else:
-            self.generators[r].standard_normal(out=out)
+            from msroute.policies._kernels import fill_normals  # numba: imported on first use
+
+            fill_normals(self.generators[r], out)  # numpy's standard_normal, compiled
 
     def _refill(self, runs: IntArray) -> None:
         """Move each given run's unused values to the front of its buffer and top it up."""
@@ -86,15 +89,30 @@ class BufferedStream:
             self._draw(r, self.buffer[r, rest:])
             self.pos[r] = 0
 
+    def reserve(self, count: int) -> None:
+        """Refill the runs with fewer than ``count`` values left (when ``count`` fits a buffer),
+        so that a compiled loop can read that many from the buffer in place."""
+        if count <= self.block:
+            short = np.flatnonzero(self.pos + count > self.block)
+            if short.size:
+                self._refill(short)
+
     def take(self, width: int) -> FloatArray:
         """The next ``width`` values of every run, shape (R, width)."""
+        return self.window(width).copy()
+
+    def window(self, width: int) -> FloatArray:
+        """As :meth:`take`, but possibly a view into the buffer: valid until the next request.
+
+        The view spares a copy to a caller that reads the values at once (the Gamma sampler).
+        """
         p = int(self.pos[0])
         if width <= self.block and bool((self.pos == p).all()):
             if p + width > self.block:
                 self._refill(np.arange(self.pos.size))
                 p = 0
             self.pos += width
-            return self.buffer[:, p : p + width].copy()  # the buffer is refilled in place
+            return self.buffer[:, p : p + width]  # refilled in place by a later request
         counts = np.full(self.pos.size, width, dtype=np.int64)
         return self.take_counts(counts).reshape(self.pos.size, width)
 
@@ -238,12 +256,33 @@ class RunStreams:
         ``u < 1 - 0.0331 x^4`` or ``log u < x^2 / 2 + d (1 - v + log v)`` (with ``v > 0``),
         giving ``d v``. A shape ``a < 1`` adds ``L = log(U) / a`` (None when there is none).
         """
+        from msroute.policies._kernels import marsaglia_tsang  # numba: imported on first use
+
         n_runs, width = shapes.shape.shape
-        d, c = shapes.d.reshape(-1), shapes.c.reshape(-1)
-        x = self.normals.take(width).reshape(-1)
-        u = self.uniforms.take(width).reshape(-1)
-        out, ok = _candidate(d, c, x, u)
+        x = self.normals.window(width)
+        u = self.uniforms.window(width)
+        spare_x, spare_u = self.spare_normals, self.spare_uniforms
+        for spare in (spare_x, spare_u):  # room for one pass of retries in place
+            spare.reserve(_RETRIES * width)
+        out = np.empty((n_runs, width))
+        ok = np.empty((n_runs, width), dtype=np.bool_)
+        marsaglia_tsang(
+            shapes.d,
+            shapes.c,
+            x,
+            u,
+            spare_x.buffer,
+            spare_x.pos,
+            spare_u.buffer,
+            spare_u.pos,
+            _RETRIES,
+            out,
+            ok,
+        )
+        # Left over by the compiled loop when a run's spare buffers ran short (rare): the same
+        # passes, from where it stopped.
         pending = np.flatnonzero(~ok)  # ascending: each run's rejections in order
+        d, c, flat = shapes.d.reshape(-1), shapes.c.reshape(-1), out.reshape(-1)
         while pending.size:
             n = pending.size
             counts = np.bincount(pending // width, minlength=n_runs) * _RETRIES
@@ -253,9 +292,8 @@ class RunStreams:
             first = hit.argmax(axis=1)
             at = np.arange(n)
             done = hit[at, first]
-            out[pending[done]] = dv[at, first][done]
+            flat[pending[done]] = dv[at, first][done]
             pending = pending[~done]
-        out = out.reshape(n_runs, width)
         if not shapes.any_boost:
             return out, None
         rows, cols = np.nonzero(shapes.boost)

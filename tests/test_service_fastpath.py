@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.responses import JSONResponse
 
 from _service import ROUTER, TOKEN, write_config
 from msroute.service.auth import BearerToken
 from msroute.service.config import load_service_config
-from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
+from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath, JSONAnswer, json_bytes
 from msroute.service.routers import ServedRouters
 
 Message = dict[str, Any]
@@ -183,3 +185,52 @@ def test_lifespan_and_other_methods_pass_through(tmp_path: Path) -> None:
 
     asyncio.run(body())
     assert seen == ["lifespan ", "http GET"]
+
+
+# --- the encoded answers ---------------------------------------------------------------------
+
+ANSWERS: list[Any] = [
+    {"status": "applied"},
+    {
+        "decision_id": "NaN-Infinity",  # the letters alone do not make a number non-finite
+        "team": ["é-expert", "tiny"],
+        "draws": ["tiny", "é-expert", "tiny"],
+        "propensities": {"tiny": 0.1 + 0.2, "é-expert": 5e-324, "big": 1.7976931348623157e308},
+        "policy_version": 2**63,
+        "cost": {"usd": 1e-05, "tokens": 1.5e16, "zero": -0.0},
+        "deadline": 1767225600.123456,
+    },
+    {"propensities": None, "text": 'quote " backslash \\ newline \n control \x01 \u2028'},
+]
+
+
+@pytest.mark.parametrize("content", ANSWERS)
+def test_answers_are_the_json_of_jsonresponse(content: Any) -> None:
+    """Same JSON values, same headers as the JSONResponse the FastAPI endpoints send."""
+
+    async def body() -> tuple[list[Message], list[Message]]:
+        ours: list[Message] = []
+        theirs: list[Message] = []
+
+        async def collect(into: list[Message], message: Message) -> None:
+            into.append(message)
+
+        await JSONAnswer(json_bytes(content), 201)({}, None, lambda m: collect(ours, m))  # type: ignore[arg-type]
+        response = JSONResponse(content, status_code=201)
+        await response({"type": "http"}, None, lambda m: collect(theirs, m))  # type: ignore[arg-type]
+        return ours, theirs
+
+    ours, theirs = asyncio.run(body())
+    assert ours[0]["status"] == theirs[0]["status"] == 201
+    assert dict(ours[0]["headers"])[b"content-type"] == dict(theirs[0]["headers"])[b"content-type"]
+    assert json.loads(ours[1]["body"]) == json.loads(theirs[1]["body"]) == content
+    assert dict(ours[0]["headers"])[b"content-length"] == str(len(ours[1]["body"])).encode()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_numbers_are_refused_as_jsonresponse_refuses_them(bad: float) -> None:
+    content = {"decision_id": "d", "cost": {"usd": bad}}
+    with pytest.raises(ValueError, match="JSON compliant"):
+        JSONResponse(content)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        json_bytes(content)

@@ -22,11 +22,13 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.responses import JSONResponse
+from pydantic_core import to_json
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from msroute.errors import MSRouteError
 from msroute.service.auth import BearerToken
+from msroute.service.metrics import FEEDBACK_STATUSES
 from msroute.service.models import ID_PATTERN, DecisionRequest, FeedbackRequest
 from msroute.service.problems import internal_problem, msroute_problem
 from msroute.service.routers import ServedRouters
@@ -52,6 +54,49 @@ class _Route:
 
 _DECISIONS_ROUTE = _Route(DECISIONS)
 _FEEDBACK_ROUTE = _Route(FEEDBACK)
+
+
+#: The feedback answers, encoded once.
+_STATUS_BODIES = {s: b'{"status":"%s"}' % s.encode() for s in FEEDBACK_STATUSES}
+
+
+def json_bytes(content: Any) -> bytes:
+    """``content`` as compact UTF-8 JSON, as ``JSONResponse`` renders it, in a fraction of the time.
+
+    pydantic-core's encoder writes the same JSON values as :func:`json.dumps` (numbers in the
+    shortest form that reads back to the same float, e.g. ``1e-5`` for ``1e-05``). Non-finite
+    numbers are not JSON: should the output spell one (or an id merely contain the letters), the
+    standard encoder decides, which refuses them as ``JSONResponse`` does.
+    """
+    data = to_json(content, inf_nan_mode="constants")
+    if b"NaN" in data or b"Infinity" in data:
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode()
+    return data
+
+
+class JSONAnswer:
+    """An encoded JSON answer, sent with the headers ``JSONResponse`` sends (length, type)."""
+
+    __slots__ = ("body", "status")
+
+    def __init__(self, body: bytes, status: int = 200) -> None:
+        self.body = body
+        self.status = status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [
+                    (b"content-length", b"%d" % len(self.body)),
+                    (b"content-type", b"application/json"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.body})
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -143,14 +188,12 @@ class FastPath:
 
     async def _answer(
         self, scope: Scope, parts: list[str], request: DecisionRequest | FeedbackRequest
-    ) -> JSONResponse:
+    ) -> JSONAnswer | Response:
         name = parts[3]
         try:
             if isinstance(request, DecisionRequest):
-                content: Any = await self.routers.decide(name, request)
-                return JSONResponse(content, status_code=201)
-            status = await self.routers.feedback(name, parts[5], request)
-            return JSONResponse({"status": status})
+                return JSONAnswer(json_bytes(await self.routers.decide(name, request)), 201)
+            return JSONAnswer(_STATUS_BODIES[await self.routers.feedback(name, parts[5], request)])
         except MSRouteError as exc:
             return msroute_problem(exc, f"POST {scope['path']}")
         except Exception:

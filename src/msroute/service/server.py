@@ -14,6 +14,7 @@ import uvicorn
 from msroute.service.app import create_app
 from msroute.service.auth import check_start
 from msroute.service.config import ServiceConfig
+from msroute.service.transport import CoalescingHttpTools
 
 __all__ = ["serve"]
 
@@ -59,6 +60,10 @@ def serve(
             app,
             host=host,
             port=port,
+            # httptools (from uvicorn[standard]), one send per response; the event loop is
+            # uvloop's wherever uvloop is installed (uvicorn[standard] brings it but on Windows).
+            http=CoalescingHttpTools,
+            loop="auto",
             log_level=log_level,
             access_log=False,
             timeout_graceful_shutdown=graceful_s,

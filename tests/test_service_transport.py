@@ -1,0 +1,219 @@
+"""Responses leave in one write: the gathering transport, alone and under a real server.
+
+In process, a recording transport shows what :class:`GatheringTransport` hands on: the writes of
+one event-loop turn as one write, in order; a close writes what is gathered first; an abort drops
+it; nothing goes to a transport that is closing. Over loopback, a real ``msroute serve`` answers
+raw HTTP/1.1 requests on one socket (keep-alive, pipelined, ``Connection: close``, a refused
+body) with complete, well-framed responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _service import ROUTER, TOKEN, served, write_config
+from msroute.service.process import HOST, ServerProcess
+from msroute.service.transport import GatheringTransport
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Recording:
+    """A transport that records what is written to it and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def get_extra_info(self, name: str) -> Any:
+        return f"extra {name}"
+
+
+def gathering(body: Any) -> Recording:
+    """Run ``body(transport, real)`` in an event loop; return the recording transport."""
+    real = Recording()
+
+    async def main() -> None:
+        transport = GatheringTransport(real, asyncio.get_running_loop())  # type: ignore[arg-type]
+        await body(transport, real)
+
+    asyncio.run(main())
+    return real
+
+
+def test_writes_of_one_turn_leave_as_one_write_in_order() -> None:
+    async def body(transport: GatheringTransport, real: Recording) -> None:
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(b"first")
+        assert real.writes == []  # nothing before the turn ends
+        await asyncio.sleep(0)
+        transport.write(b"second")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an empty turn writes nothing
+
+    real = gathering(body)
+    assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\nfirst", b"second"]
+
+
+def test_close_writes_what_is_gathered_first() -> None:
+    async def body(transport: GatheringTransport, real: Recording) -> None:
+        transport.write(b"last words")
+        transport.close()
+        assert (real.writes, real.closed) == ([b"last words"], True)
+        await asyncio.sleep(0)  # the scheduled flush finds nothing left
+
+    real = gathering(body)
+    assert real.writes == [b"last words"]
+
+
+def test_abort_drops_what_is_gathered_and_a_closing_transport_gets_nothing() -> None:
+    async def body(transport: GatheringTransport, real: Recording) -> None:
+        transport.write(b"dropped")
+        transport.abort()
+        await asyncio.sleep(0)
+        assert real.writes == [] and real.aborted
+
+    gathering(body)
+
+    async def peer_left(transport: GatheringTransport, real: Recording) -> None:
+        transport.write(b"too late")
+        real.closed = True  # the peer went away before the turn ended
+        await asyncio.sleep(0)
+
+    assert gathering(peer_left).writes == []
+
+
+def test_everything_else_is_the_real_transports() -> None:
+    async def body(transport: GatheringTransport, real: Recording) -> None:
+        assert transport.get_extra_info("peername") == "extra peername"
+        assert transport.is_closing() is False
+
+    gathering(body)
+
+
+# --- over loopback ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("transport")
+    with served(tmp, service={"max_body_bytes": 4096}) as (srv, _):
+        yield srv
+
+
+def _request(path: str, body: bytes = b"", *, close: bool = False) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    head += "Content-Type: application/json\r\n"
+    head += "Connection: close\r\n" if close else ""
+    return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+class Reader:
+    """Reads HTTP/1.1 responses (Content-Length framed) from a socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(65536)
+        self.buffer += data
+        return bool(data)
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._fill(), "connection closed before the headers"
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+        size = int(headers["content-length"])
+        while len(self.buffer) < size:
+            assert self._fill(), "connection closed inside the body"
+        body, self.buffer = self.buffer[:size], self.buffer[size:]
+        return int(lines[0].split()[1]), headers, body
+
+    def at_end(self) -> bool:
+        return not self.buffer and not self._fill()
+
+
+def _connect(server: ServerProcess) -> socket.socket:
+    sock = socket.create_connection((HOST, server.port), timeout=20)
+    return sock
+
+
+def test_keep_alive_and_pipelined_requests_get_whole_responses(server: ServerProcess) -> None:
+    decide = _request("/v1/routers/llm/decisions", b'{"context": "tech"}')
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        for _ in range(3):  # one at a time on one connection
+            sock.sendall(decide)
+            status, headers, body = reader.response()
+            assert status == 201 and headers["content-type"] == "application/json"
+            assert body.startswith(b'{"decision_id":')
+        sock.sendall(decide * 3)  # pipelined: answered in order, each framed
+        answers = [reader.response() for _ in range(3)]
+        assert [a[0] for a in answers] == [201, 201, 201]
+        assert len({a[2] for a in answers}) == 3
+
+
+def test_connection_close_gets_the_whole_response_then_the_end(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(_request("/v1/routers/llm/decisions", b'{"context": "tech"}', close=True))
+        status, _, body = reader.response()
+        assert status == 201 and body.endswith(b"}")
+        assert reader.at_end()
+
+
+def test_refused_body_is_answered_whole_before_the_close(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(_request("/v1/routers/llm/decisions", b"{" + b" " * 5000 + b"}"))
+        status, headers, body = reader.response()
+        assert status == 413 and headers["content-type"] == "application/problem+json"
+        assert b"limit" in body
+        assert reader.at_end()
+
+
+def test_serve_runs_uvicorn_with_the_gathering_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    from msroute.service import load_service_config, serve
+    from msroute.service.transport import CoalescingHttpTools
+
+    seen: list[uvicorn.Config] = []
+
+    class Server:
+        def __init__(self, config: uvicorn.Config) -> None:
+            seen.append(config)
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
+    serve(load_service_config(config, data_dir=tmp_path), token=TOKEN)
+    (cfg,) = seen
+    assert cfg.http is CoalescingHttpTools and cfg.loop == "auto"
+    assert (cfg.host, cfg.access_log) == ("127.0.0.1", False)

@@ -552,7 +552,7 @@ def support_box(w: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
 
 def support_point_box(w: FloatArray, u: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
     """A maximizer of ``w . x`` over the box; ``clip(u, lo, hi)`` where ``w = 0``."""
-    return np.where(w > 0, hi, np.where(w < 0, lo, np.clip(u, lo, hi)))
+    return np.where(w > 0, hi, np.where(w < 0, lo, u.clip(lo, hi)))
 
 
 def box_distance(x: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:

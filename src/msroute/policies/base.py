@@ -108,7 +108,7 @@ class Policy(Protocol):
 def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
     """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
     r = draws.shape[0]
-    flat = (draws + (np.arange(r) * n_experts)[:, None]).ravel()
+    flat = draws.ravel() if r == 1 else (draws + (np.arange(r) * n_experts)[:, None]).ravel()
     return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 
 
@@ -258,7 +258,18 @@ class BasePolicy:
         # Context-free policies ignore the context (one signature for both uses).
         ctx = None if context is None or self.n_contexts == 1 else self._check_context(context)
         mask = None if eligible is None else self._check_eligible(eligible)
-        draws, probs = self._select(ctx, mask)
+        return self.select_trusted(ctx, mask)
+
+    def select_trusted(self, context: IntArray | None, eligible: BoolArray | None) -> Decision:
+        """:meth:`select` without its checks, for a caller that validated at its own boundary.
+
+        The live router passes a context it built, (R,) int64 in ``[0, n_contexts)`` (or None
+        for a context-free router), and a mask with an eligible expert in every row and not
+        all eligible (or None), as :meth:`_check_eligible` returns them; re-checking them cost
+        a sizeable share of a decision. Anything else calls :meth:`select`.
+        """
+        ctx = None if self.n_contexts == 1 else context
+        draws, probs = self._select(ctx, eligible)
         decision = Decision(draws, probs, ctx, self.t)
         self.t += 1
         return decision
@@ -420,20 +431,42 @@ class BasePolicy:
 def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None = None) -> IntArray:
     """M i.i.d. draws from each row of ``q`` (R, K) by the inverse CDF of uniforms ``u`` (R, M).
 
-    Rows of ``q`` may be unnormalized. With an eligibility mask, ``q`` is zero off the mask and
-    the CDF is cut at each row's last eligible expert, so that rounding at the top of the CDF
-    cannot land on a zero-probability expert (a zero ``q_j`` repeats the previous CDF value
-    exactly, so the inverse CDF never stops on it).
+    Rows of ``q`` (entries ``>= 0``) may be unnormalized. With an eligibility mask, ``q`` is zero
+    off the mask and the CDF is cut at each row's last eligible expert, so that rounding at the
+    top of the CDF cannot land on a zero-probability expert (a zero ``q_j`` repeats the previous
+    CDF value exactly, so the inverse CDF never stops on it).
     """
-    cdf = np.cumsum(q, axis=1)
-    u = u * cdf[:, -1:]
+    if q.shape[0] == 1:  # one row (a live router): a binary search of its CDF, the same draws
+        return _sample_row(u, q, eligible)
+    return _sample_rows(u, q, eligible)
+
+
+def _sample_rows(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> IntArray:
+    """:func:`sample_multinomial` of every row at once: count the CDF entries below each u."""
     k = q.shape[1]
+    cdf = q.cumsum(axis=1)
+    u = u * cdf[:, -1:]
     if eligible is None:
         draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
         return np.asarray(np.minimum(draws, k - 1), dtype=np.int64)
     last = k - 1 - np.argmax(eligible[:, ::-1], axis=1)
     cdf = np.where(np.arange(k) >= last[:, None], np.inf, cdf)
     return np.asarray((u[:, :, None] >= cdf[:, None, :]).sum(axis=2), dtype=np.int64)
+
+
+def _sample_row(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> IntArray:
+    """:func:`sample_multinomial` of one row (1, K), by binary search: the same draws.
+
+    The CDF of ``q >= 0`` is nondecreasing (adding a float ``>= 0`` never rounds down), so the
+    number of its entries ``<= u`` that the batched comparison counts is the insertion point
+    of ``u`` to the right. The batched form caps that count at ``K - 1``, or with a mask puts
+    ``inf`` from the last eligible expert on: both count only the entries before that expert.
+    """
+    cdf = q[0].cumsum()
+    k = cdf.shape[0]
+    last = k - 1 if eligible is None else k - 1 - int(eligible[0, ::-1].argmax())
+    draws = cdf[:last].searchsorted(u[0] * cdf[-1], side="right")
+    return np.asarray(draws, dtype=np.int64)[None, :]
 
 
 def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = True) -> float:

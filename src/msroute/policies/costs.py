@@ -27,7 +27,7 @@ import numpy as np
 
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidValueError
-from msroute.policies.base import draw_counts, draws_to_mask
+from msroute.policies.base import draw_counts
 from msroute.problem import draws_cost, team_cost
 
 __all__ = ["COST_ESTIMATES", "CostEstimate", "CostEstimateMode", "check_cost_estimate"]
@@ -100,21 +100,26 @@ class CostEstimate:
         """``C_hat^T q`` per run: q (R, K) -> (R, d)."""
         return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
 
-    def update(self, draws: IntArray, cost: FloatArray) -> None:
-        """Learn from one round: the draws (R, M) and the realized costs (R, d)."""
+    def update(self, draws: IntArray, cost: FloatArray, counts: FloatArray | None = None) -> None:
+        """Learn from one round: the draws (R, M) and the realized costs (R, d).
+
+        ``counts``: :func:`~msroute.policies.base.draw_counts` of the draws, when the caller
+        has it already.
+        """
         if self.mode == "table":
             return
         k = self.costs.shape[1]
+        if counts is None:
+            counts = draw_counts(draws, k)
         if self.mode == "distinct":
-            mask = draws_to_mask(draws, k)
-            predicted = team_cost(mask, self.costs)
-            m = mask.astype(np.float64)
+            m = np.minimum(counts, 1.0)  # the routed experts' 0/1 mask, as floats
+            predicted = team_cost(m, self.costs)
         else:
             predicted = draws_cost(draws, self.costs)
-            m = draw_counts(draws, k)
+            m = counts
         self.n_obs += m
         resid = cost - predicted
-        if not np.any(resid):
+        if not resid.any():
             return
         weight = m[:, :, None] * (self.costs + self._floor)  # (R, K, d)
         share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)

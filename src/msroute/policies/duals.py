@@ -113,7 +113,8 @@ def check_surrogate(value: object) -> Surrogate:
 
 def expected_team_cost(q: FloatArray, costs: FloatArray, m_draws: int) -> FloatArray:
     """``E[l] = sum_i c_i (1 - (1 - q_i)^M)``, each distinct expert of the team once: (R, d)."""
-    hit = -np.expm1(m_draws * np.log1p(-np.minimum(q, 1.0)))
+    with np.errstate(divide="ignore"):  # q_i = 1 (one eligible expert): log1p(-1) = -inf, hit 1
+        hit = -np.expm1(m_draws * np.log1p(-np.minimum(q, 1.0)))
     return np.asarray(np.matmul(hit[:, None, :], costs)[:, 0, :], dtype=np.float64)
 
 
@@ -217,6 +218,8 @@ class ApproachabilityDual:
             self.scale: FloatArray = scale
             self._lower = np.asarray(has_lower, dtype=bool)
             self._upper = np.asarray(has_upper, dtype=bool)
+            self._lower_cone = _Cone(self._lower)
+            self._upper_cone = _Cone(self._upper)
             # The linear surrogate's target box never moves: scale it once, not every step.
             self._box_n: tuple[FloatArray, FloatArray] | None = None
             if self.surrogate == "linear":
@@ -259,26 +262,24 @@ class ApproachabilityDual:
     def step(self, u: FloatArray) -> None:
         """One ascent step for every run with surrogate costs ``u`` (R, d), in the user's units."""
         if self.construction == "paper":
-            x_star = support_point_box(self.w, u, self.lo, self.hi)
-            grad = u - x_star
-            grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
-            w = self.w + self.step_size * grad
+            lo, hi = self.lo, self.hi
         else:
-            un = u / self.scale
+            u = u / self.scale
             if self._box_n is None:
-                lo, hi = self.target()
-                lo_n, hi_n = lo / self.scale, hi / self.scale
+                lo_t, hi_t = self.target()
+                lo, hi = lo_t / self.scale, hi_t / self.scale
             else:
-                lo_n, hi_n = self._box_n
-            x_star = support_point_box(self.w, un, lo_n, hi_n)
-            grad = un - x_star
-            grad[(self.w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
-            w = self.w + self.step_size * grad
+                lo, hi = self._box_n
+        w = self.w
+        grad = u - support_point_box(w, u, lo, hi)
+        grad[(w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
+        w = w + self.step_size * grad
+        if self.construction == "invariant":
             # The cone of Lemma 4's maximisers: no weight against a missing bound.
-            w = _cone(w, self._lower, np.maximum)
-            w = _cone(w, self._upper, np.minimum)
-        norm = np.sqrt(np.sum(w * w, axis=1, keepdims=True))
-        self.w = np.where(norm > 1.0, w / np.maximum(norm, 1.0), w)
+            w = self._lower_cone(w, np.maximum)
+            w = self._upper_cone(w, np.minimum)
+        norm = np.sqrt((w * w).sum(axis=1, keepdims=True))
+        self.w = w / np.maximum(norm, 1.0)  # inside the ball: w / 1.0, which is w exactly
 
     # ------------------------------------------------------------------ the cut(s)
     def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:
@@ -387,11 +388,19 @@ def _reach(a: FloatArray, gamma: float) -> FloatArray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _cone(w: FloatArray, bounded: BoolArray, clamp: np.ufunc) -> FloatArray:
-    """``where(bounded, w, clamp(w, 0))``, skipping the masks when all sides agree (the
-    common case: every bound present, or none on that side)."""
-    if bounded.all():
-        return w
-    if not bounded.any():
-        return np.asarray(clamp(w, 0.0), dtype=np.float64)
-    return np.where(bounded, w, clamp(w, 0.0))
+class _Cone:
+    """``w -> where(bounded, w, clamp(w, 0))`` for a fixed mask of bounded coordinates, skipping
+    the mask when all sides agree (the common case: every bound present, or none on that side).
+    """
+
+    def __init__(self, bounded: BoolArray) -> None:
+        self.bounded = bounded
+        self.every = bool(bounded.all())
+        self.none = not bounded.any()
+
+    def __call__(self, w: FloatArray, clamp: np.ufunc) -> FloatArray:
+        if self.every:
+            return w
+        if self.none:
+            return np.asarray(clamp(w, 0.0), dtype=np.float64)
+        return np.where(self.bounded, w, clamp(w, 0.0))

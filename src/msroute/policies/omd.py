@@ -321,12 +321,25 @@ class OMDApproachability(BasePolicy):
         return self.dual.w.copy()
 
     # ------------------------------------------------------------------ algorithm
+    def _cell(self, context: IntArray | None) -> tuple[slice, int] | tuple[IntArray, IntArray]:
+        """The index of each run's (run, context) entry of the (R, X, ...) state: (R, ...).
+
+        When every run is in the same context (context-free, or one run) it is basic indexing,
+        a view: cheaper than gathering, and an in-place update writes through.
+        """
+        if context is None:
+            return (slice(None), 0)
+        if self.n_runs == 1:
+            return (slice(None), int(context[0]))
+        return (self._rows, context)
+
     def _select(
         self, context: IntArray | None, eligible: BoolArray | None
     ) -> tuple[IntArray, FloatArray]:
-        ctx = self._ctx0 if context is None else context
-        q = self._q[self._rows, ctx]  # a copy: the decision's own distribution
-        if eligible is not None:
+        q = self._q[self._cell(context)]
+        if eligible is None:
+            q = q.copy()  # the decision's own distribution
+        else:
             q = q * eligible
             q /= q.sum(axis=1, keepdims=True)
         draws = sample_multinomial(self.streams.uniform(self.m_draws), q, eligible)
@@ -340,21 +353,22 @@ class OMDApproachability(BasePolicy):
                 f"decision.probs must be the (R, K) = {(self.n_runs, self.n_experts)} "
                 "distribution the draws came from (OMD divides by it)"
             )
-        rows = self._rows
         ctx = self._ctx0 if decision.context is None else decision.context
-        visits = self._visits[rows, ctx]
-        baseline = np.where(visits > 0, self._reward_sum[rows, ctx] / np.maximum(visits, 1), 0.0)
+        cell = self._cell(decision.context)
+        visits = self._visits[cell]
+        baseline = np.where(visits > 0, self._reward_sum[cell] / np.maximum(visits, 1), 0.0)
+        visits = visits + 1
         counts = draw_counts(decision.draws, self.n_experts)
-        self._grad[rows, ctx] += self.estimator.estimate(
-            rows, ctx, q_play, counts, reward, baseline
+        self._grad[cell] += self.estimator.estimate(
+            self._rows, ctx, q_play, counts, reward, baseline
         )
-        self._reward_sum[rows, ctx] += reward
-        self._visits[rows, ctx] = visits + 1
-        self.cost_est.update(decision.draws, cost)
+        self._reward_sum[cell] += reward
+        self._visits[cell] = visits
+        self.cost_est.update(decision.draws, cost, counts)
         self.dual.observe(cost)
         self._cost_sum += cost
         self._n_feedback += 1
-        due = np.flatnonzero((visits + 1) % self.batch_size == 0)
+        due = (visits % self.batch_size == 0).nonzero()[0]
         if due.size:
             self._qp_step(due, ctx[due])
 

@@ -125,7 +125,7 @@ class ImportanceGradient:
         """See :class:`GradientEstimator`. Experts not drawn (among them any masked out, with
         ``q_i = 0``) contribute nothing."""
         return np.divide(
-            (reward - baseline)[:, None] * counts, q, out=np.zeros_like(counts), where=counts > 0
+            (reward - baseline)[:, None] * counts, q, out=np.zeros(counts.shape), where=counts > 0
         )
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:

@@ -4,12 +4,14 @@ In process, a recording transport shows what :class:`GatheringTransport` hands o
 one event-loop turn as one write, in order; a close writes what is gathered first; an abort drops
 it; nothing goes to a transport that is closing. Over loopback, a real ``msroute serve`` answers
 raw HTTP/1.1 requests on one socket (keep-alive, pipelined, ``Connection: close``, a refused
-body) with complete, well-framed responses.
+body) with complete, well-framed responses. And ``serve`` runs uvicorn with that protocol and
+with the collector set for serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,12 +196,13 @@ def test_refused_body_is_answered_whole_before_the_close(server: ServerProcess) 
         assert reader.at_end()
 
 
-def test_serve_runs_uvicorn_with_the_gathering_protocol(
+def test_serve_runs_uvicorn_with_the_gathering_protocol_and_a_serving_collector(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import uvicorn
 
     from msroute.service import load_service_config, serve
+    from msroute.service.server import GC_THRESHOLD
     from msroute.service.transport import CoalescingHttpTools
 
     seen: list[uvicorn.Config] = []
@@ -212,8 +215,12 @@ def test_serve_runs_uvicorn_with_the_gathering_protocol(
             pass
 
     monkeypatch.setattr(uvicorn, "Server", Server)
+    collector: list[Any] = []
+    monkeypatch.setattr(gc, "freeze", lambda: collector.append("freeze"))
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: collector.append(t))
     config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
     serve(load_service_config(config, data_dir=tmp_path), token=TOKEN)
     (cfg,) = seen
     assert cfg.http is CoalescingHttpTools and cfg.loop == "auto"
     assert (cfg.host, cfg.access_log) == ("127.0.0.1", False)
+    assert collector == ["freeze", GC_THRESHOLD]  # the app's objects frozen before serving

@@ -3,10 +3,14 @@
 On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish (up to
 ``graceful_s`` seconds), then runs the app's lifespan shutdown, which drains each router's
 queue and closes its journal.
+
+The process is the server's alone, so it also sets the garbage collector for serving
+(:func:`collect_for_serving`).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import uvicorn
@@ -16,7 +20,25 @@ from msroute.service.auth import check_start
 from msroute.service.config import ServiceConfig
 from msroute.service.transport import CoalescingHttpTools
 
-__all__ = ["serve"]
+__all__ = ["GC_THRESHOLD", "collect_for_serving", "serve"]
+
+#: The collector's generation thresholds while serving (Python's default is (700, 10, 10)).
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def collect_for_serving() -> None:
+    """Fewer and smaller cyclic garbage collections in a server process.
+
+    Reference counting frees nearly all of a request's objects; the cyclic collector still ran
+    after every 700 net allocations, and every few seconds traversed every object of the process
+    (FastAPI's, pydantic's, numpy's modules: a pause of tens of milliseconds). Everything that
+    exists once the app is built lives as long as the process, so :func:`gc.freeze` takes it out
+    of every later collection, and a young generation of 50,000 objects makes collections rare.
+    Cycles are still collected; only later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def serve(
@@ -55,6 +77,7 @@ def serve(
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("msroute").setLevel(log_level.upper())
     app = create_app(config, token=required)
+    collect_for_serving()
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -1,0 +1,132 @@
+"""The router owner: calls one at a time, group commit, answers only after the COMMIT.
+
+A stand-in router records its transactions: which calls each holds, when it commits (the
+COMMIT takes a few milliseconds, as a disk does) and whether a call ever ran while a COMMIT was
+under way. Many concurrent callers then check that calls are grouped, that each caller learns its
+result only once its group is committed, that a failing call fails alone, and that a failed
+COMMIT acknowledges nothing of its group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from msroute.errors import InvalidFeedbackError, JournalError
+from msroute.service.owner import RouterOwner
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Disk:
+    """A stand-in Router: each ``group()`` is a transaction whose COMMIT takes ``commit_s``."""
+
+    def __init__(self, commit_s: float = 0.005, fail_commit: bool = False) -> None:
+        self.commit_s = commit_s
+        self.fail_commit = fail_commit
+        self.open: list[int] | None = None  # the calls of the open transaction
+        self.committed: list[list[int]] = []
+        self.committing = False
+        self.overlaps = 0  # calls made while a COMMIT was under way
+        self.commit_threads: set[int] = set()
+        self.closed = False
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[Disk]:
+        assert self.open is None, "transactions do not nest here"
+        self.open = []
+        try:
+            yield self
+        finally:
+            self.committing = True
+            self.commit_threads.add(threading.get_ident())
+            time.sleep(self.commit_s)
+            done, self.open = self.open, None
+            self.committing = False
+            if self.fail_commit:
+                raise JournalError("journal.db: disk I/O error")
+            self.committed.append(done)
+
+    def apply(self, value: int) -> int:
+        if self.committing:
+            self.overlaps += 1
+        assert self.open is not None, "a call outside a transaction"
+        if value < 0:
+            raise InvalidFeedbackError(f"value: {value} is negative")
+        self.open.append(value)
+        return value
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def serve(disk: Disk, values: list[int]) -> tuple[list[Any], RouterOwner]:
+    """Call ``disk.apply(v)`` for every value concurrently; each outcome, checked when it comes."""
+
+    async def main() -> tuple[list[Any], RouterOwner]:
+        owner = RouterOwner("test", lambda: disk)  # type: ignore[arg-type, return-value]
+        await owner.start()
+
+        async def one(value: int) -> Any:
+            try:
+                result = await owner.call(lambda r: r.apply(value))  # type: ignore[attr-defined]
+            except Exception as exc:
+                return exc
+            # Answered only once durable: the value is in a committed transaction.
+            assert any(value in group for group in disk.committed)
+            return result
+
+        try:
+            return list(await asyncio.gather(*(one(v) for v in values))), owner
+        finally:
+            await owner.stop()
+
+    return asyncio.run(main())
+
+
+def test_calls_are_grouped_and_answered_after_their_commit() -> None:
+    disk = Disk()
+    outcomes, owner = serve(disk, list(range(200)))
+    assert outcomes == list(range(200))
+    assert sorted(v for group in disk.committed for v in group) == list(range(200))
+    assert owner.calls == 200 and owner.groups == len(disk.committed) < 200
+    assert disk.overlaps == 0  # no call ever ran while a COMMIT was under way
+    assert threading.get_ident() not in disk.commit_threads  # the COMMIT left the event loop
+    assert disk.closed
+
+
+def test_a_failing_call_fails_alone() -> None:
+    disk = Disk()
+    outcomes, _ = serve(disk, [1, -2, 3, -4, 5])
+    assert [o for o in outcomes if isinstance(o, int)] == [1, 3, 5]
+    errors = [o for o in outcomes if not isinstance(o, int)]
+    assert [type(e) for e in errors] == [InvalidFeedbackError] * 2
+    assert "-2" in str(errors[0]) and "-4" in str(errors[1])
+    assert sorted(v for group in disk.committed for v in group) == [1, 3, 5]
+
+
+def test_a_failed_commit_acknowledges_nothing() -> None:
+    disk = Disk(fail_commit=True)
+
+    async def main() -> list[Any]:
+        owner = RouterOwner("test", lambda: disk)  # type: ignore[arg-type, return-value]
+        await owner.start()
+        try:
+            return list(
+                await asyncio.gather(
+                    *(owner.call(lambda r, v=v: r.apply(v)) for v in range(20)),  # type: ignore[misc]
+                    return_exceptions=True,
+                )
+            )
+        finally:
+            await owner.stop()
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, JournalError) for o in outcomes)
+    assert disk.committed == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import itertools
@@ -9,6 +10,7 @@ import json
 import math
 import sqlite3
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -69,12 +71,12 @@ def traffic(router: Router, rounds: int, seed: int = 0, *, start: int = 0) -> li
     return [d.decision_id for d in pending]
 
 
-def backup(src: Path, dst: Path) -> Path:
-    """A consistent copy of a live journal (SQLite's online backup)."""
-    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+def backup(router: Router, dst: Path) -> Path:
+    """A consistent copy of a live router's journal (SQLite's online backup, through the
+    router's own connection: no other connection may open a live journal)."""
+    b = sqlite3.connect(dst)
     with b:
-        a.backup(b)
-    a.close()
+        router._journal._db.backup(b)  # type: ignore[union-attr]
     b.close()
     return dst
 
@@ -329,9 +331,8 @@ def test_reopened_journal_continues_bit_for_bit(policy: str, tmp_path: Path) -> 
         if rng.random() < 0.7:
             d = pending.pop(int(rng.integers(len(pending))))
             live.feedback(d.decision_id, reward_of(d))
-    copy_path = backup(tmp_path / "live.db", tmp_path / "copy.db")
-    reopened = Router.open(copy_path)
-    from_start = Router.open(copy_path, use_snapshot=False)
+    reopened = Router.open(backup(live, tmp_path / "copy.db"))
+    from_start = Router.open(backup(live, tmp_path / "copy2.db"), use_snapshot=False)
     assert comparable(reopened.state()) == comparable(live.state())
     assert comparable(from_start.state()) == comparable(live.state())
     for i in range(150, 200):  # the same calls give the same decisions and the same state
@@ -424,13 +425,13 @@ def test_group_commits_once_and_refused_calls_write_nothing(tmp_path: Path) -> N
         with router.group():  # re-entrant
             b = router.route()
         router.feedback(a.decision_id, 0.5)
-        # Nothing is visible to another connection before the group commits.
-        other = sqlite3.connect(tmp_path / "j.db")
-        assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 0
-    assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 3
-    other.close()
+        assert router._journal.in_transaction  # one transaction, still open
+    assert not router._journal.in_transaction
     assert router.feedback(b.decision_id, 0.5) == "applied"
     router.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "j.db")) as db:
+        kinds = [k for (k,) in db.execute("SELECT kind FROM events ORDER BY seq")]
+    assert kinds == ["decision", "decision", "feedback", "feedback"]
     router.close()  # idempotent
     with pytest.raises(MSRouteError, match="closed"):
         router.route()
@@ -438,15 +439,54 @@ def test_group_commits_once_and_refused_calls_write_nothing(tmp_path: Path) -> N
 
 def test_a_refused_transaction_changes_nothing(tmp_path: Path) -> None:
     router = Router(CONFIG, journal=tmp_path / "j.db")
-    blocker = sqlite3.connect(tmp_path / "j.db", timeout=0.0)
-    router._journal._db.execute("PRAGMA busy_timeout = 0")  # type: ignore[union-attr]
-    blocker.execute("BEGIN EXCLUSIVE")
-    with pytest.raises(JournalError):
+    real = router._journal._db  # type: ignore[union-attr]
+    router._journal._db = _Refusing(real, "BEGIN IMMEDIATE")  # type: ignore[union-attr]
+    with pytest.raises(JournalError, match="cannot start a transaction"):
         router.route()
-    blocker.rollback()
-    blocker.close()
+    router._journal._db = real  # type: ignore[union-attr]
     assert router.state()["decisions"] == 0
     assert router.route().team  # a refused BEGIN changed nothing: the router goes on
+    router.close()
+
+
+class _Refusing:
+    """A connection that refuses one statement as a locked database does, delegating all else."""
+
+    def __init__(self, db: sqlite3.Connection, statement: str) -> None:
+        self._db = db
+        self._statement = statement
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == self._statement:
+            raise sqlite3.OperationalError("database is locked")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_a_live_journal_is_refused_to_any_other_connection_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    traffic(router, 5)
+    tic = time.perf_counter()
+    with pytest.raises(JournalError, match="in use by another router"):
+        Router.open(path)
+    assert time.perf_counter() - tic < 2.0  # the short busy timeout, not SQLite's 5 s
+    with pytest.raises(JournalError, match="in use by another router"):
+        msroute.evaluate(path, {"big": 0.5, "small": 0.5})
+    assert main(["journal", "export", str(path)]) != 0
+    assert "in use by another router" in capsys.readouterr().err
+    with (
+        contextlib.closing(sqlite3.connect(path, timeout=0.0)) as other,
+        pytest.raises(sqlite3.OperationalError, match="locked"),
+    ):
+        other.execute("SELECT count(*) FROM events")
+    assert router.route().team  # the refused openings disturbed nothing
+    router.close()
+    Router.open(path).close()  # closed: the lock is released
 
 
 # ---------------------------------------------------------------------- learning during the commit

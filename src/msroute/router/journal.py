@@ -17,9 +17,18 @@ the decision id (or the expert id); ``payload`` a JSON object (floats at full pr
 ``probs`` the decision's full sampling distribution as little-endian float64 (or NULL).
 
 The connection runs in autocommit mode (``isolation_level=None``) with explicit
-``BEGIN IMMEDIATE`` / ``COMMIT``, ``busy_timeout`` set, ``synchronous=FULL`` by default
-(``NORMAL`` on request: faster, and a power loss may lose the last commits but never corrupts).
-One router owns a journal at a time.
+``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default (``NORMAL`` on request:
+faster, and a power loss may lose the last commits but never corrupts).
+
+One router owns a journal at a time, and SQLite enforces it: the connection runs in
+``locking_mode = EXCLUSIVE`` (set before WAL mode, so the WAL index lives in the process's
+memory, not in a shared ``-shm`` file), and keeps the file locked from its first access until
+it closes. A commit then takes no lock and touches no shared memory, which makes it cheaper
+(README, "Benchmarks"). Any other connection to the file, in this process or another (a
+second router, ``msroute journal export``, the sqlite3 shell), is refused while it is open:
+opening fails within :data:`BUSY_TIMEOUT_MS` with :class:`JournalError` "in use by another
+router". Read a live router's journal through the router (``Router.decisions_since``,
+``msroute.evaluate(router, ...)``), or close it first. A process that dies releases its lock.
 """
 
 from __future__ import annotations
@@ -33,10 +42,15 @@ from typing import Any
 
 from msroute.errors import JournalError
 
-__all__ = ["SCHEMA_VERSION", "Event", "Journal", "MemoryJournal", "open_journal"]
+__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "Event", "Journal", "MemoryJournal", "open_journal"]
 
 #: Version of the table layout; a journal of another version is refused.
 SCHEMA_VERSION = 1
+
+#: How long opening a journal waits for another connection's lock, in milliseconds. A live
+#: router holds its journal's lock until it closes, so a longer wait would only delay the
+#: error; this one covers a router that is just closing.
+BUSY_TIMEOUT_MS = 200
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -120,6 +134,12 @@ class Journal(_EventLog):
             self._setup(sync, create)
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+                raise JournalError(
+                    f"{label}: journal is in use by another router (a journal is locked while "
+                    "a router, or another connection, has it open; close that one first, or "
+                    "read a live journal through its router)"
+                ) from exc
             raise JournalError(f"{label}: not a usable journal: {exc}") from exc
         except JournalError:
             self._db.close()
@@ -131,7 +151,8 @@ class Journal(_EventLog):
 
     def _setup(self, sync: str, create: bool) -> None:
         db = self._db
-        db.execute("PRAGMA busy_timeout = 5000")
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")  # before the first access (module doc)
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         has_tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
         if create:

@@ -407,10 +407,16 @@ class Router:
             self._maybe_snapshot()
 
     def _append(
-        self, kind: str, ref: str | None, now: float, payload: dict[str, Any], blob: bytes | None
+        self,
+        kind: str,
+        ref: str | None,
+        now: float,
+        payload: dict[str, Any],
+        blob: bytes | None,
+        share: tuple[int | None] | None = None,
     ) -> int:
         try:
-            return self._journal.append(kind, ref, now, payload, blob)
+            return self._journal.append(kind, ref, now, payload, blob, share)
         except sqlite3.Error as exc:
             self._fail(exc)
             raise JournalError(f"{self._journal.label}: cannot write the journal: {exc}") from exc
@@ -463,7 +469,8 @@ class Router:
             routed, payload, blob = self._decide(did, ctx, mask, now, seq)
             payload["context"] = context
             payload["eligible"] = None if eligible is None else list(eligible)
-            self._append("decision", did, now, payload, blob)
+            # Unmasked decisions of a context share their distribution until the policy learns.
+            self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed
 
     def _context_index(self, context: str | None) -> int | None:

@@ -9,12 +9,19 @@ state as JSON. Opening a journal = last snapshot + replay of the events after it
 Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config" (JSON), "run_id", "created"
-    events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB)
+    events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
+           probs_seq INTEGER)
     snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)
 
 ``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert`` or ``remove_expert``; ``ref``
 the decision id (or the expert id); ``payload`` a JSON object (floats at full precision);
-``probs`` the decision's full sampling distribution as little-endian float64 (or NULL).
+``probs`` the decision's full sampling distribution as little-endian float64 (or NULL). A
+distribution changes only when the policy learns (OMD: once per batch of feedbacks), so a
+decision whose distribution is byte for byte the last one stored for its context (without a
+mask) stores none and points at that row instead: ``probs_seq`` (NULL otherwise). At K = 10,000
+that saves writing 80 KB for most decisions; reads resolve the pointer, so every reader sees
+each decision's full distribution. A version 1 journal (no ``probs_seq``) gains the column when
+it is opened.
 
 The connection runs in autocommit mode (``isolation_level=None``) with explicit
 ``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default (``NORMAL`` on request:
@@ -36,7 +43,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +51,9 @@ from msroute.errors import JournalError
 
 __all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "Event", "Journal", "MemoryJournal", "open_journal"]
 
-#: Version of the table layout; a journal of another version is refused.
-SCHEMA_VERSION = 1
+#: Version of the table layout; a journal of another version is refused (version 1, the same
+#: without ``events.probs_seq``, is upgraded in place when opened).
+SCHEMA_VERSION = 2
 
 #: How long opening a journal waits for another connection's lock, in milliseconds. A live
 #: router holds its journal's lock until it closes, so a longer wait would only delay the
@@ -60,13 +68,22 @@ CREATE TABLE events(
     ref TEXT,
     time REAL NOT NULL,
     payload TEXT NOT NULL,
-    probs BLOB
+    probs BLOB,
+    probs_seq INTEGER
 );
 CREATE INDEX events_ref ON events(ref);
 CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, policy BLOB NOT NULL, router TEXT NOT NULL);
 """
 
-_INSERT_EVENT = "INSERT INTO events(seq, kind, ref, time, payload, probs) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT_EVENT = (
+    "INSERT INTO events(seq, kind, ref, time, payload, probs, probs_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+#: The columns of an event as read: the distribution resolved through ``probs_seq``.
+_EVENT_COLUMNS = (
+    "seq, kind, ref, time, payload, "
+    "coalesce(probs, (SELECT e.probs FROM events AS e WHERE e.seq = events.probs_seq))"
+)
 
 #: One row of ``events``: seq, kind, ref, time, payload (decoded), probs (raw bytes or None).
 Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
@@ -80,6 +97,8 @@ class _EventLog:
     """What both journals share: events numbered 1, 2, ... in the order they are appended."""
 
     last_seq: int
+    #: The last distribution stored under each sharing key, and the event holding it.
+    _shared: dict[Hashable, tuple[bytes, int]]
 
     def append(
         self,
@@ -88,15 +107,28 @@ class _EventLog:
         time: float,
         payload: dict[str, Any],
         probs: bytes | None = None,
+        share: Hashable | None = None,
     ) -> int:
-        """Append one event; returns its sequence number."""
+        """Append one event; returns its sequence number.
+
+        ``share``: a key (a decision's context) under which ``probs`` may point at the last
+        distribution stored with the same key when the two are equal byte for byte.
+        """
         seq = self.last_seq + 1
-        self._store((seq, kind, ref, time, payload, probs))
+        probs_seq = None
+        if probs is not None and share is not None:
+            last = self._shared.get(share)
+            if last is not None and last[0] == probs:
+                probs, probs_seq = last
+            else:
+                self._shared[share] = (probs, seq)
+        self._store((seq, kind, ref, time, payload, probs), probs_seq)
         self.last_seq = seq
         return seq
 
-    def _store(self, event: Event) -> None:
-        """Keep one event (numbered by :meth:`append`)."""
+    def _store(self, event: Event, probs_seq: int | None) -> None:
+        """Keep one event (numbered by :meth:`append`); ``probs_seq``: the earlier event that
+        holds its distribution (the same bytes), if any."""
         raise NotImplementedError
 
 
@@ -147,6 +179,7 @@ class Journal(_EventLog):
         row = self._db.execute("SELECT max(seq) FROM events").fetchone()
         self.last_seq: int = 0 if row[0] is None else int(row[0])
         self._committed_seq = self.last_seq
+        self._shared = {}
         self._closed = False
 
     def _setup(self, sync: str, create: bool) -> None:
@@ -165,6 +198,8 @@ class Journal(_EventLog):
             check = db.execute("PRAGMA integrity_check").fetchone()[0]
             if check != "ok":
                 raise JournalError(f"{self.label}: integrity check failed: {check}")
+            if version == 1:  # the same tables without events.probs_seq
+                version = self._upgrade_from_1()
             if version != SCHEMA_VERSION:
                 raise JournalError(
                     f"{self.label}: journal schema version {version}, this msroute reads version "
@@ -182,6 +217,15 @@ class Journal(_EventLog):
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
 
+    def _upgrade_from_1(self) -> int:
+        """Add ``events.probs_seq`` to a version 1 journal (every row keeps its own blob)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ALTER TABLE events ADD COLUMN probs_seq INTEGER")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+        return SCHEMA_VERSION
+
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
         """Start a write transaction (``BEGIN IMMEDIATE``: takes the write lock now)."""
@@ -194,8 +238,10 @@ class Journal(_EventLog):
 
     def rollback(self) -> None:
         """Roll back the open transaction, if any (errors ignored: the connection may be gone);
-        the events it appended are forgotten (their numbers will be given again)."""
+        the events it appended are forgotten (their numbers will be given again), and so are
+        the distributions they stored."""
         self.last_seq = self._committed_seq
+        self._shared.clear()
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -212,9 +258,11 @@ class Journal(_EventLog):
         return self._db.in_transaction
 
     # ------------------------------------------------------------------ writes
-    def _store(self, event: Event) -> None:
+    def _store(self, event: Event, probs_seq: int | None) -> None:
         seq, kind, ref, time, payload, probs = event
-        self._db.execute(_INSERT_EVENT, (seq, kind, ref, time, _encode(payload), probs))
+        if probs_seq is not None:
+            probs = None  # the row at probs_seq holds it
+        self._db.execute(_INSERT_EVENT, (seq, kind, ref, time, _encode(payload), probs, probs_seq))
 
     def put_meta(self, key: str, value: str) -> None:
         """Set one meta entry."""
@@ -246,7 +294,7 @@ class Journal(_EventLog):
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
         """The events with ``seq > after``, in order (at most ``limit``)."""
-        sql = "SELECT seq, kind, ref, time, payload, probs FROM events WHERE seq > ? ORDER BY seq"
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq"
         args: tuple[int, ...] = (after,)
         if limit is not None:
             sql += " LIMIT ?"
@@ -257,7 +305,7 @@ class Journal(_EventLog):
     def events_of(self, ref: str) -> list[Event]:
         """Every event about one decision (or expert) id, in order."""
         rows = self._db.execute(
-            "SELECT seq, kind, ref, time, payload, probs FROM events WHERE ref = ? ORDER BY seq",
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE ref = ? ORDER BY seq",
             (ref,),
         ).fetchall()
         return [(int(s), str(k), r, float(t), json.loads(p), b) for s, k, r, t, p, b in rows]
@@ -281,6 +329,7 @@ class MemoryJournal(_EventLog):
 
     def __init__(self) -> None:
         self.last_seq = 0
+        self._shared = {}
         self._events: list[Event] = []
         self._by_ref: dict[str, list[int]] = {}
         self._meta: dict[str, str] = {}
@@ -297,7 +346,7 @@ class MemoryJournal(_EventLog):
     def set_sync(self, sync: str) -> None:
         """Nothing to do."""
 
-    def _store(self, event: Event) -> None:
+    def _store(self, event: Event, probs_seq: int | None) -> None:
         ref = event[2]
         if ref is not None:
             self._by_ref.setdefault(ref, []).append(len(self._events))

@@ -76,9 +76,11 @@ def pairs_per_second(router: Router, pairs: int, group: int = 1) -> float:
 
 
 def bare_commits_per_second(sync: str, n: int = 500) -> float:
-    """The floor of a durable write: one-row INSERT + COMMIT in WAL mode, nothing else."""
+    """The floor of a durable write: one-row INSERT + COMMIT in WAL mode with the journal's
+    exclusive locking mode, nothing else."""
     with tempfile.TemporaryDirectory() as tmp:
         db = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {sync}")
         db.execute("CREATE TABLE t(x INTEGER)")

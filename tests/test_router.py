@@ -636,8 +636,10 @@ def test_a_failed_commit_undoes_the_overlapped_learning(tmp_path: Path, stalled:
     assert router.state() == before
     assert comparable(router.state()) == comparable(twin.state())
     _assert_same_policy_state(router, twin)
-    with pytest.raises(MSRouteError, match="failed to write its journal"):
+    with pytest.raises(MSRouteError, match=r"failed to write its journal.*close it, then"):
         router.feedback("last", 0.7)
+    with pytest.raises(JournalError, match="in use by another router"):
+        Router.open(tmp_path / "j.db")  # the failed router still holds its journal
     router.close()
     reopened = Router.open(tmp_path / "j.db")  # the journal agrees: the feedback never happened
     assert comparable(reopened.state()) == comparable(before)

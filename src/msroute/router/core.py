@@ -355,8 +355,8 @@ class Router:
             raise MSRouteError("the router is closed")
         if self._failed is not None:
             raise MSRouteError(
-                f"the router failed to write its journal ({self._failed}); reopen it with "
-                "Router.open()"
+                f"the router failed to write its journal ({self._failed}); close it, then "
+                "reopen the journal with Router.open() (it stays locked until closed)"
             )
 
     def _fail(self, exc: BaseException) -> None:

@@ -6,8 +6,9 @@ clients, each on its own keep-alive HTTP/1.1 connection, repeat: POST a decision
 feedback. The run stops after a fixed number of pairs or at the time cap, whichever comes first;
 the first ``--warmup`` pairs are not measured. Reports decision+feedback pairs per second and
 p50/p95/p99 latency of each endpoint, the mean group-commit size read from the server's
-``/metrics``, the CPU time per pair of the server (in brackets: of its event-loop thread; the
-rest is the router's owner thread) and of the client (the machine's CPUs are shared, so CPU per
+``/metrics``, the CPU time per pair of the server (in brackets: of its event-loop thread, which
+serves HTTP and runs the router's calls; the rest is mostly the owner thread, which runs the
+COMMITs) and of the client (the machine's CPUs are shared, so CPU per
 pair shows the cost even when other load slows the clock), and checks that
 the router's state counts every acknowledged pair. The reference row ``bare`` serves the same two
 endpoints from a bare FastAPI app (pydantic bodies, no auth, router or journal) in the same run:

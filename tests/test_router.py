@@ -11,6 +11,7 @@ import math
 import sqlite3
 import threading
 import time
+import types
 import weakref
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from msroute.errors import (
 )
 from msroute.policies.persist import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
+from msroute.router import core as router_core
 
 CONFIG: dict[str, Any] = {
     "policy": "omd",
@@ -645,6 +647,40 @@ def test_a_failed_commit_undoes_the_overlapped_learning(tmp_path: Path, stalled:
     assert comparable(reopened.state()) == comparable(before)
     assert reopened.feedback("last", 0.7) == twin.feedback("last", 0.7) == "applied"
     assert comparable(reopened.state()) == comparable(twin.state())
+    reopened.close()
+
+
+@pytest.mark.parametrize("call", ["route", "feedback expiring others", "group"])
+def test_a_failed_commit_changes_nothing_in_memory(
+    tmp_path: Path, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the call (a route, a feedback whose call also expires decisions, a group), a
+    failed commit leaves the router's state, policy included, as the journal has it."""
+    clock = [1e9]  # the routers' clock, so that what expires does not depend on the machine
+    monkeypatch.setattr(router_core, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    router = Router(cfg(feedback_ttl_s=60), journal=tmp_path / "j.db")
+    twin = Router(cfg(feedback_ttl_s=60))  # the same calls, without the failed one
+    for r in (router, twin):
+        traffic(r, 30)
+        r.route(decision_id="last")
+    clock[0] += 120.0  # every pending decision is due to expire
+    before = router.state()
+    real = router._journal._db  # type: ignore[union-attr]
+    router._journal._db = _FailingCommits(real)  # type: ignore[union-attr]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        if call == "route":
+            router.route(decision_id="new")  # expires the due decisions first
+        elif call == "feedback expiring others":
+            router.feedback("last", 0.7)  # expires the others first (and "last" itself)
+        else:
+            with router.group():
+                router.route(decision_id="new")
+                router.feedback("new", 0.7)
+    assert router.state() == before
+    _assert_same_policy_state(router, twin)
+    router.close()
+    reopened = Router.open(tmp_path / "j.db")
+    assert comparable(reopened.state()) == comparable(before)
     reopened.close()
 
 

@@ -243,14 +243,7 @@ class Router:
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.meta("run_id")
-            snap = journal.last_snapshot() if use_snapshot else None
-            after = 0
-            if snap is not None:
-                after = snap[0]
-                router._restore(snap[1], snap[2])
-            for event in journal.events(after):
-                router._replay(event)
-            router._snap_seq = after
+            router._load(use_snapshot)
         except (RouterConfigError, ValueError, KeyError, TypeError) as exc:
             journal.close()
             raise JournalError(f"{journal.label}: cannot rebuild the router: {exc}") from exc
@@ -258,6 +251,19 @@ class Router:
             journal.close()
             raise
         return router
+
+    def _load(self, use_snapshot: bool) -> None:
+        """The state of the journal's committed events: the last snapshot (or none), then a
+        replay of the events after it (on a router fresh from :meth:`_setup`)."""
+        journal = self._journal
+        snap = journal.last_snapshot() if use_snapshot else None
+        after = 0
+        if snap is not None:
+            after = snap[0]
+            self._restore(snap[1], snap[2])
+        for event in journal.events(after):
+            self._replay(event)
+        self._snap_seq = after
 
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the policy over the configured experts, empty state."""
@@ -372,17 +378,41 @@ class Router:
         """One transaction around a call, unless inside :meth:`group` (which owns it)."""
         return _Write(self)
 
-    def _finish(self) -> None:
-        """Commit the open transaction (what succeeded so far); on failure the router fails."""
-        if self._failed is not None:
-            self._journal.rollback()
-            return
+    def _finish(self, *, reload: bool = True) -> None:
+        """Commit the open transaction (what succeeded so far); on failure the router fails.
+
+        A failed router (its commit failed now, or a write earlier in the transaction) rolls
+        the transaction back and, unless ``reload`` is False (a caller that undoes its own
+        changes), rebuilds its in-memory state from the journal's committed events: the calls
+        of the failed transaction change nothing, in the journal or in memory.
+        """
+        if self._failed is None:
+            try:
+                self._journal.commit()
+                return
+            except BaseException as exc:
+                self._fail(exc)
+                self._roll_back(reload)
+                raise
+        self._roll_back(reload)
+
+    def _roll_back(self, reload: bool) -> None:
+        self._journal.rollback()
+        if reload:
+            self._reload_committed()
+
+    def _reload_committed(self) -> None:
+        """The in-memory state of the committed events, for a failed router (best effort: if
+        the journal cannot be read either, the router keeps what the failed calls left; it
+        stays failed in both cases)."""
+        failed = self._failed
         try:
-            self._journal.commit()
-        except BaseException as exc:
-            self._fail(exc)
-            self._journal.rollback()
-            raise
+            self._setup(self.config)
+            self._load(use_snapshot=True)
+        except (MSRouteError, sqlite3.Error, ValueError, KeyError, TypeError):
+            pass
+        finally:
+            self._failed = failed
 
     @contextmanager
     def group(self) -> Iterator[Router]:
@@ -391,7 +421,8 @@ class Router:
         Each call validates first: one that raises changed no state and wrote no row, and the
         others proceed. On exit one COMMIT makes them all durable; only then may they be
         acknowledged. If that COMMIT fails the router is marked failed (later calls raise
-        until it is reopened with :meth:`open`) and the exception propagates.
+        until it is closed and reopened with :meth:`open`), its in-memory state goes back to
+        the journal's (the block's calls change nothing) and the exception propagates.
         """
         self._check_usable()
         if self._depth == 0:
@@ -675,8 +706,9 @@ class Router:
         The row is written first, so the journal's order is that of :meth:`feedback`; the
         policy learns exactly what it would have learned before the commit. If the commit
         fails, the learning is undone (the call changed no state) and the router is failed.
-        Only a feedback that learns and expires nothing comes here (an expiry due in the same
-        call takes the plain path).
+        Only a feedback that learns and expires nothing comes here (one whose call also
+        expires decisions takes the plain path, where a failed commit reloads the committed
+        state instead).
         """
         self._begin()
         try:
@@ -694,7 +726,7 @@ class Router:
         assert overlap is not None
         overlap.start(learn)
         try:
-            self._finish()
+            self._finish(reload=False)  # the helper may be learning: undone below instead
         except BaseException:
             try:
                 overlap.finish()  # the helper may be learning: let it end, then undo

@@ -8,6 +8,7 @@ import gc
 import itertools
 import json
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ import pytest
 import msroute
 from msroute.cli import main
 from msroute.errors import (
+    DecisionConflictError,
     InfeasibleConstraintsError,
     InvalidFeedbackError,
     JournalError,
@@ -219,6 +221,28 @@ def test_same_decision_id_returns_the_same_decision() -> None:
     seq = router.state()["seq"]
     b = router.route(decision_id="req-1")
     assert a == b and router.state()["seq"] == seq and router.state()["decisions"] == 1
+
+
+def test_a_repeated_decision_id_must_repeat_its_request() -> None:
+    router = Router(cfg(contexts=["billing", "tech"]))
+    a = router.route(context="billing", eligible=["big", "small"], decision_id="req-1")
+    b = router.route(context="tech", decision_id="req-2")  # routed with every expert eligible
+    state = router.state()
+    assert router.route(context="billing", eligible=["small", "big"], decision_id="req-1") == a
+    assert router.route(decision_id="req-1") == a  # arguments left out are not compared
+    for context, eligible, named in [
+        ("tech", None, "context 'billing'"),
+        (None, ["big"], re.escape("eligible ['big', 'small'], not ['big']")),
+        (None, [], "eligible"),
+        (None, "big", "eligible"),
+        (None, [["big"]], "eligible"),
+    ]:
+        with pytest.raises(DecisionConflictError, match=named):
+            router.route(context=context, eligible=eligible, decision_id="req-1")
+    with pytest.raises(DecisionConflictError, match="all experts"):
+        router.route(eligible=list(router.expert_ids), decision_id="req-2")
+    assert router.route(context="tech", decision_id="req-2") == b
+    assert router.state() == state  # nothing changed: no new decision, no new row
 
 
 def test_contexts_and_eligibility() -> None:

@@ -274,6 +274,22 @@ def test_infeasible_removal_is_409(api: tuple[ServerProcess, httpx.Client]) -> N
     assert client.post("/v1/routers/llm/experts", json={"id": "tiny2", "cost": {"usd": 0.001}})
 
 
+def test_a_retried_decision_id_returns_its_decision_and_another_request_is_409(
+    api: tuple[ServerProcess, httpx.Client],
+) -> None:
+    _, client = api
+    url = "/v1/routers/llm/decisions"
+    first = client.post(url, json={**CTX, "eligible": ["large", "small"], "decision_id": "retry-1"})
+    assert first.status_code == 201
+    before = state(client)
+    again = client.post(url, json={**CTX, "eligible": ["small", "large"], "decision_id": "retry-1"})
+    assert again.status_code == 201 and again.json() == first.json()
+    for other in ({"context": "tech"}, {**CTX, "eligible": ["large"]}):
+        body = problem(client.post(url, json={**other, "decision_id": "retry-1"}), 409)
+        assert "retry-1" in body["detail"]
+    assert state(client) == before
+
+
 def test_non_json_body_is_refused(api: tuple[ServerProcess, httpx.Client]) -> None:
     _, client = api
     before = state(client)

@@ -17,6 +17,7 @@ __all__ = [
     "ConvergenceWarning",
     "DataFormatError",
     "DataWarning",
+    "DecisionConflictError",
     "EmptyFeasibleSetError",
     "InfeasibleConstraintsError",
     "InvalidFeedbackError",
@@ -98,6 +99,11 @@ class RouterConfigError(MSRouteError, ValueError):
 
 class UnknownDecisionError(MSRouteError, LookupError):
     """Feedback names a decision id the router never issued."""
+
+
+class DecisionConflictError(MSRouteError, ValueError):
+    """A decision id is routed again with another context or eligible set than the first time
+    (a repeated id is a retried request); the message names both, and nothing changed."""
 
 
 class InvalidFeedbackError(MSRouteError, ValueError):

@@ -32,6 +32,7 @@ import numpy as np
 
 from msroute._validation import FloatArray
 from msroute.errors import (
+    DecisionConflictError,
     InfeasibleConstraintsError,
     InvalidFeedbackError,
     InvalidValueError,
@@ -297,7 +298,6 @@ class Router:
         self._cost_sum: FloatArray = np.zeros(len(cfg.cost_names))
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, int, str]] = []  # heap of (deadline, n, id)
-        self._routed: dict[str, RoutedDecision] = {}  # since this process opened the router
         self._depth = 0  # group() nesting
         self._failed: BaseException | None = None
         self._closed = False
@@ -469,7 +469,8 @@ class Router:
             The expert ids this query may go to (default: all).
         decision_id : str, optional
             The id to give the decision (default: a new one). An id already routed returns
-            that same decision again, with no new journal row.
+            that same decision again, with no new journal row (a retried request); a context
+            or an eligible set given with it must then be the original one.
 
         Returns
         -------
@@ -480,6 +481,8 @@ class Router:
         InvalidFeedbackError
             Unknown context, unknown or empty eligible set, or a bad decision id (nothing
             changed).
+        DecisionConflictError
+            The id was routed with another context or eligible set (nothing changed).
         """
         self._check_usable()
         if decision_id is not None:
@@ -487,7 +490,7 @@ class Router:
                 raise InvalidFeedbackError(
                     f"decision_id: must be a non-empty string, got {decision_id!r}"
                 )
-            known = self._lookup(decision_id)
+            known = self._lookup(decision_id, context, eligible)
             if known is not None:
                 return known
         ctx = self._context_index(context)
@@ -570,7 +573,6 @@ class Router:
         layout = self._layout
         self._pending[did] = _Pending(n, tuple(draws), drawn, ctx, cost, deadline, dec, layout)
         heapq.heappush(self._deadlines, (deadline, n, did))
-        self._routed[did] = routed
         self._cost_sum += cost
         self._n = n + 1
         payload: dict[str, Any] = {
@@ -598,14 +600,32 @@ class Router:
     def _layout(self) -> int:
         return len(self._layouts) - 1
 
-    def _lookup(self, did: str) -> RoutedDecision | None:
-        """The decision already routed under this id, from memory or the journal."""
-        known = self._routed.get(did)
-        if known is not None:
-            return known
+    def _lookup(
+        self, did: str, context: str | None, eligible: Sequence[str] | None
+    ) -> RoutedDecision | None:
+        """The decision already routed under this id, read back from the journal (by its
+        indexed id: the router keeps no copy of past decisions, so its memory does not grow
+        with the traffic), or None.
+
+        A repeated id is a retried request: a context or eligible set given with it must be
+        the original one (eligible compared as a set), else :class:`DecisionConflictError`.
+        """
         for seq, kind, _, _, payload, blob in self._journal.events_of(did):
-            if kind == "decision":
-                return self._routed_from_event(did, seq, payload, blob)
+            if kind != "decision":
+                continue
+            if context is not None and context != payload["context"]:
+                raise DecisionConflictError(
+                    f"decision_id {did!r}: already routed with context {payload['context']!r}, "
+                    f"not {context!r}"
+                )
+            if eligible is not None:
+                before = payload["eligible"]
+                if before is None or not _same_set(eligible, before):
+                    raise DecisionConflictError(
+                        f"decision_id {did!r}: already routed with eligible "
+                        f"{'all experts' if before is None else before!r}, not {eligible!r}"
+                    )
+            return self._routed_from_event(did, seq, payload, blob)
         return None
 
     def _routed_from_event(
@@ -1139,6 +1159,13 @@ class Router:
             self._apply_remove(ref, ids, costs, policy, list(payload["expired"]))
         else:
             raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
+
+
+def _same_set(given: object, before: list[str]) -> bool:
+    """Whether ``given`` (a caller's eligible argument, unchecked) names the ids of ``before``."""
+    if isinstance(given, str) or not isinstance(given, Sequence | set | frozenset):
+        return False
+    return all(isinstance(e, str) for e in given) and set(given) == set(before)
 
 
 def _carry(

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from msroute.errors import (
+    DecisionConflictError,
     InfeasibleConstraintsError,
     MSRouteError,
     UnknownDecisionError,
@@ -45,6 +46,7 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (UnknownRouterError, 404),
     (UnknownDecisionError, 404),
     (InfeasibleConstraintsError, 409),
+    (DecisionConflictError, 409),
     (ValueError, 422),
     (TypeError, 422),
     (MSRouteError, 503),

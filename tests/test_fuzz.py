@@ -477,6 +477,9 @@ def test_router_route_feedback_and_experts(ops: list[tuple[Any, ...]]) -> None:
         st.just({"big": [1e308, 1e308]}),
     ),
 )
+# Found by a long search: M = 2e8 draws asked for 24 GiB of random-number buffers (a worker
+# was killed); the policy now refuses it with a ResourceError before allocating.
+@example(key="m_draws", value=200_000_000)
 def test_router_from_config(key: str, value: Any) -> None:
     from msroute import Router
 

@@ -28,6 +28,7 @@ from msroute.errors import (
     InvalidFeedbackError,
     JournalError,
     MSRouteError,
+    ResourceError,
     RouterConfigError,
     UnknownDecisionError,
 )
@@ -221,6 +222,16 @@ def test_same_decision_id_returns_the_same_decision() -> None:
     seq = router.state()["seq"]
     b = router.route(decision_id="req-1")
     assert a == b and router.state()["seq"] == seq and router.state()["decisions"] == 1
+
+
+def test_draws_per_decision_beyond_memory_are_refused_before_allocating() -> None:
+    with pytest.raises(ResourceError, match=r"M = 200000000 draws needs about .* GiB"):
+        msroute.OMDApproachability(
+            msroute.Problem([[0.1], [0.2]], 200_000_000, msroute.Constraints(upper=[1e9])),
+            horizon=10,
+        )
+    with pytest.raises(RouterConfigError, match=r"M = 200000000 draws needs about .* GiB"):
+        Router(cfg(m_draws=200_000_000))
 
 
 def test_a_repeated_decision_id_must_repeat_its_request() -> None:

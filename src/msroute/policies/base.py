@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._memory import check_memory
 from msroute._seeding import SeedArg
 from msroute._validation import (
     BoolArray,
@@ -221,6 +222,12 @@ class BasePolicy:
         self.horizon = check_positive_int(horizon, "horizon")
         # One stream per run (docs/architecture.md): a run decides the same alone or in any batch.
         block = max(4096, 16 * max(self.n_experts, self.m_draws))
+        check_memory(  # the four buffered streams of RunStreams, (R, block) floats each
+            4.0 * 8.0 * self.n_runs * block,
+            f"{type(self).__name__}: random-number buffers for R = {self.n_runs} runs, "
+            f"K = {self.n_experts} experts and M = {self.m_draws} draws",
+            "lower m_draws (the draws per decision) or the number of runs",
+        )
         self.streams = RunStreams(seed, self.n_runs, block=block)
         self.t = 0  # decisions made (the round counter advances on select)
         self._rows = np.arange(self.n_runs)

@@ -230,7 +230,7 @@ def test_draws_per_decision_beyond_memory_are_refused_before_allocating() -> Non
             msroute.Problem([[0.1], [0.2]], 200_000_000, msroute.Constraints(upper=[1e9])),
             horizon=10,
         )
-    with pytest.raises(RouterConfigError, match=r"M = 200000000 draws needs about .* GiB"):
+    with pytest.raises(ResourceError, match=r"M = 200000000 draws needs about .* GiB"):
         Router(cfg(m_draws=200_000_000))
 
 

@@ -38,6 +38,7 @@ from msroute.errors import (
     InvalidValueError,
     JournalError,
     MSRouteError,
+    ResourceError,
     RouterConfigError,
     UnknownDecisionError,
 )
@@ -320,7 +321,7 @@ class Router:
         kwargs.update(cfg.params)
         try:
             policy = make_policy(cfg.policy, problem, **kwargs)
-        except InfeasibleConstraintsError:
+        except (InfeasibleConstraintsError, ResourceError):  # they name the cost, or M
             raise
         except (TypeError, ValueError) as exc:  # a bad [params] value, or K too small
             raise RouterConfigError(f"params: {exc}") from exc

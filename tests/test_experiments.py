@@ -101,10 +101,10 @@ def test_fig2_on_the_web_dataset_through_flag_and_config(tmp_path: Path) -> None
 def test_interrupted_sweep_resumes_without_recomputing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = Fig2Config(policies=("random", "omd"), envs=("stochastic",), **SMALL)
+    cfg = Fig2Config(policies=("random", "omd"), **SMALL)
     first = run_fig2(cfg, tmp_path, plot=False, quiet=True)
     cells = sorted((tmp_path / "cells").rglob("*.npz"))
-    assert len(cells) == 2
+    assert len(cells) == 2  # one per policy, both environments in it
     cells[0].unlink()  # as if the run had been interrupted before this cell finished
     calls: list[str] = []
     real = fig2_module.sweep_worker
@@ -119,11 +119,12 @@ def test_interrupted_sweep_resumes_without_recomputing(
     assert first == second
 
 
-def test_a_sweep_starts_its_costliest_cells_first_environment_by_environment(
+def test_a_sweep_runs_each_policy_on_every_environment_in_one_cell_costliest_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cells start grouped by environment (a worker's cached skills serve its next cells)
-    and, within one, by the policies' relative cost; the results keep the sweep's order."""
+    """One cell per policy (and block of seeds) runs both environments side by side; the cells
+    start grouped by block of seeds (a worker's cached skills serve its next cells) and, within
+    one, by the policies' relative cost; the results keep the sweep's order."""
     cfg = Fig2Config(policies=("greedy", "ts", "omd", "moe"), levels=("tight",), **SMALL)
     started: list[tuple[str, str, tuple[int, ...]]] = []
     real = fig2_module.sweep_worker
@@ -135,13 +136,19 @@ def test_a_sweep_starts_its_costliest_cells_first_environment_by_environment(
     monkeypatch.setattr(fig2_module, "sweep_worker", recording)
     rows = run_fig2(cfg, tmp_path, plot=False, quiet=True)
     by_cost = ["omd", "ts", "moe", "greedy"]
-    assert started == [(env, p, (0, 1)) for env in cfg.envs for p in by_cost]
+    assert started == [("stochastic+regime", p, (0, 1)) for p in by_cost]
     assert list(dict.fromkeys(row["policy"] for row in rows)) == list(cfg.policies)
+    assert list(dict.fromkeys(row["env"] for row in rows)) == list(cfg.envs)
     # Seeds in blocks: each block's skill stream is a group of its own.
     started.clear()
     blocks = dataclasses.replace(cfg, seeds_per_cell=1)
     assert run_fig2(blocks, tmp_path / "blocks", plot=False, quiet=True) == rows
-    assert started == [(env, p, (s,)) for env in cfg.envs for s in cfg.seed_list for p in by_cost]
+    assert started == [("stochastic+regime", p, (s,)) for s in cfg.seed_list for p in by_cost]
+    # Each environment alone gives its rows of the joint sweep, bit for bit.
+    for env in cfg.envs:
+        alone = dataclasses.replace(cfg, envs=(env,))
+        own = run_fig2(alone, tmp_path / env, plot=False, quiet=True)
+        assert own == [row for row in rows if row["env"] == env]
 
 
 def test_serial_and_parallel_runs_give_identical_numbers(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ Seeds (docs/architecture.md, "One round"): every seed ``s`` of a sweep derives t
 streams from ``SeedSequence(s)``: the instance stream (which K workers are sampled), the environment
 stream (one per environment kind, shared by every level and every policy: common random
 numbers), and the policies' streams. A *cell* is one (environment, policy) pair run on every
-level and seed at once as one batch of ``levels x seeds`` runs; its result depends only on its
+level and seed at once as one batch of ``levels x seeds`` runs; a cell may also run several
+environments side by side (``env="stochastic+regime"``: ``envs x levels x seeds`` runs), which
+halves the per-round overhead of each run and changes none of its numbers, since every run
+depends only on its own seed, environment and level. A cell's result depends only on its
 specification, so serial, parallel and resumed sweeps give identical numbers, bit for bit.
 """
 
@@ -29,7 +32,7 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
-from msroute.envs import RegimeSwitchingEnv, StochasticEnv
+from msroute.envs import RegimeSwitchingEnv, SkillEnv, StochasticEnv
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
@@ -39,10 +42,13 @@ from msroute.scenarios import ScenarioInstance, get_scenario
 
 __all__ = [
     "ENVIRONMENTS",
+    "ENV_JOIN",
     "LEVELS",
     "CellSpec",
     "RunMapEnv",
+    "StackedEnv",
     "describe_levels",
+    "env_kinds",
     "level_constraints",
     "run_cells",
 ]
@@ -73,6 +79,9 @@ def describe_levels() -> str:
 
 #: Environment kinds of Section 6.1.
 ENVIRONMENTS: tuple[str, ...] = ("stochastic", "regime")
+
+#: Joins the kinds of a cell that runs several environments side by side (``CellSpec.env``).
+ENV_JOIN = "+"
 
 _INSTANCE_STREAM, _ENV_STREAM, _POLICY_STREAM, _CONTEXT_STREAM = 0, 1, 2, 3
 
@@ -155,6 +164,37 @@ class RunMapEnv:
         return np.asarray(self.env.mean_skills(start, stop)[:, self.run_map], dtype=np.float64)
 
 
+class StackedEnv:
+    """The runs of several environments side by side, in one batch.
+
+    Runs ``[0, R_0)`` are the first environment's, the next ``R_1`` the second's, and so on;
+    each environment keeps its own streams, so a run's skills are exactly those it has alone.
+    """
+
+    def __init__(self, envs: Sequence[SkillEnv]) -> None:
+        if not envs:
+            raise InvalidValueError("StackedEnv needs at least one environment")
+        shapes = {(e.n_dims, e.n_experts) for e in envs}
+        if len(shapes) > 1:
+            raise InvalidValueError(f"stacked environments differ in (N, K): {sorted(shapes)}")
+        self.envs = tuple(envs)
+        self.n_runs = sum(e.n_runs for e in envs)
+        self.n_dims, self.n_experts = shapes.pop()
+        bounded = [e.horizon for e in envs if e.horizon is not None]
+        self.horizon: int | None = min(bounded) if bounded else None
+
+    def skills(self, start: int, stop: int) -> FloatArray:
+        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        return np.concatenate([e.skills(start, stop) for e in self.envs], axis=1)
+
+    def mean_skills(self, start: int, stop: int) -> FloatArray:
+        """Expected skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        return np.concatenate([e.mean_skills(start, stop) for e in self.envs], axis=1)
+
+
+#: The environment of a cell: one kind, or several side by side.
+CellEnv = StochasticEnv | RegimeSwitchingEnv | StackedEnv
+
 #: Memory the skills of one environment may keep for the next cells of a process.
 ENV_CACHE_BYTES = 320 * 2**20
 
@@ -204,13 +244,15 @@ class CellSpec:
     experiment : str
         The experiment the cell belongs to (part of its cache path).
     env : str
-        Environment kind ("stochastic" or "regime").
+        Environment kind ("stochastic" or "regime"), or several joined by "+" (:data:`ENV_JOIN`)
+        to run them side by side in one batch (:func:`env_kinds`).
     policy : str
         Registered policy name.
     levels : tuple of str
         Constraint levels (Table 1) run in the batch.
     seeds : tuple of int
-        Seeds run in the batch; run ``li * len(seeds) + si`` is (levels[li], seeds[si]).
+        Seeds run in the batch; run ``(ei * len(levels) + li) * len(seeds) + si`` is
+        (environment ei, levels[li], seeds[si]).
     horizon, n_experts, m_draws, n_dims : int
         T, K, M, N.
     env_params : tuple of (str, value)
@@ -260,6 +302,11 @@ class CellSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def env_kinds(spec: CellSpec) -> tuple[str, ...]:
+    """The environment kinds a cell runs side by side (one for most cells)."""
+    return tuple(spec.env.split(ENV_JOIN))
+
+
 @dataclass(frozen=True)
 class Cell:
     """What a cell runs on: the pools, the (level, seed) problems and the seeds' skill stream.
@@ -269,16 +316,17 @@ class Cell:
     instances : list of Instance or ScenarioInstance
         One sampled pool (or scenario instance) per seed.
     batch : ProblemBatch
-        One problem per run, run ``li * S + si`` being (level li, seed si).
-    env : StochasticEnv or RegimeSwitchingEnv
-        One run per seed.
+        One problem per run, run ``(ei * L + li) * S + si`` being (environment ei, level li,
+        seed si).
+    env : StochasticEnv, RegimeSwitchingEnv or StackedEnv
+        One run per seed (and environment: run ``ei * S + si``).
     run_map : ndarray of int, shape (R,)
-        The environment run (seed) of each batch run.
+        The environment run of each batch run.
     """
 
     instances: list[Instance] | list[ScenarioInstance]
     batch: ProblemBatch
-    env: StochasticEnv | RegimeSwitchingEnv
+    env: CellEnv
     run_map: IntArray
 
     def replay(self) -> RunMapEnv:
@@ -291,11 +339,12 @@ def cell_bytes(spec: CellSpec) -> float:
     process's environment cache keeps (all of them if they fit in :data:`ENV_CACHE_BYTES`,
     else two), and the trajectories of its levels x seeds runs (reward and two cost
     coordinates per round, plus the recorded float32 rewards; a sweep cell streams its costs,
-    so it needs less)."""
-    runs = len(spec.levels) * len(spec.seeds)
+    so it needs less), for each environment it runs."""
+    n_envs = len(env_kinds(spec))
+    runs = n_envs * len(spec.levels) * len(spec.seeds)
     per_round = float(len(spec.seeds)) * spec.n_dims * spec.n_experts * 8.0
     kept = _chunks_to_cache(len(spec.seeds), spec.n_dims * spec.n_experts, spec.horizon)
-    env = per_round * min(float(spec.horizon), kept * 1000.0)
+    env = n_envs * per_round * min(float(spec.horizon), kept * 1000.0)
     traj = float(spec.horizon) * runs * ((1 + 2) * 8.0 + (4.0 if "rewards" in spec.record else 0))
     return env + traj
 
@@ -304,7 +353,8 @@ def check_cell_memory(spec: CellSpec) -> None:
     """Refuse a cell that cannot fit in memory before any of its work (ResourceError)."""
     check_memory(
         cell_bytes(spec),
-        f"a cell of T = {spec.horizon} rounds x {len(spec.levels) * len(spec.seeds)} runs "
+        f"a cell of T = {spec.horizon} rounds x "
+        f"{len(env_kinds(spec)) * len(spec.levels) * len(spec.seeds)} runs "
         f"({spec.env}/{spec.policy})",
         "lower the horizon (--horizon) or the number of seeds (--seeds)",
     )
@@ -347,10 +397,12 @@ def scenario_instance(
 
 
 def build_batch(spec: CellSpec) -> Cell:
-    """Instances per seed, the (level, seed) problem batch and the shared-stream environment.
+    """Instances per seed, the (environment, level, seed) problem batch and the shared-stream
+    environment(s).
 
     Levels are Table 1's (:func:`level_constraints`) for the paper's instances, budget levels
-    (:meth:`msroute.scenarios.Scenario.constraints`) for a scenario's.
+    (:meth:`msroute.scenarios.Scenario.constraints`) for a scenario's. Every environment of a
+    cell runs the same problems.
     """
     check_cell_memory(spec)
     key = _instance_key(spec)
@@ -368,9 +420,11 @@ def build_batch(spec: CellSpec) -> Cell:
             for level in spec.levels
             for inst in instances
         ]
+    n_envs, n_seeds = len(env_kinds(spec)), len(spec.seeds)
     env = _cached_env(spec.env, spec.seeds, key, spec.horizon, spec.env_params)
-    run_map = np.tile(np.arange(len(spec.seeds)), len(spec.levels))
-    return Cell(instances, ProblemBatch(problems), env, run_map)
+    per_env = np.tile(np.arange(n_seeds), len(spec.levels))
+    run_map = np.concatenate([ei * n_seeds + per_env for ei in range(n_envs)])
+    return Cell(instances, ProblemBatch(problems * n_envs), env, run_map)
 
 
 @lru_cache(maxsize=1)
@@ -380,16 +434,19 @@ def _cached_env(
     key: _InstanceKey,
     horizon: int,
     env_params: tuple[tuple[str, Any], ...],
-) -> StochasticEnv | RegimeSwitchingEnv:
-    """The seeds' environment, kept for the next cells of this process: the cells of one
-    environment (one per policy) then draw its skills once, not once per policy. The stream
-    is a pure function of the arguments, so sharing it changes no number."""
+) -> CellEnv:
+    """The seeds' environment(s) (``kind`` as :attr:`CellSpec.env`), kept for the next cells of
+    this process: the cells of one environment (one per policy) then draw its skills once, not
+    once per policy. The stream is a pure function of the arguments, so sharing it changes no
+    number."""
     bases = np.stack([seed_instance(key, s).skills_base for s in seeds])
-    return make_env(kind, bases, seeds, horizon, dict(env_params))
+    envs = [make_env(k, bases, seeds, horizon, dict(env_params)) for k in kind.split(ENV_JOIN)]
+    return envs[0] if len(envs) == 1 else StackedEnv(envs)
 
 
 def policy_seeds(spec: CellSpec, policy: str | None = None) -> list[np.random.SeedSequence]:
-    """The policy stream of every run of a cell, run ``li * S + si`` from seed ``seeds[si]``.
+    """The policy stream of every run of a cell, run ``(ei * L + li) * S + si`` from seed
+    ``seeds[si]``.
 
     A run's stream depends only on its seed and the policy's name: the same whatever level,
     environment or batch it is run in, so ``msroute run --seed s`` replays run ``s`` of a sweep
@@ -397,7 +454,7 @@ def policy_seeds(spec: CellSpec, policy: str | None = None) -> list[np.random.Se
     """
     key = name_key(policy or spec.policy)
     per_seed = [stream(s, _POLICY_STREAM, key) for s in spec.seeds]
-    return per_seed * len(spec.levels)
+    return per_seed * (len(env_kinds(spec)) * len(spec.levels))
 
 
 CellResult = dict[str, np.ndarray]

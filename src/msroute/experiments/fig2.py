@@ -10,6 +10,9 @@ a fitted-model control variate and a decaying floor, :mod:`msroute.policies.omd_
 The constraint-aware baselines' dual can be read on the running-average violation (the text's
 words, the default) or on the per-round violation; ``bwk_violations`` runs CBwK and TS-BwK
 under each reading given (labelled ``cbwk[round]`` etc. for the non-default one).
+
+Each policy runs both environments in one cell (:func:`run_sweep`); the sidecar's
+``cell_seconds`` gives the seconds of each policy's cell(s), both environments together.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from msroute.experiments.backends import Backend
-from msroute.experiments.common import CellSpec, params_items, run_cells
+from msroute.experiments.common import ENV_JOIN, CellResult, CellSpec, params_items, run_cells
 from msroute.experiments.config import (
     ExperimentConfig,
     check_envs,
@@ -32,7 +35,12 @@ from msroute.experiments.config import (
     check_policies,
 )
 from msroute.experiments.output import Progress, Summary, publish
-from msroute.experiments.sweep import merge_seed_blocks, policy_variants, sweep_worker
+from msroute.experiments.sweep import (
+    merge_seed_blocks,
+    policy_variants,
+    split_envs,
+    sweep_worker,
+)
 from msroute.policies.lagrangian import VIOLATIONS
 from msroute.policies.omd_variants import VARIANTS
 
@@ -111,7 +119,8 @@ def _policy_variants(cfg: Fig2Config) -> list[tuple[str, str, dict[str, Any]]]:
 def sweep_specs(
     cfg: Fig2Config, experiment: str, record: tuple[str, ...] = ()
 ) -> list[tuple[str, CellSpec]]:
-    """The (policy label, cell) pairs of the sweep: one cell per environment and policy."""
+    """The (policy label, cell) pairs of the sweep, one per environment and policy (the sweep
+    runs the environments of a policy in one cell: :func:`run_sweep`)."""
     env_params = params_items(
         {
             "kappa": cfg.kappa,
@@ -158,6 +167,12 @@ def run_sweep(
 ) -> tuple[list[tuple[str, CellSpec]], list[dict[str, np.ndarray]]]:
     """Run (or resume) the sweep's cells, with a progress bar.
 
+    Each policy runs every environment in one cell (``env="stochastic+regime"``, per block of
+    ``seeds_per_cell`` seeds): a batch of twice the runs costs far less than twice a batch, and
+    every run's numbers are those it has alone. The results are returned per environment and
+    policy, as :func:`sweep_specs` lists them; each holds the wall time of the cell that ran
+    it with the other environments.
+
     The cells record per-round rewards too, so that Figure 3 reads the same cells from the
     cache instead of simulating them again; ``labels`` keeps only the policies it names;
     ``backend`` runs the cells (default: ``jobs`` local processes); the results hold the
@@ -167,11 +182,13 @@ def run_sweep(
     labelled = sweep_specs(cfg, experiment, ("rewards",))
     if labels is not None:
         labelled = [(label, spec) for label, spec in labelled if label in labels]
+    spec_of = dict(labelled)  # per label, the spec of an environment: they differ in env only
     step = cfg.seeds_per_cell
     blocks = [
-        (i, dataclasses.replace(spec, seeds=spec.seeds[lo : lo + step]))
-        for i, (_, spec) in enumerate(labelled)
+        (label, dataclasses.replace(spec, env=ENV_JOIN.join(cfg.envs), seeds=spec.seeds[lo:hi]))
+        for label, spec in spec_of.items()
         for lo in range(0, len(spec.seeds), step)
+        for hi in [lo + step]
     ]
     results = run_cells(
         [b for _, b in blocks],
@@ -183,11 +200,12 @@ def run_sweep(
         title="sweep",
         drop=() if rewards else ("rewards",),
     )
+    by_env: dict[tuple[str, str], list[CellResult]] = {}
+    for (label, _), result in zip(blocks, results, strict=True):
+        for env, part in zip(cfg.envs, split_envs(result, len(cfg.envs)), strict=True):
+            by_env.setdefault((label, env), []).append(part)
     merged = [
-        merge_seed_blocks(
-            [r for (j, _), r in zip(blocks, results, strict=True) if j == i], len(cfg.levels)
-        )
-        for i in range(len(labelled))
+        merge_seed_blocks(by_env[label, spec.env], len(cfg.levels)) for label, spec in labelled
     ]
     return labelled, merged
 
@@ -263,9 +281,9 @@ def run_fig2(
         ("env", "level", "policy", "reward", "std", "% feasible", "% feas. 1e-3"),
         summarize(rows),
     )
+    # Per policy: one cell ran it on every environment.
     cell_seconds = {
-        f"{s.env}/{label}": float(r["wall_time"])
-        for (label, s), r in zip(labelled, results, strict=True)
+        label: float(r["wall_time"]) for (label, _), r in zip(labelled, results, strict=True)
     }
     publish(
         out,

@@ -13,7 +13,7 @@ from msroute.metrics import feasible, regret_of_averages
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.simulate import simulate_summary
 
-__all__ = ["merge_seed_blocks", "policy_variants", "sweep_worker"]
+__all__ = ["merge_seed_blocks", "policy_variants", "split_envs", "sweep_worker"]
 
 #: The run axis of each per-run output of :func:`sweep_worker` (0 unless listed).
 _RUN_AXIS = {"rewards": 1}
@@ -100,6 +100,17 @@ def sweep_worker(spec: CellSpec) -> CellResult:
         result["rewards"] = run.rewards.astype(np.float32)
     result["wall_time"] = np.array(time.perf_counter() - tic)
     return result
+
+
+def split_envs(result: CellResult, n_envs: int) -> list[CellResult]:
+    """The results of each environment of a cell that ran ``n_envs`` side by side (its runs
+    environment by environment); each keeps the cell's wall time."""
+    parts: list[CellResult] = [{} for _ in range(n_envs)]
+    for key, arr in result.items():
+        pieces = [arr] * n_envs if arr.ndim == 0 else np.split(arr, n_envs, _RUN_AXIS.get(key, 0))
+        for part, piece in zip(parts, pieces, strict=True):
+            part[key] = piece
+    return parts
 
 
 def merge_seed_blocks(results: Sequence[CellResult], n_levels: int) -> CellResult:

@@ -3,8 +3,8 @@
 Run: ``python benchmarks/bench_baselines.py [--runs 80] [--experts 50] [--draws 5]``.
 Each round is timed on its own, in CPU time of this thread (other processes on the machine
 inflate it less than a wall clock); the median over the rounds after the warm-up is robust to
-load, the mean also counts the rounds that refill a policy's random buffers. Only the policy's
-own work is timed (``select`` and ``update``, with the public boundary's checks); the
+load, the mean also counts the rounds that refill a policy's buffers of uniforms. Only the
+policy's own work is timed (``select`` and ``update``, with the public boundary's checks); the
 environment's skills, the rewards and the costs are computed outside the timed sections. The
 compiled sampler of Thompson sampling is loaded before its timings (about a second, once per
 process).
@@ -53,7 +53,7 @@ def main() -> None:
     for name in args.policies:
         pol = make_policy(name, problem, horizon=t_max, n_runs=r, seed=1)
         if getattr(pol, "thompson", False):  # load the compiled sampler outside the timings
-            RunStreams(0, 1).beta(GammaShapes(np.ones((1, 2))))
+            RunStreams(0, 1).beta_top(GammaShapes(np.ones((1, 2))), 1, None)
         spent = np.empty(t_max)
         for t in range(t_max):
             skills = rng.beta(20 * means, 20 * (1 - means), (r, n, k))

@@ -196,9 +196,10 @@ def test_saving_does_not_touch_the_policy_and_is_deterministic(skills, contexts,
     policy.save(tmp_path / "b.npz")
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     assert state_dict(policy).keys() == before.keys()
-    assert [g.bit_generator.state for g in policy.streams.normals.generators] == before[
-        "streams.normals.generators"
+    assert [g.bit_generator.state for g in policy.streams.uniforms.generators] == before[
+        "streams.uniforms.generators"
     ]
+    np.testing.assert_array_equal(policy.streams.gamma_state, before["streams.gamma_state"])
     policy.save(tmp_path / "a.npz")  # overwriting leaves no temporary file behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]
 
@@ -363,6 +364,68 @@ def test_version_1_file_with_a_saved_last_decision_loads(skills, contexts, tmp_p
     loaded = load_policy(path)
     assert_same_state(original, loaded)
     lockstep(original, loaded, skills, contexts, range(BEFORE, BEFORE + AFTER))
+
+
+def _as_version_2(path: Path) -> None:
+    """Rewrite a saved file as format 2 wrote it: three more buffered streams in place of the
+    Gamma sampler's generator (their contents are never read again)."""
+    policy = load_policy(path)
+    runs, block = policy.n_runs, policy.streams.uniforms.block
+    gens = [np.random.default_rng(i).bit_generator.state for i in range(runs)]
+
+    def to_v2(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        manifest["format_version"] = 2
+        manifest["arrays"].remove("streams.gamma_state")
+        del members["state.streams.gamma_state.npy"]
+        for stream in ("normals", "spare_uniforms", "spare_normals"):
+            manifest["state"][f"streams.{stream}.generators"] = gens
+            for part, arr in (("buffer", np.zeros((runs, block))), ("pos", np.zeros(runs, int))):
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, arr, allow_pickle=False)
+                members[f"state.streams.{stream}.{part}.npy"] = buf.getvalue()
+                manifest["arrays"].append(f"streams.{stream}.{part}")
+
+    rewrite(path, to_v2)
+
+
+def test_version_2_files_load_without_their_old_streams(skills, contexts, tmp_path):
+    # A policy that draws uniforms only continues exactly; Thompson sampling keeps what it
+    # learned, and warns that its draws restart from its seed's new stream.
+    original = make("omd")
+    play(original, skills, contexts, range(BEFORE))
+    original.save(tmp_path / "omd.npz")
+    _as_version_2(tmp_path / "omd.npz")
+    loaded = load_policy(tmp_path / "omd.npz")
+    assert_same_state(original, loaded)
+    lockstep(original, loaded, skills, contexts, range(BEFORE, BEFORE + AFTER))
+
+    ts = make("ts-bwk")
+    play(ts, skills, contexts, range(BEFORE))
+    ts.save(tmp_path / "ts.npz")
+    _as_version_2(tmp_path / "ts.npz")
+    with pytest.warns(UserWarning, match="format version 2.*draws restart from its seed"):
+        loaded = load_policy(tmp_path / "ts.npz")
+    np.testing.assert_array_equal(loaded.posterior.alpha, ts.posterior.alpha)
+    np.testing.assert_array_equal(loaded.lambda_, ts.lambda_)
+    np.testing.assert_array_equal(loaded.streams.gamma_state, make("ts-bwk").streams.gamma_state)
+
+
+def test_a_generator_state_of_zeros_is_refused(tmp_path, skills, contexts):
+    # xoshiro256++ never leaves the all-zero state (it would draw zeros forever).
+    policy = make("ts")
+    play(policy, skills, contexts, range(12))
+    policy.save(tmp_path / "ts.npz")
+
+    def zero_row(_: dict[str, Any], members: dict[str, bytes]) -> None:
+        state = policy.streams.gamma_state.copy()
+        state[1] = 0
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, state, allow_pickle=False)
+        members["state.streams.gamma_state.npy"] = buf.getvalue()
+
+    rewrite(tmp_path / "ts.npz", zero_row)
+    with pytest.raises(PolicyFileError, match=r"'streams\.gamma_state' has a row of zeros"):
+        load_policy(tmp_path / "ts.npz")
 
 
 @pytest.mark.parametrize("bad", [{"format": "other"}, {"format_version": "1"}])

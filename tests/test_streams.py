@@ -1,4 +1,4 @@
-"""Per-run random streams: each run's numbers depend on its own seed only."""
+"""Per-run random streams: each run's numbers depend on its own seed only, and follow their laws."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from msroute.policies import _kernels
-from msroute.policies.streams import GammaShapes, RunStreams, _candidate
+from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.team import top_m
 
 
 def test_uniforms_are_one_sequence_per_run_whatever_the_buffer() -> None:
@@ -23,17 +24,28 @@ def test_uniforms_are_one_sequence_per_run_whatever_the_buffer() -> None:
     assert not np.array_equal(got[0], got[1])
 
 
+def test_uniforms_are_the_generators_own() -> None:
+    # The uniforms every policy but Thompson sampling draws: numpy's, from child 1 of the seed.
+    seed = np.random.SeedSequence(9)
+    want = np.random.default_rng(np.random.SeedSequence(9, spawn_key=(1,))).random(30)
+    streams = RunStreams([seed], n_runs=1, block=8)
+    got = np.concatenate([streams.uniform(5), streams.uniform(25)], axis=1)[0]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_a_run_draws_the_same_alone_or_batched() -> None:
     batched = RunStreams([10, 11, 12], n_runs=3, block=16)
     alone = RunStreams([11], n_runs=1, block=5)
-    a = np.random.default_rng(0).uniform(1, 3, size=(3, 4))
-    b = np.random.default_rng(1).uniform(1, 3, size=(3, 4))
+    rng = np.random.default_rng(0)
     for _ in range(5):
+        ab = GammaShapes(rng.uniform(0.2, 3.0, size=(3, 8)))  # shapes below 1 too
         np.testing.assert_array_equal(batched.uniform(4)[1], alone.uniform(4)[0])
-        ab = GammaShapes(np.concatenate([a, b], axis=1))
+        mine = GammaShapes(ab.shape[1:2])
+        np.testing.assert_array_equal(batched.beta(ab)[1], alone.beta(mine)[0])
         np.testing.assert_array_equal(
-            batched.beta(ab)[1], alone.beta(GammaShapes(ab.shape[1:2]))[0]
+            batched.beta_top(ab, 2, None)[1], alone.beta_top(mine, 2, None)[0]
         )
+        np.testing.assert_array_equal(batched.standard_gamma(ab)[1], alone.standard_gamma(mine)[0])
 
 
 def test_one_seed_spawns_distinct_children() -> None:
@@ -41,42 +53,133 @@ def test_one_seed_spawns_distinct_children() -> None:
     u = streams.uniform(8)
     assert not np.array_equal(u[0], u[1]) and not np.array_equal(u[1], u[2])
     np.testing.assert_array_equal(RunStreams(5, n_runs=3).uniform(8), u)
+    state = streams.gamma_state
+    assert state.shape == (3, 4) and state.dtype == np.uint64
+    assert len({tuple(row) for row in state.tolist()}) == 3
 
 
-def test_beta_samples_have_the_right_mean() -> None:
-    streams = RunStreams(0, n_runs=2)
-    a = np.array([[2.0, 8.0], [5.0, 1.0]])
-    b = np.array([[8.0, 2.0], [5.0, 3.0]])
-    ab = GammaShapes(np.concatenate([a, b], axis=1))
-    draws = np.stack([streams.beta(ab) for _ in range(20_000)])
-    np.testing.assert_allclose(draws.mean(axis=0), a / (a + b), atol=0.01)
+def test_xoshiro256pp_matches_the_reference_implementation() -> None:
+    # The first words of xoshiro256plusplus.c (Blackman and Vigna) from the state {1, 2, 3, 4}.
+    state = np.array([1, 2, 3, 4], dtype=np.uint64)
+    words = np.empty(10, dtype=np.uint64)
+    _kernels.fill_words(state, words)
+    assert words.tolist() == [
+        41943041,
+        58720359,
+        3588806011781223,
+        3591011842654386,
+        9228616714210784205,
+        9973669472204895162,
+        14011001112246962877,
+        12406186145184390807,
+        15849039046786891736,
+        10450023813501588000,
+    ]
+    more = np.empty(3, dtype=np.uint64)
+    _kernels.fill_words(state, more)  # the state advanced in place
+    again = np.array([1, 2, 3, 4], dtype=np.uint64)
+    all13 = np.empty(13, dtype=np.uint64)
+    _kernels.fill_words(again, all13)
+    np.testing.assert_array_equal(all13[10:], more)
+
+
+def test_ziggurat_tables_have_layers_of_equal_area() -> None:
+    # The ziggurat draws exactly from N(0, 1) when its 256 pieces (255 rectangles and the base
+    # strip with the tail) have one area V: rebuilt from numpy's constants, checked here.
+    scale = 2.0**52
+    x = _kernels._WI * scale  # right edge of each layer (layer 0: the base's V / f(R))
+    f = _kernels._FI
+    area_v = _kernels._ZIG_V
+    # Layer i (1..255) spans [f(x_i), f(x_{i-1})] in height and [0, x_i] in width.
+    areas = x[1:] * (f[:-1] - f[1:])
+    np.testing.assert_allclose(areas, area_v, rtol=1e-12)
+    assert x[255] == _kernels._ZIG_R and f[0] == 1.0
+    np.testing.assert_allclose(f, np.exp(-0.5 * np.r_[0.0, x[1:]] ** 2), rtol=1e-14)
+
+
+def test_normals_follow_the_normal_law() -> None:
+    # Two million draws: the cdf (KS), the moments, and the mass of the tail beyond R = 3.654
+    # and of the wedges (the two rare branches of the ziggurat) within binomial error.
+    state = np.array([7, 8, 9, 10], dtype=np.uint64)
+    x = np.empty(2_000_000)
+    _kernels.fill_normals(state, x)
+    n = x.size
+    assert stats.kstest(x, "norm").pvalue > 1e-4
+    assert abs(x.mean()) < 5 / np.sqrt(n)
+    assert abs(x.var() - 1.0) < 5 * np.sqrt(2 / n)
+    assert abs(stats.kurtosis(x)) < 5 * np.sqrt(24 / n)
+    for edge in (2.0, _kernels._ZIG_R, 4.5):
+        p = 2 * stats.norm.sf(edge)
+        hits = int(np.count_nonzero(np.abs(x) > edge))
+        assert abs(hits - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, edge
+    # A wrong law is rejected by the same test: it has the power to fail.
+    assert stats.kstest(x * 1.01, "norm").pvalue < 1e-6
 
 
 @pytest.mark.parametrize("shape", [0.05, 0.7, 1.0, 1.3, 4.0, 2500.0])
 def test_gamma_variates_follow_the_gamma_law(shape: float) -> None:
     # Kolmogorov-Smirnov against scipy's Gamma cdf: shapes below 1 (boosted), at 1, near 1
     # (the rejections are most frequent there) and large.
-    streams = RunStreams(7, n_runs=4, block=256)
-    shapes = GammaShapes(np.full((4, 500), shape))
-    x = np.concatenate([streams.standard_gamma(shapes).ravel() for _ in range(5)])
-    assert stats.kstest(x, stats.gamma(shape).cdf).pvalue > 1e-3
+    streams = RunStreams(7, n_runs=4)
+    shapes = GammaShapes(np.full((4, 2500), shape))
+    x = np.concatenate([streams.standard_gamma(shapes).ravel() for _ in range(4)])
+    assert stats.kstest(x, stats.gamma(shape).cdf).pvalue > 1e-4
+    assert stats.kstest(x, stats.gamma(shape * 1.05).cdf).pvalue < 1e-6
 
 
-@pytest.mark.parametrize(("a", "b"), [(0.3, 0.6), (1.0, 1.0), (1.2, 900.0), (40.0, 2.5)])
+BETA_SHAPES = [
+    (0.3, 0.6),  # both below 1: from the logarithms
+    (0.05, 3.0),  # mass piled near 0
+    (1.0, 1.0),
+    (1.2, 900.0),
+    (40.0, 2.5),
+    (2500.0, 1.7),  # a Thompson-sampling posterior after thousands of rounds
+    (0.7, 4000.0),  # one shape below 1, one large
+]
+
+
+@pytest.mark.parametrize(("a", "b"), BETA_SHAPES)
 def test_beta_variates_follow_the_beta_law(a: float, b: float) -> None:
-    streams = RunStreams(3, n_runs=2, block=300)
-    shapes = GammaShapes(np.concatenate([np.full((2, 1000), a), np.full((2, 1000), b)], axis=1))
+    # 40,000 draws per law against scipy's Beta: the cdf (KS), the mean and the variance
+    # within 5 standard errors; and the same test rejects a law 5% off in a shape.
+    streams = RunStreams(3, n_runs=4)
+    ab = np.concatenate([np.full((4, 2000), a), np.full((4, 2000), b)], axis=1)
+    shapes = GammaShapes(ab)
     x = np.concatenate([streams.beta(shapes).ravel() for _ in range(5)])
     assert np.all((x >= 0.0) & (x <= 1.0))
-    assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > 1e-3
+    law = stats.beta(a, b)
+    assert stats.kstest(x, law.cdf).pvalue > 1e-4
+    n, mean, var = x.size, law.mean(), law.var()
+    assert abs(x.mean() - mean) < 5 * np.sqrt(var / n)
+    fourth = law.expect(lambda y: (y - mean) ** 4)
+    assert abs(x.var() - var) < 5 * np.sqrt((fourth - var**2) / n)
+    assert stats.kstest(x, stats.beta(a * 1.05, b).cdf).pvalue < 1e-6
 
 
-def test_rejections_draw_from_each_runs_own_streams() -> None:
-    # Shapes near 1 reject often, so the runs' retries differ in number; a run still draws the
-    # same alone, and after shapes are set entry by entry as after building them anew.
+def test_top_of_the_beta_draws_is_top_m_of_them() -> None:
+    # The fused loop picks what top_m would pick from the same draws, with and without an
+    # offset, ties included (shapes near 0 give many draws of exactly 0.0).
+    rng = np.random.default_rng(4)
+    a = rng.uniform(0.5, 30.0, size=(6, 12))
+    a[:3, :8] = 1e-3  # Beta(0.001, b) is 0.0 in floating point most of the time
+    shapes = GammaShapes(np.concatenate([a, rng.uniform(0.5, 30.0, size=(6, 12))], axis=1))
+    fused, apart = RunStreams(list(range(6)), n_runs=6), RunStreams(list(range(6)), n_runs=6)
+    zeros = 0
+    for offset in (None, rng.normal(size=(6, 12)), np.where(rng.random((6, 12)) < 0.5, 2.0, 0.0)):
+        for m in (1, 4, 12):
+            draws = apart.beta(shapes)
+            zeros += int(np.count_nonzero(draws == 0.0))
+            want = top_m(draws if offset is None else draws + offset, m)
+            np.testing.assert_array_equal(fused.beta_top(shapes, m, offset), want)
+    assert zeros > 50
+
+
+def test_rejections_draw_from_each_runs_own_stream() -> None:
+    # Shapes near 1 reject most often, so the runs' retries differ in number; a run still draws
+    # the same alone, and after shapes are set entry by entry as after building them anew.
     rng = np.random.default_rng(2)
     shape = rng.uniform(0.5, 3.0, size=(5, 40))
-    batched, alone = RunStreams(list(range(5)), n_runs=5), RunStreams([3], n_runs=1, block=9)
+    batched, alone = RunStreams(list(range(5)), n_runs=5), RunStreams([3], n_runs=1)
     kept = GammaShapes(shape)
     for _ in range(30):
         new = rng.uniform(0.5, 3.0, size=3)
@@ -94,34 +197,15 @@ def test_requests_wider_than_the_buffer_continue_the_same_sequence() -> None:
     np.testing.assert_array_equal(got, RunStreams([1, 2], n_runs=2, block=64).uniform(28))
 
 
-def test_compiled_normals_are_numpys() -> None:
-    # A million values reach the ziggurat's rare branches (its tail and its wedges), and the
-    # generator is left where numpy's own call leaves it.
-    ours, numpys = np.random.default_rng(8), np.random.default_rng(8)
-    got, want = np.empty(1_000_000), np.empty(1_000_000)
-    _kernels.fill_normals(ours, got)
-    numpys.standard_normal(out=want)
-    np.testing.assert_array_equal(got, want)
-    assert ours.random() == numpys.random()
-
-
-def test_compiled_candidates_are_numpys() -> None:
-    # With no spare values to retry from, the compiled loop gives each variate its first
-    # candidate: d v and the squeeze-or-logarithm test of numpy's vectorized formula, bit for bit,
-    # on shapes from near 1 (many rejections) to the thousands.
-    rng = np.random.default_rng(5)
-    shapes = GammaShapes(
-        np.concatenate([rng.uniform(1.0, 3.0, (4, 3000)), rng.uniform(1.0, 5e3, (4, 3000))], axis=1)
-    )
-    x, u = rng.standard_normal((4, 6000)), rng.random((4, 6000))
-    u[0, :50] = 0.0  # log u = -inf: accepted
-    out, ok = np.empty((4, 6000)), np.empty((4, 6000), dtype=np.bool_)
-    none, at = np.empty((4, 0)), np.zeros(4, dtype=np.int64)
-    _kernels.marsaglia_tsang(shapes.d, shapes.c, x, u, none, at, none, at.copy(), 4, out, ok)
-    want_out, want_ok = _candidate(shapes.d.ravel(), shapes.c.ravel(), x.ravel(), u.ravel())
-    np.testing.assert_array_equal(out.ravel(), want_out)
-    np.testing.assert_array_equal(ok.ravel(), want_ok)
-    assert int((~ok).sum()) > 0 and bool(ok[0, :50].all())
+def test_runs_at_different_positions_keep_their_own_sequences() -> None:
+    # Positions differ only in a state loaded from elsewhere; each run still continues its own.
+    streams, want = RunStreams([1, 2], n_runs=2, block=8), RunStreams([1, 2], n_runs=2, block=8)
+    whole = want.uniform(16)
+    streams.uniform(2)
+    streams.uniforms.pos[1] -= 1  # run 1 re-reads its last value
+    got = streams.uniform(9)
+    np.testing.assert_array_equal(got[0], whole[0, 2:11])
+    np.testing.assert_array_equal(got[1], whole[1, 1:10])
 
 
 def test_compiled_sampler_works_without_a_cache_location() -> None:
@@ -138,7 +222,7 @@ def test_compiled_sampler_works_without_a_cache_location() -> None:
         "from msroute.policies import _kernels\n"
         "from msroute.policies.streams import GammaShapes, RunStreams\n"
         "print(RunStreams(0, 2).beta(GammaShapes(np.full((2, 4), 2.0))).shape)\n"
-        "print(type(_kernels.marsaglia_tsang._cache).__name__)"
+        "print(type(_kernels.beta_variates._cache).__name__)"
     )
     run = subprocess.run(
         [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env

@@ -12,6 +12,7 @@ from msroute.errors import InvalidTypeError, InvalidValueError
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
+UInt64Array = NDArray[np.uint64]
 
 #: Tolerance for "sums to one" checks on routing distributions.
 SIMPLEX_ATOL = 1e-8

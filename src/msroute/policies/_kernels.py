@@ -1,19 +1,31 @@
-"""Compiled loops of the per-run random streams (numba): numpy's numbers, faster.
+"""Compiled loops of Thompson sampling's random numbers (numba): each run's own generator.
 
-Thompson sampling draws 2 R K Gamma variates a round (8,000 at R = 80, K = 50). In numpy each
-costs a normal from its run's generator (numpy's ziggurat, about 10 ns a value through
-``Generator.standard_normal``) and a dozen passes over the candidates, and the few rejected
-ones a dozen more small calls. Compiled, the same normals cost half as much and the candidates,
-their retries included, one pass.
+Thompson sampling draws 2 R K Gamma variates a round (8,000 at R = 80, K = 50), each from its
+run's own stream so that a run decides the same alone or in any batch. Here every run's stream
+is a xoshiro256++ generator (Blackman and Vigna, "Scrambled linear pseudorandom number
+generators", ACM TOMS 47(4), 2021) whose whole state is one row of four 64-bit words of an
+(R, 4) array, advanced in place by the compiled loop: no buffers, no per-run Python calls, and a
+run consumes only its own row, in its own order, whatever the batch.
 
-The loops make numpy's floating-point operations in numpy's order (numba contracts no
-``a * b + c`` into a fused multiply-add unless asked), so a variate's value is numpy's bit for
-bit. One operation can differ: the logarithms of the acceptance test of the candidates the
-squeeze rejects come from the C library, numpy's from its own vector code, and the two can
-differ in the last bit (as numpy's own do between CPUs). A decision changes only if the two
-sides of the test lie within that bit of each other, which has a probability of about 1e-16 per
-test; ``tests/test_streams.py`` compares the loops with numpy and ``tests/test_fingerprint.py``
-a whole sweep.
+From each run's 64-bit words:
+
+* uniforms in ``[0, 1)``: the top 53 bits, ``(w >> 11) * 2^-53``;
+* standard normals: numpy's ziggurat (``random_standard_normal`` of numpy's
+  ``distributions.c``: 256 layers of equal area, 52-bit integers; the tables are rebuilt here
+  from its two constants and agree with numpy's to about 1e-14), one word per value 99% of
+  the time;
+* Gamma variates: Marsaglia and Tsang's method (ACM TOMS 26(3), 2000), a normal and a uniform
+  per candidate; a shape ``a < 1`` is drawn as ``Gamma(a + 1) U^(1/a)``;
+* Beta variates: ``X / (X + Y)`` with ``X ~ Gamma(a)`` and ``Y ~ Gamma(b)``, from the
+  logarithms when a shape is below 1 (never ``0 / 0``).
+
+Why xoshiro256++: it is the fastest of the generators measured in these loops, which consume
+their words one after another (a rejection decides whether the next word is a retry): 16,000
+words cost about 15 µs, and a round's 8,000 Beta-pair Gammas about 55 µs; Philox4x32-10, whose
+counter makes it the natural choice for numbers keyed by (seed, round), cost 3.5 times as much
+there, its ten rounds standing in every draw's path. The state is seeded from the run's
+``SeedSequence`` (:meth:`~numpy.random.SeedSequence.generate_state`), so distinct runs get
+unrelated points of the 2^256 - 1 period.
 
 Imported on first use: importing numba and loading the machine code take about a second per
 process. The code is cached next to this file, or in the user's cache directory when that is
@@ -22,15 +34,23 @@ read-only, and compiled in memory (a few seconds) when neither can be written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar, cast
 
 import numba
 import numpy as np
+from numba import float64, uint64
 
-from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute._validation import FloatArray, IntArray, UInt64Array
 
-__all__ = ["fill_normals", "marsaglia_tsang"]
+__all__ = [
+    "beta_top",
+    "beta_variates",
+    "fill_normals",
+    "fill_words",
+    "gamma_variates",
+]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -43,84 +63,249 @@ def _compiled(fn: F) -> F:
         return cast(F, numba.njit(nogil=True)(fn))
 
 
-@_compiled
-def fill_normals(generator: np.random.Generator, out: FloatArray) -> None:
-    """Fill ``out`` (1-d) with ``generator``'s next standard normals, as numpy's
-    ``standard_normal(out=out)`` does: the same values, and the generator left in the same state
-    (numba's ``standard_normal`` is numpy's ziggurat on the same bit generator)."""
-    for i in range(out.size):
-        out[i] = generator.standard_normal()
+def _inline(fn: F) -> F:
+    """``fn`` compiled into its callers (the small steps of the loops)."""
+    return cast(F, numba.njit(inline="always")(fn))
+
+
+#: The ziggurat's base layer starts at x = R; every layer has the area V (numpy's constants).
+_ZIG_R = 3.6541528853610088
+_ZIG_V = _ZIG_R * math.exp(-0.5 * _ZIG_R * _ZIG_R) + math.sqrt(0.5 * math.pi) * math.erfc(
+    _ZIG_R / math.sqrt(2.0)
+)
+_ZIG_INV_R = 1.0 / _ZIG_R
+
+
+def _ziggurat_tables() -> tuple[UInt64Array, FloatArray, FloatArray]:
+    """numpy's ziggurat tables ``ki``, ``wi``, ``fi`` of the standard normal (256 layers).
+
+    Layer ``i`` spans ``x < x_i``; a 52-bit integer ``j`` gives ``x = j wi[i]``, accepted at
+    once when ``j < ki[i]`` (inside the layer below); ``fi[i] = exp(-x_i^2 / 2)``.
+    """
+    scale = 2.0**52
+    ki = np.zeros(256, dtype=np.uint64)
+    wi = np.zeros(256)
+    fi = np.zeros(256)
+    dn = tn = _ZIG_R
+    q = _ZIG_V / math.exp(-0.5 * dn * dn)
+    ki[0] = int(dn / q * scale)
+    wi[0], wi[255] = q / scale, dn / scale
+    fi[0], fi[255] = 1.0, math.exp(-0.5 * dn * dn)
+    for i in range(254, 0, -1):
+        dn = math.sqrt(-2.0 * math.log(_ZIG_V / dn + math.exp(-0.5 * dn * dn)))
+        ki[i + 1] = int(dn / tn * scale)
+        tn = dn
+        fi[i] = math.exp(-0.5 * dn * dn)
+        wi[i] = dn / scale
+    return ki, wi, fi
+
+
+_KI, _WI, _FI = _ziggurat_tables()
+
+#: A generator's state: four 64-bit words.
+State = tuple[np.uint64, np.uint64, np.uint64, np.uint64]
+
+
+@_inline
+def _next(s: State) -> tuple[np.uint64, State]:
+    """xoshiro256++: the next 64-bit word and the advanced state."""
+    s0, s1, s2, s3 = s
+    total = s0 + s3
+    word = ((total << uint64(23)) | (total >> uint64(41))) + s0
+    t = s1 << uint64(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = (s3 << uint64(45)) | (s3 >> uint64(19))
+    return word, (s0, s1, s2, s3)
+
+
+@_inline
+def _uniform(s: State) -> tuple[float, State]:
+    """A uniform in ``[0, 1)`` from the top 53 bits of a word."""
+    word, s = _next(s)
+    return float64(word >> uint64(11)) * (1.0 / 9007199254740992.0), s
+
+
+@_inline
+def _normal(s: State) -> tuple[float, State]:
+    """A standard normal: numpy's ``random_standard_normal``, step for step."""
+    while True:
+        word, s = _next(s)
+        idx = word & uint64(0xFF)
+        word >>= uint64(8)
+        rabs = (word >> uint64(1)) & uint64(0x000FFFFFFFFFFFFF)
+        x = float64(rabs) * _WI[idx]
+        if word & uint64(1):
+            x = -x
+        if rabs < _KI[idx]:
+            return x, s  # inside the layer below: 99.3% of the draws
+        if idx == 0:  # the tail beyond R, by Marsaglia's exponential method
+            while True:
+                u1, s = _uniform(s)
+                u2, s = _uniform(s)
+                xx = -_ZIG_INV_R * math.log1p(-u1)
+                yy = -math.log1p(-u2)
+                if yy + yy > xx * xx:
+                    if (rabs >> uint64(8)) & uint64(1):
+                        return -(_ZIG_R + xx), s
+                    return _ZIG_R + xx, s
+        else:  # the wedge of layer idx: accept under the density
+            u, s = _uniform(s)
+            if (_FI[idx - 1] - _FI[idx]) * u + _FI[idx] < math.exp(-0.5 * x * x):
+                return x, s
+
+
+@_inline
+def _gamma(d: float, c: float, s: State) -> tuple[float, State]:
+    """``Gamma(d + 1/3)`` by Marsaglia-Tsang (``c = 1 / sqrt(9 d)``).
+
+    A candidate ``x ~ N(0, 1)``, ``u ~ U[0, 1)``, ``v = (1 + c x)^3`` is accepted when
+    ``v > 0`` and ``u < 1 - 0.0331 x^4`` (the squeeze: 98% and more of the candidates) or
+    ``log u < x^2 / 2 + d (1 - v + log v)``, giving ``d v``.
+    """
+    while True:
+        x, s = _normal(s)
+        w = 1.0 + c * x
+        if w <= 0.0:
+            continue
+        v = w * w * w
+        u, s = _uniform(s)
+        x2 = x * x
+        if u < 1.0 - 0.0331 * x2 * x2:
+            return d * v, s
+        if math.log(u) < 0.5 * x2 + d * (1.0 - v + math.log(v)):
+            return d * v, s
+
+
+@_inline
+def _gammas(
+    shape: FloatArray, d: FloatArray, c: FloatArray, s: State, g: FloatArray, log_g: FloatArray
+) -> tuple[bool, State]:
+    """One run's Gamma variates of the shapes ``shape`` (with constants ``d``, ``c``) into ``g``.
+
+    Drawn in index order. When a shape is below 1 (``d``, ``c`` then belong to ``shape + 1``),
+    the variates are given as logarithms in ``log_g``, all of them, and the first value
+    returned is True; ``g`` is then scratch.
+    """
+    boosted = False
+    for j in range(shape.size):
+        g[j], s = _gamma(d[j], c[j], s)
+        boosted |= shape[j] < 1.0
+    if boosted:
+        for j in range(shape.size):
+            log_g[j] = math.log(g[j])
+            if shape[j] < 1.0:  # Gamma(a) = Gamma(a + 1) U^(1/a), U = 1 - u in (0, 1]
+                u, s = _uniform(s)
+                log_g[j] += math.log1p(-u) / shape[j]
+    return boosted, s
+
+
+@_inline
+def _beta(g: FloatArray, log_g: FloatArray, boosted: bool, i: int, k: int) -> float:
+    """``Beta(a_i, b_i)`` from the Gamma variates of ``[a | b]`` (``g``, or ``log_g``)."""
+    if boosted:
+        return 1.0 / (1.0 + math.exp(log_g[k + i] - log_g[i]))
+    return float(g[i] / (g[i] + g[k + i]))
+
+
+@_inline
+def _load(state: UInt64Array, r: int) -> State:
+    return (state[r, 0], state[r, 1], state[r, 2], state[r, 3])
+
+
+@_inline
+def _store(state: UInt64Array, r: int, s: State) -> None:
+    state[r, 0], state[r, 1], state[r, 2], state[r, 3] = s
 
 
 @_compiled
-def _candidate(d: float, c: float, x: float, u: float) -> tuple[float, bool]:
-    """One Marsaglia-Tsang candidate: ``(d v, accepted)``, the operations of
-    :func:`msroute.policies.streams._candidate` in its order."""
-    w = c * x
-    w += 1.0
-    v = w * w * w
-    x2 = x * x
-    if u < 1.0 - x2 * x2 * 0.0331:
-        return v * d, True
-    # v <= 0: log v is NaN and the test fails, as in numpy. log u = -inf passes.
-    return v * d, bool(np.log(u) < 0.5 * x2 + d * (1.0 - v + np.log(v)))
+def gamma_variates(
+    shape: FloatArray, d: FloatArray, c: FloatArray, state: UInt64Array, out: FloatArray
+) -> None:
+    """``out[r, j] ~ Gamma(shape[r, j])`` (R, W), run ``r`` from its generator ``state[r]``."""
+    n_runs, width = shape.shape
+    log_g = np.empty(width)
+    for r in range(n_runs):
+        boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), out[r], log_g)
+        if boosted:
+            for j in range(width):
+                out[r, j] = math.exp(log_g[j])
+        _store(state, r, s)
 
 
 @_compiled
-def marsaglia_tsang(
+def beta_variates(
+    shape: FloatArray, d: FloatArray, c: FloatArray, state: UInt64Array, out: FloatArray
+) -> None:
+    """``out[r, i] ~ Beta(a[r, i], b[r, i])`` (R, K) for the shapes ``[a | b]`` (R, 2K)."""
+    n_runs, k = out.shape
+    g, log_g = np.empty(2 * k), np.empty(2 * k)
+    for r in range(n_runs):
+        boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), g, log_g)
+        for i in range(k):
+            out[r, i] = _beta(g, log_g, boosted, i, k)
+        _store(state, r, s)
+
+
+@_compiled
+def beta_top(
+    shape: FloatArray,
     d: FloatArray,
     c: FloatArray,
-    x: FloatArray,
-    u: FloatArray,
-    spare_x: FloatArray,
-    spare_x_pos: IntArray,
-    spare_u: FloatArray,
-    spare_u_pos: IntArray,
-    retries: int,
-    out: FloatArray,
-    ok: BoolArray,
+    offset: FloatArray,
+    state: UInt64Array,
+    draws: IntArray,
 ) -> None:
-    """Gamma variates of R x W shapes (constants ``d``, ``c``), run by run, in ``out``.
+    """The M best experts of Beta samples plus ``offset``: Thompson sampling's decision.
 
-    Variate ``(r, j)`` tries the candidate of ``x[r, j]``, ``u[r, j]`` first. Then, in passes,
-    each variate of run ``r`` still rejected takes the next ``retries`` values of the run's
-    spare normals and uniforms (rows ``r`` of ``spare_x``, ``spare_u`` from positions
-    ``spare_x_pos[r]``, ``spare_u_pos[r]``, which advance) in the order of its index, and keeps
-    its first accepted candidate: the order of :meth:`msroute.policies.streams.RunStreams._gamma`.
-    A run stops before a pass its spare rows cannot serve whole; its variates left ``ok ==
-    False`` continue there, from the next pass.
+    ``draws[r]`` (M indices, best first; ties to the lower index) gets the top M of
+    ``Beta(a[r, i], b[r, i]) + offset[r, i]``, the samples being those :func:`beta_variates`
+    would draw from the same state; ``offset`` is (R, K), or (R, 0) for none. The same as
+    ``msroute.policies.team.top_m`` of those scores, without building them.
     """
-    n_runs, width = d.shape
-    block = spare_x.shape[1]
-    pending = np.empty(width, dtype=np.int64)
+    n_runs, m = draws.shape
+    k = shape.shape[1] // 2
+    g, log_g, score, best = np.empty(2 * k), np.empty(2 * k), np.empty(k), np.empty(m)
     for r in range(n_runs):
-        for j in range(width):  # the squeeze alone first: a loop without branches (SIMD)
-            xj = x[r, j]
-            w = c[r, j] * xj
-            w += 1.0
-            x2 = xj * xj
-            ok[r, j] = u[r, j] < 1.0 - x2 * x2 * 0.0331
-            out[r, j] = w * w * w * d[r, j]
-        n = 0
-        for j in range(width):
-            if not ok[r, j]:
-                out[r, j], ok[r, j] = _candidate(d[r, j], c[r, j], x[r, j], u[r, j])
-                if not ok[r, j]:
-                    pending[n] = j
-                    n += 1
-        while n > 0 and max(spare_x_pos[r], spare_u_pos[r]) + n * retries <= block:
-            kept = 0
-            for i in range(n):
-                j = pending[i]
-                px, pu = spare_x_pos[r], spare_u_pos[r]
-                for t in range(retries):
-                    dv, hit = _candidate(d[r, j], c[r, j], spare_x[r, px + t], spare_u[r, pu + t])
-                    if hit:
-                        out[r, j], ok[r, j] = dv, True
-                        break
-                spare_x_pos[r] = px + retries
-                spare_u_pos[r] = pu + retries
-                if not ok[r, j]:
-                    pending[kept] = j
-                    kept += 1
-            n = kept
+        boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), g, log_g)
+        _store(state, r, s)
+        for i in range(k):
+            score[i] = _beta(g, log_g, boosted, i, k)
+        if offset.shape[1]:
+            for i in range(k):
+                score[i] += offset[r, i]
+        for i in range(k):
+            v = score[i]
+            if i < m:
+                j = i
+            elif v > best[m - 1]:
+                j = m - 1
+            else:
+                continue
+            while j > 0 and best[j - 1] < v:  # insertion after the equal scores
+                best[j] = best[j - 1]
+                draws[r, j] = draws[r, j - 1]
+                j -= 1
+            best[j] = v
+            draws[r, j] = i
+
+
+@_compiled
+def fill_words(state: UInt64Array, out: UInt64Array) -> None:
+    """The next words of the generator ``state`` (4,) in ``out`` (1-d): the raw stream."""
+    s = (state[0], state[1], state[2], state[3])
+    for i in range(out.size):
+        out[i], s = _next(s)
+    state[0], state[1], state[2], state[3] = s
+
+
+@_compiled
+def fill_normals(state: UInt64Array, out: FloatArray) -> None:
+    """The next standard normals of the generator ``state`` (4,) in ``out`` (1-d)."""
+    s = (state[0], state[1], state[2], state[3])
+    for i in range(out.size):
+        out[i], s = _normal(s)
+    state[0], state[1], state[2], state[3] = s

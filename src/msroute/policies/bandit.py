@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from msroute._seeding import SeedArg
-from msroute._validation import FloatArray, IntArray
+from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import BetaPosterior, TeamRounds, default_bwk_step
@@ -288,6 +288,11 @@ class ThompsonSampling(TeamRounds, BasePolicy):
 
     def _scores(self) -> FloatArray:
         return self.posterior.sample(self.streams)
+
+    def _top(self, penalty: FloatArray | None, eligible: BoolArray | None) -> IntArray:
+        if eligible is not None:
+            return super()._top(penalty, eligible)
+        return self.posterior.top(self.streams, self.m_draws, penalty)  # one compiled loop
 
     def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
         if self.reward_scale is not None:

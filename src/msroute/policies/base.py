@@ -222,8 +222,8 @@ class BasePolicy:
         self.horizon = check_positive_int(horizon, "horizon")
         # One stream per run (docs/architecture.md): a run decides the same alone or in any batch.
         block = max(4096, 16 * max(self.n_experts, self.m_draws))
-        check_memory(  # the four buffered streams of RunStreams, (R, block) floats each
-            4.0 * 8.0 * self.n_runs * block,
+        check_memory(  # the buffered uniforms of RunStreams, (R, block) floats
+            8.0 * self.n_runs * block,
             f"{type(self).__name__}: random-number buffers for R = {self.n_runs} runs, "
             f"K = {self.n_experts} experts and M = {self.m_draws} draws",
             "lower m_draws (the draws per decision) or the number of runs",

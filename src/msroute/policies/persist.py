@@ -94,10 +94,22 @@ __all__ = [
 
 #: Version of the file layout written by :func:`save_policy`; files of a newer one are refused.
 #: Version 2: decisions are values, so OMD no longer saves a last decision (``_ctx``,
-#: ``_q_play``); version-1 files load with those two entries dropped.
-FORMAT_VERSION = 2
-#: State entries of older format versions that are no longer state, by version.
-_LEGACY_ENTRIES: dict[int, tuple[str, ...]] = {1: ("_ctx", "_q_play")}
+#: ``_q_play``); version-1 files load with those two entries dropped. Version 3: Thompson
+#: sampling draws from one xoshiro256++ generator per run (``streams.gamma_state``) instead of
+#: three buffered numpy streams (``streams.normals``, ``streams.spare_uniforms``,
+#: ``streams.spare_normals``); older files load with those dropped and the generator seeded
+#: afresh (a Thompson policy warns that its draws restart).
+FORMAT_VERSION = 3
+_OLD_STREAMS = tuple(
+    f"streams.{stream}.{part}"
+    for stream in ("normals", "spare_uniforms", "spare_normals")
+    for part in ("generators", "buffer", "pos")
+)
+#: State entries that are no longer state after each format version (dropped from its files
+#: and older ones).
+_LEGACY_ENTRIES: dict[int, tuple[str, ...]] = {1: ("_ctx", "_q_play"), 2: _OLD_STREAMS}
+#: State entries new in each format version: files of older versions keep the fresh policy's.
+_NEW_ENTRIES: dict[int, tuple[str, ...]] = {3: ("streams.gamma_state",)}
 _FORMAT = "msroute-policy"
 _MANIFEST = "manifest.json"
 
@@ -185,8 +197,8 @@ def check_state(policy: BasePolicy) -> None:
 
     Every float array must be finite; every integer (round counter, step and visit counts)
     ``>= 0``; counts, dual multipliers, reward sums and cost estimates ``>= 0``; Beta
-    posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer; a
-    routing
+    posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer;
+    generator states that can move (xoshiro256++: not all zero); a routing
     distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one.
     Run after every update in debug mode (:func:`msroute.policies.set_debug_checks`), in the
     tests of every policy, and on every file :func:`load_policy` reads.
@@ -209,9 +221,13 @@ def check_state(policy: BasePolicy) -> None:
             raise InvalidStateError(f"state entry {key!r} must be >= 0, min is {arr.min()}")
         if key.endswith(_POSITIVE) and arr.size and arr.min() <= 0:
             raise InvalidStateError(f"state entry {key!r} must be > 0, min is {arr.min()}")
-    for key, value in state.items():  # buffered random streams: uniforms, read positions
+    for key, value in state.items():  # random streams: uniforms, read positions, generators
         if not isinstance(value, np.ndarray) or not value.size:
             continue
+        if key.endswith("gamma_state") and not value.any(axis=-1).all():
+            raise InvalidStateError(
+                f"state entry {key!r} has a row of zeros, a state xoshiro256++ never leaves"
+            )
         if key.endswith("uniforms.buffer") and not 0.0 <= value.min() <= value.max() < 1.0:
             raise InvalidStateError(f"state entry {key!r} must hold uniforms in [0, 1)")
         buffer = state.get(key.removesuffix(".pos") + ".buffer") if key.endswith(".pos") else None
@@ -565,8 +581,21 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
     state: dict[str, StateValue] = dict(manifest["state"])
     for key in manifest["arrays"]:
         state[key] = arrays[f"state.{key}"]
-    for key in _LEGACY_ENTRIES.get(version, ()):
-        state.pop(key, None)
+    fresh = state_dict(policy)
+    for since, entries in _LEGACY_ENTRIES.items():
+        for key in entries if version <= since else ():
+            state.pop(key, None)
+    for since, entries in _NEW_ENTRIES.items():
+        for key in entries if version < since else ():
+            state.setdefault(key, fresh[key])
+    if version < 3 and getattr(cls, "thompson", False):
+        warnings.warn(
+            f"{cls.name}: saved in policy format version {version}, when Thompson sampling drew "
+            "from other random streams; its draws restart from its seed's new stream, so its "
+            "next decisions differ from those the saved policy would have made",
+            UserWarning,
+            stacklevel=4,
+        )
     load_state_dict(policy, state)
     return policy
 

@@ -217,13 +217,21 @@ class BetaPosterior:
             return self._shapes
         return None
 
-    def sample(self, streams: RunStreams) -> FloatArray:
-        """One posterior draw per run and expert, shape (R, K), each run from its own stream."""
+    def _gamma_shapes(self) -> GammaShapes:
         shapes = self._cached()
         if shapes is None:
             shapes = GammaShapes(np.concatenate([self.alpha, self.beta], axis=1))
             self._shapes, self._shapes_of = shapes, (self.alpha, self.beta)
-        return streams.beta(shapes)
+        return shapes
+
+    def sample(self, streams: RunStreams) -> FloatArray:
+        """One posterior draw per run and expert, shape (R, K), each run from its own stream."""
+        return streams.beta(self._gamma_shapes())
+
+    def top(self, streams: RunStreams, m: int, offset: FloatArray | None) -> IntArray:
+        """The M experts of largest posterior draw plus ``offset`` (R, K) per run, best first:
+        :func:`top_m` of ``sample(streams) + offset``, the same draws (shape (R, M))."""
+        return streams.beta_top(self._gamma_shapes(), m, offset)
 
 
 def default_bwk_step(horizon: int) -> float:
@@ -316,11 +324,18 @@ class TeamRounds:
             position = (np.arange(k) - self.t * m) % k
             scores = np.broadcast_to(-position.astype(np.float64), (self.n_runs, k))
             return top_m(scores, m, eligible), None
-        scores = self._scores()
+        penalty = None
         if self.dual is not None and self._dual_in_scores:
             assert self.cost_est is not None
-            scores = scores + self.dual.penalty(self.cost_est.costs)
-        return top_m(scores, m, eligible), None
+            penalty = self.dual.penalty(self.cost_est.costs)
+        return self._top(penalty, eligible), None
+
+    def _top(self, penalty: FloatArray | None, eligible: BoolArray | None) -> IntArray:
+        """The top M of the family's scores plus ``penalty`` (R, K; None: no dual in them)."""
+        scores = self._scores()
+        if penalty is not None:
+            scores = scores + penalty
+        return top_m(scores, self.m_draws, eligible)
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         routed = routed_index(decision.draws, self.n_experts)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, IntArray
 from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.team import top_m
 
 __all__ = ["DecisionStreams"]
 
@@ -23,7 +24,7 @@ class DecisionStreams(RunStreams):
 
     A :class:`RunStreams` as far as the policy and its persistence are concerned (its inherited
     per-run generators are kept, untouched, so that a policy file saved with it loads like any
-    other); ``uniform`` and ``beta`` draw from the current decision's generator.
+    other); ``uniform``, ``beta`` and ``beta_top`` draw from the current decision's generator.
 
     Parameters
     ----------
@@ -70,3 +71,8 @@ class DecisionStreams(RunStreams):
         return np.asarray(
             self._gen.beta(shapes.shape[:, :k], shapes.shape[:, k:]), dtype=np.float64
         )
+
+    def beta_top(self, shapes: GammaShapes, m: int, offset: FloatArray | None) -> IntArray:
+        """The top M of :meth:`beta`'s draws plus ``offset``, by :func:`top_m` (no numba)."""
+        scores = self.beta(shapes)
+        return top_m(scores if offset is None else scores + offset, m)

@@ -138,6 +138,11 @@ class OMDApproachability(BasePolicy):
     ix : float, optional
         Implicit-exploration offset of the model estimator's residual weights (>= 0; default
         ``1/(2K)`` for "model"; 0 makes the estimate unbiased).
+    model_fit : {"auto", "dense", "sparse"}, default "auto"
+        How the model estimator fits its reward model: the exact dense solve of a (K + 1)^2
+        Gram matrix, or sparse co-occurrence counts solved by conjugate gradient (memory and
+        time grow with the pairs of experts routed together, not with K^2); "auto" is dense
+        up to :data:`msroute.policies.omd_variants.DENSE_FIT_MAX_EXPERTS` experts.
 
     Examples
     --------
@@ -195,6 +200,7 @@ class OMDApproachability(BasePolicy):
         estimator: str | None = None,
         floor: str | None = None,
         ix: float | None = None,
+        model_fit: str = "auto",
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
@@ -259,7 +265,7 @@ class OMDApproachability(BasePolicy):
             mode=check_cost_estimate(cost_estimate),
             prior_weight=cost_prior_weight,
         )
-        self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix)
+        self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
 
     def state(self) -> dict[str, object]:
         """What the router has done so far, in the user's units, per run.
@@ -418,7 +424,7 @@ class ContextualOMD(OMDApproachability):
     Parameters
     ----------
     problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible, variant,
-    estimator, floor, ix
+    estimator, floor, ix, model_fit
         As in :class:`OMDApproachability`.
     n_contexts : int
         Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.

@@ -33,6 +33,29 @@ Gradient estimators
     the price of shrinking the residual's mean by ``q_i / (q_i + ix)``. The model's own gradient
     is not shrunk, so where the model fits, the estimate is nearly exact.
 
+    The unbiasedness holds for *any* coefficients that depend on earlier rounds only, so the fit
+    need not be an exact solve; it only has to be a good one to cut the variance. Two fits,
+    chosen by ``model_fit`` (default ``"auto"``: dense up to :data:`DENSE_FIT_MAX_EXPERTS`
+    experts, sparse above):
+
+    * dense (:class:`ModelGradient`): a (K + 1)^2 Gram matrix per run and context, solved
+      exactly at each QP step. Its memory grows as K^2 (0.8 GB per run at K = 10,000) and its
+      solve as K^3;
+    * sparse (:class:`SparseModelGradient`): the Gram matrix as co-occurrence counts of the
+      routed experts (at most ``min((K + 1)^2, T (M + 1)^2)`` entries, in practice the pairs
+      of the experts ``q`` keeps routing), solved by a Jacobi-preconditioned conjugate gradient
+      on the experts ever routed, warm-started from the previous coefficients, to a relative
+      residual of 1e-8: the same least-squares solution up to that tolerance, at a cost per
+      QP step that grows with the pairs seen, not with K.
+
+    The threshold of 80 experts was measured with ``benchmarks/bench_scale.py``'s instance
+    (M = 5, 1,500 rounds; CPU µs per round, dense against sparse, load average 4-5): R = 1
+    run, 221 against 267 at K = 50 and 246 against 263 at K = 80; R = 20 runs, 424 against
+    1,042 and 472 against 1,109. From K = 100 on, the dense solve's cost depends on the BLAS
+    threading (R = 1: 254 µs with one OpenBLAS thread, 676-1,402 with two on the loaded
+    2-core machine) while the sparse fit's does not (253-297 µs); the threshold stays below.
+    The paper's experiments (K = 50) keep the dense exact fit, bit for bit.
+
 Floor schedules
 ---------------
 ``"fixed"``
@@ -55,28 +78,40 @@ schedule and 0.0003 with the anytime one. Measured in ``benchmarks/bench_omd_var
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray
-from msroute.errors import InvalidValueError
+from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.errors import InvalidStateError, InvalidValueError
 
 __all__ = [
+    "DENSE_FIT_MAX_EXPERTS",
     "ESTIMATORS",
+    "FITS",
     "FLOORS",
     "VARIANTS",
     "GradientEstimator",
     "ImportanceGradient",
     "ModelGradient",
     "OMDVariant",
+    "SparseModelGradient",
     "floor_at",
     "make_estimator",
 ]
 
 #: Floor schedules of the QP step.
 FLOORS: tuple[str, ...] = ("fixed", "decay")
+
+#: The model estimator's fit is the dense exact solve (:class:`ModelGradient`) up to this many
+#: experts and the sparse conjugate-gradient one (:class:`SparseModelGradient`) above.
+DENSE_FIT_MAX_EXPERTS = 80
+
+#: The model estimator's fits: ``"auto"`` picks by :data:`DENSE_FIT_MAX_EXPERTS`.
+FITS: tuple[str, ...] = ("auto", "dense", "sparse")
 
 #: Gradient estimators.
 ESTIMATORS: tuple[str, ...] = ("importance", "model")
@@ -132,20 +167,9 @@ class ImportanceGradient:
         """Nothing to refit."""
 
 
-class ModelGradient:
-    """Control variate from a fitted additive reward model (see the module docstring).
-
-    Parameters
-    ----------
-    n_runs, n_contexts, n_experts, m_draws : int
-    ix : float
-        Implicit-exploration offset of the residual's importance weights (>= 0; 0: unbiased).
-    ridge : float, default 1.0
-        Ridge of the least-squares fit (the Gram matrix starts at ``ridge * I``).
-    """
-
-    #: The fit's sufficient statistics and coefficients (persistence).
-    _state_attrs: ClassVar[tuple[str, ...]] = ("gram", "moment", "coef")
+class _AdditiveModel(ABC):
+    """What the two fits of the model estimator share: the coefficients, the moment vector and
+    the estimate (see the module docstring); a subclass keeps the Gram matrix and solves it."""
 
     def __init__(
         self,
@@ -159,9 +183,8 @@ class ModelGradient:
         p = n_experts + 1
         self.m_draws = m_draws
         self.ix = ix
-        self.gram: FloatArray = np.broadcast_to(
-            ridge * np.eye(p), (n_runs, n_contexts, p, p)
-        ).copy()
+        self.ridge = ridge
+        self.n_contexts = n_contexts
         self.moment: FloatArray = np.zeros((n_runs, n_contexts, p))
         self.coef: FloatArray = np.zeros((n_runs, n_contexts, p))
 
@@ -190,6 +213,129 @@ class ModelGradient:
         self._accumulate(rows, ctx, counts, reward)
         return np.asarray(grad, dtype=np.float64)
 
+    def _features(self, counts: FloatArray) -> tuple[IntArray, BoolArray]:
+        """The nonzero features of each run's ``x = (1, counts > 0)``: their indices
+        (R, n + 1), the intercept first, and which of them are real (R, n + 1), with ``n`` the
+        most experts a run routed; a run that routed fewer is padded with the intercept's
+        index, marked not real. The real indices of a run are distinct."""
+        runs, experts = np.nonzero(counts)
+        per_run = np.bincount(runs, minlength=counts.shape[0])
+        slot = np.arange(runs.size) - (np.cumsum(per_run) - per_run)[runs]
+        width = 1 + int(per_run.max(initial=0))
+        idx = np.zeros((counts.shape[0], width), dtype=np.int64)
+        real = np.zeros((counts.shape[0], width), dtype=bool)
+        real[:, 0] = True
+        idx[runs, slot + 1] = experts + 1
+        real[runs, slot + 1] = True
+        return idx, real
+
+    def _add_moment(
+        self, cell: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
+    ) -> None:
+        """``moment += reward x`` at each run's (run, context) ``cell`` (distinct entries)."""
+        p = self.moment.shape[-1]
+        flat = (cell * p)[:, None] + idx
+        self.moment.reshape(-1)[flat[real]] += np.broadcast_to(reward[:, None], idx.shape)[real]
+
+    def _check_pairs(self, prefix: str, name: str, keys: IntArray, counts: FloatArray) -> None:
+        """Check co-occurrence counts as the fit makes them (for :meth:`validate_state`).
+
+        ``keys`` encode ``(cell, i, j)`` as ``(cell (K + 1) + i) (K + 1) + j`` (the flat index
+        into a (cells, K + 1, K + 1) Gram array). The rules: keys increase strictly and lie
+        in range, counts are >= 1, the pairs are symmetric, each feature of a pair has its
+        diagonal entry and its entry with the intercept, both counting the rounds that had
+        it, a pair counts at most as many rounds as each of its features, a feature at most
+        as many as the intercept, and the moment is 0 at a feature never seen.
+        """
+        p = self.coef.shape[-1]
+        cells = self.coef.shape[0] * self.coef.shape[1]
+        entry = f"state entry {prefix + name!r}"
+        if keys.size and (keys[0] < 0 or keys[-1] >= cells * p * p or np.any(np.diff(keys) <= 0)):
+            raise InvalidStateError(f"{entry}: pair keys must increase in [0, {cells * p * p})")
+        if counts.size and counts.min() < 1:
+            raise InvalidStateError(f"{entry}: co-occurrence counts must be >= 1")
+        cell, pair = np.divmod(keys, p * p)
+        i, j = np.divmod(pair, p)
+        base = cell * (p * p)
+        mirror = base + j * p + i
+        order = np.argsort(mirror)
+        if not (np.array_equal(mirror[order], keys) and np.array_equal(counts[order], counts)):
+            raise InvalidStateError(f"{entry}: the co-occurrence counts are not symmetric")
+
+        def count_at(at: IntArray) -> FloatArray:
+            if not at.size:
+                return counts[:0]
+            pos = np.minimum(np.searchsorted(keys, at), max(keys.size - 1, 0))
+            if not np.array_equal(keys[pos], at):
+                raise InvalidStateError(
+                    f"{entry}: a feature of a pair lacks its diagonal entry or its entry with "
+                    "the intercept"
+                )
+            return counts[pos]
+
+        feature, with_intercept = count_at(base + j * (p + 1)), count_at(base + j)
+        rounds = count_at(base)
+        if not np.array_equal(with_intercept, feature) or np.any(counts > feature):
+            raise InvalidStateError(
+                f"{entry}: a pair counts more rounds than one of its features, or a feature's "
+                "count with the intercept is not its own count"
+            )
+        if np.any(feature > rounds):
+            raise InvalidStateError(f"{entry}: a feature counts more rounds than the intercept")
+        seen = np.zeros(cells * p, dtype=bool)
+        seen[cell * p + j] = True
+        if np.any(self.moment.reshape(-1)[~seen] != 0.0):
+            raise InvalidStateError(
+                f"state entry {prefix + 'moment'!r} is nonzero at a feature never seen"
+            )
+
+    @abstractmethod
+    def validate_state(self, prefix: str) -> None:
+        """Check the fit's statistics (:func:`msroute.policies.check_state`; ``prefix``: the
+        dotted name of this component in the policy's state)."""
+
+    @abstractmethod
+    def _accumulate(
+        self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
+    ) -> None:
+        """Add the round's ``x x^T`` to the Gram matrix and ``reward x`` to the moment."""
+
+    @abstractmethod
+    def refit(self, runs: IntArray, ctx: IntArray) -> None:
+        """See :class:`GradientEstimator`."""
+
+
+class ModelGradient(_AdditiveModel):
+    """Control variate from a fitted additive reward model (see the module docstring), with
+    the dense exact fit: a (K + 1)^2 Gram matrix per run and context, solved exactly.
+
+    Parameters
+    ----------
+    n_runs, n_contexts, n_experts, m_draws : int
+    ix : float
+        Implicit-exploration offset of the residual's importance weights (>= 0; 0: unbiased).
+    ridge : float, default 1.0
+        Ridge of the least-squares fit (the Gram matrix starts at ``ridge * I``).
+    """
+
+    #: The fit's sufficient statistics and coefficients (persistence).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("gram", "moment", "coef")
+
+    def __init__(
+        self,
+        n_runs: int,
+        n_contexts: int,
+        n_experts: int,
+        m_draws: int,
+        ix: float,
+        ridge: float = 1.0,
+    ) -> None:
+        super().__init__(n_runs, n_contexts, n_experts, m_draws, ix, ridge)
+        p = n_experts + 1
+        self.gram: FloatArray = np.broadcast_to(
+            ridge * np.eye(p), (n_runs, n_contexts, p, p)
+        ).copy()
+
     def _accumulate(
         self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
     ) -> None:
@@ -198,26 +344,30 @@ class ModelGradient:
 
         ``x`` is 0/1, so the dense updates add ``1.0`` (resp. ``reward``) at the intercept and
         the routed experts and ``0.0`` elsewhere, which leaves an entry as it is. Updating only
-        the intercept and the M largest counts of each run (the routed experts are among them;
-        an entry with ``x = 0`` gets ``0.0``) gives the same floats at a fraction of the cost:
-        ``(M + 1)^2`` Gram entries per run instead of ``(K + 1)^2``.
+        the nonzero features (:meth:`_features`) gives the same floats at a fraction of the
+        cost: at most ``(M + 1)^2`` Gram entries per run instead of ``(K + 1)^2``.
         """
-        r, k = counts.shape
-        n = min(self.m_draws, k)  # at most this many distinct experts were routed
-        top = np.argpartition(counts, k - n, axis=1)[:, k - n :]  # distinct
-        idx = np.zeros((r, n + 1), dtype=np.int64)  # feature 0 is the intercept
-        idx[:, 1:] = top + 1
-        x = np.ones((r, n + 1))
-        x[:, 1:] = np.take_along_axis(counts, top, 1) > 0
-        p = k + 1
-        cell = rows * self.gram.shape[1] + ctx  # the (run, context) pair
+        idx, real = self._features(counts)
+        p = counts.shape[1] + 1
+        cell = rows * self.n_contexts + ctx  # the (run, context) pair
         if not (self.gram.flags.c_contiguous and self.moment.flags.c_contiguous):
             self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the flat views
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
         # Distinct entries per update, so plain fancy-indexed adds are exact (no np.add.at).
         flat = (cell * (p * p))[:, None, None] + (idx[:, :, None] * p + idx[:, None, :])
-        self.gram.reshape(-1)[flat] += x[:, :, None] * x[:, None, :]
-        self.moment.reshape(-1)[(cell * p)[:, None] + idx] += reward[:, None] * x
+        self.gram.reshape(-1)[flat[real[:, :, None] & real[:, None, :]]] += 1.0
+        self._add_moment(cell, idx, real, reward)
+
+    def validate_state(self, prefix: str) -> None:
+        """See :meth:`_AdditiveModel._check_pairs`: ``gram - ridge I`` holds the counts."""
+        p = self.coef.shape[-1]
+        counts = (self.gram - self.ridge * np.eye(p)).reshape(-1)
+        keys = np.flatnonzero(counts)
+        if np.any(counts[keys] != np.round(counts[keys])):
+            raise InvalidStateError(
+                f"state entry {prefix + 'gram'!r}: gram - ridge * I must hold integer counts"
+            )
+        self._check_pairs(prefix, "gram", keys, counts[keys])
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
         """Least squares on every round so far (the ridge keeps the Gram matrix invertible)."""
@@ -225,14 +375,177 @@ class ModelGradient:
         self.coef[runs, ctx] = np.linalg.solve(self.gram[runs, ctx], rhs)[:, :, 0]
 
 
+class SparseModelGradient(_AdditiveModel):
+    """The model estimator of :class:`ModelGradient` with a fit that scales in K.
+
+    The Gram matrix ``ridge I + sum_t x_t x_t^T`` is kept as the co-occurrence counts of the
+    features (intercept and routed experts) of each round, one entry per pair seen: at most
+    ``min((K + 1)^2, T (M + 1)^2)`` per run and context, never a (K + 1)^2 array. An expert
+    never routed has a zero moment and no off-diagonal entry, so its coefficient is 0; the
+    others are solved by a Jacobi-preconditioned conjugate gradient on the routed experts only,
+    warm-started from the previous coefficients, to a relative residual of ``rtol`` (at most
+    ``max_iter`` iterations). Its limit is the same least-squares solution as the dense fit's;
+    where it stops short the estimate stays unbiased (module docstring), since the
+    coefficients still depend on earlier rounds only.
+
+    Parameters
+    ----------
+    n_runs, n_contexts, n_experts, m_draws, ix, ridge
+        As in :class:`ModelGradient`.
+    rtol : float, default 1e-8
+        Relative residual ``|G beta - moment| / |moment|`` at which a refit stops.
+    max_iter : int, default 100
+        Conjugate-gradient iterations per refit at most (the next refit continues from there).
+
+    Attributes
+    ----------
+    pair_key : ndarray of int64, shape (n,)
+        The pairs seen, increasing: ``(cell (K + 1) + i) (K + 1) + j`` for features ``i, j``
+        of the (run, context) cell ``cell = run X + context`` (both orders of a pair).
+    pair_count : ndarray of int64, shape (n,)
+        In how many rounds of its cell each pair occurred together (> 0).
+    """
+
+    #: The fit's sufficient statistics and coefficients (persistence).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("pair_key", "pair_count", "moment", "coef")
+    #: State arrays whose length grows with the pairs seen (persistence).
+    _variable_attrs: ClassVar[tuple[str, ...]] = ("pair_key", "pair_count")
+
+    def __init__(
+        self,
+        n_runs: int,
+        n_contexts: int,
+        n_experts: int,
+        m_draws: int,
+        ix: float,
+        ridge: float = 1.0,
+        rtol: float = 1e-8,
+        max_iter: int = 100,
+    ) -> None:
+        super().__init__(n_runs, n_contexts, n_experts, m_draws, ix, ridge)
+        p = n_experts + 1
+        if n_runs * n_contexts * p * p >= 2**63:
+            raise InvalidValueError(
+                f"n_runs * n_contexts * (K + 1)^2 == {n_runs * n_contexts * p * p}: the "
+                "model's sparse fit keys its pairs by int64, must be < 2^63"
+            )
+        self.rtol = rtol
+        self.max_iter = max_iter
+        self.pair_key: IntArray = np.zeros(0, dtype=np.int64)
+        self.pair_count: IntArray = np.zeros(0, dtype=np.int64)
+
+    def _accumulate(
+        self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
+    ) -> None:
+        """One more co-occurrence for every pair of the round's nonzero features, and
+        ``moment += reward x`` (as :class:`ModelGradient`, the same floats)."""
+        idx, real = self._features(counts)
+        p = counts.shape[1] + 1
+        cell = rows * self.n_contexts + ctx
+        self._add_moment(cell, idx, real, reward)
+        keys = ((cell * p)[:, None, None] + idx[:, :, None]) * p + idx[:, None, :]
+        new = np.sort(keys[real[:, :, None] & real[:, None, :]])  # distinct
+        at = np.searchsorted(self.pair_key, new)
+        seen = at < self.pair_key.size
+        seen[seen] = self.pair_key[at[seen]] == new[seen]
+        self.pair_count[at[seen]] += 1
+        fresh = ~seen
+        if fresh.any():
+            self.pair_key = np.insert(self.pair_key, at[fresh], new[fresh])
+            self.pair_count = np.insert(self.pair_count, at[fresh], 1)
+
+    def validate_state(self, prefix: str) -> None:
+        """See :meth:`_AdditiveModel._check_pairs`."""
+        if self.pair_key.shape != self.pair_count.shape:
+            raise InvalidStateError(
+                f"state entries {prefix + 'pair_key'!r} and {prefix + 'pair_count'!r} must have "
+                f"the same length, got {self.pair_key.size} and {self.pair_count.size}"
+            )
+        self._check_pairs(prefix, "pair_key", self.pair_key, self.pair_count.astype(np.float64))
+
+    def refit(self, runs: IntArray, ctx: IntArray) -> None:
+        """Least squares on every round so far, by preconditioned conjugate gradient."""
+        for run, c in zip(runs.tolist(), ctx.tolist(), strict=True):
+            self._refit_cell(run, c)
+
+    def _cell_pairs(self, cell: int) -> tuple[IntArray, IntArray, IntArray]:
+        """The pairs of one (run, context) cell: features ``i``, ``j`` and counts."""
+        p = self.coef.shape[-1]
+        lo, hi = np.searchsorted(self.pair_key, [cell * p * p, (cell + 1) * p * p])
+        feat_i, feat_j = np.divmod(self.pair_key[lo:hi] - cell * p * p, p)
+        return feat_i, feat_j, self.pair_count[lo:hi]
+
+    def _refit_cell(self, run: int, c: int) -> None:
+        feat_i, feat_j, count = self._cell_pairs(run * self.n_contexts + c)
+        active = feat_j[: np.searchsorted(feat_i, 1)]  # the intercept's row: every feature
+        if not active.size:
+            return  # no round yet: the coefficients are still 0
+        where = np.zeros(self.coef.shape[-1], dtype=np.int64)
+        where[active] = np.arange(active.size)
+        rows, cols = where[feat_i], where[feat_j]
+        weights = count.astype(np.float64)
+        ridge = self.ridge
+
+        def gram_times(v: FloatArray) -> FloatArray:
+            return ridge * v + np.bincount(rows, weights=weights * v[cols], minlength=v.size)
+
+        coef = self.coef[run, c]
+        diag = ridge + weights[rows == cols]  # one diagonal entry per feature, in order
+        coef[active] = _pcg(
+            gram_times, self.moment[run, c, active], coef[active], diag, self.rtol, self.max_iter
+        )
+
+
+def _pcg(
+    matvec: Callable[[FloatArray], FloatArray],
+    rhs: FloatArray,
+    start: FloatArray,
+    diag: FloatArray,
+    rtol: float,
+    max_iter: int,
+) -> FloatArray:
+    """Jacobi-preconditioned conjugate gradient for ``A x = rhs`` (A symmetric positive
+    definite, ``diag`` its diagonal) from ``start``, until ``|A x - rhs| <= rtol |rhs|`` or
+    ``max_iter`` iterations."""
+    x = start.copy()
+    r = rhs - matvec(x)
+    stop = rtol * float(np.linalg.norm(rhs))
+    z = r / diag
+    d = z.copy()
+    rz = float(r @ z)
+    for _ in range(max_iter):
+        if float(np.linalg.norm(r)) <= stop:
+            break
+        ad = matvec(d)
+        step = rz / float(d @ ad)
+        x += step * d
+        r -= step * ad
+        z = r / diag
+        rz, rz_old = float(r @ z), rz
+        d = z + (rz / rz_old) * d
+    return x
+
+
 def make_estimator(
-    name: str, n_runs: int, n_contexts: int, n_experts: int, m_draws: int, ix: float
-) -> ImportanceGradient | ModelGradient:
-    """The estimator called ``name`` (one of :data:`ESTIMATORS`)."""
+    name: str,
+    n_runs: int,
+    n_contexts: int,
+    n_experts: int,
+    m_draws: int,
+    ix: float,
+    fit: str = "auto",
+) -> ImportanceGradient | ModelGradient | SparseModelGradient:
+    """The estimator called ``name`` (one of :data:`ESTIMATORS`); the model's ``fit`` (one of
+    :data:`FITS`) is by default dense up to :data:`DENSE_FIT_MAX_EXPERTS` experts, sparse
+    above."""
+    if fit not in FITS:
+        raise InvalidValueError(f"model_fit == {fit!r}, must be one of {', '.join(FITS)}")
     if name == "importance":
         return ImportanceGradient()
     if name == "model":
-        return ModelGradient(n_runs, n_contexts, n_experts, m_draws, ix)
+        if fit == "dense" or (fit == "auto" and n_experts <= DENSE_FIT_MAX_EXPERTS):
+            return ModelGradient(n_runs, n_contexts, n_experts, m_draws, ix)
+        return SparseModelGradient(n_runs, n_contexts, n_experts, m_draws, ix)
     raise InvalidValueError(f"estimator == {name!r}, must be one of {', '.join(ESTIMATORS)}")
 
 

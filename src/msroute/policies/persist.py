@@ -90,6 +90,7 @@ __all__ = [
     "save_policy",
     "state_attrs",
     "state_dict",
+    "variable_entries",
 ]
 
 #: Version of the file layout written by :func:`save_policy`; files of a newer one are refused.
@@ -119,12 +120,41 @@ _SCALARS = (bool, int, float, str)
 
 
 # ---------------------------------------------------------------------- the state walk
-def state_attrs(obj: object) -> tuple[str, ...]:
-    """The state attributes ``obj`` declares, bases first (``_state_attrs`` along the MRO)."""
+def _declared(obj: object, attr: str) -> tuple[str, ...]:
+    """The names ``obj``'s classes declare in ``attr``, bases first (along the MRO)."""
     names: dict[str, None] = {}
     for cls in reversed(type(obj).__mro__):
-        names.update(dict.fromkeys(cls.__dict__.get("_state_attrs", ())))
+        names.update(dict.fromkeys(cls.__dict__.get(attr, ())))
     return tuple(names)
+
+
+def state_attrs(obj: object) -> tuple[str, ...]:
+    """The state attributes ``obj`` declares, bases first (``_state_attrs`` along the MRO)."""
+    return _declared(obj, "_state_attrs")
+
+
+def _components(obj: object, prefix: str = "") -> list[tuple[str, object]]:
+    """``obj`` and every component of its state, each with the prefix of its entries."""
+    out: list[tuple[str, object]] = [(prefix, obj)]
+    for name in state_attrs(obj):
+        value = getattr(obj, name)
+        if isinstance(value, np.ndarray | np.random.Generator) or _is_generators(value):
+            continue
+        if _is_component(value):
+            out.extend(_components(value, f"{prefix}{name}."))
+    return out
+
+
+def variable_entries(obj: object) -> frozenset[str]:
+    """The dotted names of the state arrays whose length varies (a sparse statistic grows
+    with what it has seen): declared by a class in ``_variable_attrs``, a subset of its
+    ``_state_attrs``. Their first axis may have any length; dtype and the other axes are
+    fixed, and the component's ``validate_state`` checks their content."""
+    return frozenset(
+        prefix + name
+        for prefix, part in _components(obj)
+        for name in _declared(part, "_variable_attrs")
+    )
 
 
 def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:
@@ -233,6 +263,10 @@ def check_state(policy: BasePolicy) -> None:
         buffer = state.get(key.removesuffix(".pos") + ".buffer") if key.endswith(".pos") else None
         if isinstance(buffer, np.ndarray) and value.max() > buffer.shape[-1]:
             raise InvalidStateError(f"state entry {key!r} must be in [0, {buffer.shape[-1]}]")
+    for prefix, part in _components(policy):  # the rules a component states for itself
+        validate = getattr(part, "validate_state", None)
+        if callable(validate):
+            validate(prefix)
     q = state.get("_q")
     gamma = getattr(policy, "gamma", None)
     if isinstance(q, np.ndarray) and isinstance(gamma, float):
@@ -272,20 +306,28 @@ def load_state_dict(
             f"the state does not fit a {type(obj).__name__}: missing entries {missing}, "
             f"unexpected entries {extra}"
         )
+    variable = variable_entries(obj)
     for key, current in expected.items():
-        _check_entry(key, current, state[key])
+        _check_entry(key, current, state[key], key in variable)
     _assign(obj, state, "", exclude)
 
 
-def _check_entry(key: str, current: StateValue, value: StateValue) -> None:
+def _check_entry(key: str, current: StateValue, value: StateValue, variable: bool = False) -> None:
+    """``value`` can replace ``current``: same kind; an array of the same dtype and shape (of
+    any length along its first axis if ``variable``)."""
     if isinstance(current, np.ndarray):
         if not isinstance(value, np.ndarray):
             raise InvalidValueError(
                 f"state entry {key!r} must be an array, got {type(value).__name__}"
             )
-        if value.dtype != current.dtype or value.shape != current.shape:
+        if variable and value.ndim == current.ndim and value.shape[1:] == current.shape[1:]:
+            shape_ok = True
+        else:
+            shape_ok = value.shape == current.shape
+        if value.dtype != current.dtype or not shape_ok:
+            want = f"(n, {', '.join(map(str, current.shape[1:]))})" if variable else current.shape
             raise InvalidValueError(
-                f"state entry {key!r} must be {current.dtype} of shape {current.shape}, "
+                f"state entry {key!r} must be {current.dtype} of shape {want}, "
                 f"got {value.dtype} of shape {value.shape}"
             )
     elif isinstance(current, dict):  # a generator's state

@@ -50,6 +50,7 @@ from msroute.policies.persist import (
     policy_bytes,
     policy_from_bytes,
     state_dict,
+    variable_entries,
 )
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
@@ -956,8 +957,10 @@ class Router:
         old_state, new_state = state_dict(self.policy), state_dict(new)
         keep_new = [j for j, e in enumerate(ids) if e in self._col]
         keep_old = [self._col[ids[j]] for j in keep_new]
+        variable = variable_entries(new)  # sparse statistics: start fresh (their keys hold K)
         for key, value in old_state.items():
-            new_state[key] = _carry(value, new_state[key], keep_old, keep_new, len(self._ids))
+            if key not in variable:
+                new_state[key] = _carry(value, new_state[key], keep_old, keep_new, len(self._ids))
         load_state_dict(new, new_state)
         if isinstance(new, OMDApproachability):
             self._floor_new_experts(new, keep_new)

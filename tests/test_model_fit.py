@@ -150,8 +150,8 @@ def test_sparse_and_dense_fits_route_alike() -> None:
 
 def test_memory_at_100000_experts_is_bounded() -> None:
     """No (K + 1)^2 array (80 GB here): every state array holds at most a few K entries, and
-    building the policy and playing 20 rounds allocate less than 250 MB at their peak (most
-    of it the random streams' buffers, 51 MB at this K, and the debug checks' copies)."""
+    building the policy and playing 20 rounds allocate less than 100 MB at their peak (42 MB
+    measured, with the debug checks' copies of the state; the uniforms' buffer is 13 MB)."""
     k = 100_000
     rng = np.random.default_rng(0)
     costs = np.column_stack([rng.random(k), (np.arange(k) < 10).astype(float)])
@@ -166,7 +166,7 @@ def test_memory_at_100000_experts_is_bounded() -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 250e6, peak
+    assert peak < 100e6, peak
     sizes = {key: v.size for key, v in state_dict(pol).items() if isinstance(v, np.ndarray)}
     assert sizes["estimator.pair_key"] <= 20 * (5 + 1) ** 2  # the pairs seen, not K^2
     buffers = [key for key in sizes if key.startswith("streams.") and key.endswith(".buffer")]
@@ -319,11 +319,8 @@ def test_a_router_with_the_sparse_fit_undoes_a_failed_commit(tmp_path: Path) -> 
 
 
 def test_a_router_with_the_sparse_fit_adds_experts_and_restarts(tmp_path: Path) -> None:
-    """Replayed from its journal (no snapshot: a snapshot keeps a pending decision's
-    propensities of the drawn experts only, while the model estimator reads the whole q)."""
     router = Router(
-        cfg(params={"variant": "model", "model_fit": "sparse"}, snapshot_every=10**6),
-        journal=tmp_path / "j.db",
+        cfg(params={"variant": "model", "model_fit": "sparse"}), journal=tmp_path / "j.db"
     )
     traffic(router, 60)
     router.add_expert("new", {"usd": 0.005, "gpu": 0.2})

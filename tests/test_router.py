@@ -351,10 +351,27 @@ def test_decision_n_is_a_function_of_seed_and_n() -> None:
     assert draws != [a.route().draws for _ in range(40)]
 
 
-@pytest.mark.parametrize("policy", ["omd", "omd-contextual", "ts-bwk", "cucb", "moe"])
-def test_reopened_journal_continues_bit_for_bit(policy: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("policy", "params"),
+    [
+        ("omd", {}),
+        # The model estimator reads the whole q of a decision: a snapshot's pending decisions
+        # get it back from the journal.
+        ("omd", {"variant": "model"}),
+        ("omd", {"variant": "model", "model_fit": "sparse"}),
+        ("omd-contextual", {}),
+        ("ts-bwk", {}),
+        ("cucb", {}),
+        ("moe", {}),
+    ],
+)
+def test_reopened_journal_continues_bit_for_bit(
+    policy: str, params: dict[str, str], tmp_path: Path
+) -> None:
     contexts = ["a", "b"] if policy == "omd-contextual" else None
-    live = Router(cfg(policy=policy, contexts=contexts), journal=tmp_path / "live.db")
+    live = Router(
+        cfg(policy=policy, contexts=contexts, params=params), journal=tmp_path / "live.db"
+    )
 
     def route(r: Router, i: int) -> RoutedDecision:
         return r.route(context=None if contexts is None else contexts[i % 2], decision_id=f"d{i}")
@@ -379,6 +396,7 @@ def test_reopened_journal_continues_bit_for_bit(policy: str, tmp_path: Path) -> 
             assert live.feedback(da.decision_id, reward_of(da)) == "applied"
             assert reopened.feedback(db.decision_id, reward_of(db)) == "applied"
     assert comparable(reopened.state()) == comparable(live.state())
+    _assert_same_policy_state(reopened, live)
     for r in (live, reopened, from_start):
         r.close()
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, IntArray
 from msroute.errors import (
     DecisionConflictError,
     InfeasibleConstraintsError,
@@ -853,9 +853,22 @@ class Router:
         if p.probs is not None:
             probs = np.zeros((1, len(self._ids)))
             probs[0, cols[0]] = p.probs
+        return self._cache_decision(p, cols, probs)
+
+    def _cache_decision(self, p: _Pending, cols: IntArray, probs: FloatArray | None) -> Decision:
         ctx = None if p.context is None else self._ctx_arrays[p.context]
         p.decision, p.layout = Decision(cols, probs, ctx, p.n), self._layout
         return p.decision
+
+    def _restore_decision(self, did: str, p: _Pending) -> None:
+        """Give a pending decision restored from a snapshot the whole distribution it was
+        drawn from, read back from its journal event, as the live router holds it: a policy
+        may learn from every expert's probability, not only the drawn ones' (OMD's model
+        estimator does). Only while the expert layout is still the decision's, as live."""
+        for _, kind, _, _, payload, blob in self._journal.events_of(did):
+            if kind == "decision" and blob is not None and payload["layout"] == self._layout:
+                cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
+                self._cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
 
     # ------------------------------------------------------------------ expiry
     def expire(self, now: float | None = None) -> int:
@@ -1111,6 +1124,7 @@ class Router:
                 None,
                 -1,
             )
+            self._restore_decision(did, self._pending[did])
             heapq.heappush(self._deadlines, (float(deadline), int(n), did))
 
     def _replay(self, event: Event) -> None:

@@ -18,6 +18,7 @@ from msroute.envs import (
     StochasticEnv,
     run_seed_sequences,
 )
+from msroute.errors import InvalidValueError
 
 BASE = np.array([[0.0, 0.2, 0.5], [0.9, 1.0, 0.35]])
 
@@ -150,6 +151,18 @@ def test_skills_do_not_depend_on_the_call_pattern(kind: str) -> None:
     for start, stop in [(50, 60), (3, 19), (0, 2), (19, 50), (5, 5), (13, 14)]:
         assert np.array_equal(env.skills(start, stop), whole[start:stop])
     assert env.skills(5, 5).shape == (0, 2, 2, 3)
+
+
+@pytest.mark.parametrize("kind", BETA_KINDS)
+def test_skills_written_into_a_slice_of_a_larger_array(kind: str) -> None:
+    """``out=`` (a stacked batch's slice) gets exactly the skills a fresh array would."""
+    env = make_env(kind, seed=[3, 4], chunk_size=7, cache_chunks=1)
+    big = np.full((9, 5, 2, 3), -1.0)
+    assert env.skills(4, 13, out=big[:, 1:3]) is not None
+    assert np.array_equal(big[:, 1:3], make_env(kind, seed=[3, 4], chunk_size=7).skills(4, 13))
+    assert np.all(big[:, [0, 3, 4]] == -1.0)  # nothing written outside the slice
+    with pytest.raises(InvalidValueError, match="out has shape"):
+        env.skills(4, 13, out=big[:, :3])
 
 
 @pytest.mark.parametrize("kind", BETA_KINDS)

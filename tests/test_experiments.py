@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 import msroute
 from msroute.cli import build_parser, main
+from msroute.experiments import common
 from msroute.experiments import fig2 as fig2_module
 from msroute.experiments.common import LEVELS, level_constraints, paper_instance
 from msroute.experiments.contextual import ContextualConfig, run_contextual
@@ -156,6 +158,30 @@ def test_serial_and_parallel_runs_give_identical_numbers(tmp_path: Path) -> None
     serial = run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True)
     parallel = run_fig2(cfg, tmp_path / "parallel", jobs=2, plot=False, quiet=True)
     assert serial == parallel
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="workers see drawn skills when forked"
+)
+def test_forked_workers_use_the_skills_drawn_ahead_by_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With worker processes forked from the driver, each environment is drawn once, in the
+    driver, for the whole sweep (not once per worker), and the numbers are the serial ones."""
+    built = tmp_path / "built.txt"
+    real = common.make_env
+
+    def logging(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with built.open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(common, "make_env", logging)
+    cfg = Fig2Config(policies=("greedy", "omd", "random"), levels=("tight",), **SMALL)
+    parallel = run_fig2(cfg, tmp_path / "parallel", jobs=2, plot=False, quiet=True)
+    assert built.read_text().split() == [str(os.getpid())] * len(cfg.envs)
+    assert common._cached_env.cache_info().currsize == 0  # the driver lets them go after
+    assert run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True) == parallel
 
 
 def test_same_seed_same_numbers_different_seed_different(tmp_path: Path) -> None:

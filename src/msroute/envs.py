@@ -208,22 +208,29 @@ class _BetaEnv:
         return np.array(self._means(a, b), dtype=np.float64)
 
     # -- the draws ---------------------------------------------------------------------
-    def skills(self, start: int, stop: int) -> FloatArray:
+    def skills(self, start: int, stop: int, *, out: FloatArray | None = None) -> FloatArray:
         """Skills of rounds ``[start, stop)`` for all runs (Section 6.1's ``V^(t)``).
 
         Parameters
         ----------
         start, stop : int
             ``0 <= start <= stop`` (``<= horizon`` when there is one).
+        out : ndarray, shape (stop - start, R, N, K), optional
+            Where to write them (e.g. a slice of a larger batch's array), instead of a new
+            array.
 
         Returns
         -------
         ndarray, shape (stop - start, R, N, K)
-            A fresh array; the same rounds always give the same values.
+            A fresh array (or ``out``); the same rounds always give the same values.
         """
         a, b = _check_range(start, stop, self.horizon)
         size = self.chunk_size
-        out = np.empty((b - a, self.n_runs, self.n_dims, self.n_experts))
+        shape = (b - a, self.n_runs, self.n_dims, self.n_experts)
+        if out is None:
+            out = np.empty(shape)
+        elif out.shape != shape:
+            raise InvalidValueError(f"out has shape {out.shape}, expected {shape}")
         for c in range(a // size, -(-b // size)):
             lo, hi = max(a, c * size), min(b, (c + 1) * size)
             out[lo - a : hi - a] = self._chunk(c)[lo - c * size : hi - c * size]

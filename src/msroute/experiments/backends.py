@@ -15,6 +15,7 @@ numbers, bit for bit.
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import socket
 from collections.abc import Callable, Sequence
@@ -59,6 +60,11 @@ class LocalBackend:
         if jobs < 1:
             raise InvalidValueError(f"jobs == {jobs}, must be >= 1")
         self.jobs = jobs
+
+    def forks(self, n_specs: int) -> bool:
+        """Whether running ``n_specs`` cells forks worker processes from this one (which then
+        see its memory, e.g. skills drawn ahead, without a copy)."""
+        return self.jobs > 1 and n_specs > 1 and multiprocessing.get_start_method() == "fork"
 
     def __enter__(self) -> LocalBackend:
         return self

@@ -19,6 +19,7 @@ import json
 import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
@@ -32,7 +33,7 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
-from msroute.envs import RegimeSwitchingEnv, SkillEnv, StochasticEnv
+from msroute.envs import RegimeSwitchingEnv, StochasticEnv
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
@@ -171,7 +172,7 @@ class StackedEnv:
     each environment keeps its own streams, so a run's skills are exactly those it has alone.
     """
 
-    def __init__(self, envs: Sequence[SkillEnv]) -> None:
+    def __init__(self, envs: Sequence[StochasticEnv | RegimeSwitchingEnv]) -> None:
         if not envs:
             raise InvalidValueError("StackedEnv needs at least one environment")
         shapes = {(e.n_dims, e.n_experts) for e in envs}
@@ -184,8 +185,14 @@ class StackedEnv:
         self.horizon: int | None = min(bounded) if bounded else None
 
     def skills(self, start: int, stop: int) -> FloatArray:
-        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
-        return np.concatenate([e.skills(start, stop) for e in self.envs], axis=1)
+        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K) (each environment
+        writes its runs in place: no copy of the whole batch)."""
+        out = np.empty((max(stop - start, 0), self.n_runs, self.n_dims, self.n_experts))
+        lo = 0
+        for e in self.envs:
+            e.skills(start, stop, out=out[:, lo : lo + e.n_runs])
+            lo += e.n_runs
+        return out
 
     def mean_skills(self, start: int, stop: int) -> FloatArray:
         """Expected skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
@@ -615,8 +622,32 @@ def run_cells(
         if todo:
             runner = backend or LocalBackend(jobs)
             order = _costliest_first(specs, todo)
-            runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
+            if isinstance(runner, LocalBackend) and runner.forks(len(todo)):
+                draw_ahead(specs[order[0]], runner.jobs)
+            try:
+                runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
+            finally:
+                _cached_env.cache_clear()  # the workers are done with what was drawn ahead
     return [r for r in results if r is not None]
+
+
+def draw_ahead(spec: CellSpec, threads: int) -> None:
+    """Draw the skills of a cell's environment(s) into this process's cache, one environment
+    per thread (up to ``threads``), before worker processes are forked from it: the workers
+    then share these pages instead of each drawing every environment again (the same values:
+    the stream is a pure function of the cell's specification). Nothing is drawn when the
+    environments would not keep every chunk (a long horizon): each cell then draws its own."""
+    env = build_batch(spec).env
+    envs = env.envs if isinstance(env, StackedEnv) else (env,)
+    if any(e.cache_chunks * e.chunk_size < spec.horizon for e in envs):
+        return
+
+    def draw(e: StochasticEnv | RegimeSwitchingEnv) -> None:
+        for start in range(0, spec.horizon, e.chunk_size):
+            e.skills(start, min(start + e.chunk_size, spec.horizon))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(envs)))) as pool:
+        list(pool.map(draw, envs))  # numpy releases the GIL while drawing
 
 
 def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:

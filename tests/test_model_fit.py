@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _policy_sim import beta_skills
 from msroute import Constraints, Problem
 from msroute.errors import InvalidStateError, InvalidValueError
 from msroute.policies import PolicyFileError, load_policy
@@ -26,7 +27,7 @@ from msroute.policies.omd_variants import (
 from msroute.policies.persist import check_state, load_state_dict, state_dict, variable_entries
 from msroute.problem import ProblemBatch
 from msroute.router import Router
-from test_persist import rewrite
+from test_persist import MEANS, lockstep, make, play, rewrite
 from test_policies_omd import COSTS, SKILLS, M, run_fixed_skills
 from test_router import _assert_same_policy_state, cfg, traffic
 
@@ -196,6 +197,20 @@ def test_sparse_fit_saves_and_resumes_bit_for_bit(tmp_path: Path) -> None:
     for key, value in state_dict(pol).items():
         other = state_dict(back)[key]
         assert np.array_equal(value, other) if isinstance(value, np.ndarray) else value == other
+
+
+@pytest.mark.parametrize("name", ["omd", "omd-contextual"])
+def test_a_resumed_sparse_fit_decides_exactly_like_the_original(name: str, tmp_path: Path) -> None:
+    """Runs in several contexts, saved mid-batch, then the same feedback: the same draws."""
+    skills = beta_skills(MEANS, 3, 90, seed=7)
+    contexts = np.random.default_rng(8).integers(0, 2, size=(90, 3))
+    original = make(name, variant="model", model_fit="sparse")
+    play(original, skills, contexts, range(43))
+    original.save(tmp_path / "p.npz")
+    resumed = load_policy(tmp_path / "p.npz")
+    assert isinstance(resumed, OMDApproachability)
+    assert isinstance(resumed.estimator, SparseModelGradient)
+    lockstep(original, resumed, skills, contexts, range(43, 90))
 
 
 def test_only_declared_entries_may_change_length() -> None:

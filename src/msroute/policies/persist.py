@@ -39,7 +39,11 @@ validates again.
 
 Loading never executes code: the archive is read with ``allow_pickle=False`` and the manifest
 is JSON. Each state entry is checked against the freshly built policy (same entries, same kind,
-dtype and shape) before it replaces the fresh value.
+dtype and shape) before it replaces the fresh value. A class may declare, in ``_variable_attrs``,
+state arrays whose length grows with what the policy has seen (OMD's sparse reward-model fit
+keeps one entry per pair of experts routed together): their first axis may have any length,
+and :func:`check_state` then calls the component's ``validate_state(prefix)``, which checks
+their content as the constructor would check an argument.
 
 Examples
 --------
@@ -229,7 +233,9 @@ def check_state(policy: BasePolicy) -> None:
     ``>= 0``; counts, dual multipliers, reward sums and cost estimates ``>= 0``; Beta
     posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer;
     generator states that can move (xoshiro256++: not all zero); a routing
-    distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one.
+    distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one; and
+    whatever a component checks in its ``validate_state(prefix)`` (OMD's reward-model fit:
+    symmetric co-occurrence counts consistent with the rounds they count).
     Run after every update in debug mode (:func:`msroute.policies.set_debug_checks`), in the
     tests of every policy, and on every file :func:`load_policy` reads.
 
@@ -290,8 +296,9 @@ def load_state_dict(
     ``exclude`` names attributes of ``obj`` that ``state`` leaves out (kept as they are).
 
     Every entry is checked first against ``obj``'s own: the same names, and per entry the same
-    kind (array, generator, scalar type, None), and for arrays the same dtype and shape. Arrays
-    are copied in (C-ordered, writable), the generator's state is set in place.
+    kind (array, generator, scalar type, None), and for arrays the same dtype and shape (any
+    length along the first axis for the entries of :func:`variable_entries`). Arrays are copied
+    in (C-ordered, writable), the generator's state is set in place.
 
     Raises
     ------

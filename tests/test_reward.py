@@ -201,6 +201,10 @@ def test_the_simulator_reward_from_draws_equals_the_masked_one_bit_for_bit():
     draws = rng.integers(0, k, size=(r, m))
     want = batch_sum_max_reward(skills, draws_to_mask(draws, k))
     assert np.array_equal(draws_sum_max_reward(skills, draws), want)
+    # Runs that read other runs' skills (levels sharing a seed's stream): the same floats.
+    runs = rng.integers(0, r, size=r)
+    shared = draws_sum_max_reward(skills, draws, runs)
+    assert np.array_equal(shared, draws_sum_max_reward(skills[runs], draws))
 
 
 def test_sum_max_counts_repeats_once():

@@ -112,7 +112,9 @@ def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
     return np.asarray((skills * mask[..., None, :]).max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 
-def draws_sum_max_reward(skills: FloatArray, draws: IntArray) -> FloatArray:
+def draws_sum_max_reward(
+    skills: FloatArray, draws: IntArray, runs: IntArray | None = None
+) -> FloatArray:
     """Sum-max rewards of each run's draws (the simulation hot path; no validation).
 
     The same floats as ``batch_sum_max_reward(skills, draws_to_mask(draws, K))`` for skills
@@ -123,14 +125,23 @@ def draws_sum_max_reward(skills: FloatArray, draws: IntArray) -> FloatArray:
     Parameters
     ----------
     skills : ndarray, shape (R, N, K), entries >= 0
+        Or (R', N, K) with ``runs``.
     draws : ndarray of int, shape (R, M)
         Expert indices in ``[0, K)``.
+    runs : ndarray of int, shape (R,), optional
+        Run ``r`` reads the skills ``skills[runs[r]]`` (runs sharing a skill stream): the
+        same floats as ``draws_sum_max_reward(skills[runs], draws)`` without copying every
+        run's skills.
 
     Returns
     -------
     ndarray, shape (R,)
     """
-    picked = np.take_along_axis(skills, draws[:, None, :], axis=-1)
+    if runs is None:
+        picked = np.take_along_axis(skills, draws[:, None, :], axis=-1)
+    else:
+        dims = np.arange(skills.shape[-2])[:, None]
+        picked = skills[runs[:, None, None], dims, draws[:, None, :]]
     return np.asarray(picked.max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 

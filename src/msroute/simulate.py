@@ -392,10 +392,10 @@ def _play(
         skills = env.skills(start, stop)
         for step in range(stop - start):
             t = start + step
-            v = skills[step] if runs is None else skills[step][runs]
+            v, rows = skills[step], runs  # run r reads v[rows[r]]
             ctx = None if ctx_all is None else ctx_all[t]
             if weights is not None and ctx is not None:
-                v = context_scaled(v, weights, ctx)
+                v, rows = context_scaled(v if runs is None else v[runs], weights, ctx), None
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
@@ -406,7 +406,7 @@ def _play(
                         q_buf[name] = np.empty((chunk, r, k))
                         expected[name] = np.empty((t_total, r))
                     q_buf[name][step] = decision.probs
-                reward = draws_sum_max_reward(v, draws)
+                reward = draws_sum_max_reward(v, draws, rows)
                 if by_draw:
                     cost = batch.draws_cost(draws)
                 else:

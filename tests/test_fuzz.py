@@ -159,6 +159,14 @@ EXTREME = st.one_of(
 # Found by a long search: y spread over 2e308 against a gap of a of 1e-300 needs a multiplier
 # beyond the largest float (the exact solver's float(mu) overflowed).
 @example(y=[1e308, -1e308], a=[1e-300, 0.0], where=0.5, gamma=0.0)
+# Found by the fuzzer: a free set whose a spans 1e80 to 1e234 makes the Newton step overflow
+# (the row must bisect instead, without a warning).
+@example(
+    y=[0.0, 1.598540220390891e234, 0.0],
+    a=[-1.3919572400499735e80, 1.598540220390891e234, 0.0],
+    where=0.6911405483381275,
+    gamma=0.0,
+)
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # no overflow on the way to the answer
 def test_project_step_binding_cut_at_extreme_scales(
     y: list[float], a: list[float], where: float, gamma: float

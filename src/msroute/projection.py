@@ -691,7 +691,9 @@ def _search_mu(
         abar = np.vecdot(a, fm) / nf
         ac = (a - abar[:, None]) * fm
         slope = np.einsum("ij,ij->i", ac, ac)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # A slope of 0 (or one so small that the step overflows) gives no finite candidate
+        # inside the bracket, and the row bisects instead.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             cand = mu + (f - b) / slope
         step_ok = (slope > 0.0) & (cand > lo) & (cand < hi)
         # Bisect in log1p(mu): the bracket can span hundreds of orders of magnitude when a has

@@ -20,7 +20,7 @@ import numpy as np
 from msroute import Constraints, Problem, batch_sum_max_reward
 from msroute.policies.base import draws_to_mask
 from msroute.policies.registry import make_policy
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.streams import RunStreams
 from msroute.problem import ProblemBatch
 
 BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd"]
@@ -53,7 +53,7 @@ def main() -> None:
     for name in args.policies:
         pol = make_policy(name, problem, horizon=t_max, n_runs=r, seed=1)
         if getattr(pol, "thompson", False):  # load the compiled sampler outside the timings
-            RunStreams(0, 1).beta_top(GammaShapes(np.ones((1, 2))), 1, None)
+            RunStreams(0, 1).beta_top(np.ones((1, 1)), np.ones((1, 1)), 1, None)
         spent = np.empty(t_max)
         for t in range(t_max):
             skills = rng.beta(20 * means, 20 * (1 - means), (r, n, k))

@@ -26,7 +26,7 @@ import numpy as np
 
 from msroute.experiments.common import CellSpec, build_batch, params_items, policy_seeds
 from msroute.policies.registry import make_policy
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.simulate import simulate
 
 
@@ -70,7 +70,7 @@ def main() -> None:
     a, b = np.resize(a, (args.runs, k)), np.resize(b, (args.runs, k))
     r = a.shape[0]
     streams = RunStreams(list(range(r)), n_runs=r)
-    shapes = GammaShapes(np.concatenate([a, b], axis=1))
+    constants = GammaConstants(r, 2 * k)
     gens = [np.random.default_rng(i) for i in range(r)]
     shared = np.random.default_rng(0)
     both = np.concatenate([a, b], axis=1)
@@ -80,7 +80,7 @@ def main() -> None:
         return g[:, :k] / (g[:, :k] + g[:, k:])
 
     ways = {
-        "RunStreams.beta (per-run streams, compiled)": lambda: streams.beta(shapes),
+        "RunStreams.beta (per-run streams, compiled)": lambda: streams.beta(a, b, constants),
         "numpy standard_gamma, one call per run": per_run,
         "numpy Generator.beta, one shared generator": lambda: shared.beta(a, b),
     }

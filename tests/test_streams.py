@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from msroute.policies import _kernels
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.policies.team import top_m
 
 
@@ -38,14 +38,13 @@ def test_a_run_draws_the_same_alone_or_batched() -> None:
     alone = RunStreams([11], n_runs=1, block=5)
     rng = np.random.default_rng(0)
     for _ in range(5):
-        ab = GammaShapes(rng.uniform(0.2, 3.0, size=(3, 8)))  # shapes below 1 too
+        a, b = rng.uniform(0.2, 3.0, size=(2, 3, 4))  # shapes below 1 too
         np.testing.assert_array_equal(batched.uniform(4)[1], alone.uniform(4)[0])
-        mine = GammaShapes(ab.shape[1:2])
-        np.testing.assert_array_equal(batched.beta(ab)[1], alone.beta(mine)[0])
+        np.testing.assert_array_equal(batched.beta(a, b)[1], alone.beta(a[1:2], b[1:2])[0])
         np.testing.assert_array_equal(
-            batched.beta_top(ab, 2, None)[1], alone.beta_top(mine, 2, None)[0]
+            batched.beta_top(a, b, 2, None)[1], alone.beta_top(a[1:2], b[1:2], 2, None)[0]
         )
-        np.testing.assert_array_equal(batched.standard_gamma(ab)[1], alone.standard_gamma(mine)[0])
+        np.testing.assert_array_equal(batched.standard_gamma(a)[1], alone.standard_gamma(a[1:2])[0])
 
 
 def test_one_seed_spawns_distinct_children() -> None:
@@ -121,7 +120,7 @@ def test_gamma_variates_follow_the_gamma_law(shape: float) -> None:
     # Kolmogorov-Smirnov against scipy's Gamma cdf: shapes below 1 (boosted), at 1, near 1
     # (the rejections are most frequent there) and large.
     streams = RunStreams(7, n_runs=4)
-    shapes = GammaShapes(np.full((4, 2500), shape))
+    shapes = np.full((4, 2500), shape)
     x = np.concatenate([streams.standard_gamma(shapes).ravel() for _ in range(4)])
     assert stats.kstest(x, stats.gamma(shape).cdf).pvalue > 1e-4
     assert stats.kstest(x, stats.gamma(shape * 1.05).cdf).pvalue < 1e-6
@@ -143,9 +142,8 @@ def test_beta_variates_follow_the_beta_law(a: float, b: float) -> None:
     # 40,000 draws per law against scipy's Beta: the cdf (KS), the mean and the variance
     # within 5 standard errors; and the same test rejects a law 5% off in a shape.
     streams = RunStreams(3, n_runs=4)
-    ab = np.concatenate([np.full((4, 2000), a), np.full((4, 2000), b)], axis=1)
-    shapes = GammaShapes(ab)
-    x = np.concatenate([streams.beta(shapes).ravel() for _ in range(5)])
+    shape_a, shape_b = np.full((4, 2000), a), np.full((4, 2000), b)
+    x = np.concatenate([streams.beta(shape_a, shape_b).ravel() for _ in range(5)])
     assert np.all((x >= 0.0) & (x <= 1.0))
     law = stats.beta(a, b)
     assert stats.kstest(x, law.cdf).pvalue > 1e-4
@@ -160,35 +158,38 @@ def test_top_of_the_beta_draws_is_top_m_of_them() -> None:
     # The fused loop picks what top_m would pick from the same draws, with and without an
     # offset, ties included (shapes near 0 give many draws of exactly 0.0).
     rng = np.random.default_rng(4)
-    a = rng.uniform(0.5, 30.0, size=(6, 12))
+    a, b = rng.uniform(0.5, 30.0, size=(2, 6, 12))
     a[:3, :8] = 1e-3  # Beta(0.001, b) is 0.0 in floating point most of the time
-    shapes = GammaShapes(np.concatenate([a, rng.uniform(0.5, 30.0, size=(6, 12))], axis=1))
     fused, apart = RunStreams(list(range(6)), n_runs=6), RunStreams(list(range(6)), n_runs=6)
     zeros = 0
     for offset in (None, rng.normal(size=(6, 12)), np.where(rng.random((6, 12)) < 0.5, 2.0, 0.0)):
         for m in (1, 4, 12):
-            draws = apart.beta(shapes)
+            draws = apart.beta(a, b)
             zeros += int(np.count_nonzero(draws == 0.0))
             want = top_m(draws if offset is None else draws + offset, m)
-            np.testing.assert_array_equal(fused.beta_top(shapes, m, offset), want)
+            np.testing.assert_array_equal(fused.beta_top(a, b, m, offset), want)
     assert zeros > 50
 
 
-def test_rejections_draw_from_each_runs_own_stream() -> None:
-    # Shapes near 1 reject most often, so the runs' retries differ in number; a run still draws
-    # the same alone, and after shapes are set entry by entry as after building them anew.
+def test_constants_follow_the_shapes_they_are_kept_for() -> None:
+    # Shapes near 1 reject most often, so the runs' retries differ in number. Constants kept
+    # from call to call while shapes change in a few entries (a learner's update, or a whole
+    # array replaced) give the draws of constants computed afresh; a run draws the same alone.
     rng = np.random.default_rng(2)
-    shape = rng.uniform(0.5, 3.0, size=(5, 40))
-    batched, alone = RunStreams(list(range(5)), n_runs=5), RunStreams([3], n_runs=1)
-    kept = GammaShapes(shape)
-    for _ in range(30):
-        new = rng.uniform(0.5, 3.0, size=3)
-        flat = rng.choice(shape.size, size=3, replace=False)
-        shape.reshape(-1)[flat] = new
-        kept.set(flat, new)
-        np.testing.assert_array_equal(kept.d, GammaShapes(shape).d)
-        got = batched.standard_gamma(kept)[3]
-        np.testing.assert_array_equal(got, alone.standard_gamma(GammaShapes(shape[3:4]))[0])
+    a, b = rng.uniform(0.5, 3.0, size=(2, 5, 20))
+    kept = GammaConstants(5, 40)
+    batched, fresh = RunStreams(list(range(5)), n_runs=5), RunStreams(list(range(5)), n_runs=5)
+    alone = RunStreams([3], n_runs=1)
+    for t in range(30):
+        flat = rng.choice(a.size, size=3, replace=False)
+        a.reshape(-1)[flat] = rng.uniform(0.5, 3.0, size=3)
+        if t == 10:
+            b = rng.uniform(0.5, 3.0, size=(5, 20))
+        got = batched.beta(a, b, kept)
+        np.testing.assert_array_equal(got, fresh.beta(a, b))
+        np.testing.assert_array_equal(got[3], alone.beta(a[3:4], b[3:4])[0])
+    np.testing.assert_array_equal(kept.seen, np.concatenate([a, b], axis=1))
+    np.testing.assert_array_equal(kept.d, np.where(kept.seen < 1, kept.seen + 1, kept.seen) - 1 / 3)
 
 
 def test_requests_wider_than_the_buffer_continue_the_same_sequence() -> None:
@@ -220,8 +221,8 @@ def test_compiled_sampler_works_without_a_cache_location() -> None:
     code = (
         "import numpy as np\n"
         "from msroute.policies import _kernels\n"
-        "from msroute.policies.streams import GammaShapes, RunStreams\n"
-        "print(RunStreams(0, 2).beta(GammaShapes(np.full((2, 4), 2.0))).shape)\n"
+        "from msroute.policies.streams import RunStreams\n"
+        "print(RunStreams(0, 2).beta(np.full((2, 2), 2.0), np.ones((2, 2))).shape)\n"
         "print(type(_kernels.beta_variates._cache).__name__)"
     )
     run = subprocess.run(
@@ -234,7 +235,20 @@ def test_compiled_sampler_works_without_a_cache_location() -> None:
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="seed has 2 entries for 3 runs"):
         RunStreams([1, 2], n_runs=3)
-    with pytest.raises(ValueError, match="finite, positive"):
-        GammaShapes(np.array([[1.0, 0.0]]))
-    with pytest.raises(ValueError, match="finite, positive"):
-        GammaShapes(np.array([[1.0, np.inf]]))
+    streams = RunStreams([1, 2], n_runs=2)
+    before = streams.gamma_state.copy()
+    ones = np.ones((2, 3))
+    for bad in (0.0, -1.0, np.inf, np.nan):
+        shape = ones.copy()
+        shape[1, 2] = bad
+        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+            streams.beta(ones, shape)
+        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+            streams.beta_top(shape, ones, 1, None)
+        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+            streams.standard_gamma(shape)
+    np.testing.assert_array_equal(streams.gamma_state, before)  # no run drew
+    with pytest.raises(ValueError, match="must be a 2-d array"):
+        streams.beta(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match=r"a \(2, 3\) and b \(2, 2\) must match"):
+        streams.beta(ones, np.ones((2, 2)))

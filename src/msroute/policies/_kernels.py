@@ -181,14 +181,44 @@ def _gamma(d: float, c: float, s: State) -> tuple[float, State]:
 
 
 @_inline
+def _constants(
+    shape: float, seen: FloatArray, d: FloatArray, c: FloatArray, r: int, j: int
+) -> None:
+    """Entry ``(r, j)``'s Marsaglia-Tsang constants for ``shape``, unless it has them already.
+
+    ``d = a - 1/3``, ``c = 1 / sqrt(9 d)`` of ``a = shape``, or of ``a = shape + 1`` below 1
+    (:class:`msroute.policies.streams.GammaConstants`).
+    """
+    if shape != seen[r, j]:
+        if not (shape > 0.0 and shape < math.inf):
+            raise ValueError("Gamma and Beta shapes must be finite, positive numbers")
+        dd = (shape + 1.0 if shape < 1.0 else shape) - 1.0 / 3.0
+        d[r, j] = dd
+        c[r, j] = (1.0 / 3.0) / math.sqrt(dd)
+        seen[r, j] = shape
+
+
+@_inline
+def _beta_constants(
+    a: FloatArray, b: FloatArray, seen: FloatArray, d: FloatArray, c: FloatArray
+) -> None:
+    """The constants of ``[a | b]`` for all runs, before any run draws (a bad shape raises
+    with every generator untouched)."""
+    n_runs, k = a.shape
+    for r in range(n_runs):
+        for i in range(k):
+            _constants(a[r, i], seen, d, c, r, i)
+            _constants(b[r, i], seen, d, c, r, k + i)
+
+
+@_inline
 def _gammas(
     shape: FloatArray, d: FloatArray, c: FloatArray, s: State, g: FloatArray, log_g: FloatArray
 ) -> tuple[bool, State]:
     """One run's Gamma variates of the shapes ``shape`` (with constants ``d``, ``c``) into ``g``.
 
-    Drawn in index order. When a shape is below 1 (``d``, ``c`` then belong to ``shape + 1``),
-    the variates are given as logarithms in ``log_g``, all of them, and the first value
-    returned is True; ``g`` is then scratch.
+    Drawn in index order. When a shape is below 1, the variates are given as logarithms in
+    ``log_g``, all of them, and the first value returned is True; ``g`` is then scratch.
     """
     boosted = False
     for j in range(shape.size):
@@ -204,11 +234,32 @@ def _gammas(
 
 
 @_inline
-def _beta(g: FloatArray, log_g: FloatArray, boosted: bool, i: int, k: int) -> float:
-    """``Beta(a_i, b_i)`` from the Gamma variates of ``[a | b]`` (``g``, or ``log_g``)."""
-    if boosted:
-        return 1.0 / (1.0 + math.exp(log_g[k + i] - log_g[i]))
-    return float(g[i] / (g[i] + g[k + i]))
+def _run_betas(
+    a: FloatArray,
+    b: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
+    state: UInt64Array,
+    r: int,
+    scratch: FloatArray,
+    out: FloatArray,
+) -> None:
+    """Run ``r``'s ``Beta(a[r, i], b[r, i])`` into ``out`` (K,), from its generator ``state[r]``.
+
+    ``scratch``: (3, 2K) floats. ``X / (X + Y)`` of the Gamma variates, from their logarithms
+    when a shape is below 1.
+    """
+    k = a.shape[1]
+    shape, g, log_g = scratch[0], scratch[1], scratch[2]
+    shape[:k] = a[r]
+    shape[k:] = b[r]
+    boosted, s = _gammas(shape, d[r], c[r], _load(state, r), g, log_g)
+    _store(state, r, s)
+    for i in range(k):
+        if boosted:
+            out[i] = 1.0 / (1.0 + math.exp(log_g[k + i] - log_g[i]))
+        else:
+            out[i] = g[i] / (g[i] + g[k + i])
 
 
 @_inline
@@ -223,36 +274,55 @@ def _store(state: UInt64Array, r: int, s: State) -> None:
 
 @_compiled
 def gamma_variates(
-    shape: FloatArray, d: FloatArray, c: FloatArray, state: UInt64Array, out: FloatArray
+    shape: FloatArray,
+    seen: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
+    state: UInt64Array,
+    out: FloatArray,
 ) -> None:
-    """``out[r, j] ~ Gamma(shape[r, j])`` (R, W), run ``r`` from its generator ``state[r]``."""
+    """``out[r, j] ~ Gamma(shape[r, j])`` (R, W), run ``r`` from its generator ``state[r]``.
+
+    ``seen``, ``d``, ``c``: the constants (:class:`msroute.policies.streams.GammaConstants`).
+    """
     n_runs, width = shape.shape
+    for r in range(n_runs):
+        for j in range(width):
+            _constants(shape[r, j], seen, d, c, r, j)
     log_g = np.empty(width)
     for r in range(n_runs):
         boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), out[r], log_g)
+        _store(state, r, s)
         if boosted:
             for j in range(width):
                 out[r, j] = math.exp(log_g[j])
-        _store(state, r, s)
 
 
 @_compiled
 def beta_variates(
-    shape: FloatArray, d: FloatArray, c: FloatArray, state: UInt64Array, out: FloatArray
+    a: FloatArray,
+    b: FloatArray,
+    seen: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
+    state: UInt64Array,
+    out: FloatArray,
 ) -> None:
-    """``out[r, i] ~ Beta(a[r, i], b[r, i])`` (R, K) for the shapes ``[a | b]`` (R, 2K)."""
-    n_runs, k = out.shape
-    g, log_g = np.empty(2 * k), np.empty(2 * k)
-    for r in range(n_runs):
-        boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), g, log_g)
-        for i in range(k):
-            out[r, i] = _beta(g, log_g, boosted, i, k)
-        _store(state, r, s)
+    """``out[r, i] ~ Beta(a[r, i], b[r, i])`` (R, K), run ``r`` from its generator ``state[r]``.
+
+    ``seen``, ``d``, ``c``: the constants of ``[a | b]``, (R, 2K).
+    """
+    _beta_constants(a, b, seen, d, c)
+    scratch = np.empty((3, 2 * a.shape[1]))
+    for r in range(a.shape[0]):
+        _run_betas(a, b, d, c, state, r, scratch, out[r])
 
 
 @_compiled
 def beta_top(
-    shape: FloatArray,
+    a: FloatArray,
+    b: FloatArray,
+    seen: FloatArray,
     d: FloatArray,
     c: FloatArray,
     offset: FloatArray,
@@ -263,17 +333,15 @@ def beta_top(
 
     ``draws[r]`` (M indices, best first; ties to the lower index) gets the top M of
     ``Beta(a[r, i], b[r, i]) + offset[r, i]``, the samples being those :func:`beta_variates`
-    would draw from the same state; ``offset`` is (R, K), or (R, 0) for none. The same as
-    ``msroute.policies.team.top_m`` of those scores, without building them.
+    draws from the same state; ``offset`` is (R, K), or (R, 0) for none. The same as
+    ``msroute.policies.team.top_m`` of those scores.
     """
+    _beta_constants(a, b, seen, d, c)
     n_runs, m = draws.shape
-    k = shape.shape[1] // 2
-    g, log_g, score, best = np.empty(2 * k), np.empty(2 * k), np.empty(k), np.empty(m)
+    k = a.shape[1]
+    scratch, score, best = np.empty((3, 2 * k)), np.empty(k), np.empty(m)
     for r in range(n_runs):
-        boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), g, log_g)
-        _store(state, r, s)
-        for i in range(k):
-            score[i] = _beta(g, log_g, boosted, i, k)
+        _run_betas(a, b, d, c, state, r, scratch, score)
         if offset.shape[1]:
             for i in range(k):
                 score[i] += offset[r, i]

@@ -24,6 +24,7 @@ whether it is run alone, inside a sweep of 80 runs, or resumed from a cache. Two
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -32,7 +33,7 @@ from msroute._seeding import SeedArg, child_seed, run_seed_sequences
 from msroute._validation import FloatArray, IntArray, UInt64Array, check_positive_int
 from msroute.errors import InvalidValueError
 
-__all__ = ["BufferedStream", "GammaShapes", "RunStreams"]
+__all__ = ["BufferedStream", "GammaConstants", "RunStreams"]
 
 
 class BufferedStream:
@@ -102,41 +103,43 @@ class BufferedStream:
         return out
 
 
-class GammaShapes:
-    """Shapes of R x W Gamma variates with their Marsaglia-Tsang constants.
+class GammaConstants:
+    """Marsaglia-Tsang constants of R x W Gamma shapes, kept up to date by the compiled loops.
 
     For a shape ``a >= 1``: ``d = a - 1/3`` and ``c = 1 / sqrt(9 d)``; a shape ``a < 1`` is
-    drawn as ``Gamma(a + 1) U^(1/a)`` (``boost``), so its constants are those of ``a + 1``.
-    The constants cost a few passes over the array; a learner whose shapes change in a few
-    entries per round updates just those (:meth:`set`) instead of building them again.
+    drawn as ``Gamma(a + 1) U^(1/a)``, so its constants are those of ``a + 1``. ``seen`` holds
+    the shape each entry's constants belong to (NaN: none yet); a loop that meets another
+    shape there computes that entry's constants again before it draws. A learner whose shapes
+    change in a few entries a round (Thompson sampling: 2 M of 2 K per run) thus pays for
+    those only, without saying which changed; a restored state is one more change. Derived
+    values, not state: nothing of them is saved.
 
     Parameters
     ----------
-    shape : array_like, shape (R, W)
-        Finite, positive shapes.
+    n_runs, width : int
+        R and W.
     """
 
-    def __init__(self, shape: FloatArray) -> None:
-        self.shape: FloatArray = np.array(shape, dtype=np.float64, order="C")
-        if self.shape.ndim != 2 or not bool(np.all((self.shape > 0.0) & (self.shape < np.inf))):
-            raise InvalidValueError("Gamma shapes must be a 2-d array of finite, positive numbers")
-        self.boost = self.shape < 1.0
-        self.any_boost = bool(self.boost.any())
-        self.d: FloatArray = np.where(self.boost, self.shape + 1.0, self.shape) - 1.0 / 3.0
-        self.c: FloatArray = (1.0 / 3.0) / np.sqrt(self.d)
+    def __init__(self, n_runs: int, width: int) -> None:
+        self.seen: FloatArray = np.full((n_runs, width), np.nan)
+        self.d: FloatArray = np.empty((n_runs, width))
+        self.c: FloatArray = np.empty((n_runs, width))
 
-    def set(self, flat: IntArray, values: FloatArray) -> None:
-        """Set the shapes at flat indices ``flat`` to ``values`` (finite, positive)."""
-        self.shape.reshape(-1)[flat] = values
-        small = values < 1.0
-        self.boost.reshape(-1)[flat] = small
-        if small.any():
-            self.any_boost = True
-        elif self.any_boost:  # the last shapes below 1 may just have grown
-            self.any_boost = bool(self.boost.any())
-        d = np.where(small, values + 1.0, values) - 1.0 / 3.0
-        self.d.reshape(-1)[flat] = d
-        self.c.reshape(-1)[flat] = (1.0 / 3.0) / np.sqrt(d)
+
+def _shapes(value: FloatArray, name: str) -> FloatArray:
+    """``value`` as a C-ordered 2-d float array (the compiled loops check its entries)."""
+    shape = np.ascontiguousarray(value, dtype=np.float64)
+    if shape.ndim != 2:
+        raise InvalidValueError(f"{name} must be a 2-d array, got {shape.ndim} dimension(s)")
+    return shape
+
+
+def _run(kernel: Callable[..., None], *args: object) -> None:
+    """Call a compiled loop; a shape it finds not finite and positive is a clear error."""
+    try:
+        kernel(*args)
+    except ValueError as exc:  # raised by the loops before they draw from that run
+        raise InvalidValueError(str(exc)) from None
 
 
 class RunStreams:
@@ -188,35 +191,60 @@ class RunStreams:
         """The next ``width`` uniforms in ``[0, 1)`` of every run, shape (R, width)."""
         return self.uniforms.take(width)
 
-    def standard_gamma(self, shapes: GammaShapes) -> FloatArray:
+    def standard_gamma(self, shape: FloatArray) -> FloatArray:
         """One ``Gamma(shape[r, i])`` variate per entry (R, W), run ``r`` from its own stream."""
         from msroute.policies._kernels import gamma_variates  # numba: imported on first use
 
-        out = np.empty(shapes.shape.shape)
-        gamma_variates(shapes.shape, shapes.d, shapes.c, self.gamma_state, out)
+        shape = _shapes(shape, "Gamma shapes")
+        constants = GammaConstants(*shape.shape)
+        out = np.empty(shape.shape)
+        _run(gamma_variates, shape, constants.seen, constants.d, constants.c, self.gamma_state, out)
         return out
 
-    def beta(self, shapes: GammaShapes) -> FloatArray:
-        """Beta variates from the shapes ``[a | b]`` (R, 2K): ``Beta(a[r, i], b[r, i])``, (R, K).
+    def beta(
+        self, a: FloatArray, b: FloatArray, constants: GammaConstants | None = None
+    ) -> FloatArray:
+        """``Beta(a[r, i], b[r, i])`` per entry (R, K), run ``r`` from its own stream.
 
         Drawn as ``X / (X + Y)`` with ``X ~ Gamma(a)`` and ``Y ~ Gamma(b)`` (exactly Beta); with a
         shape below 1 the ratio is taken from the logarithms, so that it never is ``0 / 0``.
+        ``constants`` (width 2K: ``a``'s, then ``b``'s) carries the Gamma constants from call to
+        call; it changes no value.
         """
         from msroute.policies._kernels import beta_variates  # numba: imported on first use
 
-        n_runs, width = shapes.shape.shape
-        out = np.empty((n_runs, width // 2))
-        beta_variates(shapes.shape, shapes.d, shapes.c, self.gamma_state, out)
+        a, b, constants = self._beta_args(a, b, constants)
+        out = np.empty(a.shape)
+        g = constants
+        _run(beta_variates, a, b, g.seen, g.d, g.c, self.gamma_state, out)
         return out
 
-    def beta_top(self, shapes: GammaShapes, m: int, offset: FloatArray | None) -> IntArray:
+    def beta_top(
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        m: int,
+        offset: FloatArray | None,
+        constants: GammaConstants | None = None,
+    ) -> IntArray:
         """The M largest of :meth:`beta`'s samples plus ``offset`` (R, K) in each run, best
-        first, ties to the lower index: ``top_m(beta(shapes) + offset, m)`` of
+        first, ties to the lower index: ``top_m(beta(a, b) + offset, m)`` of
         :mod:`msroute.policies.team`, drawn alike, in one compiled loop."""
         from msroute.policies._kernels import beta_top  # numba: imported on first use
 
-        n_runs = shapes.shape.shape[0]
-        extra = np.empty((n_runs, 0)) if offset is None else np.ascontiguousarray(offset)
-        draws = np.empty((n_runs, m), dtype=np.int64)
-        beta_top(shapes.shape, shapes.d, shapes.c, extra, self.gamma_state, draws)
+        a, b, constants = self._beta_args(a, b, constants)
+        extra = np.empty((a.shape[0], 0)) if offset is None else np.ascontiguousarray(offset)
+        draws = np.empty((a.shape[0], m), dtype=np.int64)
+        g = constants
+        _run(beta_top, a, b, g.seen, g.d, g.c, extra, self.gamma_state, draws)
         return draws
+
+    def _beta_args(
+        self, a: FloatArray, b: FloatArray, constants: GammaConstants | None
+    ) -> tuple[FloatArray, FloatArray, GammaConstants]:
+        a, b = _shapes(a, "Beta shapes a"), _shapes(b, "Beta shapes b")
+        if a.shape != b.shape:
+            raise InvalidValueError(f"Beta shapes a {a.shape} and b {b.shape} must match")
+        if constants is None:
+            constants = GammaConstants(a.shape[0], 2 * a.shape[1])
+        return a, b, constants

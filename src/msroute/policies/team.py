@@ -27,7 +27,7 @@ from msroute.policies.base import Decision, check_hyper
 from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.problem import ProblemBatch
 
 __all__ = [
@@ -192,46 +192,22 @@ class BetaPosterior:
     ) -> None:
         self.alpha: FloatArray = np.full((n_runs, n_experts), prior_alpha, dtype=np.float64)
         self.beta: FloatArray = np.full((n_runs, n_experts), prior_beta, dtype=np.float64)
-        # The sampler's constants of [alpha | beta], kept in step by update(); rebuilt when
-        # alpha or beta is replaced (a restored state).
-        self._shapes: GammaShapes | None = None
-        self._shapes_of: tuple[FloatArray, FloatArray] | None = None
+        # The sampler's constants of [alpha | beta]: derived, kept up to date by the sampler.
+        self._constants = GammaConstants(n_runs, 2 * n_experts)
 
     def update(self, routed: IntArray, success: FloatArray) -> None:
         """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1]."""
         self.alpha.reshape(-1)[routed] += success[:, None]
         self.beta.reshape(-1)[routed] += (1.0 - success)[:, None]
-        shapes = self._cached()
-        if shapes is not None:
-            k = self.alpha.shape[1]
-            flat = routed.reshape(-1)
-            at = flat + (flat // k) * k  # column i of run r sits at r * 2K + i in [alpha | beta]
-            shapes.set(
-                np.concatenate([at, at + k]),
-                np.concatenate([self.alpha.reshape(-1)[flat], self.beta.reshape(-1)[flat]]),
-            )
-
-    def _cached(self) -> GammaShapes | None:
-        held = self._shapes_of
-        if held is not None and held[0] is self.alpha and held[1] is self.beta:
-            return self._shapes
-        return None
-
-    def _gamma_shapes(self) -> GammaShapes:
-        shapes = self._cached()
-        if shapes is None:
-            shapes = GammaShapes(np.concatenate([self.alpha, self.beta], axis=1))
-            self._shapes, self._shapes_of = shapes, (self.alpha, self.beta)
-        return shapes
 
     def sample(self, streams: RunStreams) -> FloatArray:
         """One posterior draw per run and expert, shape (R, K), each run from its own stream."""
-        return streams.beta(self._gamma_shapes())
+        return streams.beta(self.alpha, self.beta, self._constants)
 
     def top(self, streams: RunStreams, m: int, offset: FloatArray | None) -> IntArray:
         """The M experts of largest posterior draw plus ``offset`` (R, K) per run, best first:
         :func:`top_m` of ``sample(streams) + offset``, the same draws (shape (R, M))."""
-        return streams.beta_top(self._gamma_shapes(), m, offset)
+        return streams.beta_top(self.alpha, self.beta, m, offset, self._constants)
 
 
 def default_bwk_step(horizon: int) -> float:

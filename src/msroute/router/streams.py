@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
-from msroute.policies.streams import GammaShapes, RunStreams
+from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.policies.team import top_m
 
 __all__ = ["DecisionStreams"]
@@ -60,19 +60,25 @@ class DecisionStreams(RunStreams):
         """The next ``width`` uniforms of the current decision, shape (1, width)."""
         return self._gen.random((1, width))
 
-    def standard_gamma(self, shapes: GammaShapes) -> FloatArray:
+    def standard_gamma(self, shape: FloatArray) -> FloatArray:
         """One ``Gamma(shape)`` variate per entry, from the current decision's stream."""
-        return np.asarray(self._gen.standard_gamma(shapes.shape), dtype=np.float64)
+        return np.asarray(self._gen.standard_gamma(shape), dtype=np.float64)
 
-    def beta(self, shapes: GammaShapes) -> FloatArray:
-        """``Beta(a, b)`` per entry for the shapes ``[a | b]`` (1, 2K), from the current
-        decision's stream."""
-        k = shapes.shape.shape[1] // 2
-        return np.asarray(
-            self._gen.beta(shapes.shape[:, :k], shapes.shape[:, k:]), dtype=np.float64
-        )
+    def beta(
+        self, a: FloatArray, b: FloatArray, constants: GammaConstants | None = None
+    ) -> FloatArray:
+        """``Beta(a, b)`` per entry, from the current decision's stream (``constants``: unused,
+        numpy draws these)."""
+        return np.asarray(self._gen.beta(a, b), dtype=np.float64)
 
-    def beta_top(self, shapes: GammaShapes, m: int, offset: FloatArray | None) -> IntArray:
+    def beta_top(
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        m: int,
+        offset: FloatArray | None,
+        constants: GammaConstants | None = None,
+    ) -> IntArray:
         """The top M of :meth:`beta`'s draws plus ``offset``, by :func:`top_m` (no numba)."""
-        scores = self.beta(shapes)
+        scores = self.beta(a, b)
         return top_m(scores if offset is None else scores + offset, m)

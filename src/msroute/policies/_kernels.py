@@ -181,34 +181,31 @@ def _gamma(d: float, c: float, s: State) -> tuple[float, State]:
 
 
 @_inline
-def _constants(
-    shape: float, seen: FloatArray, d: FloatArray, c: FloatArray, r: int, j: int
-) -> None:
-    """Entry ``(r, j)``'s Marsaglia-Tsang constants for ``shape``, unless it has them already.
-
-    ``d = a - 1/3``, ``c = 1 / sqrt(9 d)`` of ``a = shape``, or of ``a = shape + 1`` below 1
-    (:class:`msroute.policies.streams.GammaConstants`).
-    """
-    if shape != seen[r, j]:
-        if not (shape > 0.0 and shape < math.inf):
-            raise ValueError("Gamma and Beta shapes must be finite, positive numbers")
-        dd = (shape + 1.0 if shape < 1.0 else shape) - 1.0 / 3.0
-        d[r, j] = dd
-        c[r, j] = (1.0 / 3.0) / math.sqrt(dd)
-        seen[r, j] = shape
+def _constants(shape: float) -> tuple[float, float]:
+    """Marsaglia-Tsang's ``d = a - 1/3`` and ``c = 1 / sqrt(9 d)`` of ``a = shape``, or of
+    ``a = shape + 1`` below 1 (:class:`msroute.policies.streams.GammaConstants`)."""
+    if not (shape > 0.0 and shape < math.inf):
+        raise ValueError("Gamma and Beta shapes must be finite, positive numbers")
+    d = (shape + 1.0 if shape < 1.0 else shape) - 1.0 / 3.0
+    return d, (1.0 / 3.0) / math.sqrt(d)
 
 
 @_inline
-def _beta_constants(
-    a: FloatArray, b: FloatArray, seen: FloatArray, d: FloatArray, c: FloatArray
-) -> None:
-    """The constants of ``[a | b]`` for all runs, before any run draws (a bad shape raises
-    with every generator untouched)."""
-    n_runs, k = a.shape
+def _refresh(shape: FloatArray, seen: FloatArray, d: FloatArray, c: FloatArray, at: int) -> None:
+    """The constants of the shapes (R, W) in columns ``at`` to ``at + W`` of ``d`` and ``c``,
+    computed for the entries whose shape is not the one ``seen`` there. Run before any run
+    draws, so that a bad shape raises with every generator untouched.
+
+    (Scalars only in the per-entry steps: an inlined step that takes arrays costs their
+    reference counting at every call, 20 times the loop's own work here.)
+    """
+    n_runs, width = shape.shape
     for r in range(n_runs):
-        for i in range(k):
-            _constants(a[r, i], seen, d, c, r, i)
-            _constants(b[r, i], seen, d, c, r, k + i)
+        for j in range(width):
+            x = shape[r, j]
+            if x != seen[r, at + j]:
+                d[r, at + j], c[r, at + j] = _constants(x)
+                seen[r, at + j] = x
 
 
 @_inline
@@ -234,32 +231,28 @@ def _gammas(
 
 
 @_inline
-def _run_betas(
-    a: FloatArray,
-    b: FloatArray,
+def _betas(
+    shape: FloatArray,
     d: FloatArray,
     c: FloatArray,
-    state: UInt64Array,
-    r: int,
-    scratch: FloatArray,
+    s: State,
+    g: FloatArray,
+    log_g: FloatArray,
     out: FloatArray,
-) -> None:
-    """Run ``r``'s ``Beta(a[r, i], b[r, i])`` into ``out`` (K,), from its generator ``state[r]``.
+) -> State:
+    """One run's ``Beta(a_i, b_i)`` into ``out`` (K,) for its shapes ``[a | b]`` (2K,).
 
-    ``scratch``: (3, 2K) floats. ``X / (X + Y)`` of the Gamma variates, from their logarithms
-    when a shape is below 1.
+    ``X / (X + Y)`` of its Gamma variates, from their logarithms when a shape is below 1;
+    ``g``, ``log_g``: (2K,) scratch.
     """
-    k = a.shape[1]
-    shape, g, log_g = scratch[0], scratch[1], scratch[2]
-    shape[:k] = a[r]
-    shape[k:] = b[r]
-    boosted, s = _gammas(shape, d[r], c[r], _load(state, r), g, log_g)
-    _store(state, r, s)
+    k = out.size
+    boosted, s = _gammas(shape, d, c, s, g, log_g)
     for i in range(k):
         if boosted:
             out[i] = 1.0 / (1.0 + math.exp(log_g[k + i] - log_g[i]))
         else:
             out[i] = g[i] / (g[i] + g[k + i])
+    return s
 
 
 @_inline
@@ -286,9 +279,7 @@ def gamma_variates(
     ``seen``, ``d``, ``c``: the constants (:class:`msroute.policies.streams.GammaConstants`).
     """
     n_runs, width = shape.shape
-    for r in range(n_runs):
-        for j in range(width):
-            _constants(shape[r, j], seen, d, c, r, j)
+    _refresh(shape, seen, d, c, 0)
     log_g = np.empty(width)
     for r in range(n_runs):
         boosted, s = _gammas(shape[r], d[r], c[r], _load(state, r), out[r], log_g)
@@ -310,12 +301,14 @@ def beta_variates(
 ) -> None:
     """``out[r, i] ~ Beta(a[r, i], b[r, i])`` (R, K), run ``r`` from its generator ``state[r]``.
 
-    ``seen``, ``d``, ``c``: the constants of ``[a | b]``, (R, 2K).
+    ``seen``, ``d``, ``c``: the constants of ``[a | b]``, (R, 2K); after the refresh ``seen``
+    holds the shapes themselves, side by side.
     """
-    _beta_constants(a, b, seen, d, c)
-    scratch = np.empty((3, 2 * a.shape[1]))
+    _refresh(a, seen, d, c, 0)
+    _refresh(b, seen, d, c, a.shape[1])
+    g, log_g = np.empty(seen.shape[1]), np.empty(seen.shape[1])
     for r in range(a.shape[0]):
-        _run_betas(a, b, d, c, state, r, scratch, out[r])
+        _store(state, r, _betas(seen[r], d[r], c[r], _load(state, r), g, log_g, out[r]))
 
 
 @_compiled
@@ -336,12 +329,13 @@ def beta_top(
     draws from the same state; ``offset`` is (R, K), or (R, 0) for none. The same as
     ``msroute.policies.team.top_m`` of those scores.
     """
-    _beta_constants(a, b, seen, d, c)
+    _refresh(a, seen, d, c, 0)
+    _refresh(b, seen, d, c, a.shape[1])
     n_runs, m = draws.shape
     k = a.shape[1]
-    scratch, score, best = np.empty((3, 2 * k)), np.empty(k), np.empty(m)
+    g, log_g, score, best = np.empty(2 * k), np.empty(2 * k), np.empty(k), np.empty(m)
     for r in range(n_runs):
-        _run_betas(a, b, d, c, state, r, scratch, score)
+        _store(state, r, _betas(seen[r], d[r], c[r], _load(state, r), g, log_g, score))
         if offset.shape[1]:
             for i in range(k):
                 score[i] += offset[r, i]

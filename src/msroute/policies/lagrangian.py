@@ -143,6 +143,9 @@ class LagrangianDual:
         self._signed_rows[np.arange(self.coord.size), self.coord] = self.sign
         self._cost_sum: FloatArray = np.zeros((n_runs, n_costs))
         self.n_steps = 0
+        # Per bound row, for the violations: its coordinate's scale and its negated sign.
+        self._row_scale: FloatArray = sc[:, self.coord]
+        self._neg_sign: FloatArray = -self.sign
 
     def weights(self) -> FloatArray:
         """``lambda ⊙ sign`` gathered per cost coordinate, per unit of cost, shape (R, d).
@@ -173,8 +176,8 @@ class LagrangianDual:
         ``x_j - u_j`` for an upper bound, ``l_j - x_j`` for a lower bound, 0 where a run has no
         such bound; in normalized units (divided by the coordinate's scale).
         """
-        gap = cost[:, self.coord] / self.scale[:, self.coord] - self._bound
-        return np.where(self._active, -self.sign * gap, 0.0)
+        gap = cost[:, self.coord] / self._row_scale - self._bound
+        return np.where(self._active, self._neg_sign * gap, 0.0)
 
     def step(self, cost: FloatArray) -> None:
         """One projected subgradient-ascent step with the round's realized costs (R, d)."""

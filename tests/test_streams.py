@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from msroute.errors import InvalidValueError
 from msroute.policies import _kernels
 from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.policies.team import top_m
@@ -241,11 +242,11 @@ def test_bad_arguments_are_named() -> None:
     for bad in (0.0, -1.0, np.inf, np.nan):
         shape = ones.copy()
         shape[1, 2] = bad
-        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+        with pytest.raises(InvalidValueError, match="shapes must be finite, positive numbers"):
             streams.beta(ones, shape)
-        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+        with pytest.raises(InvalidValueError, match="shapes must be finite, positive numbers"):
             streams.beta_top(shape, ones, 1, None)
-        with pytest.raises(ValueError, match="shapes must be finite, positive numbers"):
+        with pytest.raises(InvalidValueError, match="shapes must be finite, positive numbers"):
             streams.standard_gamma(shape)
     np.testing.assert_array_equal(streams.gamma_state, before)  # no run drew
     with pytest.raises(ValueError, match="must be a 2-d array"):

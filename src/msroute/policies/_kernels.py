@@ -43,6 +43,7 @@ import numpy as np
 from numba import float64, uint64
 
 from msroute._validation import FloatArray, IntArray, UInt64Array
+from msroute.errors import InvalidValueError
 
 __all__ = [
     "beta_top",
@@ -185,7 +186,7 @@ def _constants(shape: float) -> tuple[float, float]:
     """Marsaglia-Tsang's ``d = a - 1/3`` and ``c = 1 / sqrt(9 d)`` of ``a = shape``, or of
     ``a = shape + 1`` below 1 (:class:`msroute.policies.streams.GammaConstants`)."""
     if not (shape > 0.0 and shape < math.inf):
-        raise ValueError("Gamma and Beta shapes must be finite, positive numbers")
+        raise InvalidValueError("Gamma and Beta shapes must be finite, positive numbers")
     d = (shape + 1.0 if shape < 1.0 else shape) - 1.0 / 3.0
     return d, (1.0 / 3.0) / math.sqrt(d)
 

@@ -24,7 +24,6 @@ whether it is run alone, inside a sweep of 80 runs, or resumed from a cache. Two
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -134,14 +133,6 @@ def _shapes(value: FloatArray, name: str) -> FloatArray:
     return shape
 
 
-def _run(kernel: Callable[..., None], *args: object) -> None:
-    """Call a compiled loop; a shape it finds not finite and positive is a clear error."""
-    try:
-        kernel(*args)
-    except ValueError as exc:  # raised by the loops before they draw from that run
-        raise InvalidValueError(str(exc)) from None
-
-
 class RunStreams:
     """The random streams of R runs, each from its own seed.
 
@@ -198,7 +189,8 @@ class RunStreams:
         shape = _shapes(shape, "Gamma shapes")
         constants = GammaConstants(*shape.shape)
         out = np.empty(shape.shape)
-        _run(gamma_variates, shape, constants.seen, constants.d, constants.c, self.gamma_state, out)
+        g = constants
+        gamma_variates(shape, g.seen, g.d, g.c, self.gamma_state, out)
         return out
 
     def beta(
@@ -216,7 +208,7 @@ class RunStreams:
         a, b, constants = self._beta_args(a, b, constants)
         out = np.empty(a.shape)
         g = constants
-        _run(beta_variates, a, b, g.seen, g.d, g.c, self.gamma_state, out)
+        beta_variates(a, b, g.seen, g.d, g.c, self.gamma_state, out)
         return out
 
     def beta_top(
@@ -236,7 +228,7 @@ class RunStreams:
         extra = np.empty((a.shape[0], 0)) if offset is None else np.ascontiguousarray(offset)
         draws = np.empty((a.shape[0], m), dtype=np.int64)
         g = constants
-        _run(beta_top, a, b, g.seen, g.d, g.c, extra, self.gamma_state, draws)
+        beta_top(a, b, g.seen, g.d, g.c, extra, self.gamma_state, draws)
         return draws
 
     def _beta_args(

@@ -17,6 +17,7 @@ which draw M times with replacement). What they have in common is written once h
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -212,7 +213,7 @@ class BetaPosterior:
 
 def default_bwk_step(horizon: int) -> float:
     """The paper's dual step ``10 / sqrt(T)`` for CBwK and TS-BwK."""
-    return 10.0 / float(np.sqrt(horizon))
+    return 10.0 / math.sqrt(horizon)  # math: also for a horizon beyond int64
 
 
 class TeamRounds:

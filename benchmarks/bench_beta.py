@@ -5,10 +5,11 @@ Run: ``python benchmarks/bench_beta.py [--runs 80] [--experts 50] [--rounds 300]
 The shapes are those of a Thompson-sampling posterior after 3,000 rounds of the paper's
 stochastic environment (alpha up to a few thousand, beta between 1 and 4), one (R, K) draw per
 call. Three ways, timed in the same run (microseconds per call, CPU time of this thread: the
-median, and the mean, which also counts the calls that refill the per-run buffers):
+median and the mean):
 
-1. ``RunStreams.beta``: each run from its own streams, Marsaglia-Tsang in one compiled loop over
-   all runs (what the policies use: a run draws the same alone or in any batch);
+1. ``RunStreams.beta``: each run from its own xoshiro256++ generator, Marsaglia-Tsang in one
+   compiled loop over all runs (what the policies use: a run draws the same alone or in any
+   batch; no buffers, so the mean is the median);
 2. one numpy ``standard_gamma`` call per run on its own generator (the previous way; the same
    per-run property, R calls per draw);
 3. numpy ``Generator.beta`` on one shared generator (one call; a run's draws then depend on

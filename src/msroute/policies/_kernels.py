@@ -21,7 +21,8 @@ From each run's 64-bit words:
 
 Why xoshiro256++: it is the fastest of the generators measured in these loops, which consume
 their words one after another (a rejection decides whether the next word is a retry): 16,000
-words cost about 15 µs, and a round's 8,000 Beta-pair Gammas about 55 µs; Philox4x32-10, whose
+words cost about 15 µs, and a round's 8,000 Beta-pair Gammas about 55 µs (measured in a
+prototype of this loop); Philox4x32-10, whose
 counter makes it the natural choice for numbers keyed by (seed, round), cost 3.5 times as much
 there, its ten rounds standing in every draw's path. The state is seeded from the run's
 ``SeedSequence`` (:meth:`~numpy.random.SeedSequence.generate_state`), so distinct runs get

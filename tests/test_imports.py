@@ -64,6 +64,28 @@ def test_heavy_libraries_load_where_they_are_used() -> None:
     assert "scipy" in loaded
 
 
+def test_numba_loads_for_batched_thompson_sampling_only() -> None:
+    # A simulation's Thompson sampling draws from the compiled sampler; the live router's
+    # draws from numpy's generator of each decision, so its first decisions never wait for
+    # numba's import (about a second). The same probe sees numba when it is used.
+    router = (
+        "from msroute import Router\n"
+        "r = Router({'policy': 'ts-bwk', 'm_draws': 2, 'cost_names': ['usd'], 'seed': 3,\n"
+        "            'experts': {'a': [0.03], 'b': [0.002], 'c': [0.01]},\n"
+        "            'constraints': {'upper': {'usd': 0.04}}})\n"
+        "for _ in range(15):\n"
+        "    d = r.route()\n"
+        "    r.feedback(d.decision_id, 0.5)\n"
+    )
+    assert "numba" not in _loaded_after(router)
+    simulation = (
+        "import msroute\n"
+        "p = msroute.Problem([[1.0], [0.0], [0.5]], 2, msroute.Constraints(upper=[1.0]))\n"
+        "msroute.make_policy('ts', p, horizon=20, warmup=0).select()\n"
+    )
+    assert "numba" in _loaded_after(simulation)
+
+
 def test_version_module_imports_nothing() -> None:
     tree = ast.parse((SRC / "_version.py").read_text())
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]

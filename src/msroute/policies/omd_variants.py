@@ -202,42 +202,48 @@ class _AdditiveModel(ABC):
         """See :class:`GradientEstimator`; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""
         m = self.m_draws
+        drawn = counts > 0
+        routed = np.flatnonzero(drawn)  # the (run, expert) entries drawn, as flat indices
+        run_of = routed // counts.shape[1]
         coef = self.coef[rows, ctx]
         x = np.empty_like(coef)
         x[:, 0] = 1.0
-        x[:, 1:] = counts > 0
+        x[:, 1:] = drawn
         predicted = np.einsum("rp,rp->r", coef, x)
         model_grad = coef[:, 1:] * (m * (1.0 - q) ** (m - 1))
-        residual = (reward - predicted)[:, None] * counts
-        grad = model_grad + np.divide(
-            residual, q + self.ix, out=np.zeros_like(residual), where=counts > 0
+        # The residual term is 0 off the drawn entries: compute it at those only.
+        weighted = np.zeros(counts.shape)
+        weighted.reshape(-1)[routed] = (
+            (reward - predicted)[run_of] * counts.ravel()[routed] / (q.ravel()[routed] + self.ix)
         )
-        self._accumulate(rows, ctx, counts, reward)
-        return np.asarray(grad, dtype=np.float64)
+        idx, real = self._features(run_of, routed - run_of * counts.shape[1], counts.shape[0])
+        self._accumulate(rows, ctx, idx, real, reward)
+        return np.asarray(model_grad + weighted, dtype=np.float64)
 
-    def _features(self, counts: FloatArray) -> tuple[IntArray, BoolArray]:
-        """The nonzero features of each run's ``x = (1, counts > 0)``: their indices
-        (R, n + 1), the intercept first, and which of them are real (R, n + 1), with ``n`` the
-        most experts a run routed; a run that routed fewer is padded with the intercept's
-        index, marked not real. The real indices of a run are distinct."""
-        runs, experts = np.nonzero(counts)
-        per_run = np.bincount(runs, minlength=counts.shape[0])
+    @staticmethod
+    def _features(runs: IntArray, experts: IntArray, n_runs: int) -> tuple[IntArray, BoolArray]:
+        """The nonzero features of each run's ``x = (1, counts > 0)``, from the drawn
+        ``experts`` of ``runs`` (increasing runs): their indices (R, n + 1), the intercept
+        first, and which of them are real (R, n + 1), with ``n`` the most experts a run routed;
+        a run that routed fewer is padded with the intercept's index, marked not real. The
+        real indices of a run are distinct."""
+        per_run = np.bincount(runs, minlength=n_runs)
         slot = np.arange(runs.size) - (np.cumsum(per_run) - per_run)[runs]
         width = 1 + int(per_run.max(initial=0))
-        idx = np.zeros((counts.shape[0], width), dtype=np.int64)
-        real = np.zeros((counts.shape[0], width), dtype=bool)
+        idx = np.zeros((n_runs, width), dtype=np.int64)
+        real = np.zeros((n_runs, width), dtype=bool)
         real[:, 0] = True
         idx[runs, slot + 1] = experts + 1
         real[runs, slot + 1] = True
         return idx, real
 
-    def _add_moment(
-        self, cell: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
-    ) -> None:
-        """``moment += reward x`` at each run's (run, context) ``cell`` (distinct entries)."""
+    def _add_moment(self, cell: IntArray, idx: IntArray, reward: FloatArray) -> None:
+        """``moment += reward x`` at each run's (run, context) ``cell`` (distinct cells).
+
+        The padding of ``idx`` repeats the intercept's entry, which a fancy-indexed add
+        writes once (every copy holds the same sum), so no mask is needed."""
         p = self.moment.shape[-1]
-        flat = (cell * p)[:, None] + idx
-        self.moment.reshape(-1)[flat[real]] += np.broadcast_to(reward[:, None], idx.shape)[real]
+        self.moment.reshape(-1)[(cell * p)[:, None] + idx] += reward[:, None]
 
     def _check_pairs(self, prefix: str, name: str, keys: IntArray, counts: FloatArray) -> None:
         """Check co-occurrence counts as the fit makes them (for :meth:`validate_state`).
@@ -298,9 +304,10 @@ class _AdditiveModel(ABC):
 
     @abstractmethod
     def _accumulate(
-        self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
+        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
     ) -> None:
-        """Add the round's ``x x^T`` to the Gram matrix and ``reward x`` to the moment."""
+        """Add the round's ``x x^T`` to the Gram matrix and ``reward x`` to the moment (``x``'s
+        nonzero features: :meth:`_features`)."""
 
     @abstractmethod
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
@@ -339,7 +346,7 @@ class ModelGradient(_AdditiveModel):
         ).copy()
 
     def _accumulate(
-        self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
+        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
     ) -> None:
         """``gram += x x^T`` and ``moment += reward x`` at ``rows, ctx`` for the round's
         features ``x = (1, counts > 0)``.
@@ -349,16 +356,16 @@ class ModelGradient(_AdditiveModel):
         the nonzero features (:meth:`_features`) gives the same floats at a fraction of the
         cost: at most ``(M + 1)^2`` Gram entries per run instead of ``(K + 1)^2``.
         """
-        idx, real = self._features(counts)
-        p = counts.shape[1] + 1
+        p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx  # the (run, context) pair
         if not (self.gram.flags.c_contiguous and self.moment.flags.c_contiguous):
             self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the flat views
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
-        # Distinct entries per update, so plain fancy-indexed adds are exact (no np.add.at).
+        # A plain fancy-indexed add (not np.add.at) adds 1 once per distinct entry: the pairs
+        # of the padding repeat the intercept's entries, each copy written with the same sum.
         flat = (cell * (p * p))[:, None, None] + (idx[:, :, None] * p + idx[:, None, :])
-        self.gram.reshape(-1)[flat[real[:, :, None] & real[:, None, :]]] += 1.0
-        self._add_moment(cell, idx, real, reward)
+        self.gram.reshape(-1)[flat] += 1.0
+        self._add_moment(cell, idx, reward)
 
     def validate_state(self, prefix: str) -> None:
         """See :meth:`_AdditiveModel._check_pairs`: ``gram - ridge I`` holds the counts."""
@@ -372,9 +379,15 @@ class ModelGradient(_AdditiveModel):
         self._check_pairs(prefix, "gram", keys, counts[keys])
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
-        """Least squares on every round so far (the ridge keeps the Gram matrix invertible)."""
-        rhs = self.moment[runs, ctx][:, :, None]
-        self.coef[runs, ctx] = np.linalg.solve(self.gram[runs, ctx], rhs)[:, :, 0]
+        """Least squares on every round so far (the ridge keeps the Gram matrix invertible).
+
+        When every run refits in one context (a batch in step), the cells are a view: the
+        solve reads the Gram matrices in place instead of a gathered copy (the same floats)."""
+        every = runs.size == self.coef.shape[0] and bool(
+            np.array_equal(runs, np.arange(runs.size)) and np.all(ctx == ctx[0])
+        )
+        at = (slice(None), int(ctx[0])) if every else (runs, ctx)
+        self.coef[at] = np.linalg.solve(self.gram[at], self.moment[at][:, :, None])[:, :, 0]
 
 
 class SparseModelGradient(_AdditiveModel):
@@ -437,14 +450,13 @@ class SparseModelGradient(_AdditiveModel):
         self.pair_count: IntArray = np.zeros(0, dtype=np.int64)
 
     def _accumulate(
-        self, rows: IntArray, ctx: IntArray, counts: FloatArray, reward: FloatArray
+        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
     ) -> None:
         """One more co-occurrence for every pair of the round's nonzero features, and
         ``moment += reward x`` (as :class:`ModelGradient`, the same floats)."""
-        idx, real = self._features(counts)
-        p = counts.shape[1] + 1
+        p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx
-        self._add_moment(cell, idx, real, reward)
+        self._add_moment(cell, idx, reward)
         keys = ((cell * p)[:, None, None] + idx[:, :, None]) * p + idx[:, None, :]
         new = np.sort(keys[real[:, :, None] & real[:, None, :]])  # distinct
         at = np.searchsorted(self.pair_key, new)

@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,32 @@ def test_backend_names_and_options() -> None:
         make_backend("dask")
     with pytest.raises(ValueError, match="jobs == 0"):
         LocalBackend(0)
+
+
+class _Payload:
+    """A cell result the driver can hold a weak reference to."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def _payload_worker(i: int) -> _Payload:
+    return _Payload(i)
+
+
+def test_local_backend_keeps_no_finished_result() -> None:
+    """Once ``done`` has taken a cell's result, the backend holds no reference to it: a sweep's
+    results (per-round rewards included) must not pile up in the driver."""
+    import gc
+
+    refs: list[weakref.ref[_Payload]] = []
+    alive_at_done: list[int] = []
+
+    def done(i: int, result: _Payload) -> None:
+        gc.collect()
+        alive_at_done.append(sum(r() is not None for r in refs))
+        refs.append(weakref.ref(result))
+
+    LocalBackend(2).run(_payload_worker, list(range(6)), done)
+    assert len(refs) == 6
+    assert alive_at_done == [0] * 6  # none of the earlier results is still referenced

@@ -84,7 +84,10 @@ class LocalBackend:
         try:
             futures = {pool.submit(worker, spec): i for i, spec in enumerate(specs)}
             for fut in as_completed(futures):
-                done(futures[fut], fut.result())
+                # Forget the finished future: it holds its cell's whole result (per-round
+                # rewards too), which ``done`` stores; keeping them all held a sweep's results
+                # in the driver (1 GB at 200 seeds).
+                done(futures.pop(fut), fut.result())
         except KeyboardInterrupt:
             _stop(pool)  # finished cells are saved: the next run resumes from them
             raise

@@ -146,6 +146,20 @@ def test_dual_average_and_round_violation_by_hand():
         np.testing.assert_allclose(rnd.lam[0], er, atol=1e-12)
 
 
+def test_dual_upper_bound_on_every_coordinate_by_hand():
+    # One upper bound per coordinate in every run (the paper's boxes): rows are the columns.
+    scale = np.array([[2.0, 4.0], [1.0, 8.0]])
+    dual = LagrangianDual(np.full((2, 2), -np.inf), [[1.0, 2.0], [0.5, 4.0]], step=0.5, scale=scale)
+    assert dual.coord.tolist() == [0, 1] and dual.sign.tolist() == [-1, -1]
+    cost = np.array([[3.0, 1.0], [0.25, 12.0]])
+    # (x - u) / s per coordinate: [1, -0.25], [-0.25, 1]
+    np.testing.assert_array_equal(dual.violations(cost), [[1.0, -0.25], [-0.25, 1.0]])
+    dual.step(cost)
+    np.testing.assert_array_equal(dual.lam, [[0.5, 0.0], [0.0, 0.5]])
+    dual.step(np.zeros((2, 2)))  # averages [1.5, .5] and [.125, 6]: violations .25 on the diagonal
+    np.testing.assert_array_equal(dual.lam, [[0.625, 0.0], [0.0, 0.625]])
+
+
 def test_dual_penalty_sign_steers_away_from_upper_toward_lower():
     dual = LagrangianDual(np.array([[-np.inf, 1.0]]), np.array([[1.0, np.inf]]), step=1.0)
     dual.step(np.array([[3.0, 0.0]]))  # upper bound 1 broken by 2, lower bound 1 short by 1

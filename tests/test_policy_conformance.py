@@ -161,6 +161,9 @@ def _bad_inputs() -> list[tuple[str, dict[str, object], str]]:
         ("draws float", {"draws": np.zeros((R, M))}, "draws"),
         ("draws range", {"draws": np.full((R, M), K, dtype=np.int64)}, "draws"),
         ("draws negative", {"draws": np.full((R, M), -1, dtype=np.int64)}, "draws"),
+        ("draws one negative", {"draws": np.eye(R, M, dtype=np.int64) * -(2**62)}, "draws"),
+        ("draws negative int32", {"draws": np.full((R, M), -1, dtype=np.int32)}, "draws"),
+        ("draws range uint8", {"draws": np.full((R, M), K, dtype=np.uint8)}, "draws"),
         ("future round", {"round": 1}, "not a decision of this policy"),
         ("negative round", {"round": -1}, "not a decision of this policy"),
     ]

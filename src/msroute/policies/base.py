@@ -106,6 +106,14 @@ class Policy(Protocol):
         ...
 
 
+def _indices_below(draws: IntArray, n: int) -> bool:
+    """Whether every entry of the integer array ``draws`` is in ``[0, n)``: one reduction for
+    64-bit integers (a negative int64 read as uint64 is at least 2^63)."""
+    if draws.dtype == np.int64:
+        return bool(draws.view(np.uint64).max() < n)
+    return bool(draws.min() >= 0 and draws.max() < n)
+
+
 def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
     """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
     r = draws.shape[0]
@@ -314,7 +322,7 @@ class BasePolicy:
         d = decision.draws
         r = as_real_array(reward, "reward")
         c = as_real_array(cost, "cost")
-        if d.shape != (self.n_runs, self.m_draws) or not np.issubdtype(d.dtype, np.integer):
+        if d.shape != (self.n_runs, self.m_draws) or d.dtype.kind not in "iu":  # integers
             raise InvalidValueError(
                 f"decision.draws must be integers of shape (R, M) = "
                 f"{(self.n_runs, self.m_draws)}, got {d.dtype} {d.shape}"
@@ -333,14 +341,15 @@ class BasePolicy:
                 f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
             )
         low, high = self.reward_range
-        if not np.all((r >= low) & (r <= high)):  # False for NaN too
-            bad = np.flatnonzero(~((r >= low) & (r <= high)))
+        within = (r >= low) & (r <= high)  # False for NaN too
+        if not within.all():
+            bad = np.flatnonzero(~within)
             raise InvalidValueError(
                 f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
                 f"got {quoted(r[bad].tolist())} at run(s) {quoted(bad.tolist())}"
             )
         self.check_cost(c)
-        if d.min() < 0 or d.max() >= self.n_experts:
+        if not _indices_below(d, self.n_experts):
             raise InvalidValueError(
                 f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
             )

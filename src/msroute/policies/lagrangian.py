@@ -146,6 +146,10 @@ class LagrangianDual:
         # Per bound row, for the violations: its coordinate's scale and its negated sign.
         self._row_scale: FloatArray = sc[:, self.coord]
         self._neg_sign: FloatArray = -self.sign
+        # The usual box, one upper bound per coordinate in every run: the rows are the columns.
+        self._rows_are_columns = bool(
+            np.array_equal(self.coord, np.arange(n_costs)) and self._active.all()
+        )
 
     def weights(self) -> FloatArray:
         """``lambda ⊙ sign`` gathered per cost coordinate, per unit of cost, shape (R, d).
@@ -176,6 +180,8 @@ class LagrangianDual:
         ``x_j - u_j`` for an upper bound, ``l_j - x_j`` for a lower bound, 0 where a run has no
         such bound; in normalized units (divided by the coordinate's scale).
         """
+        if self._rows_are_columns:  # the same values, without the gather and the mask
+            return self._neg_sign * (cost / self._row_scale - self._bound)
         gap = cost[:, self.coord] / self._row_scale - self._bound
         return np.where(self._active, self._neg_sign * gap, 0.0)
 
@@ -187,4 +193,7 @@ class LagrangianDual:
             x = self._cost_sum / self.n_steps
         else:
             x = cost
-        self.lam = np.maximum(0.0, self.lam + self.step_size * self.violations(x))
+        v = self.violations(x)
+        v *= self.step_size
+        v += self.lam
+        self.lam = np.maximum(0.0, v, out=v)

@@ -38,6 +38,7 @@ __all__ = [
     "default_bwk_step",
     "round_robin",
     "routed_index",
+    "run_offsets",
     "top_m",
 ]
 
@@ -110,7 +111,12 @@ def top_m(scores: FloatArray, m: int, eligible: BoolArray | None = None) -> IntA
     return out
 
 
-def routed_index(draws: IntArray, n_experts: int) -> IntArray:
+def run_offsets(n_runs: int, n_experts: int) -> IntArray:
+    """The offsets ``r * K`` of each run's row in a raveled (R, K) array, shape (R, 1)."""
+    return (np.arange(n_runs, dtype=np.int64) * n_experts)[:, None]
+
+
+def routed_index(draws: IntArray, n_experts: int, offsets: IntArray | None = None) -> IntArray:
     """Flat indices ``r * K + i`` of the routed experts, into a raveled (R, K) array.
 
     The statistics update only the R x M routed entries through these indices. A run whose
@@ -118,12 +124,15 @@ def routed_index(draws: IntArray, n_experts: int) -> IntArray:
     ``a.ravel()[idx] += v`` update then applies once to it (numpy's buffered fancy-index
     assignment), which is exactly "each distinct routed expert once".
 
+    ``offsets``: :func:`run_offsets` of the draws' shape, for a caller that keeps them.
+
     Examples
     --------
     >>> routed_index(np.array([[0, 2], [1, 1]]), 3).tolist()
     [[0, 2], [4, 4]]
     """
-    offsets = np.arange(draws.shape[0], dtype=np.int64)[:, None] * n_experts
+    if offsets is None:
+        offsets = run_offsets(draws.shape[0], n_experts)
     return np.asarray(draws + offsets, dtype=np.int64)
 
 
@@ -157,8 +166,8 @@ class SharedRewardStats:
     def update(self, routed: IntArray, reward: FloatArray) -> None:
         """Credit ``reward`` (R,) to the routed experts (flat indices from :func:`routed_index`)."""
         counts, means = self.counts.reshape(-1), self.means.reshape(-1)
-        counts[routed] += 1.0
-        n = counts[routed]
+        n = counts[routed] + 1.0  # an index routed twice gets the same n twice: counted once
+        counts[routed] = n
         mu = means[routed]
         means[routed] = mu + (reward[:, None] - mu) / n
         self._rsqrt.reshape(-1)[routed] = 1.0 / np.sqrt(n)
@@ -264,6 +273,7 @@ class TeamRounds:
             )
         self.warmup = check_positive_int(warmup, "warmup", minimum=0)
         self.stats = SharedRewardStats(self.n_runs, self.n_experts)
+        self._offsets = run_offsets(self.n_runs, self.n_experts)
 
     def _attach_dual(
         self, dual_step: float | None, violation: Violation, default: float
@@ -302,7 +312,8 @@ class TeamRounds:
             scores = np.broadcast_to(-position.astype(np.float64), (self.n_runs, k))
             return top_m(scores, m, eligible), None
         penalty = None
-        if self.dual is not None and self._dual_in_scores:
+        # Multipliers all at 0 would add 0 to every score, which changes no order: no penalty.
+        if self.dual is not None and self._dual_in_scores and self.dual.lam.any():
             assert self.cost_est is not None
             penalty = self.dual.penalty(self.cost_est.costs)
         return self._top(penalty, eligible), None
@@ -315,7 +326,7 @@ class TeamRounds:
         return top_m(scores, self.m_draws, eligible)
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
-        routed = routed_index(decision.draws, self.n_experts)
+        routed = routed_index(decision.draws, self.n_experts, self._offsets)
         self.stats.update(routed, reward)
         self._learn(routed, reward, cost)
         if self.dual is not None:

@@ -33,7 +33,7 @@ from msroute.envs import SkillEnv
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
-from msroute.reward import context_scaled, draws_sum_max_reward, expected_reward
+from msroute.reward import context_scaled, expected_reward
 from msroute.streaming import PairwiseSum
 
 __all__ = ["RunSummary", "Trajectory", "simulate", "simulate_summary"]
@@ -341,6 +341,51 @@ def _as_batch(
     return batch
 
 
+class _Outcome:
+    """A round's reward and realized cost of every run, from the policy's draws: the floats
+    of :func:`msroute.reward.draws_sum_max_reward` and of the batch's ``realized_cost`` (or
+    ``draws_cost``), in one compiled pass (:mod:`msroute._outcome`)."""
+
+    def __init__(self, batch: ProblemBatch, cost_count: str) -> None:
+        from msroute import _outcome  # numba: imported on first use
+
+        if cost_count not in ("distinct", "draws"):
+            raise InvalidValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
+        self._kernel = _outcome.round_outcome
+        self.batch = batch
+        self.costs = np.ascontiguousarray(batch.costs, dtype=np.float64)
+        self.shape = (batch.n_runs, batch.m_draws)
+        if cost_count == "draws":
+            self.mode = _outcome.DRAW_COSTS
+        elif batch.n_costs in (2, 3) and _outcome.blas_pairs_order():
+            self.mode = _outcome.PAIR_COSTS
+        else:  # summed by the batch (numpy's BLAS) after the pass
+            self.mode = _outcome.NO_COST
+        self.by_batch = self.mode == _outcome.NO_COST
+
+    def __call__(
+        self, policy: str, skills: FloatArray, rows: IntArray, draws: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Rewards (R,) and costs (R, d) of the draws (R, M); run r reads ``skills[rows[r]]``."""
+        if draws.shape != self.shape or not np.issubdtype(draws.dtype, np.integer):
+            raise InvalidValueError(
+                f"policy {policy!r} returned draws of {draws.dtype} {draws.shape}, expected "
+                f"integers of shape (R, M) = {self.shape}"
+            )
+        draws = np.asarray(draws, dtype=np.int64)
+        reward = np.empty(self.shape[0])
+        cost = np.empty((self.shape[0], self.batch.n_costs))
+        bad = self._kernel(skills, rows, draws, self.costs, self.mode, reward, cost)
+        if bad >= 0:
+            raise InvalidValueError(
+                f"policy {policy!r} drew {draws[bad].tolist()} in run {bad}: expert indices "
+                f"must be in [0, {self.batch.n_experts - 1}]"
+            )
+        if self.by_batch:
+            cost = self.batch.realized_cost(draws_to_mask(draws, self.batch.n_experts))
+        return reward, cost
+
+
 def _play(
     policies: Mapping[str, BasePolicy],
     env: SkillEnv,
@@ -377,10 +422,9 @@ def _play(
                 f"policy {name!r} has (R, K, M) = {(pol.n_runs, pol.n_experts, pol.m_draws)}, "
                 f"the batch has {(r, k, batch.m_draws)}"
             )
-    if cost_count not in ("distinct", "draws"):
-        raise InvalidValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
-    by_draw = cost_count == "draws"
+    outcome = _Outcome(batch, cost_count)
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
+    every_run = np.arange(r, dtype=np.int64)
     names = list(policies)
     recorders = {n: recorder(t_total, r, d) for n in names}
     # Filled for the policies whose decisions carry their distribution (known at the first).
@@ -389,13 +433,19 @@ def _play(
     clock = dict.fromkeys(names, 0.0)
     for start in range(0, t_total, chunk):
         stop = min(start + chunk, t_total)
-        skills = env.skills(start, stop)
+        skills = np.ascontiguousarray(env.skills(start, stop), dtype=np.float64)
+        if skills.shape != (stop - start, env.n_runs, env.n_dims, k):
+            raise InvalidValueError(
+                f"the environment gave skills of shape {skills.shape} for rounds [{start}, "
+                f"{stop}), expected (rounds, R, N, K) = {(stop - start, env.n_runs, env.n_dims, k)}"
+            )
         for step in range(stop - start):
             t = start + step
-            v, rows = skills[step], runs  # run r reads v[rows[r]]
+            v, rows = skills[step], every_run if runs is None else runs  # run r reads v[rows[r]]
             ctx = None if ctx_all is None else ctx_all[t]
             if weights is not None and ctx is not None:
-                v, rows = context_scaled(v if runs is None else v[runs], weights, ctx), None
+                v = context_scaled(v if runs is None else v[runs], weights, ctx)
+                rows = every_run
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
@@ -406,11 +456,7 @@ def _play(
                         q_buf[name] = np.empty((chunk, r, k))
                         expected[name] = np.empty((t_total, r))
                     q_buf[name][step] = decision.probs
-                reward = draws_sum_max_reward(v, draws, rows)
-                if by_draw:
-                    cost = batch.draws_cost(draws)
-                else:
-                    cost = batch.realized_cost(draws_to_mask(draws, k))
+                reward, cost = outcome(name, v, rows, draws)
                 pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 recorders[name].add(t, reward, cost)

@@ -1,0 +1,227 @@
+"""One compiled pass for a round's outcome: every run's reward and realized cost (numba).
+
+The simulator's round needs, per run, the sum-max reward of the routed draws and the realized
+cost. The public functions (:func:`msroute.reward.draws_sum_max_reward`,
+:func:`msroute.problem.team_cost` on :func:`msroute.reward.draws_to_mask`,
+:func:`msroute.problem.draws_cost`) make a dozen numpy calls on (R, N, M)-sized arrays a
+round; here one loop over the runs gives the same floats, in the same order of operations:
+
+* the reward: the maximum over the draws of each dimension (exact in any order), then the
+  sum over the dimensions as numpy's ``sum(axis=-1)`` makes it, ``0.0`` plus numpy's pairwise
+  sum of the N maxima (``pairwise_sum`` in numpy's ``loops_utils``: up to 7 values one after
+  another, up to 128 in 8 interleaved partial sums, longer ranges halved);
+* the cost of the draws (``cost_count="draws"``): each coordinate summed draw after draw, as
+  numpy sums the (R, M, d) picks over their middle axis, or with d = 1, as it sums the rows
+  of the (R, M) picks (``0.0`` plus the pairwise sum);
+* the cost of the distinct routed experts: ``team_cost`` is a matrix product that numpy hands
+  to its BLAS, and OpenBLAS's ``dgemv_n`` sums a product with d = 2 or 3 coordinates in its
+  own order: over the experts in blocks of four, each block adding the pair (i, i + 1) and
+  then the pair (i + 2, i + 3) to the running sum, and the last ``K mod 4`` experts one by
+  one. With 0/1 weights every product is exact and an expert left out adds an exact 0, so
+  the routed experts' costs summed in that order are the product's floats. Another BLAS may
+  sum in another order: :func:`blas_pairs_order` checks, once per process, that numpy's
+  product agrees with this order on probes that tell the orders apart, and the simulator
+  falls back to ``team_cost`` when it does not (or when d is not 2 or 3).
+
+Imported on first use, like :mod:`msroute.policies._kernels`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.policies._kernels import _compiled
+
+__all__ = ["PAIR_COSTS", "blas_pairs_order", "round_outcome"]
+
+#: Cost modes of :func:`round_outcome`: none (the caller computes it), per draw, distinct
+#: experts summed in OpenBLAS's pair order.
+NO_COST, DRAW_COSTS, PAIR_COSTS = 0, 1, 2
+
+#: numpy's pairwise-summation block (``PW_BLOCKSIZE``).
+_LEAF = 128
+
+
+@_compiled
+def _leaf_sum(x: FloatArray, lo: int, n: int) -> float:
+    """numpy's sum of ``x[lo : lo + n]`` for ``1 <= n <= 128``: one after another below 8,
+    else 8 interleaved partial sums combined pairwise, then the last ``n mod 8``."""
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += x[i]
+        return res
+    r0, r1, r2, r3 = x[lo], x[lo + 1], x[lo + 2], x[lo + 3]
+    r4, r5, r6, r7 = x[lo + 4], x[lo + 5], x[lo + 6], x[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        j = lo + i
+        r0 += x[j]
+        r1 += x[j + 1]
+        r2 += x[j + 2]
+        r3 += x[j + 3]
+        r4 += x[j + 4]
+        r5 += x[j + 5]
+        r6 += x[j + 6]
+        r7 += x[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += x[lo + i]
+        i += 1
+    return float(res)
+
+
+@_compiled
+def _pairwise_sum(x: FloatArray, n: int) -> float:
+    """numpy's ``pairwise_sum`` of ``x[:n]`` (``n >= 1``): leaves of at most 128 values, a
+    longer range split at ``n // 2 - (n // 2) % 8`` and its halves added (the recursion run
+    on an explicit stack: numba does not cache recursive functions)."""
+    if n <= _LEAF:
+        return _leaf_sum(x, 0, n)
+    todo = np.empty((192, 3), dtype=np.int64)  # (start, length, halves done?) per range
+    partial = np.empty(64)
+    todo[0, 0], todo[0, 1], todo[0, 2] = 0, n, 0
+    top, done = 1, 0
+    while top > 0:
+        top -= 1
+        lo, size, expanded = todo[top, 0], todo[top, 1], todo[top, 2]
+        if size <= _LEAF:
+            partial[done] = _leaf_sum(x, lo, size)
+            done += 1
+        elif expanded:
+            partial[done - 2] = partial[done - 2] + partial[done - 1]
+            done -= 1
+        else:
+            half = size // 2 - (size // 2) % 8
+            todo[top, 2] = 1
+            todo[top + 1, 0], todo[top + 1, 1], todo[top + 1, 2] = lo + half, size - half, 0
+            todo[top + 2, 0], todo[top + 2, 1], todo[top + 2, 2] = lo, half, 0
+            top += 3
+    return float(partial[0])
+
+
+@_compiled
+def round_outcome(
+    skills: FloatArray,
+    rows: IntArray,
+    draws: IntArray,
+    costs: FloatArray,
+    mode: int,
+    reward: FloatArray,
+    cost: FloatArray,
+) -> int:
+    """Every run's reward and realized cost of one round, in place; no Python in the loop.
+
+    Parameters
+    ----------
+    skills : ndarray, shape (R', N, K), entries >= 0
+    rows : ndarray of int64, shape (R,)
+        Run ``r`` reads ``skills[rows[r]]`` (in ``[0, R')``, unchecked).
+    draws : ndarray of int64, shape (R, M)
+    costs : ndarray, shape (R, K, d), C-contiguous
+    mode : int
+        :data:`NO_COST` (``cost`` untouched), :data:`DRAW_COSTS` or :data:`PAIR_COSTS`.
+    reward : ndarray, shape (R,)
+        Filled with ``draws_sum_max_reward(skills, draws, rows)``.
+    cost : ndarray, shape (R, d)
+        Filled with ``draws_cost(draws, costs)`` or ``team_cost(draws_to_mask(draws, K),
+        costs)``.
+
+    Returns
+    -------
+    int
+        -1, or the first run with a draw outside ``[0, K)`` (nothing is then computed for it
+        and the later runs).
+    """
+    n_runs, m = draws.shape
+    n_dims, k = skills.shape[1], skills.shape[2]
+    d = costs.shape[2]
+    blocks = k - k % 4  # dgemv_n's blocks of four experts
+    maxima = np.empty(n_dims)
+    routed = np.empty(m, dtype=np.int64)
+    picked = np.empty(m)
+    for r in range(n_runs):
+        for j in range(m):
+            if draws[r, j] < 0 or draws[r, j] >= k:
+                return r
+        v = skills[rows[r]]
+        for n in range(n_dims):
+            best = v[n, draws[r, 0]]
+            for j in range(1, m):
+                x = v[n, draws[r, j]]
+                if x > best or x != x:  # np.maximum: NaN propagates
+                    best = x
+            maxima[n] = best
+        reward[r] = 0.0 + _pairwise_sum(maxima, n_dims)
+        if mode == DRAW_COSTS and d == 1:  # numpy sums the (R, M) picks along their rows
+            for j in range(m):
+                picked[j] = costs[r, draws[r, j], 0]
+            cost[r, 0] = 0.0 + _pairwise_sum(picked, m)
+        elif mode == DRAW_COSTS:
+            for c in range(d):
+                total = 0.0
+                for j in range(m):
+                    total += costs[r, draws[r, j], c]
+                cost[r, c] = total
+        elif mode == PAIR_COSTS:
+            # The distinct draws in increasing order (insertion sort of M values).
+            size = 0
+            for j in range(m):
+                e = draws[r, j]
+                pos = size
+                while pos > 0 and routed[pos - 1] > e:
+                    pos -= 1
+                if pos > 0 and routed[pos - 1] == e:
+                    continue
+                for i in range(size, pos, -1):
+                    routed[i] = routed[i - 1]
+                routed[pos] = e
+                size += 1
+            for c in range(d):
+                total = 0.0
+                i = 0
+                while i < size:
+                    e = routed[i]
+                    term = costs[r, e, c]
+                    if e < blocks and e % 2 == 0 and i + 1 < size and routed[i + 1] == e + 1:
+                        term += costs[r, e + 1, c]  # the pair (e, e + 1) of a block
+                        i += 1
+                    total += term
+                    i += 1
+                cost[r, c] = total
+    return -1
+
+
+def _probe(d: int) -> tuple[IntArray, FloatArray]:
+    """Draws (R, 5) and costs (R, 23, d) on which summing orders differ: routed experts
+    adjacent in a pair, split across pairs and among the last ``23 mod 4``, with costs spread
+    over seven decades."""
+    rng = np.random.default_rng(20240601 + d)
+    patterns = [[0, 1, 2, 3, 4], [2, 3, 6, 7, 9], [1, 2, 5, 6, 21], [0, 4, 5, 20, 22]]
+    draws = np.array(patterns * 10, dtype=np.int64)
+    costs = rng.random((draws.shape[0], 23, d)) * 10.0 ** rng.integers(
+        -3, 4, (draws.shape[0], 23, d)
+    )
+    return draws, costs
+
+
+@cache
+def blas_pairs_order() -> bool:
+    """Whether numpy's ``team_cost`` sums d = 2 and d = 3 costs in :data:`PAIR_COSTS` order:
+    True when the product and :func:`round_outcome` agree on every probe (:func:`_probe`)."""
+    from msroute.problem import team_cost
+    from msroute.reward import draws_to_mask
+
+    for d in (2, 3):
+        draws, costs = _probe(d)
+        n_runs, k = costs.shape[:2]
+        reward, cost = np.empty(n_runs), np.empty((n_runs, d))
+        rows = np.zeros(n_runs, dtype=np.int64)
+        round_outcome(np.zeros((1, 1, k)), rows, draws, costs, PAIR_COSTS, reward, cost)
+        if not np.array_equal(cost, team_cost(draws_to_mask(draws, k), costs)):
+            return False
+    return True

@@ -392,3 +392,70 @@ def test_shrunk_mask_block_range() -> None:
 def test_doctests_of_the_module() -> None:
     result = doctest.testmod(envs_module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ---------------------------------------------------------------------------- stacked
+def _stacked_pair(cache_chunks: int = 4) -> tuple[Any, list[Any]]:
+    """A stacked (stochastic, regime) pair of 3 and 2 runs, and fresh copies of its parts."""
+    from msroute.experiments.common import StackedEnv
+
+    base = np.random.default_rng(0).random((3, 5))
+
+    def parts() -> list[Any]:
+        return [
+            StochasticEnv(base, seed=[1, 2, 3], chunk_size=8, cache_chunks=cache_chunks),
+            RegimeSwitchingEnv(
+                base, horizon=29, seed=[4, 5], chunk_size=8, cache_chunks=cache_chunks
+            ),
+        ]
+
+    return StackedEnv(parts()), parts()
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 8), (3, 7), (8, 16), (5, 21), (24, 29), (0, 29)])
+def test_stacked_skills_are_each_environments_own(start: int, stop: int) -> None:
+    """Every run reads its environment's skills; within one chunk, a read-only view of it."""
+    stacked, (sto, reg) = _stacked_pair()
+    got = stacked.skills(start, stop)
+    want = np.concatenate([sto.skills(start, stop), reg.skills(start, stop)], axis=1)
+    np.testing.assert_array_equal(got, want)
+    assert not got.flags.writeable
+    assert [len(e._cache) for e in stacked.envs] == [0, 0]  # the parts keep no copy
+    again = stacked.skills(start, stop)
+    assert np.shares_memory(got, again) == (start // 8 == (stop - 1) // 8)
+    assert stacked.skills(start, start).shape == (0, 5, 3, 5)
+
+
+def test_stacked_draw_ahead_caches_the_same_skills() -> None:
+    stacked, _ = _stacked_pair()
+    lazy, _ = _stacked_pair()
+    stacked.draw_ahead(29, threads=2)
+    assert sorted(stacked._cache) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(stacked.skills(0, 29), lazy.skills(0, 29))
+    view = stacked.skills(24, 29)
+    assert np.shares_memory(view, stacked._cache[3])
+    with pytest.raises(InvalidValueError, match="past the horizon"):
+        stacked.skills(0, 30)
+
+
+def test_stacked_cache_is_bounded() -> None:
+    stacked, (sto, _) = _stacked_pair(cache_chunks=2)
+    for start in range(0, 29, 8):
+        stacked.skills(start, min(start + 8, 29))
+    assert sorted(stacked._cache) == [2, 3]
+    np.testing.assert_array_equal(stacked.skills(0, 3)[:, :3], sto.skills(0, 3))
+
+
+def test_fill_chunk_checks_its_target_and_copies_a_cached_chunk() -> None:
+    env = RegimeSwitchingEnv(np.full((2, 4), 0.5), horizon=10, seed=[0, 1], chunk_size=8)
+    with pytest.raises(InvalidValueError, match="chunk 1 holds 2 rounds"):
+        env.fill_chunk(1, np.empty((3, 2, 2, 4)))
+    with pytest.raises(InvalidValueError, match="out has shape"):
+        env.fill_chunk(0, np.empty((8, 1, 2, 4)))
+    drawn = np.empty((5, 2, 2, 4))
+    env.fill_chunk(0, drawn)  # a prefix of the chunk, drawn
+    cached = env.skills(0, 8)
+    copied = np.empty((5, 2, 2, 4))
+    env.fill_chunk(0, copied)
+    np.testing.assert_array_equal(drawn, cached[:5])
+    np.testing.assert_array_equal(copied, drawn)

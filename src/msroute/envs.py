@@ -121,7 +121,7 @@ def _resolve_runs(*candidates: tuple[str, int | None]) -> int:
     return first
 
 
-def _check_range(start: int, stop: int, horizon: int | None) -> tuple[int, int]:
+def check_range(start: int, stop: int, horizon: int | None) -> tuple[int, int]:
     a = check_positive_int(start, "start", minimum=0)
     b = check_positive_int(stop, "stop", minimum=0)
     if b < a:
@@ -204,7 +204,7 @@ class _BetaEnv:
         -------
         ndarray, shape (stop - start, R, N, K)
         """
-        a, b = _check_range(start, stop, self.horizon)
+        a, b = check_range(start, stop, self.horizon)
         return np.array(self._means(a, b), dtype=np.float64)
 
     # -- the draws ---------------------------------------------------------------------
@@ -224,7 +224,7 @@ class _BetaEnv:
         ndarray, shape (stop - start, R, N, K)
             A fresh array (or ``out``); the same rounds always give the same values.
         """
-        a, b = _check_range(start, stop, self.horizon)
+        a, b = check_range(start, stop, self.horizon)
         size = self.chunk_size
         shape = (b - a, self.n_runs, self.n_dims, self.n_experts)
         if out is None:
@@ -242,16 +242,40 @@ class _BetaEnv:
         if hit is not None:
             self._cache.move_to_end(c)
             return hit
+        out = np.empty((self.chunk_length(c), self.n_runs, self.n_dims, self.n_experts))
+        self.fill_chunk(c, out)
+        out.setflags(write=False)
+        self._cache[c] = out
+        while len(self._cache) > self.cache_chunks:
+            self._cache.popitem(last=False)
+        return out
+
+    def chunk_length(self, c: int) -> int:
+        """Rounds in chunk ``c``: ``chunk_size``, or fewer for the last chunk of a horizon."""
         start = c * self.chunk_size
         stop = start + self.chunk_size
-        if self.horizon is not None:
-            stop = min(stop, self.horizon)
+        return stop - start if self.horizon is None else max(0, min(stop, self.horizon) - start)
+
+    def fill_chunk(self, c: int, out: FloatArray) -> None:
+        """Write the first ``len(out)`` rounds of chunk ``c`` into ``out`` (rounds, R, N, K),
+        without caching them: for a batch that keeps its runs' chunks side by side in one
+        array (:class:`msroute.experiments.common.StackedEnv`). A cached chunk is copied."""
         n, k = self.n_dims, self.n_experts
+        length = out.shape[0]
+        if out.shape[1:] != (self.n_runs, n, k) or not 0 < length <= self.chunk_length(c):
+            raise InvalidValueError(
+                f"out has shape {out.shape}; chunk {c} holds {self.chunk_length(c)} rounds of "
+                f"(R, N, K) = {(self.n_runs, n, k)}"
+            )
+        hit = self._cache.get(c)
+        if hit is not None:
+            out[...] = hit[:length]
+            return
+        start = c * self.chunk_size
         segments = [
             (lo - start, hi - start, self.kappa * m, self.kappa * (1.0 - m))
-            for lo, hi, m in self._segments(start, stop)
+            for lo, hi, m in self._segments(start, start + length)
         ]
-        out = np.empty((stop - start, self.n_runs, n, k))
 
         def draw(r: int) -> None:
             # One generator per (run, chunk): run r never depends on the other runs. numpy
@@ -270,11 +294,6 @@ class _BetaEnv:
         else:
             for r in range(self.n_runs):
                 draw(r)
-        out.setflags(write=False)
-        self._cache[c] = out
-        while len(self._cache) > self.cache_chunks:
-            self._cache.popitem(last=False)
-        return out
 
     def __repr__(self) -> str:
         return (
@@ -544,7 +563,7 @@ class SequenceEnv:
 
     def skills(self, start: int, stop: int) -> FloatArray:
         """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K) (a fresh array)."""
-        a, b = _check_range(start, stop, self.horizon)
+        a, b = check_range(start, stop, self.horizon)
         return np.array(self._seq[a:b], dtype=np.float64)
 
     def mean_skills(self, start: int, stop: int) -> FloatArray:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import warnings
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -33,7 +34,7 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
-from msroute.envs import RegimeSwitchingEnv, StochasticEnv
+from msroute.envs import RegimeSwitchingEnv, StochasticEnv, check_range
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
@@ -170,6 +171,10 @@ class StackedEnv:
 
     Runs ``[0, R_0)`` are the first environment's, the next ``R_1`` the second's, and so on;
     each environment keeps its own streams, so a run's skills are exactly those it has alone.
+    The stacked environment keeps the chunks (``cache_chunks``, the smallest of its
+    environments'): each environment draws its runs of a chunk into their slice of one array
+    (:meth:`msroute.envs.StochasticEnv.fill_chunk`), and rounds within one chunk are served as a
+    read-only view of it, with no copy of the batch's skills.
     """
 
     def __init__(self, envs: Sequence[StochasticEnv | RegimeSwitchingEnv]) -> None:
@@ -178,25 +183,75 @@ class StackedEnv:
         shapes = {(e.n_dims, e.n_experts) for e in envs}
         if len(shapes) > 1:
             raise InvalidValueError(f"stacked environments differ in (N, K): {sorted(shapes)}")
+        sizes = {e.chunk_size for e in envs}
+        if len(sizes) > 1:
+            raise InvalidValueError(f"stacked environments differ in chunk_size: {sorted(sizes)}")
         self.envs = tuple(envs)
         self.n_runs = sum(e.n_runs for e in envs)
         self.n_dims, self.n_experts = shapes.pop()
         bounded = [e.horizon for e in envs if e.horizon is not None]
         self.horizon: int | None = min(bounded) if bounded else None
+        self.chunk_size: int = sizes.pop()
+        self.cache_chunks: int = min(e.cache_chunks for e in envs)
+        self._offsets = np.cumsum([0, *(e.n_runs for e in envs)]).tolist()
+        self._cache: OrderedDict[int, FloatArray] = OrderedDict()
 
     def skills(self, start: int, stop: int) -> FloatArray:
-        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K) (each environment
-        writes its runs in place: no copy of the whole batch)."""
-        out = np.empty((max(stop - start, 0), self.n_runs, self.n_dims, self.n_experts))
-        lo = 0
-        for e in self.envs:
-            e.skills(start, stop, out=out[:, lo : lo + e.n_runs])
-            lo += e.n_runs
+        """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K), read-only: a view
+        of the cached chunk when the rounds lie in one, else a copy of the chunks' rounds."""
+        a, b = check_range(start, stop, self.horizon)
+        size = self.chunk_size
+        if b > a and a // size == (b - 1) // size:
+            c = a // size
+            return self._chunk(c)[a - c * size : b - c * size]
+        out = np.empty((b - a, self.n_runs, self.n_dims, self.n_experts))
+        for c in range(a // size, -(-b // size)):
+            lo, hi = max(a, c * size), min(b, (c + 1) * size)
+            out[lo - a : hi - a] = self._chunk(c)[lo - c * size : hi - c * size]
+        out.setflags(write=False)
         return out
 
     def mean_skills(self, start: int, stop: int) -> FloatArray:
         """Expected skills of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
         return np.concatenate([e.mean_skills(start, stop) for e in self.envs], axis=1)
+
+    def _length(self, c: int) -> int:
+        return min(e.chunk_length(c) for e in self.envs)  # cut at the shortest horizon
+
+    def _store(self, c: int, chunk: FloatArray) -> FloatArray:
+        chunk.setflags(write=False)
+        self._cache[c] = chunk
+        while len(self._cache) > self.cache_chunks:
+            self._cache.popitem(last=False)
+        return chunk
+
+    def _chunk(self, c: int) -> FloatArray:
+        hit = self._cache.get(c)
+        if hit is not None:
+            self._cache.move_to_end(c)
+            return hit
+        out = np.empty((self._length(c), self.n_runs, self.n_dims, self.n_experts))
+        for e, lo in zip(self.envs, self._offsets, strict=False):
+            e.fill_chunk(c, out[:, lo : lo + e.n_runs])
+        return self._store(c, out)
+
+    def draw_ahead(self, stop: int, threads: int) -> None:
+        """Draw every chunk of rounds ``[0, stop)`` into the cache, each environment's runs by
+        one of up to ``threads`` threads (numpy releases the GIL while drawing)."""
+        todo = [c for c in range(-(-stop // self.chunk_size)) if c not in self._cache]
+        chunks = {
+            c: np.empty((self._length(c), self.n_runs, self.n_dims, self.n_experts)) for c in todo
+        }
+
+        def draw(i: int) -> None:
+            env, lo = self.envs[i], self._offsets[i]
+            for c, out in chunks.items():
+                env.fill_chunk(c, out[:, lo : lo + env.n_runs])
+
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(self.envs)))) as pool:
+            list(pool.map(draw, range(len(self.envs))))
+        for c, out in chunks.items():
+            self._store(c, out)
 
 
 #: The environment of a cell: one kind, or several side by side.
@@ -638,16 +693,13 @@ def draw_ahead(spec: CellSpec, threads: int) -> None:
     the stream is a pure function of the cell's specification). Nothing is drawn when the
     environments would not keep every chunk (a long horizon): each cell then draws its own."""
     env = build_batch(spec).env
-    envs = env.envs if isinstance(env, StackedEnv) else (env,)
-    if any(e.cache_chunks * e.chunk_size < spec.horizon for e in envs):
+    if env.cache_chunks * env.chunk_size < spec.horizon:
         return
-
-    def draw(e: StochasticEnv | RegimeSwitchingEnv) -> None:
-        for start in range(0, spec.horizon, e.chunk_size):
-            e.skills(start, min(start + e.chunk_size, spec.horizon))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(envs)))) as pool:
-        list(pool.map(draw, envs))  # numpy releases the GIL while drawing
+    if isinstance(env, StackedEnv):
+        env.draw_ahead(spec.horizon, threads)
+        return
+    for start in range(0, spec.horizon, env.chunk_size):
+        env.skills(start, min(start + env.chunk_size, spec.horizon))
 
 
 def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:

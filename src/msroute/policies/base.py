@@ -342,7 +342,7 @@ class BasePolicy:
             )
         low, high = self.reward_range
         within = (r >= low) & (r <= high)  # False for NaN too
-        if not within.all():
+        if np.count_nonzero(within) < r.size:  # count_nonzero: faster than .all()
             bad = np.flatnonzero(~within)
             raise InvalidValueError(
                 f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
@@ -367,7 +367,7 @@ class BasePolicy:
         router calls this before :meth:`update_trusted`.
         """
         ok = (cost >= 0.0) & (cost <= self._cost_cap)  # False for NaN and inf (the cap is finite)
-        if ok.all():
+        if np.count_nonzero(ok) == ok.size:
             return
         r, j = np.argwhere(~ok)[0].tolist()
         x = float(cost[r, j])

@@ -119,7 +119,7 @@ class CostEstimate:
             m = counts
         self.n_obs += m
         resid = cost - predicted
-        if not resid.any():
+        if not np.count_nonzero(resid):  # faster than .any()
             return
         weight = m[:, :, None] * (self.costs + self._floor)  # (R, K, d)
         share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)

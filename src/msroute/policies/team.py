@@ -313,7 +313,7 @@ class TeamRounds:
             return top_m(scores, m, eligible), None
         penalty = None
         # Multipliers all at 0 would add 0 to every score, which changes no order: no penalty.
-        if self.dual is not None and self._dual_in_scores and self.dual.lam.any():
+        if self.dual is not None and self._dual_in_scores and np.count_nonzero(self.dual.lam):
             assert self.cost_est is not None
             penalty = self.dual.penalty(self.cost_est.costs)
         return self._top(penalty, eligible), None

@@ -51,7 +51,7 @@ def feed(
         ctx = rng.integers(0, CONTEXTS, RUNS)
         reward = rng.uniform(0.0, 1.0, RUNS) + (counts[:, :5] > 0).sum(axis=1)
         for fit in fits:
-            fit.estimate(rows, ctx, q, counts, reward, reward)
+            fit.estimate(rows, ctx, q, draws, counts, reward, reward)
         if t % 10 == 9:
             for fit in fits:
                 fit.refit(rows, ctx)

@@ -46,6 +46,7 @@ def exact_mean(estimator, coef_reward, q: np.ndarray, skills: np.ndarray) -> np.
             np.zeros(1, dtype=np.int64),
             np.zeros(1, dtype=np.int64),
             q[None],
+            draws,
             draw_counts(draws, k),
             reward,
             np.array([coef_reward]),
@@ -94,7 +95,7 @@ def test_model_estimator_is_exact_where_the_model_is() -> None:
         draws = np.array([seq])
         counts = draw_counts(draws, k)
         reward = np.array([beta[0] + beta[1:][sorted(set(seq))].sum()])
-        g = est.estimate(np.zeros(1, int), np.zeros(1, int), Q[None], counts, reward, reward)
+        g = est.estimate(np.zeros(1, int), np.zeros(1, int), Q[None], draws, counts, reward, reward)
         np.testing.assert_allclose(g[0], beta[1:] * M * (1 - Q) ** (M - 1), atol=1e-12)
 
 
@@ -102,8 +103,11 @@ def test_model_estimator_weights_are_bounded_by_ix() -> None:
     est = frozen_model(np.zeros(Q.size + 1), ix=0.1)
     tiny = np.full(6, 1e-9)
     tiny[0] = 1 - 5e-9
-    counts = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 2.0]])
-    g = est.estimate(np.zeros(1, int), np.zeros(1, int), tiny[None], counts, np.ones(1), np.ones(1))
+    draws = np.array([[5, 5]])
+    counts = draw_counts(draws, 6)
+    g = est.estimate(
+        np.zeros(1, int), np.zeros(1, int), tiny[None], draws, counts, np.ones(1), np.ones(1)
+    )
     assert np.abs(g).max() <= 2.0 / 0.1 + 1e-12
 
 
@@ -116,7 +120,9 @@ def test_model_refit_is_ridge_least_squares() -> None:
         draws = rng.choice(k, size=(2, M), p=Q)
         counts = draw_counts(draws, k)
         reward = rng.uniform(0, 2, 2)
-        est.estimate(np.arange(2), np.zeros(2, int), np.tile(Q, (2, 1)), counts, reward, reward)
+        est.estimate(
+            np.arange(2), np.zeros(2, int), np.tile(Q, (2, 1)), draws, counts, reward, reward
+        )
         xs.append(np.concatenate([[1.0], counts[1] > 0]))
         ys.append(reward[1])
     est.refit(np.array([1]), np.array([0]))
@@ -136,11 +142,12 @@ def test_model_statistics_equal_the_dense_outer_products(k: int, m: int) -> None
     gram, moment = est.gram.copy(), est.moment.copy()
     rows = np.arange(runs)
     for _ in range(40):
-        counts = draw_counts(rng.integers(0, k, (runs, m)), k)
+        draws = rng.integers(0, k, (runs, m))
+        counts = draw_counts(draws, k)
         ctx = rng.integers(0, contexts, runs)
         reward = rng.normal(size=runs)
         q = np.full((runs, k), 1.0 / k)
-        est.estimate(rows, ctx, q, counts, reward, reward)
+        est.estimate(rows, ctx, q, draws, counts, reward, reward)
         x = np.ones((runs, k + 1))
         x[:, 1:] = counts > 0
         gram[rows, ctx] += x[:, :, None] * x[:, None, :]

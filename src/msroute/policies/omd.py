@@ -366,7 +366,7 @@ class OMDApproachability(BasePolicy):
         visits = visits + 1
         counts = draw_counts(decision.draws, self.n_experts)
         self._grad[cell] += self.estimator.estimate(
-            self._rows, ctx, q_play, counts, reward, baseline
+            self._rows, ctx, q_play, decision.draws, counts, reward, baseline
         )
         self._reward_sum[cell] += reward
         self._visits[cell] = visits

@@ -87,7 +87,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidStateError, InvalidValueError
 
 __all__ = [
@@ -127,11 +127,15 @@ class GradientEstimator(Protocol):
         rows: IntArray,
         ctx: IntArray,
         q: FloatArray,
+        draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray,
     ) -> FloatArray:
-        """The round's gradient estimate (R, K) at the played ``q`` (R, K), then learn from it."""
+        """The round's gradient estimate (R, K) at the played ``q`` (R, K), then learn from it.
+
+        ``draws`` (R, M) are the round's draws and ``counts`` (R, K) how often each expert was
+        drawn (:func:`msroute.policies.base.draw_counts` of ``draws``)."""
         ...
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
@@ -155,6 +159,7 @@ class ImportanceGradient:
         rows: IntArray,
         ctx: IntArray,
         q: FloatArray,
+        draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray,
@@ -189,59 +194,55 @@ class _AdditiveModel(ABC):
         self.n_contexts = n_contexts
         self.moment: FloatArray = np.zeros((n_runs, n_contexts, p))
         self.coef: FloatArray = np.zeros((n_runs, n_contexts, p))
+        # (q, M (1 - q)^(M-1)) of the last q played: derived, not learned state.
+        self._slope_at: tuple[FloatArray, FloatArray] | None = None
 
     def estimate(
         self,
         rows: IntArray,
         ctx: IntArray,
         q: FloatArray,
+        draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray,
     ) -> FloatArray:
         """See :class:`GradientEstimator`; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""
-        m = self.m_draws
-        drawn = counts > 0
-        routed = np.flatnonzero(drawn)  # the (run, expert) entries drawn, as flat indices
-        run_of = routed // counts.shape[1]
         coef = self.coef[rows, ctx]
         x = np.empty_like(coef)
         x[:, 0] = 1.0
-        x[:, 1:] = drawn
+        x[:, 1:] = counts > 0
         predicted = np.einsum("rp,rp->r", coef, x)
-        model_grad = coef[:, 1:] * (m * (1.0 - q) ** (m - 1))
-        # The residual term is 0 off the drawn entries: compute it at those only.
+        model_grad = coef[:, 1:] * self._slope(q)
+        # The residual term is 0 off the drawn entries: compute it at the draws only (a
+        # repeated draw computes and writes the same value again).
+        run = np.arange(draws.shape[0])[:, None]
         weighted = np.zeros(counts.shape)
-        weighted.reshape(-1)[routed] = (
-            (reward - predicted)[run_of] * counts.ravel()[routed] / (q.ravel()[routed] + self.ix)
+        weighted[run, draws] = (
+            (reward - predicted)[:, None] * counts[run, draws] / (q[run, draws] + self.ix)
         )
-        idx, real = self._features(run_of, routed - run_of * counts.shape[1], counts.shape[0])
-        self._accumulate(rows, ctx, idx, real, reward)
+        idx = np.empty((draws.shape[0], draws.shape[1] + 1), dtype=np.int64)
+        idx[:, 0] = 0
+        np.add(draws, 1, out=idx[:, 1:])
+        self._accumulate(rows, ctx, idx, reward)
         return np.asarray(model_grad + weighted, dtype=np.float64)
 
-    @staticmethod
-    def _features(runs: IntArray, experts: IntArray, n_runs: int) -> tuple[IntArray, BoolArray]:
-        """The nonzero features of each run's ``x = (1, counts > 0)``, from the drawn
-        ``experts`` of ``runs`` (increasing runs): their indices (R, n + 1), the intercept
-        first, and which of them are real (R, n + 1), with ``n`` the most experts a run routed;
-        a run that routed fewer is padded with the intercept's index, marked not real. The
-        real indices of a run are distinct."""
-        per_run = np.bincount(runs, minlength=n_runs)
-        slot = np.arange(runs.size) - (np.cumsum(per_run) - per_run)[runs]
-        width = 1 + int(per_run.max(initial=0))
-        idx = np.zeros((n_runs, width), dtype=np.int64)
-        real = np.zeros((n_runs, width), dtype=bool)
-        real[:, 0] = True
-        idx[runs, slot + 1] = experts + 1
-        real[runs, slot + 1] = True
-        return idx, real
+    def _slope(self, q: FloatArray) -> FloatArray:
+        """``M (1 - q)^(M-1)`` (R, K), the gradient of each expert's hit probability.
+
+        ``q`` moves only at QP steps, so the last value is kept and reused while the played
+        ``q`` is the same (the same floats: the power is the costliest piece of a round)."""
+        if self._slope_at is None or not np.array_equal(q, self._slope_at[0]):
+            m = self.m_draws
+            self._slope_at = (q.copy(), m * (1.0 - q) ** (m - 1))
+        return self._slope_at[1]
 
     def _add_moment(self, cell: IntArray, idx: IntArray, reward: FloatArray) -> None:
         """``moment += reward x`` at each run's (run, context) ``cell`` (distinct cells).
 
-        The padding of ``idx`` repeats the intercept's entry, which a fancy-indexed add
-        writes once (every copy holds the same sum), so no mask is needed."""
+        A feature repeated in a row of ``idx`` (a repeated draw) is written once by a
+        fancy-indexed add (every copy holds the same sum), so no mask is needed."""
         p = self.moment.shape[-1]
         self.moment.reshape(-1)[(cell * p)[:, None] + idx] += reward[:, None]
 
@@ -303,11 +304,11 @@ class _AdditiveModel(ABC):
         dotted name of this component in the policy's state)."""
 
     @abstractmethod
-    def _accumulate(
-        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
-    ) -> None:
-        """Add the round's ``x x^T`` to the Gram matrix and ``reward x`` to the moment (``x``'s
-        nonzero features: :meth:`_features`)."""
+    def _accumulate(self, rows: IntArray, ctx: IntArray, idx: IntArray, reward: FloatArray) -> None:
+        """Add the round's ``x x^T`` to the Gram matrix and ``reward x`` to the moment.
+
+        ``idx`` (R, M + 1) holds the indices of ``x``'s nonzero features: the intercept (0)
+        first, then each draw's expert + 1, repeated where a draw is."""
 
     @abstractmethod
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
@@ -345,16 +346,14 @@ class ModelGradient(_AdditiveModel):
             ridge * np.eye(p), (n_runs, n_contexts, p, p)
         ).copy()
 
-    def _accumulate(
-        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
-    ) -> None:
+    def _accumulate(self, rows: IntArray, ctx: IntArray, idx: IntArray, reward: FloatArray) -> None:
         """``gram += x x^T`` and ``moment += reward x`` at ``rows, ctx`` for the round's
         features ``x = (1, counts > 0)``.
 
         ``x`` is 0/1, so the dense updates add ``1.0`` (resp. ``reward``) at the intercept and
         the routed experts and ``0.0`` elsewhere, which leaves an entry as it is. Updating only
-        the nonzero features (:meth:`_features`) gives the same floats at a fraction of the
-        cost: at most ``(M + 1)^2`` Gram entries per run instead of ``(K + 1)^2``.
+        the nonzero features (``idx``) gives the same floats at a fraction of the cost: at most
+        ``(M + 1)^2`` Gram entries per run instead of ``(K + 1)^2``.
         """
         p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx  # the (run, context) pair
@@ -362,7 +361,7 @@ class ModelGradient(_AdditiveModel):
             self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the flat views
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
         # A plain fancy-indexed add (not np.add.at) adds 1 once per distinct entry: the pairs
-        # of the padding repeat the intercept's entries, each copy written with the same sum.
+        # of a repeated draw repeat entries, each copy written with the same sum.
         flat = (cell * (p * p))[:, None, None] + (idx[:, :, None] * p + idx[:, None, :])
         self.gram.reshape(-1)[flat] += 1.0
         self._add_moment(cell, idx, reward)
@@ -382,12 +381,16 @@ class ModelGradient(_AdditiveModel):
         """Least squares on every round so far (the ridge keeps the Gram matrix invertible).
 
         When every run refits in one context (a batch in step), the cells are a view: the
-        solve reads the Gram matrices in place instead of a gathered copy (the same floats)."""
+        solve reads the Gram matrices in place instead of a gathered copy (the same floats).
+        The solver copies each matrix into column-major order; a Gram matrix is symmetric
+        (its transpose is itself, entry for entry), so it is handed over transposed, whose
+        columns are contiguous rows: a cheaper copy of the same matrix."""
         every = runs.size == self.coef.shape[0] and bool(
             np.array_equal(runs, np.arange(runs.size)) and np.all(ctx == ctx[0])
         )
         at = (slice(None), int(ctx[0])) if every else (runs, ctx)
-        self.coef[at] = np.linalg.solve(self.gram[at], self.moment[at][:, :, None])[:, :, 0]
+        gram = np.swapaxes(self.gram[at], 1, 2)
+        self.coef[at] = np.linalg.solve(gram, self.moment[at][:, :, None])[:, :, 0]
 
 
 class SparseModelGradient(_AdditiveModel):
@@ -449,14 +452,14 @@ class SparseModelGradient(_AdditiveModel):
         self.pair_key: IntArray = np.zeros(0, dtype=np.int64)
         self.pair_count: IntArray = np.zeros(0, dtype=np.int64)
 
-    def _accumulate(
-        self, rows: IntArray, ctx: IntArray, idx: IntArray, real: BoolArray, reward: FloatArray
-    ) -> None:
+    def _accumulate(self, rows: IntArray, ctx: IntArray, idx: IntArray, reward: FloatArray) -> None:
         """One more co-occurrence for every pair of the round's nonzero features, and
         ``moment += reward x`` (as :class:`ModelGradient`, the same floats)."""
         p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx
         self._add_moment(cell, idx, reward)
+        # A feature counts at its first place in its row only (a repeated draw repeats it).
+        real = ~np.tril(idx[:, :, None] == idx[:, None, :], -1).any(axis=2)
         keys = ((cell * p)[:, None, None] + idx[:, :, None]) * p + idx[:, None, :]
         new = np.sort(keys[real[:, :, None] & real[:, None, :]])  # distinct
         at = np.searchsorted(self.pair_key, new)

@@ -190,3 +190,12 @@ def _spy(pol: BasePolicy, seen: list[Decision]) -> None:
         return decision
 
     pol.select = spy  # type: ignore[method-assign]
+
+
+def test_compile_ahead_loads_the_round_for_the_workers() -> None:
+    from msroute.experiments.common import compile_ahead
+
+    blas_pairs_order.cache_clear()
+    compile_ahead()
+    assert blas_pairs_order.cache_info().currsize == 1
+    assert len(round_outcome.signatures) == 1  # one machine code, loaded before any fork

@@ -28,6 +28,21 @@ def test_pairwise_sum_is_numpys_sum_bit_for_bit(horizon: int) -> None:
         assert not np.array_equal(np.cumsum(x, axis=0)[-1] / horizon, time_averaged(x))
 
 
+@pytest.mark.parametrize("horizon", [1, 9, 128, 300, 8193])
+def test_rounds_added_in_blocks_sum_as_one_by_one(horizon: int) -> None:
+    rng = np.random.default_rng(horizon)
+    x = rng.random((horizon, 3)) * 10.0 ** rng.integers(-3, 4, (horizon, 3))
+    acc = PairwiseSum(horizon, (3,))
+    start = 0
+    while start < horizon:  # blocks of 1 to 300 rounds, across the leaves' ends
+        stop = min(horizon, start + int(rng.integers(1, 301)))
+        acc.add_rounds(x[start:stop])
+        start = stop
+    np.testing.assert_array_equal(acc.total() / horizon, time_averaged(x))
+    with pytest.raises(ValueError, match="exceed"):
+        acc.add_rounds(x[:1])
+
+
 def test_pairwise_plan_covers_every_round_once() -> None:
     for n in (1, 128, 129, 1000, 12345):
         plan = pairwise_plan(n)
@@ -50,7 +65,7 @@ def test_summary_equals_the_metrics_of_the_full_simulation() -> None:
     costs = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.0], [0.7, 1.0]])
     problem = Problem(costs, 2, Constraints(upper=[1.0, 0.8]))
     batch = ProblemBatch(problem, 3)
-    horizon, at = 1234, np.array([10, 500, 1234])
+    horizon, at = 1234, np.array([1, 10, 127, 128, 129, 256, 500, 1233, 1234])
 
     def policies() -> dict:
         return {

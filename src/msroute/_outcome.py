@@ -28,12 +28,18 @@ Imported on first use, like :mod:`msroute.policies._kernels`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
+from typing import TypeVar, cast
 
+import numba
 import numpy as np
+from numba.core import types
 
 from msroute._validation import FloatArray, IntArray
 from msroute.policies._kernels import _compiled
+
+F = TypeVar("F", bound=Callable[..., object])
 
 __all__ = ["PAIR_COSTS", "blas_pairs_order", "round_outcome"]
 
@@ -104,7 +110,36 @@ def _pairwise_sum(x: FloatArray, n: int) -> float:
     return float(partial[0])
 
 
-@_compiled
+def _eager(signature: object) -> Callable[[F], F]:
+    """Compiled for one signature when first imported, cached on disk where a cache directory
+    is writable."""
+
+    def wrap(fn: F) -> F:
+        try:
+            return cast(F, numba.njit(signature, cache=True, nogil=True)(fn))
+        except RuntimeError:  # numba found no writable cache location: compile in each process
+            return cast(F, numba.njit(signature, nogil=True)(fn))
+
+    return wrap
+
+
+def _read(dtype: types.Type, ndim: int) -> types.Type:
+    """A read-only C-contiguous array type; writable arrays convert to it, so that the skills
+    and the draws get one machine code whatever their flags."""
+    return types.Array(dtype, ndim, "C", readonly=True)
+
+
+@_eager(
+    types.int64(
+        _read(types.float64, 3),
+        _read(types.int64, 1),
+        _read(types.int64, 2),
+        _read(types.float64, 3),
+        types.int64,
+        types.float64[::1],
+        types.float64[:, ::1],
+    )
+)
 def round_outcome(
     skills: FloatArray,
     rows: IntArray,

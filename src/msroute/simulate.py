@@ -119,28 +119,54 @@ class _Rounds:
 
 class _Sums:
     """Streams the time sums (pairwise, as the metrics) and the running cost sum (cumulative,
-    as ``running_average``), saving the running average at the checkpoints."""
+    as ``running_average``), saving the running average at the checkpoints.
+
+    The rounds are kept in blocks of up to 128 and added a block at a time (the same sums:
+    the pairwise sums take their rounds in order, and the running sum is accumulated round
+    after round by ``np.add.accumulate``)."""
 
     def __init__(
         self, horizon: int, n_runs: int, n_costs: int, checkpoints: IntArray, keep: bool
     ) -> None:
+        self.horizon = horizon
         self.reward_sum = PairwiseSum(horizon, (n_runs,))
         self.cost_sum = PairwiseSum(horizon, (n_runs, n_costs))
         self.running: FloatArray = np.zeros((n_runs, n_costs))
         self.checkpoints = checkpoints
         self.at_checkpoints: FloatArray = np.empty((checkpoints.size, n_runs, n_costs))
+        self._marks: list[int] = checkpoints.tolist()
         self._next = 0
         self.rewards: FloatArray | None = np.empty((horizon, n_runs)) if keep else None
+        block = min(128, horizon)
+        self._block_rewards: FloatArray = np.empty((block, n_runs))
+        # Row 0 holds the running sum before the block, rows 1.. the block's costs.
+        self._block_costs: FloatArray = np.empty((block + 1, n_runs, n_costs))
+        self._filled = 0
 
     def add(self, t: int, reward: FloatArray, cost: FloatArray) -> None:
-        self.reward_sum.add(reward)
-        self.cost_sum.add(cost)
-        self.running += cost
-        while self._next < self.checkpoints.size and self.checkpoints[self._next] == t + 1:
-            self.at_checkpoints[self._next] = self.running / (t + 1)
+        i = self._filled
+        self._block_rewards[i] = reward
+        self._block_costs[i + 1] = cost
+        self._filled = i + 1
+        if self._filled == self._block_rewards.shape[0] or t + 1 == self.horizon:
+            self._flush(t + 1)
+
+    def _flush(self, done: int) -> None:
+        """Add the block's rounds, the last of which is round ``done`` (1-based)."""
+        n, self._filled = self._filled, 0
+        first = done - n  # rounds before the block
+        rewards, costs = self._block_rewards[:n], self._block_costs[: n + 1]
+        self.reward_sum.add_rounds(rewards)
+        self.cost_sum.add_rounds(costs[1:])
+        costs[0] = self.running
+        running = np.add.accumulate(costs, axis=0)  # running[j]: the sum after round first + j
+        while self._next < len(self._marks) and self._marks[self._next] <= done:
+            mark = self._marks[self._next]
+            self.at_checkpoints[self._next] = running[mark - first] / mark
             self._next += 1
+        self.running = running[n]
         if self.rewards is not None:
-            self.rewards[t] = reward
+            self.rewards[first:done] = rewards
 
 
 def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
@@ -151,7 +177,7 @@ def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> Int
         raise InvalidValueError(f"run_map must be ints of shape (R,) = ({n_runs},), got {rm.shape}")
     if rm.min() < 0 or rm.max() >= env_runs:
         raise InvalidValueError(f"run_map entries must be environment runs in [0, {env_runs - 1}]")
-    return np.asarray(rm, dtype=np.int64)
+    return np.ascontiguousarray(rm, dtype=np.int64)
 
 
 def simulate(
@@ -367,12 +393,12 @@ class _Outcome:
         self, policy: str, skills: FloatArray, rows: IntArray, draws: IntArray
     ) -> tuple[FloatArray, FloatArray]:
         """Rewards (R,) and costs (R, d) of the draws (R, M); run r reads ``skills[rows[r]]``."""
-        if draws.shape != self.shape or not np.issubdtype(draws.dtype, np.integer):
+        if draws.shape != self.shape or draws.dtype.kind not in "iu":
             raise InvalidValueError(
                 f"policy {policy!r} returned draws of {draws.dtype} {draws.shape}, expected "
                 f"integers of shape (R, M) = {self.shape}"
             )
-        draws = np.asarray(draws, dtype=np.int64)
+        draws = np.ascontiguousarray(draws, dtype=np.int64)
         reward = np.empty(self.shape[0])
         cost = np.empty((self.shape[0], self.batch.n_costs))
         bad = self._kernel(skills, rows, draws, self.costs, self.mode, reward, cost)

@@ -91,13 +91,36 @@ class PairwiseSum:
         self._filled += 1
         self.count += 1
         if self._filled == self._plan[self._step]:
-            self._partial.append(self._leaf[..., : self._filled].sum(axis=-1))
-            self._filled = 0
+            self._close_leaf()
+
+    def add_rounds(self, values: FloatArray) -> None:
+        """Add several rounds' values at once, shape (rounds, *shape): the same sum as one
+        :meth:`add` per round."""
+        n = values.shape[0]
+        if self.count + n > self.horizon:
+            raise InvalidValueError(
+                f"{n} more rounds would exceed the {self.horizon} rounds ({self.count} added)"
+            )
+        done = 0
+        while done < n:
+            take = min(self._plan[self._step] - self._filled, n - done)
+            rows = np.moveaxis(values[done : done + take], 0, -1)
+            self._leaf[..., self._filled : self._filled + take] = rows
+            self._filled += take
+            self.count += take
+            done += take
+            if self._filled == self._plan[self._step]:
+                self._close_leaf()
+
+    def _close_leaf(self) -> None:
+        """Sum the full leaf and combine the partial sums the plan says to."""
+        self._partial.append(self._leaf[..., : self._filled].sum(axis=-1))
+        self._filled = 0
+        self._step += 1
+        while self._step < len(self._plan) and self._plan[self._step] == _ADD:
+            right = self._partial.pop()
+            self._partial[-1] = self._partial[-1] + right
             self._step += 1
-            while self._step < len(self._plan) and self._plan[self._step] == _ADD:
-                right = self._partial.pop()
-                self._partial[-1] = self._partial[-1] + right
-                self._step += 1
 
     def total(self) -> FloatArray:
         """The sum over all T rounds (after the last one was added)."""

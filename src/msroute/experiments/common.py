@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+import zipfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -617,8 +618,15 @@ def save_cell(out_dir: Path, spec: CellSpec, result: CellResult) -> None:
     manifest :func:`load_cell` validates it against."""
     header = {"stamp": _cell_stamp(spec), "arrays": _manifest(result)}
     arrays: dict[str, Any] = {"__spec__": np.array(json.dumps(header, sort_keys=True)), **result}
-    with atomic_path(_cell_path(out_dir, spec)) as tmp:
-        np.savez_compressed(tmp, **arrays)
+    with (
+        atomic_path(_cell_path(out_dir, spec)) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
+    ):
+        # numpy.savez_compressed's archive (one .npy per array), deflated at level 1: about a
+        # third of its CPU, for files 10-25% larger (the float32 rewards hardly compress).
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def run_cells(

@@ -105,6 +105,28 @@ def test_routed_index_counts_repeated_draws_once():
     assert stats.means.tolist() == [[3, 4, 0], [0, 0.5, 1]]
 
 
+def test_statistics_of_a_batch_are_those_of_each_run_alone():
+    # A batch is credited by a compiled loop, a single run by numpy: the same floats, repeated
+    # draws (a short eligible row) credited once in both.
+    rng = np.random.default_rng(3)
+    r, k, m = 6, 7, 3
+    batch_stats, batch_post = SharedRewardStats(r, k), BetaPosterior(r, k, 0.5, 2.0)
+    alone = [(SharedRewardStats(1, k), BetaPosterior(1, k, 0.5, 2.0)) for _ in range(r)]
+    for _ in range(40):
+        draws = rng.integers(0, k, (r, m))
+        reward, success = rng.random(r) * 3.0, rng.random(r)
+        batch_stats.update(routed_index(draws, k), reward)
+        batch_post.update(routed_index(draws, k), success)
+        for i, (stats, post) in enumerate(alone):
+            stats.update(routed_index(draws[i : i + 1], k), reward[i : i + 1])
+            post.update(routed_index(draws[i : i + 1], k), success[i : i + 1])
+    for i, (stats, post) in enumerate(alone):
+        for name in ("counts", "means", "_rsqrt"):
+            np.testing.assert_array_equal(getattr(batch_stats, name)[i], getattr(stats, name)[0])
+        np.testing.assert_array_equal(batch_post.alpha[i], post.alpha[0])
+        np.testing.assert_array_equal(batch_post.beta[i], post.beta[0])
+
+
 def test_ucb_index_formula_and_unrouted_experts_first():
     stats = SharedRewardStats(1, 3)
     stats.update(routed_index(np.array([[0, 1]]), 3), np.array([1.0]))

@@ -28,6 +28,12 @@ there, its ten rounds standing in every draw's path. The state is seeded from th
 ``SeedSequence`` (:meth:`~numpy.random.SeedSequence.generate_state`), so distinct runs get
 unrelated points of the 2^256 - 1 period.
 
+The team baselines' statistics (the shared-reward counts and means, Thompson sampling's Beta
+posteriors) are credited here too when a batch has more than one run (:func:`credit_shared`,
+:func:`credit_beta`): one loop in place of a dozen numpy gathers and scatters of R x M entries a
+round, each value computed with the same operations as the numpy update that a single run (a
+live router) keeps, so the floats are the same.
+
 Imported on first use: importing numba and loading the machine code take about a second per
 process. The code is cached next to this file, or in the user's cache directory when that is
 read-only, and compiled in memory (a few seconds) when neither can be written.
@@ -49,6 +55,8 @@ from msroute.errors import InvalidValueError
 __all__ = [
     "beta_top",
     "beta_variates",
+    "credit_beta",
+    "credit_shared",
     "fill_normals",
     "fill_words",
     "gamma_variates",
@@ -373,3 +381,47 @@ def fill_normals(state: UInt64Array, out: FloatArray) -> None:
     for i in range(out.size):
         out[i], s = _normal(s)
     state[0], state[1], state[2], state[3] = s
+
+
+@_inline
+def _repeated(routed: IntArray, r: int, j: int) -> bool:
+    """Whether ``routed[r, j]`` already appears in ``routed[r, :j]`` (credited once)."""
+    i = 0
+    while i < j and routed[r, i] != routed[r, j]:
+        i += 1
+    return i < j
+
+
+@_compiled
+def credit_shared(
+    counts: FloatArray, means: FloatArray, rsqrt: FloatArray, routed: IntArray, reward: FloatArray
+) -> None:
+    """:meth:`msroute.policies.team.SharedRewardStats.update` of a batch, in one loop.
+
+    ``counts``, ``means``, ``rsqrt``: raveled (R K,); ``routed`` (R, M) flat indices, each
+    distinct one credited once; ``reward`` (R,). The same floats as the numpy update: ``n = n_i
+    + 1``, ``mu_i + (r - mu_i) / n`` and ``1 / sqrt(n)``, each rounded once.
+    """
+    for r in range(routed.shape[0]):
+        for j in range(routed.shape[1]):
+            if _repeated(routed, r, j):
+                continue
+            i = routed[r, j]
+            n = counts[i] + 1.0
+            counts[i] = n
+            means[i] = means[i] + (reward[r] - means[i]) / n
+            rsqrt[i] = 1.0 / math.sqrt(n)
+
+
+@_compiled
+def credit_beta(alpha: FloatArray, beta: FloatArray, routed: IntArray, success: FloatArray) -> None:
+    """:meth:`msroute.policies.team.BetaPosterior.update` of a batch, in one loop.
+
+    ``alpha``, ``beta``: raveled (R K,); ``routed`` (R, M) flat indices, each distinct one
+    credited once; ``success`` (R,): ``alpha_i += s``, ``beta_i += 1 - s``.
+    """
+    for r in range(routed.shape[0]):
+        for j in range(routed.shape[1]):
+            if not _repeated(routed, r, j):
+                alpha[routed[r, j]] += success[r]
+                beta[routed[r, j]] += 1.0 - success[r]

@@ -164,8 +164,17 @@ class SharedRewardStats:
         self._rsqrt: FloatArray = np.full((n_runs, n_experts), np.inf)
 
     def update(self, routed: IntArray, reward: FloatArray) -> None:
-        """Credit ``reward`` (R,) to the routed experts (flat indices from :func:`routed_index`)."""
+        """Credit ``reward`` (R,) to the routed experts (flat indices from :func:`routed_index`).
+
+        A batch of runs is credited in one compiled loop (the same floats; numba is imported on
+        first use), a single run (a live router) by numpy.
+        """
         counts, means = self.counts.reshape(-1), self.means.reshape(-1)
+        if routed.shape[0] > 1:
+            from msroute.policies._kernels import credit_shared
+
+            credit_shared(counts, means, self._rsqrt.reshape(-1), routed, reward)
+            return
         n = counts[routed] + 1.0  # an index routed twice gets the same n twice: counted once
         counts[routed] = n
         mu = means[routed]
@@ -206,7 +215,15 @@ class BetaPosterior:
         self._constants = GammaConstants(n_runs, 2 * n_experts)
 
     def update(self, routed: IntArray, success: FloatArray) -> None:
-        """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1]."""
+        """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1].
+
+        A batch in one compiled loop, a single run by numpy (as :meth:`SharedRewardStats.update`).
+        """
+        if routed.shape[0] > 1:
+            from msroute.policies._kernels import credit_beta
+
+            credit_beta(self.alpha.reshape(-1), self.beta.reshape(-1), routed, success)
+            return
         self.alpha.reshape(-1)[routed] += success[:, None]
         self.beta.reshape(-1)[routed] += (1.0 - success)[:, None]
 

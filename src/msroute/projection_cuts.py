@@ -105,7 +105,7 @@ def solve_cuts(
     if m == 0:
         return q, mu
     # Each cut scaled to max |a_j| = 1 (the same half-space); multipliers scale back at the end.
-    scale = np.abs(a).max(axis=-1)
+    scale = _abs_max(a)
     present = scale > 0.0
     if np.any(~present & (b < 0.0)):
         i = int(np.argwhere(~present & (b < 0.0))[0, 0])
@@ -123,6 +123,13 @@ def solve_cuts(
     return q, mu / safe
 
 
+def _abs_max(a: FloatArray) -> FloatArray:
+    """``max |a|`` over the last axis. A maximum is exact in any order, so it is taken on a
+    C-ordered copy when the last axis is not contiguous (the dual's cuts come as a transposed
+    view): a reduction along a strided axis runs inner loops of a few elements."""
+    return np.asarray(np.abs(np.ascontiguousarray(a)).max(axis=-1), dtype=np.float64)
+
+
 def _tolerance(y: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
     """Rounding allowance of ``a_j . q - b_j`` for normalized cuts, per row and cut (n, m)."""
     k = y.shape[-1]
@@ -131,44 +138,59 @@ def _tolerance(y: FloatArray, a: FloatArray, b: FloatArray) -> FloatArray:
 
 
 def _kkt_point(
-    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, free: FloatArray, act: FloatArray
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray,
+    b: FloatArray,
+    free: FloatArray,
+    act: FloatArray,
+    asum: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray, np.ndarray]:
     """Solve the KKT equations of one guess ``(F, J)`` for every row.
 
     With ``q_F = y_F - A_F^T mu - tau``, ``q = gamma`` off ``F`` and ``mu_j = 0`` off ``J``, the
     equations ``a_j . q = b_j`` (j in J) and ``sum q = 1`` are linear in ``(mu, tau)``. Returns
     ``z = y - A^T mu - tau`` (n, K), ``mu`` (n, m), ``tau`` (n,) and the rows whose system is
-    regular.
+    regular. ``asum`` is ``a.sum(axis=-1)`` when the caller has it (the same floats).
     """
     n, k = y.shape
     m = a.shape[1]
     fm = free  # (n, K) 0/1
     nf = fm.sum(axis=-1)
     af = a * fm[:, None, :]
+    af_sum = af.sum(axis=-1)
+    if asum is None:
+        asum = a.sum(axis=-1)
     mat = np.zeros((n, m + 1, m + 1))
     rhs = np.zeros((n, m + 1))
     mat[:, :m, :m] = np.einsum("njk,nik->nji", af, a)
-    mat[:, :m, m] = af.sum(axis=-1)
-    mat[:, m, :m] = af.sum(axis=-1)
+    mat[:, :m, m] = af_sum
+    mat[:, m, :m] = af_sum
     mat[:, m, m] = nf
-    rhs[:, :m] = np.einsum("njk,nk->nj", af, y) + gamma * (a.sum(axis=-1) - af.sum(axis=-1)) - b
+    rhs[:, :m] = np.einsum("njk,nk->nj", af, y) + gamma * (asum - af_sum) - b
     rhs[:, m] = np.einsum("nk,nk->n", fm, y) + gamma * (k - nf) - 1.0
     # Cuts off J: the equation mu_j = 0.
     off = act < 0.5
-    mat[:, :m, :][off] = 0.0
-    mat[:, :, :m] *= np.where(off, 0.0, 1.0)[:, None, :]
-    idx = np.arange(m)
-    diag = mat[:, idx, idx]
-    mat[:, idx, idx] = np.where(off, 1.0, diag)
-    rhs[:, :m] = np.where(off, 0.0, rhs[:, :m])
+    if off.any():
+        mat[:, :m, :][off] = 0.0
+        mat[:, :, :m] *= np.where(off, 0.0, 1.0)[:, None, :]
+        idx = np.arange(m)
+        diag = mat[:, idx, idx]
+        mat[:, idx, idx] = np.where(off, 1.0, diag)
+        rhs[:, :m] = np.where(off, 0.0, rhs[:, :m])
     ok = nf > 0
-    sol = np.zeros((n, m + 1))
-    with np.errstate(all="ignore"):
-        cond = np.linalg.cond(mat[ok]) if ok.any() else np.zeros(0)
+    every = bool(ok.all())
     regular = np.zeros(n, dtype=bool)
-    regular[np.flatnonzero(ok)] = cond < 1e12
-    if regular.any():
-        sol[regular] = np.linalg.solve(mat[regular], rhs[regular][:, :, None])[:, :, 0]
+    if every or ok.any():  # the 2-norm condition number as np.linalg.cond computes it
+        sv = np.linalg.svd(mat if every else mat[ok], compute_uv=False)
+        with np.errstate(all="ignore"):  # NaN (0 / 0) or inf: singular
+            regular[ok] = sv[:, 0] / sv[:, -1] < 1e12
+    if regular.all():
+        sol = np.linalg.solve(mat, rhs[:, :, None])[:, :, 0]
+    else:
+        sol = np.zeros((n, m + 1))
+        if regular.any():
+            sol[regular] = np.linalg.solve(mat[regular], rhs[regular][:, :, None])[:, :, 0]
     mu = sol[:, :m]
     tau = sol[:, m]
     z = y - np.einsum("nj,njk->nk", mu, a) - tau[:, None]
@@ -190,11 +212,14 @@ def _active_set(
     mu = np.zeros(a.shape[:2])
     todo = np.arange(n)
     fm, am = free.astype(np.float64), act.astype(np.float64)
+    asum = a.sum(axis=-1)
+    ymax = np.abs(y).max(axis=-1)
     for _ in range(_MAX_ACTIVE_SET_STEPS):
-        z, m_, _, regular = _kkt_point(y[todo], gamma, a[todo], b[todo], fm, am)
+        a_t = a[todo]
+        z, m_, _, regular = _kkt_point(y[todo], gamma, a_t, b[todo], fm, am, asum[todo])
         qq = np.maximum(z, gamma)
-        gap = np.einsum("njk,nk->nj", a[todo], qq) - b[todo]
-        slack = (64.0 * _EPS) * (np.abs(y[todo]).max(axis=-1) + np.abs(z).max(axis=-1) + 1.0)
+        gap = np.einsum("njk,nk->nj", a_t, qq) - b[todo]
+        slack = (64.0 * _EPS) * (ymax[todo] + np.abs(z).max(axis=-1) + 1.0)
         fb = fm > 0.5
         free_ok = ~np.where(fb, z < gamma - slack[:, None], z > gamma + slack[:, None]).any(-1)
         cuts_ok = np.all(gap <= tol[todo], axis=-1) & np.all(m_ >= 0.0, axis=-1)

@@ -217,10 +217,10 @@ class _AdditiveModel(ABC):
         model_grad = coef[:, 1:] * self._slope(q)
         # The residual term is 0 off the drawn entries: compute it at the draws only (a
         # repeated draw computes and writes the same value again).
-        run = np.arange(draws.shape[0])[:, None]
+        at = draws + (np.arange(0, counts.size, counts.shape[1]))[:, None]  # flat (R, K) indices
         weighted = np.zeros(counts.shape)
-        weighted[run, draws] = (
-            (reward - predicted)[:, None] * counts[run, draws] / (q[run, draws] + self.ix)
+        weighted.reshape(-1)[at] = (
+            (reward - predicted)[:, None] * counts.take(at) / (q.take(at) + self.ix)
         )
         idx = np.empty((draws.shape[0], draws.shape[1] + 1), dtype=np.int64)
         idx[:, 0] = 0
@@ -238,13 +238,13 @@ class _AdditiveModel(ABC):
             self._slope_at = (q.copy(), m * (1.0 - q) ** (m - 1))
         return self._slope_at[1]
 
-    def _add_moment(self, cell: IntArray, idx: IntArray, reward: FloatArray) -> None:
-        """``moment += reward x`` at each run's (run, context) ``cell`` (distinct cells).
+    def _add_moment(self, at: IntArray, reward: FloatArray) -> None:
+        """``moment += reward x`` at the flat indices ``at`` (R, n) of each run's features in
+        the moment array (``cell (K + 1) + feature``, distinct cells).
 
-        A feature repeated in a row of ``idx`` (a repeated draw) is written once by a
+        A feature repeated in a row of ``at`` (a repeated draw) is written once by a
         fancy-indexed add (every copy holds the same sum), so no mask is needed."""
-        p = self.moment.shape[-1]
-        self.moment.reshape(-1)[(cell * p)[:, None] + idx] += reward[:, None]
+        self.moment.reshape(-1)[at] += reward[:, None]
 
     def _check_pairs(self, prefix: str, name: str, keys: IntArray, counts: FloatArray) -> None:
         """Check co-occurrence counts as the fit makes them (for :meth:`validate_state`).
@@ -362,9 +362,9 @@ class ModelGradient(_AdditiveModel):
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
         # A plain fancy-indexed add (not np.add.at) adds 1 once per distinct entry: the pairs
         # of a repeated draw repeat entries, each copy written with the same sum.
-        flat = (cell * (p * p))[:, None, None] + (idx[:, :, None] * p + idx[:, None, :])
-        self.gram.reshape(-1)[flat] += 1.0
-        self._add_moment(cell, idx, reward)
+        at = (cell * p)[:, None] + idx  # the features' rows of the cell's Gram matrix
+        self.gram.reshape(-1)[at[:, :, None] * p + idx[:, None, :]] += 1.0
+        self._add_moment(at, reward)
 
     def validate_state(self, prefix: str) -> None:
         """See :meth:`_AdditiveModel._check_pairs`: ``gram - ridge I`` holds the counts."""
@@ -457,7 +457,7 @@ class SparseModelGradient(_AdditiveModel):
         ``moment += reward x`` (as :class:`ModelGradient`, the same floats)."""
         p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx
-        self._add_moment(cell, idx, reward)
+        self._add_moment((cell * p)[:, None] + idx, reward)
         # A feature counts at its first place in its row only (a repeated draw repeats it).
         real = ~np.tril(idx[:, :, None] == idx[:, None, :], -1).any(axis=2)
         keys = ((cell * p)[:, None, None] + idx[:, :, None]) * p + idx[:, None, :]

@@ -76,20 +76,23 @@ class BufferedStream:
 
     def take(self, width: int) -> FloatArray:
         """The next ``width`` values of every run, shape (R, width)."""
-        n_runs = self.pos.size
-        if width > self.block:
-            return np.stack([self._take_wide(r, width) for r in range(n_runs)])
-        short = np.flatnonzero(self.pos + width > self.block)
-        if short.size:
-            self._refill(short)
         p = int(self.pos[0])
-        if bool((self.pos == p).all()):  # the usual case: every run has taken as many
-            self.pos += width
-            return self.buffer[:, p : p + width].copy()
-        cols = self.pos[:, None] + np.arange(width)
+        # The usual case, first: every run has taken as many and has ``width`` values left.
+        if p + width > self.block or not bool((self.pos == p).all()):
+            n_runs = self.pos.size
+            if width > self.block:
+                return np.stack([self._take_wide(r, width) for r in range(n_runs)])
+            short = np.flatnonzero(self.pos + width > self.block)
+            if short.size:
+                self._refill(short)
+            p = int(self.pos[0])
+            if not bool((self.pos == p).all()):
+                cols = self.pos[:, None] + np.arange(width)
+                self.pos += width
+                values: FloatArray = self.buffer[np.arange(n_runs)[:, None], cols]
+                return values
         self.pos += width
-        values: FloatArray = self.buffer[np.arange(n_runs)[:, None], cols]
-        return values
+        return self.buffer[:, p : p + width].copy()
 
     def _take_wide(self, r: int, count: int) -> FloatArray:
         """Run ``r``'s next ``count`` values, more than a buffer holds."""

@@ -362,7 +362,9 @@ class OMDApproachability(BasePolicy):
         ctx = self._ctx0 if decision.context is None else decision.context
         cell = self._cell(decision.context)
         visits = self._visits[cell]
-        baseline = np.where(visits > 0, self._reward_sum[cell] / np.maximum(visits, 1), 0.0)
+        baseline = None
+        if self.estimator.uses_baseline:
+            baseline = np.where(visits > 0, self._reward_sum[cell] / np.maximum(visits, 1), 0.0)
         visits = visits + 1
         counts = draw_counts(decision.draws, self.n_experts)
         self._grad[cell] += self.estimator.estimate(

@@ -122,6 +122,9 @@ ESTIMATORS: tuple[str, ...] = ("importance", "model")
 class GradientEstimator(Protocol):
     """What OMD asks of a gradient estimator (state per run and context)."""
 
+    #: Whether :meth:`estimate` reads ``baseline`` (OMD computes it only then).
+    uses_baseline: ClassVar[bool]
+
     def estimate(
         self,
         rows: IntArray,
@@ -130,12 +133,13 @@ class GradientEstimator(Protocol):
         draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
-        baseline: FloatArray,
+        baseline: FloatArray | None,
     ) -> FloatArray:
         """The round's gradient estimate (R, K) at the played ``q`` (R, K), then learn from it.
 
         ``draws`` (R, M) are the round's draws and ``counts`` (R, K) how often each expert was
-        drawn (:func:`msroute.policies.base.draw_counts` of ``draws``)."""
+        drawn (:func:`msroute.policies.base.draw_counts` of ``draws``); ``baseline`` (R,) the
+        mean of the earlier rewards of each run's context, None for no baseline (0)."""
         ...
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
@@ -153,6 +157,7 @@ class ImportanceGradient:
 
     #: No learned state (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ()
+    uses_baseline: ClassVar[bool] = True
 
     def estimate(
         self,
@@ -162,13 +167,12 @@ class ImportanceGradient:
         draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
-        baseline: FloatArray,
+        baseline: FloatArray | None,
     ) -> FloatArray:
         """See :class:`GradientEstimator`. Experts not drawn (among them any masked out, with
         ``q_i = 0``) contribute nothing."""
-        return np.divide(
-            (reward - baseline)[:, None] * counts, q, out=np.zeros(counts.shape), where=counts > 0
-        )
+        centred = reward if baseline is None else reward - baseline
+        return np.divide(centred[:, None] * counts, q, out=np.zeros(counts.shape), where=counts > 0)
 
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
         """Nothing to refit."""
@@ -177,6 +181,8 @@ class ImportanceGradient:
 class _AdditiveModel(ABC):
     """What the two fits of the model estimator share: the coefficients, the moment vector and
     the estimate (see the module docstring); a subclass keeps the Gram matrix and solves it."""
+
+    uses_baseline: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -205,7 +211,7 @@ class _AdditiveModel(ABC):
         draws: IntArray,
         counts: FloatArray,
         reward: FloatArray,
-        baseline: FloatArray,
+        baseline: FloatArray | None,
     ) -> FloatArray:
         """See :class:`GradientEstimator`; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""

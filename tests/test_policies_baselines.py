@@ -85,6 +85,19 @@ def test_top_m_best_first_ties_to_lower_index(m):
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("m", [1, 5, 8, 9, 16])
+def test_top_m_of_a_batch_is_that_of_each_row_alone(m):
+    # A batch is ranked by a compiled loop, a single row by numpy: the same teams, -inf and the
+    # lowest finite float included (tied below M = 8, where -inf is lifted; not above).
+    rng = np.random.default_rng(m + 100)
+    fmax = np.finfo(np.float64).max
+    scores = rng.choice([-np.inf, -fmax, 0.0, np.inf], size=(40, 16), p=[0.4, 0.4, 0.1, 0.1])
+    scores[:10] = rng.random((10, 16))  # rows without ties
+    got = top_m(scores, m)
+    for r in range(scores.shape[0]):
+        np.testing.assert_array_equal(got[r : r + 1], top_m(scores[r : r + 1], m))
+
+
 def test_top_m_all_minus_infinity_still_distinct():
     got = top_m(np.full((2, 5), -np.inf), 3)
     assert got.tolist() == [[0, 1, 2], [0, 1, 2]]

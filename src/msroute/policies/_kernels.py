@@ -32,7 +32,8 @@ The team baselines' statistics (the shared-reward counts and means, Thompson sam
 posteriors) are credited here too when a batch has more than one run (:func:`credit_shared`,
 :func:`credit_beta`): one loop in place of a dozen numpy gathers and scatters of R x M entries a
 round, each value computed with the same operations as the numpy update that a single run (a
-live router) keeps, so the floats are the same.
+live router) keeps, so the floats are the same. Likewise a batch's top M (:func:`top_rows`),
+which only compares.
 
 Imported on first use: importing numba and loading the machine code take about a second per
 process. The code is cached next to this file, or in the user's cache directory when that is
@@ -60,6 +61,7 @@ __all__ = [
     "fill_normals",
     "fill_words",
     "gamma_variates",
+    "top_rows",
 ]
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -111,6 +113,9 @@ def _ziggurat_tables() -> tuple[UInt64Array, FloatArray, FloatArray]:
 
 
 _KI, _WI, _FI = _ziggurat_tables()
+
+#: The largest float.
+_FMAX = float(np.finfo(np.float64).max)
 
 #: A generator's state: four 64-bit words.
 State = tuple[np.uint64, np.uint64, np.uint64, np.uint64]
@@ -349,20 +354,42 @@ def beta_top(
         if offset.shape[1]:
             for i in range(k):
                 score[i] += offset[r, i]
+        _top_into(score, best, draws, r)
+
+
+@_inline
+def _top_into(score: FloatArray, best: FloatArray, draws: IntArray, r: int) -> None:
+    """The M largest of ``score`` (K,) into ``draws[r]`` (M = ``draws.shape[1]``), best first,
+    ties to the lower index (an equal score never passes an earlier one); ``best``: (M,)
+    scratch, the scores of ``draws[r]``."""
+    m = draws.shape[1]
+    for i in range(score.size):
+        v = score[i]
+        if i < m:
+            j = i
+        elif v > best[m - 1]:
+            j = m - 1
+        else:
+            continue
+        while j > 0 and best[j - 1] < v:  # insertion after the equal scores
+            best[j] = best[j - 1]
+            draws[r, j] = draws[r, j - 1]
+            j -= 1
+        best[j] = v
+        draws[r, j] = i
+
+
+@_compiled
+def top_rows(scores: FloatArray, lift: bool, draws: IntArray) -> None:
+    """``msroute.policies.team.top_m`` of every row of ``scores`` (R, K), without a mask, into
+    ``draws`` (R, M): the same teams. ``lift``: ``-inf`` counts as the lowest finite float (as
+    top_m's successive argmaxes count it; its stable sort, for a larger M, does not)."""
+    k = scores.shape[1]
+    row, best = np.empty(k), np.empty(draws.shape[1])
+    for r in range(scores.shape[0]):
         for i in range(k):
-            v = score[i]
-            if i < m:
-                j = i
-            elif v > best[m - 1]:
-                j = m - 1
-            else:
-                continue
-            while j > 0 and best[j - 1] < v:  # insertion after the equal scores
-                best[j] = best[j - 1]
-                draws[r, j] = draws[r, j - 1]
-                j -= 1
-            best[j] = v
-            draws[r, j] = i
+            row[i] = max(scores[r, i], -_FMAX) if lift else scores[r, i]
+        _top_into(row, best, draws, r)
 
 
 @_compiled

@@ -98,6 +98,12 @@ def top_m(scores: FloatArray, m: int, eligible: BoolArray | None = None) -> IntA
         order = np.argsort(-work, axis=1, kind="stable")[:, :m].astype(np.int64, copy=False)
         short = np.arange(m) >= eligible.sum(axis=1)[:, None]
         return np.where(short, order[:, :1], order)
+    if scores.shape[0] > 1:  # a batch: one compiled loop, the same teams (numba on first use)
+        from msroute.policies._kernels import top_rows
+
+        out = np.empty((scores.shape[0], m), dtype=np.int64)
+        top_rows(np.asarray(scores, dtype=np.float64), m <= _ARGMAX_LIMIT, out)
+        return out
     if m > _ARGMAX_LIMIT:
         return np.argsort(-scores, axis=1, kind="stable")[:, :m].astype(np.int64, copy=False)
     # Lift -inf to the lowest finite float so the -inf marking a taken expert stays below it.

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem
+from msroute.errors import InvalidValueError
 from msroute.policies import base
 from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.omd import OMDApproachability
@@ -123,6 +124,28 @@ def test_sampling_one_row_is_the_batched_sampling() -> None:
         assert_bitwise(row, both[:1], f"trial {trial}")
         if mask is not None:
             assert mask[0, row[0]].all()  # never an ineligible expert
+
+
+def test_batched_sampling_counts_the_cdf_entries_below_each_uniform() -> None:
+    """The compiled batched sampler (no mask) draws what the comparison form draws: the count of
+    CDF entries at most ``u * total``, capped at K - 1; with zeros, unnormalized rows, ties on
+    exact CDF values and uniforms at the top of the CDF."""
+    rng = np.random.default_rng(8)
+    for trial in range(2000):
+        r, k, m = int(rng.integers(2, 40)), int(rng.integers(1, 60)), int(rng.integers(1, 8))
+        q = rng.random((r, k)) ** float(rng.integers(1, 20)) * (rng.random((r, k)) < 0.7)
+        if trial % 3 == 0:
+            q = np.floor(q * 4.0)  # small integer weights: exact sums, ties on CDF values
+        q[~(q > 0).any(axis=1), 0] = 1.0
+        u = rng.random((r, m))
+        u[:, 0] = np.nextafter(1.0, 0.0)
+        cdf = q.cumsum(axis=1)
+        u[:, -1] = np.minimum(cdf[:, -1 - trial % k] / cdf[:, -1], np.nextafter(1.0, 0.0))
+        scaled = u * cdf[:, -1:]
+        expected = np.minimum((scaled[:, :, None] >= cdf[:, None, :]).sum(axis=2), k - 1)
+        assert_bitwise(sample_multinomial(u, q), expected.astype(np.int64), f"trial {trial}")
+    with pytest.raises(InvalidValueError, match="uniforms for 3 rows"):
+        sample_multinomial(rng.random((3, 2)), np.ones((4, 5)))
 
 
 def test_the_routers_team_cost_adds_the_rows_as_numpy_does() -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "fill_normals",
     "fill_words",
     "gamma_variates",
+    "inverse_cdf_draws",
     "top_rows",
 ]
 
@@ -452,3 +453,28 @@ def credit_beta(alpha: FloatArray, beta: FloatArray, routed: IntArray, success: 
             if not _repeated(routed, r, j):
                 alpha[routed[r, j]] += success[r]
                 beta[routed[r, j]] += 1.0 - success[r]
+
+
+@_compiled
+def inverse_cdf_draws(u: FloatArray, q: FloatArray, out: IntArray) -> None:
+    """:func:`msroute.policies.base.sample_multinomial` of every row, without a mask, in one loop.
+
+    Row ``r``'s CDF is summed one entry after another (as ``cumsum``), each uniform
+    ``u[r, m]`` is scaled by its last entry, and the draw is the number of CDF entries at most
+    the scaled uniform, capped at ``K - 1``: the comparisons of the batched numpy form, counted
+    the same way, so the same draws. ``u`` (R, M), ``q`` (R, K), ``out`` (R, M).
+    """
+    n_runs, k = q.shape
+    cdf = np.empty(k)
+    for r in range(n_runs):
+        total = 0.0
+        for j in range(k):
+            total += q[r, j]
+            cdf[j] = total
+        for m in range(u.shape[1]):
+            x = u[r, m] * total
+            count = 0
+            for j in range(k):
+                if x >= cdf[j]:
+                    count += 1
+            out[r, m] = min(count, k - 1)

@@ -460,11 +460,16 @@ def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None 
 def _sample_rows(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> IntArray:
     """:func:`sample_multinomial` of every row at once: count the CDF entries below each u."""
     k = q.shape[1]
+    if u.shape[0] != q.shape[0]:
+        raise InvalidValueError(f"uniforms for {u.shape[0]} rows, a distribution of {q.shape[0]}")
+    if eligible is None:  # the simulator's case: one compiled loop, the same comparisons
+        from msroute.policies._kernels import inverse_cdf_draws  # numba: imported on first use
+
+        out = np.empty(u.shape, dtype=np.int64)
+        inverse_cdf_draws(u, q, out)
+        return out
     cdf = q.cumsum(axis=1)
     u = u * cdf[:, -1:]
-    if eligible is None:
-        draws = (u[:, :, None] >= cdf[:, None, :]).sum(axis=2)
-        return np.asarray(np.minimum(draws, k - 1), dtype=np.int64)
     last = k - 1 - np.argmax(eligible[:, ::-1], axis=1)
     cdf = np.where(np.arange(k) >= last[:, None], np.inf, cdf)
     return np.asarray((u[:, :, None] >= cdf[:, None, :]).sum(axis=2), dtype=np.int64)

@@ -64,10 +64,10 @@ def test_heavy_libraries_load_where_they_are_used() -> None:
     assert "scipy" in loaded
 
 
-def test_numba_loads_for_batched_thompson_sampling_only() -> None:
-    # A simulation's Thompson sampling draws from the compiled sampler; the live router's
-    # draws from numpy's generator of each decision, so its first decisions never wait for
-    # numba's import (about a second). The same probe sees numba when it is used.
+def test_numba_loads_for_batched_simulation_only() -> None:
+    # A batched simulation runs compiled loops (Thompson sampling's sampler among them); the
+    # live router's TS draws from numpy's generator of each decision, so its first decisions
+    # never wait for numba's import (about a second). The same probe sees numba when used.
     router = (
         "from msroute import Router\n"
         "r = Router({'policy': 'ts-bwk', 'm_draws': 2, 'cost_names': ['usd'], 'seed': 3,\n"

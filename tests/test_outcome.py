@@ -15,10 +15,10 @@ from msroute._outcome import (
     round_outcome,
 )
 from msroute.metrics import time_averaged
-from msroute.policies.base import BasePolicy, Decision
 from msroute.problem import draws_cost, team_cost
 from msroute.reward import draws_sum_max_reward, draws_to_mask
 from msroute.simulate import simulate_summary
+from test_simulate import _spying
 
 
 def _case(
@@ -155,8 +155,7 @@ def test_simulate_records_the_public_functions(n_costs: int, cost_count: str) ->
     batch = ProblemBatch([_problem(c, m) for c in costs])
     run_map = np.array([0, 1, 2, 2, 1, 0])
     policy = RandomPolicy(batch, horizon=horizon, seed=7)
-    seen: list[Decision] = []
-    _spy(policy, seen)
+    seen = _spying(policy)
     env = SequenceEnv(skills)
     traj = simulate({"r": policy}, env, batch, horizon, run_map=run_map, cost_count=cost_count)
     for t, decision in enumerate(seen):
@@ -179,17 +178,6 @@ def test_simulate_records_the_public_functions(n_costs: int, cost_count: str) ->
         cost_count=cost_count,
     )["r"]
     np.testing.assert_array_equal(summary.avg_cost, time_averaged(traj["r"].costs))
-
-
-def _spy(pol: BasePolicy, seen: list[Decision]) -> None:
-    original = pol.select
-
-    def spy(context: object = None, eligible: object = None) -> Decision:
-        decision = original(context, eligible)  # type: ignore[arg-type]
-        seen.append(decision)
-        return decision
-
-    pol.select = spy  # type: ignore[method-assign]
 
 
 def test_compile_ahead_loads_the_round_for_the_workers() -> None:

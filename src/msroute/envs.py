@@ -59,6 +59,7 @@ from msroute.errors import InvalidValueError
 
 __all__ = [
     "MEAN_CLIP",
+    "ChunkCache",
     "RegimeSwitchingEnv",
     "SeedArg",
     "SequenceEnv",
@@ -141,6 +142,31 @@ def _check_fraction(value: float, name: str, *, low_open: bool) -> float:
 
 
 # ---------------------------------------------------------------------------- Beta envs
+class ChunkCache(OrderedDict[int, FloatArray]):
+    """The most recently used chunks of skills (index -> rounds, read-only), at most ``size``:
+    the least recently used one goes first. Shared by the Beta environments and a batch that
+    stacks them (:class:`msroute.experiments.common.StackedEnv`)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def use(self, c: int) -> FloatArray | None:
+        """Chunk ``c`` if it is kept (it becomes the most recently used), else None."""
+        hit = self.get(c)
+        if hit is not None:
+            self.move_to_end(c)
+        return hit
+
+    def store(self, c: int, chunk: FloatArray) -> FloatArray:
+        """Keep ``chunk`` as chunk ``c``, read-only, and return it."""
+        chunk.setflags(write=False)
+        self[c] = chunk
+        while len(self) > self.size:
+            self.popitem(last=False)
+        return chunk
+
+
 class _BetaEnv:
     """Chunked, cached Beta noise around per-round means; subclasses define the means."""
 
@@ -186,7 +212,7 @@ class _BetaEnv:
         full = np.broadcast_to(base, (r, self.n_dims, self.n_experts)).copy()
         full.setflags(write=False)
         self.skills_base: FloatArray = full
-        self._cache: OrderedDict[int, FloatArray] = OrderedDict()
+        self._cache = ChunkCache(self.cache_chunks)
 
     # -- the means ---------------------------------------------------------------------
     def _means(self, start: int, stop: int) -> FloatArray:
@@ -238,17 +264,12 @@ class _BetaEnv:
 
     def _chunk(self, c: int) -> FloatArray:
         """Rounds ``[c * chunk_size, (c + 1) * chunk_size)`` (cut at the horizon), cached."""
-        hit = self._cache.get(c)
+        hit = self._cache.use(c)
         if hit is not None:
-            self._cache.move_to_end(c)
             return hit
         out = np.empty((self.chunk_length(c), self.n_runs, self.n_dims, self.n_experts))
         self.fill_chunk(c, out)
-        out.setflags(write=False)
-        self._cache[c] = out
-        while len(self._cache) > self.cache_chunks:
-            self._cache.popitem(last=False)
-        return out
+        return self._cache.store(c, out)
 
     def chunk_length(self, c: int) -> int:
         """Rounds in chunk ``c``: ``chunk_size``, or fewer for the last chunk of a horizon."""

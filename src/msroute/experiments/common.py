@@ -19,7 +19,6 @@ import json
 import warnings
 import zipfile
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -35,7 +34,7 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
-from msroute.envs import RegimeSwitchingEnv, StochasticEnv, check_range
+from msroute.envs import ChunkCache, RegimeSwitchingEnv, StochasticEnv, check_range
 from msroute.errors import CacheWarning, InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.output import Progress
@@ -195,7 +194,7 @@ class StackedEnv:
         self.chunk_size: int = sizes.pop()
         self.cache_chunks: int = min(e.cache_chunks for e in envs)
         self._offsets = np.cumsum([0, *(e.n_runs for e in envs)]).tolist()
-        self._cache: OrderedDict[int, FloatArray] = OrderedDict()
+        self._cache = ChunkCache(self.cache_chunks)
 
     def skills(self, start: int, stop: int) -> FloatArray:
         """Skills of rounds ``[start, stop)``, shape (stop - start, R, N, K), read-only: a view
@@ -219,22 +218,14 @@ class StackedEnv:
     def _length(self, c: int) -> int:
         return min(e.chunk_length(c) for e in self.envs)  # cut at the shortest horizon
 
-    def _store(self, c: int, chunk: FloatArray) -> FloatArray:
-        chunk.setflags(write=False)
-        self._cache[c] = chunk
-        while len(self._cache) > self.cache_chunks:
-            self._cache.popitem(last=False)
-        return chunk
-
     def _chunk(self, c: int) -> FloatArray:
-        hit = self._cache.get(c)
+        hit = self._cache.use(c)
         if hit is not None:
-            self._cache.move_to_end(c)
             return hit
         out = np.empty((self._length(c), self.n_runs, self.n_dims, self.n_experts))
         for e, lo in zip(self.envs, self._offsets, strict=False):
             e.fill_chunk(c, out[:, lo : lo + e.n_runs])
-        return self._store(c, out)
+        return self._cache.store(c, out)
 
     def draw_ahead(self, stop: int, threads: int) -> None:
         """Draw every chunk of rounds ``[0, stop)`` into the cache, each environment's runs by
@@ -252,7 +243,7 @@ class StackedEnv:
         with ThreadPoolExecutor(max_workers=max(1, min(threads, len(self.envs)))) as pool:
             list(pool.map(draw, range(len(self.envs))))
         for c, out in chunks.items():
-            self._store(c, out)
+            self._cache.store(c, out)
 
 
 #: The environment of a cell: one kind, or several side by side.

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from msroute.cli import main
+from msroute.experiments import backends
 from msroute.experiments.backends import BackendError, LocalBackend, RayBackend, make_backend
 from msroute.experiments.fig2 import Fig2Config, run_fig2
 
@@ -36,7 +37,9 @@ def _descendants() -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts processes through /proc")
-def test_ray_backend_matches_local_resumes_and_leaves_no_process(tmp_path: Path) -> None:
+def test_ray_backend_matches_local_resumes_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("ray", reason="Ray is in the test extra; install .[test]")
     cfg = Fig2Config(seeds=2, horizon=1000)  # --quick
     local = run_fig2(cfg, tmp_path / "local", jobs=1, plot=False, quiet=True)
@@ -52,6 +55,15 @@ def test_ray_backend_matches_local_resumes_and_leaves_no_process(tmp_path: Path)
         assert run_fig2(cfg, out, backend=backend, plot=False, quiet=True) == local
         assert cells[0].exists()
         assert all(p.stat().st_mtime_ns == stamps[p] for p in cells[1:])  # not recomputed
+        # A node that runs other msroute code than the driver: its cell is refused, not stored.
+        with monkeypatch.context() as patch:
+            patch.setattr(backends, "_build_id", lambda: "0.0.0 (code 0123456789abcdef)")
+            one = Fig2Config(seeds=1, horizon=50, policies=("random",), envs=("stochastic",))
+            with pytest.raises(
+                BackendError, match=r"a Ray node runs msroute .* the driver 0\.0\.0"
+            ):
+                run_fig2(one, tmp_path / "other", backend=backend, plot=False, quiet=True)
+        assert not list((tmp_path / "other").rglob("*.npz"))
     deadline = time.monotonic() + 30.0
     while _descendants() - before and time.monotonic() < deadline:
         time.sleep(0.5)

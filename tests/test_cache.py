@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import msroute
+from msroute._build import tree_digest
 from msroute.cli import main
 from msroute.errors import CacheWarning
+from msroute.experiments import common
 from msroute.experiments import fig2 as fig2_module
 from msroute.experiments.common import CellSpec, _cell_path, load_cell, save_cell
 from msroute.experiments.fig2 import Fig2Config, run_fig2
@@ -92,6 +94,11 @@ def test_a_stale_or_foreign_cell_is_recomputed_silently(
     path = _cell_path(tmp_path, SPEC)
     monkeypatch.setattr(msroute._version, "__version__", "0.0.0-other")
     assert load_cell(tmp_path, SPEC) is None  # no warning: pytest turns one into an error
+    monkeypatch.undo()
+    assert load_cell(tmp_path, SPEC) is not None
+    # The same version, other code (a development checkout that changed a stream): stale too.
+    monkeypatch.setattr(common, "code_digest", lambda: "0123456789abcdef")
+    assert load_cell(tmp_path, SPEC) is None
     # A cell in the format of an older msroute (a bare stamp, no manifest) is stale, not damaged.
     monkeypatch.undo()
     old = json.dumps({"msroute": msroute.__version__, "experiment": "t"})
@@ -146,3 +153,25 @@ def test_a_damaged_cell_is_recomputed_in_a_sweep(
     with pytest.warns(CacheWarning):
         assert run_fig2(cfg, tmp_path, plot=False, quiet=True) == first
     assert calls == ["random"]
+
+
+def test_the_code_digest_follows_the_code_and_data_not_the_caches(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "data").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "data" / "crowd.txt").write_text("1 2 3\n")
+    first = tree_digest(package)
+    assert len(first) == 16 and int(first, 16) >= 0 and tree_digest(package) == first
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"compiled")
+    (package / "__pycache__" / "k.py").write_text("a cache, whatever its suffix")
+    (package / "kernels.nbi").write_bytes(b"numba's index")
+    assert tree_digest(package) == first
+    (package / "a.py").write_text("x = 2\n")
+    assert tree_digest(package) != first
+    (package / "a.py").write_text("x = 1\n")
+    (package / "data" / "crowd.txt").write_text("1 2 4\n")
+    assert tree_digest(package) != first
+    (package / "data" / "crowd.txt").write_text("1 2 3\n")
+    (package / "data" / "crowd.txt").rename(package / "data" / "moved.txt")
+    assert tree_digest(package) != first  # the paths count, not only the bytes

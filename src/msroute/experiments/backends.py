@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
+from msroute._build import code_digest
 from msroute._version import __version__
 from msroute.errors import InvalidValueError, MSRouteError
 
@@ -36,7 +37,7 @@ Done = Callable[[int, Any], None]
 
 class BackendError(MSRouteError, RuntimeError):
     """A backend cannot run: Ray is not installed, its cluster cannot be reached, or a cluster
-    node runs another msroute version."""
+    node runs other msroute code than the driver."""
 
 
 class Backend(Protocol):
@@ -110,8 +111,13 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 def _versioned(worker: Worker, spec: Any) -> tuple[str, Any]:
-    """What a Ray task runs: the cell, and the msroute version of the node that ran it."""
-    return __version__, worker(spec)
+    """What a Ray task runs: the cell, and the msroute build of the node that ran it."""
+    return _build_id(), worker(spec)
+
+
+def _build_id() -> str:
+    """The msroute version and code (:func:`msroute._build.code_digest`) of this process."""
+    return f"{__version__} (code {code_digest()})"
 
 
 class RayBackend:
@@ -122,8 +128,8 @@ class RayBackend:
     address : str, optional
         The cluster to join (``HOST:PORT`` of its head node, ``ray://HOST:PORT`` for Ray
         Client, or ``"auto"``); None starts a local runtime for the sweep and stops it after.
-        Every node must run the driver's msroute version (a cell from another version is
-        refused, since it may hold other numbers).
+        Every node must run the driver's msroute, the same version and code (a cell from
+        other code is refused, since it may hold other numbers).
     num_cpus : int, optional
         CPUs of the local runtime (default: Ray's choice, all cores); ignored with ``address``.
 
@@ -194,11 +200,11 @@ class RayBackend:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 i = pending.pop(ready[0])
-                version, result = ray.get(ready[0])
-                if version != __version__:
+                build, result = ray.get(ready[0])
+                if build != _build_id():
                     raise BackendError(
-                        f"a Ray node runs msroute {version}, the driver {__version__}: install "
-                        "the driver's version on every node"
+                        f"a Ray node runs msroute {build}, the driver {_build_id()}: install "
+                        "the driver's msroute on every node"
                     )
                 done(i, result)
         finally:

@@ -30,6 +30,7 @@ import numpy as np
 
 from msroute import _version
 from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
+from msroute._build import code_digest
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
@@ -519,10 +520,11 @@ def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
 
 
 def _cell_stamp(spec: CellSpec) -> dict[str, Any]:
-    """What a cached cell must match to be reused: its specification and the msroute version
-    that computed it (another version may compute other numbers, so its cells are redone)."""
+    """What a cached cell must match to be reused: its specification, and the msroute version
+    and code (:func:`msroute._build.code_digest`) that computed it: other code may compute
+    other numbers under the same version, so its cells are redone."""
     stamp: dict[str, Any] = json.loads(json.dumps(asdict(spec), default=str))
-    return {"msroute": _version.__version__, **stamp}
+    return {"msroute": _version.__version__, "code": code_digest(), **stamp}
 
 
 def _digest(arr: np.ndarray) -> str:
@@ -677,8 +679,12 @@ def run_cells(
             runner = backend or LocalBackend(jobs)
             order = _costliest_first(specs, todo)
             if isinstance(runner, LocalBackend) and runner.forks(len(todo)):
-                draw_ahead(specs[order[0]], runner.jobs)
-                compile_ahead()
+                with ThreadPoolExecutor(max_workers=1) as loader:
+                    # Loading the machine code is Python work under the GIL; the draws run
+                    # without it: the two overlap instead of following each other.
+                    loaded = loader.submit(compile_ahead)
+                    draw_ahead(specs[order[0]], runner.jobs)
+                    loaded.result()
             try:
                 runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
             finally:

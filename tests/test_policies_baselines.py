@@ -205,6 +205,32 @@ def test_dual_penalty_sign_steers_away_from_upper_toward_lower():
     np.testing.assert_allclose(dual.value(np.array([[1.0, 2.0]])), [-2.0 + 2.0])
 
 
+@pytest.mark.parametrize("k", [1, 2, 7, 50])
+def test_dual_penalty_of_a_batch_is_that_of_each_run_alone(k):
+    # A batch of runs is priced by a compiled loop where it agrees with numpy's product (a
+    # single run keeps numpy's): the same floats, on costs spread over seven decades, where
+    # the orders of the two products' sum differ.
+    rng = np.random.default_rng(5)
+    r = 6
+    lo, hi = np.full((r, 2), -np.inf), rng.uniform(0.5, 2.0, (r, 2))
+    scale = 10.0 ** rng.integers(-2, 3, (r, 2))
+    batch = LagrangianDual(lo, hi, step=0.3, scale=scale)
+    alone = [
+        LagrangianDual(lo[i : i + 1], hi[i : i + 1], step=0.3, scale=scale[i : i + 1])
+        for i in range(r)
+    ]
+    costs = rng.random((r, k, 2)) * 10.0 ** rng.integers(-3, 4, (r, k, 2))
+    for _ in range(4):
+        cost = rng.random((r, 2)) * 3.0
+        batch.step(cost)
+        for i, dual in enumerate(alone):
+            dual.step(cost[i : i + 1])
+        penalty = batch.penalty(costs)
+        for i, dual in enumerate(alone):
+            np.testing.assert_array_equal(penalty[i], dual.penalty(costs[i : i + 1])[0])
+    assert np.count_nonzero(batch.lam) > r
+
+
 def test_dual_both_bounds_on_one_coordinate_and_absent_bounds_per_run():
     # Run 0: 0.2 <= x <= 0.4. Run 1: no bound at all on the coordinate.
     dual = LagrangianDual(np.array([[0.2], [-np.inf]]), np.array([[0.4], [np.inf]]), step=1.0)
@@ -345,6 +371,27 @@ def test_ts_default_scale_is_the_running_maximum():
         before = pol.posterior.alpha[0, 0]
         pol.update(routed(pol, [[0, 1]]), np.array([r]), np.zeros((1, 2)))
         assert pol.posterior.alpha[0, 0] - before == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("scale", [None, 2.0])
+def test_ts_learns_the_same_in_a_batch_as_alone(scale):
+    # A batch learns in one compiled loop, a single run by numpy: the same posteriors and
+    # running maxima, with rewards of 0 (a maximum still 0), below and above the scale
+    # (clipped) and repeated draws (credited once).
+    rng = np.random.default_rng(8)
+    r = 5
+    batch = ThompsonSampling(FREE, horizon=T, n_runs=r, reward_scale=scale, warmup=1)
+    alone = [ThompsonSampling(FREE, horizon=T, reward_scale=scale, warmup=1) for _ in range(r)]
+    for t in range(30):
+        draws = rng.integers(0, K, (r, M))
+        reward = rng.random(r) * rng.choice([0.0, 1.0, 3.0, 10.0], r) * (t > 0)
+        batch.update(routed(batch, draws.tolist()), reward, np.zeros((r, 2)))
+        for i, pol in enumerate(alone):
+            pol.update(routed(pol, draws[i : i + 1].tolist()), reward[i : i + 1], np.zeros((1, 2)))
+    for i, pol in enumerate(alone):
+        np.testing.assert_array_equal(batch.posterior.alpha[i], pol.posterior.alpha[0])
+        np.testing.assert_array_equal(batch.posterior.beta[i], pol.posterior.beta[0])
+        np.testing.assert_array_equal(batch._reward_max[i], pol._reward_max[0])
 
 
 def test_moe_reinforce_step_by_hand():

@@ -41,7 +41,7 @@ from msroute.policies._kernels import _compiled
 
 F = TypeVar("F", bound=Callable[..., object])
 
-__all__ = ["PAIR_COSTS", "blas_pairs_order", "round_outcome"]
+__all__ = ["PAIR_COSTS", "blas_pairs_order", "pair_costs", "round_outcome"]
 
 #: Cost modes of :func:`round_outcome`: none (the caller computes it), per draw, distinct
 #: experts summed in OpenBLAS's pair order.
@@ -110,6 +110,41 @@ def _pairwise_sum(x: FloatArray, n: int) -> float:
     return float(partial[0])
 
 
+@_compiled
+def _pair_cost(
+    draws: IntArray, costs: FloatArray, r: int, routed: IntArray, cost: FloatArray
+) -> None:
+    """``cost[r]``: the cost of run ``r``'s distinct draws, summed in :data:`PAIR_COSTS` order;
+    ``routed``: (M,) scratch."""
+    k, d = costs.shape[1], costs.shape[2]
+    blocks = k - k % 4  # dgemv_n's blocks of four experts
+    # The distinct draws in increasing order (insertion sort of M values).
+    size = 0
+    for j in range(draws.shape[1]):
+        e = draws[r, j]
+        pos = size
+        while pos > 0 and routed[pos - 1] > e:
+            pos -= 1
+        if pos > 0 and routed[pos - 1] == e:
+            continue
+        for i in range(size, pos, -1):
+            routed[i] = routed[i - 1]
+        routed[pos] = e
+        size += 1
+    for c in range(d):
+        total = 0.0
+        i = 0
+        while i < size:
+            e = routed[i]
+            term = costs[r, e, c]
+            if e < blocks and e % 2 == 0 and i + 1 < size and routed[i + 1] == e + 1:
+                term += costs[r, e + 1, c]  # the pair (e, e + 1) of a block
+                i += 1
+            total += term
+            i += 1
+        cost[r, c] = total
+
+
 def _eager(signature: object) -> Callable[[F], F]:
     """Compiled for one signature when first imported, cached on disk where a cache directory
     is writable."""
@@ -175,7 +210,6 @@ def round_outcome(
     n_runs, m = draws.shape
     n_dims, k = skills.shape[1], skills.shape[2]
     d = costs.shape[2]
-    blocks = k - k % 4  # dgemv_n's blocks of four experts
     maxima = np.empty(n_dims)
     routed = np.empty(m, dtype=np.int64)
     picked = np.empty(m)
@@ -203,32 +237,17 @@ def round_outcome(
                     total += costs[r, draws[r, j], c]
                 cost[r, c] = total
         elif mode == PAIR_COSTS:
-            # The distinct draws in increasing order (insertion sort of M values).
-            size = 0
-            for j in range(m):
-                e = draws[r, j]
-                pos = size
-                while pos > 0 and routed[pos - 1] > e:
-                    pos -= 1
-                if pos > 0 and routed[pos - 1] == e:
-                    continue
-                for i in range(size, pos, -1):
-                    routed[i] = routed[i - 1]
-                routed[pos] = e
-                size += 1
-            for c in range(d):
-                total = 0.0
-                i = 0
-                while i < size:
-                    e = routed[i]
-                    term = costs[r, e, c]
-                    if e < blocks and e % 2 == 0 and i + 1 < size and routed[i + 1] == e + 1:
-                        term += costs[r, e + 1, c]  # the pair (e, e + 1) of a block
-                        i += 1
-                    total += term
-                    i += 1
-                cost[r, c] = total
+            _pair_cost(draws, costs, r, routed, cost)
     return -1
+
+
+@_compiled
+def pair_costs(draws: IntArray, costs: FloatArray, cost: FloatArray) -> None:
+    """``cost`` (R, d) = ``team_cost(draws_to_mask(draws, K), costs)`` of the draws (R, M) in
+    range, in :data:`PAIR_COSTS` order (the product's floats where :func:`blas_pairs_order`)."""
+    routed = np.empty(draws.shape[1], dtype=np.int64)
+    for r in range(draws.shape[0]):
+        _pair_cost(draws, costs, r, routed, cost)
 
 
 def _probe(d: int) -> tuple[IntArray, FloatArray]:

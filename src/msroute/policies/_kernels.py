@@ -48,7 +48,10 @@ from typing import TypeVar, cast
 
 import numba
 import numpy as np
+from llvmlite import ir  # type: ignore[import-untyped]
 from numba import float64, uint64
+from numba.core import types
+from numba.extending import intrinsic
 
 from msroute._validation import FloatArray, IntArray, UInt64Array
 from msroute.errors import InvalidValueError
@@ -58,10 +61,12 @@ __all__ = [
     "beta_variates",
     "credit_beta",
     "credit_shared",
+    "credit_thompson",
     "fill_normals",
     "fill_words",
     "gamma_variates",
     "inverse_cdf_draws",
+    "penalties",
     "top_rows",
 ]
 
@@ -441,6 +446,17 @@ def credit_shared(
             rsqrt[i] = 1.0 / math.sqrt(n)
 
 
+@_inline
+def _credit_beta_row(
+    alpha: FloatArray, beta: FloatArray, routed: IntArray, r: int, success: float
+) -> None:
+    """``alpha_i += s``, ``beta_i += 1 - s`` for each distinct flat index of ``routed[r]``."""
+    for j in range(routed.shape[1]):
+        if not _repeated(routed, r, j):
+            alpha[routed[r, j]] += success
+            beta[routed[r, j]] += 1.0 - success
+
+
 @_compiled
 def credit_beta(alpha: FloatArray, beta: FloatArray, routed: IntArray, success: FloatArray) -> None:
     """:meth:`msroute.policies.team.BetaPosterior.update` of a batch, in one loop.
@@ -449,10 +465,38 @@ def credit_beta(alpha: FloatArray, beta: FloatArray, routed: IntArray, success: 
     credited once; ``success`` (R,): ``alpha_i += s``, ``beta_i += 1 - s``.
     """
     for r in range(routed.shape[0]):
-        for j in range(routed.shape[1]):
-            if not _repeated(routed, r, j):
-                alpha[routed[r, j]] += success[r]
-                beta[routed[r, j]] += 1.0 - success[r]
+        _credit_beta_row(alpha, beta, routed, r, success[r])
+
+
+@_compiled
+def credit_thompson(
+    alpha: FloatArray,
+    beta: FloatArray,
+    routed: IntArray,
+    reward: FloatArray,
+    scale: float,
+    reward_max: FloatArray,
+) -> None:
+    """Thompson sampling's update of a batch (:class:`msroute.policies.bandit.ThompsonSampling`),
+    in one loop: each run's success, then :func:`credit_beta`.
+
+    The success is ``reward / scale`` when ``scale > 0``; else the running maximum ``reward_max``
+    (R,) takes the reward in and the success is ``reward / reward_max`` (``/ 1`` while the
+    maximum is 0); clipped to ``[0, 1]``. The same floats as the numpy update: ``np.maximum`` and
+    ``np.minimum`` written out (the first argument when it wins or is NaN, else the second).
+    """
+    for r in range(routed.shape[0]):
+        x = reward[r]
+        if scale > 0.0:
+            s = x / scale
+        else:
+            top = reward_max[r]
+            top = top if top > x or top != top else x
+            reward_max[r] = top
+            s = x / (top if top > 0.0 else 1.0)
+        s = s if s > 0.0 or s != s else 0.0
+        s = s if s < 1.0 or s != s else 1.0
+        _credit_beta_row(alpha, beta, routed, r, s)
 
 
 @_compiled
@@ -478,3 +522,38 @@ def inverse_cdf_draws(u: FloatArray, q: FloatArray, out: IntArray) -> None:
                 if x >= cdf[j]:
                     count += 1
             out[r, m] = min(count, k - 1)
+
+
+@intrinsic
+def _fma_intrinsic(
+    typingctx: object, a: types.Type, b: types.Type, c: types.Type
+) -> tuple[object, object]:
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context: object, builder: ir.IRBuilder, signature: object, args: object) -> object:
+        f64 = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(f64, [f64] * 3))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+#: ``_fma(a, b, c)``: ``a b + c`` rounded once (LLVM's ``llvm.fma.f64``, in software where the
+#: CPU has no FMA instruction).
+_fma = cast(Callable[[float, float, float], float], _fma_intrinsic)
+
+
+@_compiled
+def penalties(costs: FloatArray, weights: FloatArray, out: FloatArray) -> None:
+    """``out[r, i] = costs[r, i] . weights[r]`` for d = 2 cost coordinates, summed as OpenBLAS's
+    ``dgemv`` sums numpy's ``matmul(costs, weights[:, :, None])`` (x86-64, FMA): the second
+    product rounded, then the first added to it by a fused multiply-add.
+
+    :meth:`msroute.policies.lagrangian.LagrangianDual.penalty` checks once per process and per
+    K that numpy's product gives these floats before it uses this loop. ``costs`` (R, K, 2),
+    ``weights`` (R, 2), ``out`` (R, K).
+    """
+    for r in range(costs.shape[0]):
+        w0, w1 = weights[r, 0], weights[r, 1]
+        for i in range(costs.shape[1]):
+            out[r, i] = _fma(costs[r, i, 0], w0, costs[r, i, 1] * w1)

@@ -295,6 +295,14 @@ class ThompsonSampling(TeamRounds, BasePolicy):
         return self.posterior.top(self.streams, self.m_draws, penalty)  # one compiled loop
 
     def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        if routed.shape[0] > 1:  # a batch: one compiled loop, the same floats (numba on first use)
+            from msroute.policies._kernels import credit_thompson
+
+            post = self.posterior
+            scale = 0.0 if self.reward_scale is None else self.reward_scale
+            alpha, beta = post.alpha.reshape(-1), post.beta.reshape(-1)
+            credit_thompson(alpha, beta, routed, reward, scale, self._reward_max)
+            return
         if self.reward_scale is not None:
             success = reward / self.reward_scale
         else:

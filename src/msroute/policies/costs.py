@@ -113,7 +113,7 @@ class CostEstimate:
             counts = draw_counts(draws, k)
         if self.mode == "distinct":
             m = np.minimum(counts, 1.0)  # the routed experts' 0/1 mask, as floats
-            predicted = team_cost(m, self.costs)
+            predicted = _distinct_cost(draws, m, self.costs)
         else:
             predicted = draws_cost(draws, self.costs)
             m = counts
@@ -126,3 +126,16 @@ class CostEstimate:
         self.costs = np.maximum(
             self.costs + share / (self.prior_weight + self.n_obs)[:, :, None], 0.0
         )
+
+
+def _distinct_cost(draws: IntArray, mask: FloatArray, costs: FloatArray) -> FloatArray:
+    """``team_cost(mask, costs)`` of the draws' (R, M) 0/1 mask: a batch's (R, K, 2 or 3) costs
+    in one compiled loop where that gives the product's floats (:mod:`msroute._outcome`)."""
+    if draws.shape[0] > 1 and costs.shape[2] in (2, 3) and costs.flags.c_contiguous:
+        from msroute import _outcome  # numba: imported on first use
+
+        if _outcome.blas_pairs_order():
+            out = np.empty((draws.shape[0], costs.shape[2]))
+            _outcome.pair_costs(np.asarray(draws, dtype=np.int64), costs, out)
+            return out
+    return team_cost(mask, costs)

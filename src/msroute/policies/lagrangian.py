@@ -39,6 +39,7 @@ does what Section 6.3 says it does ("steering away from constraint-violating arm
 
 from __future__ import annotations
 
+from functools import cache
 from typing import ClassVar, Literal, get_args
 
 import numpy as np
@@ -163,12 +164,29 @@ class LagrangianDual:
     def penalty(self, costs: FloatArray) -> FloatArray:
         """The score term ``(lambda ⊙ sign)^T C[:, i]`` of every expert, shape (R, K).
 
+        A batch's (R, K, 2) costs are priced in one compiled loop where it gives numpy's
+        floats (:func:`_compiled_penalty_agrees`), else by numpy's product.
+
         Parameters
         ----------
         costs : ndarray, shape (R, K, d) or (K, d)
             Cost vectors of the experts (per run, or shared).
         """
-        return np.asarray(np.matmul(costs, self.weights()[:, :, None])[..., 0], dtype=np.float64)
+        w = self.weights()
+        if (
+            costs.ndim == 3
+            and costs.shape[0] > 1
+            and costs.shape[2] == 2
+            and costs.flags.c_contiguous
+            and costs.dtype == np.float64
+            and _compiled_penalty_agrees(costs.shape[1])
+        ):
+            from msroute.policies._kernels import penalties  # numba: imported on first use
+
+            out = np.empty(costs.shape[:2])
+            penalties(costs, w, out)
+            return out
+        return _matmul_penalty(costs, w)
 
     def value(self, cost: FloatArray) -> FloatArray:
         """``(lambda ⊙ sign)^T x`` for one cost vector per run: cost (R, d) -> (R,)."""
@@ -197,3 +215,28 @@ class LagrangianDual:
         v *= self.step_size
         v += self.lam
         self.lam = np.maximum(0.0, v, out=v)
+
+
+def _matmul_penalty(costs: FloatArray, weights: FloatArray) -> FloatArray:
+    """numpy's ``costs . weights`` per expert: costs (R, K, d) or (K, d), weights (R, d)."""
+    return np.asarray(np.matmul(costs, weights[:, :, None])[..., 0], dtype=np.float64)
+
+
+@cache
+def _compiled_penalty_agrees(n_experts: int) -> bool:
+    """Whether :func:`msroute.policies._kernels.penalties` gives numpy's floats for K experts.
+
+    numpy hands the product to its BLAS, whose order of operations depends on the library, the
+    CPU and the shapes (with K = 1 numpy takes a dot product instead); probed once per process
+    and K on costs and weights spread over seven decades, of both signs, where a plain sum, an
+    FMA the other way round and this one differ.
+    """
+    from msroute.policies._kernels import penalties
+
+    rng = np.random.default_rng(20240602)
+    n_runs = 16
+    costs = rng.random((n_runs, n_experts, 2)) * 10.0 ** rng.integers(-3, 4, (n_runs, n_experts, 2))
+    weights = rng.normal(size=(n_runs, 2)) * 10.0 ** rng.integers(-3, 4, (n_runs, 2))
+    got = np.empty((n_runs, n_experts))
+    penalties(costs, weights, got)
+    return bool(np.array_equal(got, _matmul_penalty(costs, weights)))

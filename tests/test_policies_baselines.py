@@ -231,6 +231,43 @@ def test_dual_penalty_of_a_batch_is_that_of_each_run_alone(k):
     assert np.count_nonzero(batch.lam) > r
 
 
+@pytest.mark.parametrize("violation", ["average", "round"])
+@pytest.mark.parametrize("box", ["upper", "mixed"])
+def test_dual_steps_the_same_in_a_batch_as_alone(violation, box):
+    # A batch steps in one compiled loop, a single run by numpy: the same multipliers, with
+    # upper bounds on every coordinate (the usual box) or with lower bounds and bounds some
+    # runs lack, multipliers that grow and fall back to 0.
+    rng = np.random.default_rng(9)
+    r = 5
+    hi = rng.uniform(0.5, 2.0, (r, 3))
+    lo = np.full((r, 3), -np.inf)
+    if box == "mixed":
+        hi[1, 0] = np.inf
+        lo[:, 2], lo[3, 2] = rng.uniform(0.1, 0.4, r), -np.inf
+    scale = 10.0 ** rng.integers(-2, 3, (r, 3))
+    batch = LagrangianDual(lo, hi, step=0.7, violation=violation, scale=scale)
+    alone = [
+        LagrangianDual(
+            lo[i : i + 1], hi[i : i + 1], step=0.7, violation=violation, scale=scale[i : i + 1]
+        )
+        for i in range(r)
+    ]
+    for t in range(40):
+        cost = rng.random((r, 3)) * (3.0 if t < 20 else 0.2) * scale
+        batch.step(cost)
+        for i, dual in enumerate(alone):
+            dual.step(cost[i : i + 1])
+            # The batch's rows are every run's bounds; a run alone has its own bounds' rows.
+            rows = [(c, g) for c, g in zip(batch.coord.tolist(), batch.sign.tolist(), strict=True)]
+            own = [
+                rows.index(row) for row in zip(dual.coord.tolist(), dual.sign.tolist(), strict=True)
+            ]
+            np.testing.assert_array_equal(batch.lam[i, own], dual.lam[0])
+            assert np.count_nonzero(np.delete(batch.lam[i], own)) == 0
+            np.testing.assert_array_equal(batch._cost_sum[i], dual._cost_sum[0])
+    assert 0 < np.count_nonzero(batch.lam) < batch.lam.size
+
+
 def test_dual_both_bounds_on_one_coordinate_and_absent_bounds_per_run():
     # Run 0: 0.2 <= x <= 0.4. Run 1: no bound at all on the coordinate.
     dual = LagrangianDual(np.array([[0.2], [-np.inf]]), np.array([[0.4], [np.inf]]), step=1.0)

@@ -53,7 +53,7 @@ from numba import float64, uint64
 from numba.core import types
 from numba.extending import intrinsic
 
-from msroute._validation import FloatArray, IntArray, UInt64Array
+from msroute._validation import BoolArray, FloatArray, IntArray, UInt64Array
 from msroute.errors import InvalidValueError
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "credit_beta",
     "credit_shared",
     "credit_thompson",
+    "dual_step",
     "fill_normals",
     "fill_words",
     "gamma_variates",
@@ -497,6 +498,40 @@ def credit_thompson(
         s = s if s > 0.0 or s != s else 0.0
         s = s if s < 1.0 or s != s else 1.0
         _credit_beta_row(alpha, beta, routed, r, s)
+
+
+@_compiled
+def dual_step(
+    lam: FloatArray,
+    cost_sum: FloatArray,
+    cost: FloatArray,
+    n_steps: int,
+    coord: IntArray,
+    row_scale: FloatArray,
+    bound: FloatArray,
+    neg_sign: FloatArray,
+    active: BoolArray,
+    step: float,
+    out: FloatArray,
+) -> None:
+    """:meth:`msroute.policies.lagrangian.LagrangianDual.step` of a batch, in one loop.
+
+    ``out`` (R, B) gets the new multipliers from ``lam``; with ``n_steps > 0`` (the running
+    average) ``cost_sum`` (R, d) first takes the round's ``cost`` (R, d) in. Each value with
+    the numpy step's operations: the average ``cost_sum / n_steps``, the violation
+    ``-sign * (x / scale - bound)`` (0 without a bound), times the step, plus ``lambda``, then
+    ``np.maximum(0.0, v)`` written out (``v`` unless 0 is larger).
+    """
+    for r in range(lam.shape[0]):
+        if n_steps > 0:
+            for j in range(cost.shape[1]):
+                cost_sum[r, j] += cost[r, j]
+        for b in range(lam.shape[1]):
+            j = coord[b]
+            x = cost_sum[r, j] / n_steps if n_steps > 0 else cost[r, j]
+            v = neg_sign[b] * (x / row_scale[r, b] - bound[r, b]) if active[r, b] else 0.0
+            v = v * step + lam[r, b]
+            out[r, b] = 0.0 if v < 0.0 else v
 
 
 @_compiled

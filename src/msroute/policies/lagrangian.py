@@ -204,8 +204,32 @@ class LagrangianDual:
         return np.where(self._active, self._neg_sign * gap, 0.0)
 
     def step(self, cost: FloatArray) -> None:
-        """One projected subgradient-ascent step with the round's realized costs (R, d)."""
+        """One projected subgradient-ascent step with the round's realized costs (R, d).
+
+        A batch of runs steps in one compiled loop (the same floats; numba on first use), a
+        single run (a live router) by numpy.
+        """
         self.n_steps += 1
+        if self.lam.shape[0] > 1:
+            from msroute.policies._kernels import dual_step
+
+            average = self.violation == "average"
+            lam = np.empty(self.lam.shape)
+            dual_step(
+                self.lam,
+                self._cost_sum,
+                np.asarray(cost, dtype=np.float64),
+                self.n_steps if average else 0,
+                self.coord,
+                self._row_scale,
+                self._bound,
+                self._neg_sign,
+                self._active,
+                self.step_size,
+                lam,
+            )
+            self.lam = lam
+            return
         if self.violation == "average":
             self._cost_sum += cost
             x = self._cost_sum / self.n_steps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -488,3 +489,80 @@ def test_the_exact_fallback_agrees_with_the_floating_point_solver(
     np.testing.assert_allclose(qe, q, atol=1e-9)
     assert abs(qe.sum() - 1.0) <= 1e-15 * 8 and abs(a @ qe - b) <= 1e-14
     assert mue == pytest.approx(float(mu), rel=1e-7, abs=1e-9)
+
+
+def test_exact_search_is_bounded_whatever_the_bracket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """y spread over 1e308 against the gap 5e-324 of a: the exact search needs a few steps.
+
+    y - mu a cancels at this scale, so the floating-point solution fails its accuracy check
+    and the row is solved in rational arithmetic, on a bracket of mu ~2^2098 wide (every
+    coordinate off argmin(a) is floored beyond (max y - min y + 1) / 5e-324). A linear
+    bisection of it took ~2100 steps here (and once hit its cap of 4000 on a thinner piece);
+    halving log(1 + mu) and dropping whole linear pieces of a . q(mu) takes a handful. The cap
+    is lowered so that a step count growing with the scale fails this test.
+    """
+    import msroute.projection as projection
+
+    monkeypatch.setattr(projection, "_MAX_EXACT_STEPS", 32)
+    y, a = np.array([1e308, 0.0, 0.0]), np.array([1.0, 0.0, 5e-324])
+    # The cut q_0 <= 1/4 binds; the rest shares 3/4 (a_2 - a_1 = 5e-324 splits it unevenly
+    # by mu * 5e-324 ~ 1e-16).
+    want = [0.25, 0.375, 0.375]
+    np.testing.assert_allclose(project_step(y, 0.0, a, 0.25), want, rtol=0, atol=1e-15)
+    rows = project_step(np.stack([y, y]), 0.0, np.stack([a, a]), np.array([0.25, 0.25]))
+    np.testing.assert_allclose(rows, [want, want], rtol=0, atol=1e-15)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    y=_magnitudes(1, 12),
+    gamma_frac=st.floats(0.0, 0.99),
+    a=_magnitudes(12, 12),
+    where=st.floats(0.01, 0.99),
+    guess=st.one_of(st.sampled_from([0.0, np.inf, np.nan, 1.8e308]), st.floats(0.0, 1e300)),
+)
+def test_the_exact_search_ends_on_the_same_point_from_any_guess(
+    y: np.ndarray, gamma_frac: float, a: np.ndarray, where: float, guess: float
+) -> None:
+    """The exact solution is unique: every starting guess of mu gives the same floats."""
+    from msroute.projection import _exact_cut
+
+    k = y.size
+    gamma = gamma_frac / k
+    a = a[:k]
+    if not np.abs(a).max() > 0.0:
+        return
+    a = a / np.abs(a).max()  # as its callers pass it
+    q0 = project_step(y, gamma)
+    lo = gamma * a.sum() + (1.0 - k * gamma) * a.min()
+    b = float(lo + where * (a @ q0 - lo))
+    if not lo + FEASIBILITY_RTOL < b < a @ q0:  # a binding, non-degenerate cut
+        return
+    q, mu = _exact_cut(y, gamma, a, b, 0.0)
+    qg, mug = _exact_cut(y, gamma, a, b, guess)
+    np.testing.assert_array_equal(qg, q)
+    assert mug == mu and mu > 0.0
+    assert abs(q.sum() - 1.0) <= 2 * k * np.finfo(float).eps and q.min() >= gamma
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fractions(min_value=0, max_value=2**2100),
+    st.fractions(min_value=0, max_value=2**2100),
+    st.integers(0, 2100),
+)
+def test_the_bisection_point_is_inside_and_halves_the_exponent(
+    x: Fraction, y: Fraction, shift: int
+) -> None:
+    from msroute.projection import _bisection_point, _floor_log2
+
+    lo, hi = min(x, y), max(x, y) * 2**shift + 1
+    mid = _bisection_point(lo, hi)
+    assert lo < mid < hi
+    e_lo, e_mid, e_hi = (_floor_log2(1 + v) for v in (lo, mid, hi))
+    for v, e in ((lo, e_lo), (mid, e_mid), (hi, e_hi)):
+        assert 2**e <= 1 + v < 2 ** (e + 1)
+    if e_hi - e_lo >= 2:  # halving log(1 + mu): either half spans at most half the exponents
+        assert max(e_mid - e_lo, e_hi - e_mid) <= (e_hi - e_lo + 1) // 2
+    else:
+        assert mid == (lo + hi) / 2

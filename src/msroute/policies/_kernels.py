@@ -63,6 +63,7 @@ __all__ = [
     "credit_shared",
     "credit_thompson",
     "dual_step",
+    "feedback_in_range",
     "fill_normals",
     "fill_words",
     "gamma_variates",
@@ -592,6 +593,33 @@ def dual_step(
             v = neg_sign[b] * (x / row_scale[r, b] - bound[r, b]) if active[r, b] else 0.0
             v = v * step + lam[r, b]
             out[r, b] = 0.0 if v < 0.0 else v
+
+
+@_compiled
+def feedback_in_range(
+    reward: FloatArray,
+    low: float,
+    high: float,
+    cost: FloatArray,
+    cap: FloatArray,
+    draws: IntArray,
+    n_experts: int,
+) -> bool:
+    """Whether a batch's feedback passes :meth:`msroute.policies.base.BasePolicy.update`'s
+    range checks, in one loop: ``low <= reward <= high`` (R,), ``0 <= cost <= cap`` (R, d) and
+    ``0 <= draws < n_experts`` (R, M); NaN fails. The update names what fails by numpy."""
+    for r in range(reward.shape[0]):
+        x = reward[r]
+        if not (x >= low and x <= high):
+            return False
+        for j in range(cost.shape[1]):
+            y = cost[r, j]
+            if not (y >= 0.0 and y <= cap[r, j]):
+                return False
+        for j in range(draws.shape[1]):
+            if draws[r, j] < 0 or draws[r, j] >= n_experts:
+                return False
+    return True
 
 
 @_compiled

@@ -340,24 +340,42 @@ class BasePolicy:
             raise InvalidValueError(
                 f"cost must have shape (R, d) = {(self.n_runs, self.n_costs)}, got {c.shape}"
             )
-        low, high = self.reward_range
-        within = (r >= low) & (r <= high)  # False for NaN too
-        if np.count_nonzero(within) < r.size:  # count_nonzero: faster than .all()
-            bad = np.flatnonzero(~within)
-            raise InvalidValueError(
-                f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
-                f"got {quoted(r[bad].tolist())} at run(s) {quoted(bad.tolist())}"
-            )
-        self.check_cost(c)
-        if not _indices_below(d, self.n_experts):
-            raise InvalidValueError(
-                f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
-            )
+        if not self._batch_in_range(d, r, c):
+            self._check_ranges(d, r, c)
         self._update(decision, r, c)
         if _debug_checks:
             from msroute.policies.persist import check_state
 
             check_state(self)
+
+    def _batch_in_range(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> bool:
+        """Whether a batch's feedback (R > 1, int64 draws) passes :meth:`_check_ranges`, in one
+        compiled loop (numba on first use); False leaves the naming to :meth:`_check_ranges`.
+        A single run (a live router) is checked by numpy alone."""
+        if self.n_runs == 1 or draws.dtype != np.int64:
+            return False
+        from msroute.policies._kernels import feedback_in_range
+
+        low, high = self.reward_range
+        return bool(
+            feedback_in_range(reward, low, high, cost, self._cost_cap, draws, self.n_experts)
+        )
+
+    def _check_ranges(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
+        """Raise :class:`InvalidValueError` naming the first reward, cost or draw out of range."""
+        low, high = self.reward_range
+        within = (reward >= low) & (reward <= high)  # False for NaN too
+        if np.count_nonzero(within) < reward.size:  # count_nonzero: faster than .all()
+            bad = np.flatnonzero(~within)
+            raise InvalidValueError(
+                f"reward must be finite and in [{low:g}, {high:g}] (the policy's reward_range), "
+                f"got {quoted(reward[bad].tolist())} at run(s) {quoted(bad.tolist())}"
+            )
+        self.check_cost(cost)
+        if not _indices_below(draws, self.n_experts):
+            raise InvalidValueError(
+                f"decision.draws must be expert indices in [0, {self.n_experts - 1}]"
+            )
 
     def check_cost(self, cost: FloatArray) -> None:
         """Raise :class:`InvalidValueError` unless every realized cost (R, d) can be learned.

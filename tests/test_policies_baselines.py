@@ -21,6 +21,7 @@ from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating, softmax
 from msroute.policies.registry import make_policy
+from msroute.policies.streams import RunStreams
 from msroute.policies.team import (
     BetaPosterior,
     SharedRewardStats,
@@ -138,6 +139,25 @@ def test_statistics_of_a_batch_are_those_of_each_run_alone():
             np.testing.assert_array_equal(getattr(batch_stats, name)[i], getattr(stats, name)[0])
         np.testing.assert_array_equal(batch_post.alpha[i], post.alpha[0])
         np.testing.assert_array_equal(batch_post.beta[i], post.beta[0])
+
+
+def test_a_batch_update_keeps_the_sampler_constants_current():
+    # A batch's update computes the sampler's constants of the shapes it changes, so the
+    # sampler finds the rows current: its draws are those of constants computed afresh, and
+    # the kept constants are those of the shapes (repeated draws credited once).
+    rng = np.random.default_rng(6)
+    r = 4
+    post = BetaPosterior(r, K, 0.5, 2.0)
+    kept, fresh = RunStreams(list(range(r)), n_runs=r), RunStreams(list(range(r)), n_runs=r)
+    np.testing.assert_array_equal(post.sample(kept), fresh.beta(post.alpha, post.beta))
+    for _ in range(20):
+        post.update(routed_index(rng.integers(0, K, (r, M + 2)), K), rng.random(r))
+        shapes = np.concatenate([post.alpha, post.beta], axis=1)
+        np.testing.assert_array_equal(post.constants.seen, shapes)  # before the sampler runs
+        d = np.where(shapes < 1.0, shapes + 1.0, shapes) - 1.0 / 3.0
+        np.testing.assert_array_equal(post.constants.d, d)
+        np.testing.assert_array_equal(post.constants.c, (1.0 / 3.0) / np.sqrt(d))
+        np.testing.assert_array_equal(post.sample(kept), fresh.beta(post.alpha, post.beta))
 
 
 def test_ucb_index_formula_and_unrouted_experts_first():

@@ -224,6 +224,11 @@ def _refresh(shape: FloatArray, seen: FloatArray, d: FloatArray, c: FloatArray, 
     """
     n_runs, width = shape.shape
     for r in range(n_runs):
+        changed = False
+        for j in range(width):  # without a branch per entry (a learner keeps most rows current)
+            changed |= shape[r, j] != seen[r, at + j]
+        if not changed:
+            continue
         for j in range(width):
             x = shape[r, j]
             if x != seen[r, at + j]:
@@ -510,24 +515,52 @@ def credit_shared(
 
 @_inline
 def _credit_beta_row(
-    alpha: FloatArray, beta: FloatArray, routed: IntArray, r: int, success: float
+    alpha: FloatArray,
+    beta: FloatArray,
+    routed: IntArray,
+    r: int,
+    success: float,
+    seen: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
 ) -> None:
-    """``alpha_i += s``, ``beta_i += 1 - s`` for each distinct flat index of ``routed[r]``."""
+    """``alpha_i += s``, ``beta_i += 1 - s`` for each distinct flat index of ``routed[r]``, and
+    the sampler's constants of the new shapes (``seen``, ``d``, ``c``: raveled (R 2K,)
+    :class:`msroute.policies.streams.GammaConstants`), so that its refresh finds the run's row
+    current (a shape it cannot draw from is left for the sampler to name)."""
+    k = alpha.size // routed.shape[0]
     for j in range(routed.shape[1]):
-        if not _repeated(routed, r, j):
-            alpha[routed[r, j]] += success
-            beta[routed[r, j]] += 1.0 - success
+        if _repeated(routed, r, j):
+            continue
+        f = routed[r, j]
+        alpha[f] += success
+        beta[f] += 1.0 - success
+        i = f - r * k
+        if 0 <= i < k:
+            for x, col in ((alpha[f], 2 * r * k + i), (beta[f], 2 * r * k + k + i)):
+                if x > 0.0 and x < math.inf:
+                    d[col], c[col] = _constants(x)
+                    seen[col] = x
 
 
 @_compiled
-def credit_beta(alpha: FloatArray, beta: FloatArray, routed: IntArray, success: FloatArray) -> None:
+def credit_beta(
+    alpha: FloatArray,
+    beta: FloatArray,
+    routed: IntArray,
+    success: FloatArray,
+    seen: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
+) -> None:
     """:meth:`msroute.policies.team.BetaPosterior.update` of a batch, in one loop.
 
     ``alpha``, ``beta``: raveled (R K,); ``routed`` (R, M) flat indices, each distinct one
-    credited once; ``success`` (R,): ``alpha_i += s``, ``beta_i += 1 - s``.
+    credited once; ``success`` (R,): ``alpha_i += s``, ``beta_i += 1 - s``; ``seen``, ``d``,
+    ``c``: the sampler's constants, raveled (R 2K,), kept current.
     """
     for r in range(routed.shape[0]):
-        _credit_beta_row(alpha, beta, routed, r, success[r])
+        _credit_beta_row(alpha, beta, routed, r, success[r], seen, d, c)
 
 
 @_compiled
@@ -538,6 +571,9 @@ def credit_thompson(
     reward: FloatArray,
     scale: float,
     reward_max: FloatArray,
+    seen: FloatArray,
+    d: FloatArray,
+    c: FloatArray,
 ) -> None:
     """Thompson sampling's update of a batch (:class:`msroute.policies.bandit.ThompsonSampling`),
     in one loop: each run's success, then :func:`credit_beta`.
@@ -558,7 +594,7 @@ def credit_thompson(
             s = x / (top if top > 0.0 else 1.0)
         s = s if s > 0.0 or s != s else 0.0
         s = s if s < 1.0 or s != s else 1.0
-        _credit_beta_row(alpha, beta, routed, r, s)
+        _credit_beta_row(alpha, beta, routed, r, s, seen, d, c)
 
 
 @_compiled

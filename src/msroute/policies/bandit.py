@@ -298,10 +298,11 @@ class ThompsonSampling(TeamRounds, BasePolicy):
         if routed.shape[0] > 1:  # a batch: one compiled loop, the same floats (numba on first use)
             from msroute.policies._kernels import credit_thompson
 
-            post = self.posterior
+            post, kept = self.posterior, self.posterior.constants
             scale = 0.0 if self.reward_scale is None else self.reward_scale
             alpha, beta = post.alpha.reshape(-1), post.beta.reshape(-1)
-            credit_thompson(alpha, beta, routed, reward, scale, self._reward_max)
+            seen, d, c = kept.seen.reshape(-1), kept.d.reshape(-1), kept.c.reshape(-1)
+            credit_thompson(alpha, beta, routed, reward, scale, self._reward_max, seen, d, c)
             return
         if self.reward_scale is not None:
             success = reward / self.reward_scale

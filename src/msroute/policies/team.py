@@ -217,8 +217,10 @@ class BetaPosterior:
     ) -> None:
         self.alpha: FloatArray = np.full((n_runs, n_experts), prior_alpha, dtype=np.float64)
         self.beta: FloatArray = np.full((n_runs, n_experts), prior_beta, dtype=np.float64)
-        # The sampler's constants of [alpha | beta]: derived, kept up to date by the sampler.
-        self._constants = GammaConstants(n_runs, 2 * n_experts)
+        #: The sampler's constants of [alpha | beta]: derived, not state; kept current by the
+        #: sampler, and by a batch's update for the entries it changes (so that the sampler
+        #: finds those rows current without looking at each entry).
+        self.constants = GammaConstants(n_runs, 2 * n_experts)
 
     def update(self, routed: IntArray, success: FloatArray) -> None:
         """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1].
@@ -228,19 +230,22 @@ class BetaPosterior:
         if routed.shape[0] > 1:
             from msroute.policies._kernels import credit_beta
 
-            credit_beta(self.alpha.reshape(-1), self.beta.reshape(-1), routed, success)
+            kept = self.constants
+            alpha, beta = self.alpha.reshape(-1), self.beta.reshape(-1)
+            seen, d, c = kept.seen.reshape(-1), kept.d.reshape(-1), kept.c.reshape(-1)
+            credit_beta(alpha, beta, routed, success, seen, d, c)
             return
         self.alpha.reshape(-1)[routed] += success[:, None]
         self.beta.reshape(-1)[routed] += (1.0 - success)[:, None]
 
     def sample(self, streams: RunStreams) -> FloatArray:
         """One posterior draw per run and expert, shape (R, K), each run from its own stream."""
-        return streams.beta(self.alpha, self.beta, self._constants)
+        return streams.beta(self.alpha, self.beta, self.constants)
 
     def top(self, streams: RunStreams, m: int, offset: FloatArray | None) -> IntArray:
         """The M experts of largest posterior draw plus ``offset`` (R, K) per run, best first:
         :func:`top_m` of ``sample(streams) + offset``, the same draws (shape (R, M))."""
-        return streams.beta_top(self.alpha, self.beta, m, offset, self._constants)
+        return streams.beta_top(self.alpha, self.beta, m, offset, self.constants)
 
 
 def default_bwk_step(horizon: int) -> float:

@@ -268,6 +268,30 @@ def test_broadcasting_of_a_and_b():
     np.testing.assert_allclose(q_one_y[1], project_step(y[0], gamma, -a, b_neg), atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [2.5, 1e-150, 1e150])
+def test_batched_multipliers_are_kkt_certificates(scale: float) -> None:
+    """Every row's multiplier from the batched path certifies its cut, at any scale of a.
+
+    (a, b) and (a, b) / max|a| are the same cut; the batched path solves the latter when some
+    row's max|a| is extreme (1e-150, 1e150) and must scale the multiplier back by max|a|, on a
+    binding cut and on the face b = min reach alike, and only then.
+    """
+    rng = np.random.default_rng(5)
+    n, k, gamma = 6, 9, 0.01
+    y = rng.normal(size=(n, k)) * 0.3 + 1.0 / k
+    a = rng.normal(size=(n, k)) * scale
+    f0 = np.array([a[r] @ floored_simplex_bisect(y[r], gamma) for r in range(n)])
+    reach = np.array([smallest_reach(a[r], gamma) for r in range(n)])
+    b = reach + np.linspace(0.2, 0.8, n) * (f0 - reach)
+    b[-1] = reach[-1]  # the minimising face
+    q, mu = _solve(y, gamma, a, b)
+    for r in range(n):
+        # The KKT conditions of (a, b) / scale, whose multiplier is mu * scale (all of order 1).
+        assert_kkt(y[r], gamma, a[r] / scale, b[r] / scale, q[r], float(mu[r]) * scale)
+        _, mu1 = _solve(y[r], gamma, a[r], float(b[r]))
+        assert float(mu[r]) == pytest.approx(float(mu1), rel=1e-6)
+
+
 def test_single_row_batch_equals_vector():
     y = np.array([[0.5, 0.2, 0.3, -0.1]])
     a = np.array([[1.0, -1.0, 0.5, 0.0]])

@@ -502,8 +502,10 @@ def _solve_rows(
     if cut.size == 0:
         return q, mu
     ac, bc, yc = a[cut], b[cut], y[cut]
-    if not np.all((amax > 1e-100) & (amax < 1e100)):  # (a, b) / max|a| is the same cut
-        ac, bc, amax = ac / amax[:, None], bc / amax, np.ones_like(amax)
+    # (a, b) / max|a| is the same cut, whose multiplier is max|a| times that of (a, b).
+    scale = np.ones_like(amax)
+    if not np.all((amax > 1e-100) & (amax < 1e100)):
+        ac, bc, scale = ac / amax[:, None], bc / amax, amax
     mass = max(1.0 - k * gamma, 0.0)
     amin = ac.min(axis=-1)
     reach = gamma * ac.sum(axis=-1) + mass * amin
@@ -517,7 +519,8 @@ def _solve_rows(
     face = bc <= reach + tol
     if face.any():
         rows = np.flatnonzero(face)
-        q[cut[rows]], mu[cut[rows]] = _face_point(yc[rows], gamma, ac[rows], amin[rows])
+        q[cut[rows]], mf = _face_point(yc[rows], gamma, ac[rows], amin[rows])
+        mu[cut[rows]] = _unscaled(mf, scale[rows])
     rows = np.flatnonzero(~face)
     if rows.size:
         idx = cut[rows]
@@ -525,8 +528,7 @@ def _solve_rows(
         for j in np.flatnonzero(~_accurate(qa, ma, ac[rows], bc[rows])).tolist():
             r = int(rows[j])
             qa[j], ma[j] = _exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
-        with np.errstate(over="ignore"):
-            q[idx], mu[idx] = qa, np.minimum(ma / amax[rows], _FLOAT_MAX_F)
+        q[idx], mu[idx] = qa, _unscaled(ma, scale[rows])
     return q, mu
 
 

@@ -44,6 +44,19 @@ def smallest_reach(a: np.ndarray, gamma: float) -> float:
     return float(gamma * a.sum() + (1.0 - a.size * gamma) * a.min())
 
 
+def smallest_reach_rounded_up(a: np.ndarray, gamma: float) -> float:
+    """:func:`smallest_reach` computed exactly, then rounded up to a float.
+
+    Among subnormal a, gamma * sum(a) in floats can round below it by as much as |a| itself,
+    and a cut there is empty (by a margin of the cut's own scale).
+    """
+    g = Fraction(gamma)
+    mass = max(1 - a.size * g, Fraction(0))
+    exact = g * sum(map(Fraction, a.tolist())) + mass * Fraction(float(a.min()))
+    up = float(exact)
+    return up if Fraction(up) >= exact else float(np.nextafter(up, np.inf))
+
+
 def kkt_violation(
     y: np.ndarray, gamma: float, a: np.ndarray, b: float, q: np.ndarray, mu: float
 ) -> dict[str, float]:
@@ -360,6 +373,21 @@ def test_b_at_the_smallest_reach_returns_the_minimising_face():
         assert_kkt(y, gamma, a, max(b, reach), q, float(mu))
 
 
+def test_a_subnormal_cut_is_empty_or_not_on_both_paths() -> None:
+    """a = (0, 5e-324): q_1 5e-324 <= b with q_1 >= 1/4 is empty for b = 0 (the floats round
+    gamma * sum(a) = 1.25e-324 down to 0). Both paths decide on (a, b) / max|a| and agree."""
+    y, a = np.array([0.0, 1.0]), np.array([0.0, 5e-324])
+    with pytest.raises(EmptyFeasibleSetError, match="smallest reachable"):
+        project_step(y, 0.25, a, 0.0)
+    with pytest.raises(EmptyFeasibleSetError, match="in row 0"):
+        project_step(np.stack([y, y]), 0.25, np.stack([a, a]), np.zeros(2))
+    q = project_step(y, 0.25, a, 5e-324)  # q_1 <= 1: no cut
+    np.testing.assert_array_equal(q, [0.25, 0.75])
+    np.testing.assert_array_equal(
+        project_step(np.stack([y, y]), 0.25, np.stack([a, a]), [5e-324] * 2), [q, q]
+    )
+
+
 def test_k_gamma_equal_one_is_the_single_point():
     k = 4
     q = project_step([3.0, -1.0, 0.0, 2.0], 1.0 / k, [1.0, 2.0, 3.0, 4.0], 2.5)
@@ -480,6 +508,7 @@ def test_every_finite_input_lands_on_the_floored_simplex(
     # A cut between the smallest reachable a . q and the unconstrained point's a . q.
     lo = gamma * a.sum() + (1.0 - k * gamma) * a.min()
     b = float(lo + where * (a @ q0 - lo)) if a @ q0 > lo else float(a @ q0)
+    b = max(b, smallest_reach_rounded_up(a, gamma))  # not empty however lo rounded
     if batched:
         q = project_step(np.stack([y, y]), gamma, np.stack([a, a]), np.array([b, b]))[1]
     else:

@@ -408,11 +408,14 @@ def _solve_single_cut(
     scale = max(amax, -amin)
     if scale == 0.0:  # a = 0: no cut
         return q0, 0.0
-    reach = gamma * asum + mass * amin
-    tol = FEASIBILITY_RTOL * scale
-    if b < reach - tol:
-        raise EmptyFeasibleSetError(_empty_message(reach, b, gamma, k, None))
-    if b <= reach + tol:
+    # Emptiness is decided on (a, b) / scale, the same cut, when scale is extreme (as
+    # _solve_rows does): gamma * sum(a) rounds by as much as |a| itself among subnormals.
+    unit = 1.0 if 1e-100 < scale < 1e100 else scale
+    reach = gamma * (asum / unit) + mass * (amin / unit)
+    tol = FEASIBILITY_RTOL * (scale / unit)
+    if b / unit < reach - tol:
+        raise EmptyFeasibleSetError(_empty_message(reach, b / unit, gamma, k, None))
+    if b / unit <= reach + tol:
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
     if not (1e-100 < scale < 1e100 and yabs < 1e100):  # squares below would under/overflow

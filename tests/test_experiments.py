@@ -399,3 +399,26 @@ def test_run_command_replays_one_run_of_the_sweep(
     got = json.loads(capsys.readouterr().out)["runs"][0]
     assert got["avg_reward"] == want["avg_reward"]
     assert got["avg_experts"] == want["avg_experts"]
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="the local backend forks its workers"
+)
+def test_when_free_runs_once_while_the_last_cell_runs(tmp_path: Path) -> None:
+    # The step after a sweep (the figure) may start its fixed costs on the core that the
+    # workers no longer use: once, with one cell of the three still running; never when the
+    # cells run one at a time in this process or all come from the cache.
+    cfg = Fig2Config(
+        seeds=1, horizon=200, policies=("random", "greedy", "cucb"), envs=("stochastic",)
+    )
+    specs = [spec for _, spec in fig2_module.sweep_specs(cfg, "sweep", ())]
+    calls: list[int] = []
+
+    def free() -> None:
+        calls.append(len(list((tmp_path / "two").rglob("*.npz"))))  # cells stored so far
+
+    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
+    assert calls == [len(specs) - 1]
+    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
+    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "one", jobs=1, when_free=free)
+    assert calls == [len(specs) - 1]

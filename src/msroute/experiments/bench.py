@@ -33,7 +33,7 @@ from msroute.experiments.common import (
     scenario_instance,
 )
 from msroute.experiments.config import check_policies
-from msroute.experiments.output import Progress, Summary, publish
+from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.experiments.sweep import policy_variants, sweep_worker
 from msroute.policies.registry import POLICIES
 from msroute.scenarios import Scenario, ScenarioInstance, get_scenario, parse_budget
@@ -266,6 +266,7 @@ def run_bench(
         jobs=jobs,
         progress=progress,
         title="bench",
+        when_free=preload_plotting if plot else None,
     )
     opt = {k: np.concatenate([r[k] for r in done[: len(levels)]]) for k in OPT_KEYS}
     opt["wall_time"] = np.array(sum(float(r["wall_time"]) for r in done[: len(levels)]))

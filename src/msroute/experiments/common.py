@@ -632,6 +632,7 @@ def run_cells(
     progress: Progress | None = None,
     title: str = "cells",
     drop: tuple[str, ...] = (),
+    when_free: Callable[[], None] | None = None,
 ) -> list[CellResult]:
     """Run (or load from the cache) every cell; results in the order of ``specs``.
 
@@ -655,6 +656,11 @@ def run_cells(
     drop : tuple of str, optional
         Outputs to leave out of the returned results (they stay in the cache), so that a
         sweep of many cells holds only what its caller reads.
+    when_free : callable, optional
+        Called once, in this process, as soon as fewer cells are left running than ``jobs``:
+        a core is then free until the last cell ends, and the caller's next step can start
+        its fixed costs there (e.g. :func:`msroute.experiments.output.preload_plotting`)
+        instead of after the last cell. Not called when no cell runs in parallel.
     """
     bar = progress or Progress(enabled=False)
 
@@ -670,10 +676,16 @@ def run_cells(
             if r is not None:
                 bar.advance(_label(specs[i]) + " (cached)")
 
+        running = len(todo)
+
         def done(i: int, result: CellResult) -> None:
+            nonlocal running
             save_cell(out_dir, specs[i], result)
             results[i] = kept(result)
             bar.advance(_label(specs[i]))
+            running -= 1
+            if when_free is not None and running == jobs - 1 and running > 0:
+                when_free()
 
         if todo:
             runner = backend or LocalBackend(jobs)

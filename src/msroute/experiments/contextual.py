@@ -33,7 +33,7 @@ from msroute.experiments.common import (
     stream,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
-from msroute.experiments.output import Progress, Summary, publish
+from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.costs import check_cost_estimate
@@ -228,6 +228,7 @@ def run_contextual(
         backend=backend,
         progress=progress,
         title="contextual: seeds",
+        when_free=preload_plotting if plot else None,
     )
     rows: list[dict[str, Any]] = []
     for s, res in zip(specs, results, strict=True):

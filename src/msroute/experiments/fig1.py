@@ -33,7 +33,7 @@ from msroute.experiments.common import (
     run_cells,
 )
 from msroute.experiments.config import ExperimentConfig, check_levels
-from msroute.experiments.output import Progress, Summary, publish
+from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.metrics import (
     constraint_regret,
     feasible,
@@ -201,7 +201,14 @@ def run_fig1(
         for n in cfg.dims
     ]
     results = run_cells(
-        specs, fig1_worker, out, jobs=jobs, backend=backend, progress=progress, title="fig1"
+        specs,
+        fig1_worker,
+        out,
+        jobs=jobs,
+        backend=backend,
+        progress=progress,
+        title="fig1",
+        when_free=preload_plotting if plot else None,
     )
     rows: list[dict[str, Any]] = []
     summary = Summary(

@@ -34,7 +34,7 @@ from msroute.experiments.config import (
     check_names,
     check_policies,
 )
-from msroute.experiments.output import Progress, Summary, publish
+from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.experiments.sweep import (
     merge_seed_blocks,
     policy_variants,
@@ -164,6 +164,7 @@ def run_sweep(
     labels: Sequence[str] | None = None,
     backend: Backend | None = None,
     rewards: bool = False,
+    plot: bool = False,
 ) -> tuple[list[tuple[str, CellSpec]], list[dict[str, np.ndarray]]]:
     """Run (or resume) the sweep's cells, with a progress bar.
 
@@ -176,7 +177,8 @@ def run_sweep(
     The cells record per-round rewards too, so that Figure 3 reads the same cells from the
     cache instead of simulating them again; ``labels`` keeps only the policies it names;
     ``backend`` runs the cells (default: ``jobs`` local processes); the results hold the
-    per-round rewards only with ``rewards=True`` (they stay in the cache either way).
+    per-round rewards only with ``rewards=True`` (they stay in the cache either way);
+    ``plot``: a figure follows, so its library is loaded while the last cells run.
     """
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
@@ -199,6 +201,7 @@ def run_sweep(
         progress=progress,
         title="sweep",
         drop=() if rewards else ("rewards",),
+        when_free=preload_plotting if plot else None,
     )
     by_env: dict[tuple[str, str], list[CellResult]] = {}
     for (label, _), result in zip(blocks, results, strict=True):
@@ -274,7 +277,7 @@ def run_fig2(
     """Run Figure 2 and write ``fig2.csv``, ``fig2.json``, ``fig2.png`` and ``fig2.svg``."""
     tic = time.perf_counter()
     progress = progress or Progress(enabled=not quiet)
-    labelled, results = run_sweep(cfg, out, jobs, progress, backend=backend)
+    labelled, results = run_sweep(cfg, out, jobs, progress, backend=backend, plot=plot)
     rows = tidy_rows(cfg, labelled, results)
     summary = Summary(
         "Figure 2: time-averaged reward and % feasible seeds",

@@ -76,7 +76,14 @@ def run_fig3(
     progress = progress or Progress(enabled=not quiet)
     sweep_cfg = Fig2Config(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(Fig2Config)})
     labelled, results = run_sweep(
-        sweep_cfg, out, jobs, progress, labels=cfg.show_policies, backend=backend, rewards=True
+        sweep_cfg,
+        out,
+        jobs,
+        progress,
+        labels=cfg.show_policies,
+        backend=backend,
+        rewards=True,
+        plot=plot,
     )
     n_seeds = len(cfg.seed_list)
     rows: list[dict[str, Any]] = []

@@ -413,12 +413,17 @@ def test_when_free_runs_once_while_the_last_cell_runs(tmp_path: Path) -> None:
     )
     specs = [spec for _, spec in fig2_module.sweep_specs(cfg, "sweep", ())]
     calls: list[int] = []
+    out = [tmp_path / "two"]
 
     def free() -> None:
-        calls.append(len(list((tmp_path / "two").rglob("*.npz"))))  # cells stored so far
+        calls.append(len(list(out[0].rglob("*.npz"))))  # cells of this run stored so far
 
     common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
     assert calls == [len(specs) - 1]
     common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
     common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "one", jobs=1, when_free=free)
     assert calls == [len(specs) - 1]
+    # More workers than cells: a core is free from the first cell stored on; still once.
+    out[0] = tmp_path / "four"
+    common.run_cells(specs, fig2_module.sweep_worker, out[0], jobs=4, when_free=free)
+    assert calls == [len(specs) - 1, 1]

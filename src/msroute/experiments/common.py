@@ -676,15 +676,16 @@ def run_cells(
             if r is not None:
                 bar.advance(_label(specs[i]) + " (cached)")
 
-        running = len(todo)
+        running, freed = len(todo), when_free is None
 
         def done(i: int, result: CellResult) -> None:
-            nonlocal running
+            nonlocal running, freed
             save_cell(out_dir, specs[i], result)
             results[i] = kept(result)
             bar.advance(_label(specs[i]))
             running -= 1
-            if when_free is not None and running == jobs - 1 and running > 0:
+            if not freed and 0 < running < jobs and when_free is not None:
+                freed = True  # once: the first time a worker has no cell left to start
                 when_free()
 
         if todo:

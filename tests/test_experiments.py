@@ -16,11 +16,13 @@ import msroute
 from msroute.cli import build_parser, main
 from msroute.experiments import common
 from msroute.experiments import fig2 as fig2_module
+from msroute.experiments import sweep as sweep_module
 from msroute.experiments.common import LEVELS, level_constraints, paper_instance
 from msroute.experiments.contextual import ContextualConfig, run_contextual
 from msroute.experiments.fig1 import Fig1Config, run_fig1
 from msroute.experiments.fig2 import Fig2Config, run_fig2
 from msroute.experiments.fig3 import Fig3Config, run_fig3
+from msroute.policies.registry import get_policy_class
 
 SMALL = {"seeds": 2, "horizon": 150}
 
@@ -427,3 +429,34 @@ def test_when_free_runs_once_while_the_last_cell_runs(tmp_path: Path) -> None:
     out[0] = tmp_path / "four"
     common.run_cells(specs, fig2_module.sweep_worker, out[0], jobs=4, when_free=free)
     assert calls == [len(specs) - 1, 1]
+
+
+def test_a_policy_that_ignores_the_constraints_plays_one_level_for_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random, Greedy, CUCB and TS play the sweep's first level only (a quarter of the runs
+    of Figure 2's four levels) and take every level's numbers from those trajectories: each
+    output, per-round rewards included, equals that of playing every level."""
+    played: list[int] = []
+    real = sweep_module.simulate_summary
+
+    def counting(policies, env, batch, *args, **kwargs):  # type: ignore[no-untyped-def]
+        played.append(batch.n_runs)
+        return real(policies, env, batch, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "simulate_summary", counting)
+    cfg = Fig2Config(**SMALL)
+    specs = dict(fig2_module.sweep_specs(cfg, "sweep", ("rewards",)))
+    for name in ("random", "greedy", "cucb", "ts"):
+        spec = specs[name]
+        runs = len(common.env_kinds(spec)) * len(spec.levels) * len(spec.seeds)
+        played.clear()
+        shared = sweep_module.sweep_worker(spec)
+        with monkeypatch.context() as patch:
+            patch.setattr(get_policy_class(name), "ignores_constraints", False)
+            every = sweep_module.sweep_worker(spec)
+        assert played == [runs // len(spec.levels), runs]
+        assert shared.keys() == every.keys()
+        for key in every.keys() - {"wall_time"}:
+            np.testing.assert_array_equal(shared[key], every[key], err_msg=f"{name}: {key}")
+        assert len({tuple(b) for b in every["bounds"]}) > len(cfg.seed_list)  # levels differ

@@ -20,7 +20,7 @@ from msroute.policies.bandit import (
 from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating, softmax
-from msroute.policies.registry import make_policy
+from msroute.policies.registry import available_policies, get_policy_class, make_policy
 from msroute.policies.streams import RunStreams
 from msroute.policies.team import (
     BetaPosterior,
@@ -553,3 +553,38 @@ def test_moe_default_dual_step_steers_the_same_way(skills):
     assert (flagged_use("moe", UPPER, skills, 0) < free).all()
     free = flagged_use("moe", FREE, skills, 1)
     assert flagged_use("moe", LOWER, skills, 1).mean() > free.mean()
+
+
+# ---------------------------------------------------------------------- ignoring the constraints
+@pytest.mark.parametrize("name", available_policies())
+def test_a_policy_that_claims_to_ignore_the_constraints_decides_the_same_under_any(name, skills):
+    """``ignores_constraints`` lets a sweep play one level for all (sweep_worker): a policy
+    that claims it makes the same draws under a binding upper bound, a binding lower bound and
+    none. The claim is checked for every registered policy that makes it; the constrained
+    twins (CBwK, TS-BwK), which do not, are the control: their draws differ."""
+    cls = get_policy_class(name)
+    twins = {"cbwk", "ts-bwk"}
+    if not (cls.ignores_constraints or name in twins):
+        pytest.skip("makes no claim")
+    rounds = skills[:300]
+    draws = [
+        run(make_policy(name, p, horizon=T, n_runs=R, seed=5), rounds).draws
+        for p in (FREE, UPPER, LOWER)
+    ]
+    same = all(np.array_equal(d, draws[0]) for d in draws[1:])
+    assert same == cls.ignores_constraints
+
+
+def test_ignoring_the_constraints_is_not_inherited():
+    """The claim is about a class's own code: a subclass (which may add a dual) does not
+    inherit it, and the constrained twins of Section 6.3 do not make it."""
+    assert ThompsonSampling.ignores_constraints and CUCB.ignores_constraints
+
+    class Tuned(ThompsonSampling):
+        pass
+
+    class Declared(ThompsonSampling):
+        ignores_constraints = True
+
+    assert not Tuned.ignores_constraints and Declared.ignores_constraints
+    assert not ThompsonSamplingBwK.ignores_constraints and not CBwK.ignores_constraints

@@ -734,8 +734,8 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
     """The order in which the cells start: grouped by skill stream (environment and block of
     seeds, in order of appearance: a worker's cached skills then serve its next cells instead
     of being drawn again for each), the costliest policy first within each
-    (:attr:`msroute.policies.base.BasePolicy.relative_cost`), so that no long cell starts last
-    while the other workers idle. The results do not depend on it."""
+    (:attr:`msroute.policies.base.BasePolicy.relative_cost`, per level played), so that no long
+    cell starts last while the other workers idle. The results do not depend on it."""
 
     def stream(spec: CellSpec) -> tuple[object, ...]:
         return (spec.env, spec.seeds, spec.horizon, spec.env_params, _instance_key(spec))
@@ -744,13 +744,15 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
     for i in todo:
         envs.setdefault(stream(specs[i]), len(envs))
 
-    def cost(name: str) -> float:
+    def cost(spec: CellSpec) -> float:
         try:
-            return get_policy_class(name).relative_cost
+            cls = get_policy_class(spec.policy)
         except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
             return 1.0
+        # A policy that ignores the constraints plays one level for all (sweep_worker).
+        return cls.relative_cost / (len(spec.levels) if cls.ignores_constraints else 1)
 
-    return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i].policy)))
+    return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i])))
 
 
 def _label(spec: CellSpec) -> str:

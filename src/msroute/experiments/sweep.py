@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,10 @@ def sweep_worker(spec: CellSpec) -> CellResult:
     """Run one cell and summarize every run of it, in memory independent of the horizon
     (the rounds stream into the summary: :func:`msroute.simulate.simulate_summary`).
 
+    A policy that ignores the constraints (Random, Greedy, CUCB, TS) is played at the first
+    level only and its trajectories judged against every level's bounds: the same numbers as
+    playing each level, in a fraction of the time.
+
     Returns
     -------
     dict of arrays
@@ -71,33 +76,41 @@ def sweep_worker(spec: CellSpec) -> CellResult:
     tic = time.perf_counter()
     cell = build_batch(spec)
     batch = cell.batch
+    # A policy that never reads the constraints makes the same decisions at every level
+    # (BasePolicy.ignores_constraints; a run's stream is its seed's at every level): it plays
+    # the first level only, and each (environment, level, seed) run takes the trajectory of
+    # its (environment, seed), which is the played run cell.run_map points at.
+    shared = len(spec.levels) > 1 and get_policy_class(spec.policy).ignores_constraints
+    played = replace(spec, levels=spec.levels[:1]) if shared else spec
+    play = build_batch(played) if shared else cell
     policy = make_policy(
         spec.policy,
-        batch,
+        play.batch,
         horizon=spec.horizon,
-        seed=policy_seeds(spec),
+        seed=policy_seeds(played),
         **dict(spec.policy_params),
     )
     run = simulate_summary(
         {spec.policy: policy},
-        cell.env,
-        batch,
+        play.env,
+        play.batch,
         spec.horizon,
-        run_map=cell.run_map,
+        run_map=play.run_map,
         cost_count=spec.cost_count,
         keep_rewards="rewards" in spec.record,
     )[spec.policy]
-    avg_cost = run.avg_cost
+    runs = cell.run_map if shared else slice(None)
+    avg_cost = run.avg_cost[runs]
     result: CellResult = {
-        "avg_reward": run.avg_reward,
+        "avg_reward": run.avg_reward[runs],
         "avg_cost": avg_cost,
         "feasible": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-9),
         "feasible_1e3": feasible(avg_cost, batch.lo_ori, batch.hi_ori, tol=1e-3),
-        "r2": regret_of_averages(run.running_cost, batch.lo_ori, batch.hi_ori)[0],
+        "r2": regret_of_averages(run.running_cost[:, runs], batch.lo_ori, batch.hi_ori)[0],
         "bounds": batch.hi_ori,
     }
     if run.rewards is not None:
-        result["rewards"] = run.rewards.astype(np.float32)
+        result["rewards"] = run.rewards[:, runs].astype(np.float32)
     result["wall_time"] = np.array(time.perf_counter() - tic)
     return result
 

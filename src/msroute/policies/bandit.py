@@ -75,6 +75,7 @@ class RandomPolicy(TeamRounds, BasePolicy):
     label: ClassVar[str] = "Random"
     color: ClassVar[str | None] = "#7f7f7f"
     relative_cost: ClassVar[float] = 2.0
+    ignores_constraints: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -121,6 +122,7 @@ class GreedyPolicy(TeamRounds, BasePolicy):
     name: ClassVar[str] = "greedy"
     label: ClassVar[str] = "Greedy"
     color: ClassVar[str | None] = "#ff7f0e"
+    ignores_constraints: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class CUCB(TeamRounds, BasePolicy):
     name: ClassVar[str] = "cucb"
     label: ClassVar[str] = "CUCB"
     color: ClassVar[str | None] = "#2ca02c"
+    ignores_constraints: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -258,6 +261,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     color: ClassVar[str | None] = "#9467bd"
     thompson: ClassVar[bool] = True
     relative_cost: ClassVar[float] = 5.0
+    ignores_constraints: ClassVar[bool] = True
     #: The learned state beyond TeamRounds' (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
 

@@ -185,6 +185,12 @@ class BasePolicy:
     #: Rewards :meth:`update` accepts: a sum-max reward of skills ``>= 0`` is ``>= 0``, and the
     #: upper end keeps every statistic, gradient and posterior far from overflow.
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1e6)
+    #: The decisions never read the constraints (the bounds of ``S_ori``): a run decides the same
+    #: under every constraint level, so a sweep plays it once per seed and judges that one
+    #: trajectory against each level's bounds (:func:`msroute.experiments.sweep.sweep_worker`).
+    #: A claim about the class's own code, so it is not inherited: a subclass (which may add a
+    #: dual) makes it only by declaring it again (``__init_subclass__``).
+    ignores_constraints: ClassVar[bool] = False
     #: Per-round cost relative to a cheap index policy (R = 80, K = 50, as measured by
     #: benchmarks/bench_baselines.py): a sweep starts its costliest cells first, so that no long
     #: cell starts last while the other workers idle. A scheduling hint; no number depends on it.
@@ -201,6 +207,11 @@ class BasePolicy:
     _state_attrs: ClassVar[tuple[str, ...]] = ("t", "streams")
     #: Keyword arguments the policy was constructed with (the problem aside).
     _init_kwargs: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ignores_constraints" not in cls.__dict__:
+            cls.ignores_constraints = False  # not inherited: see the attribute
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # Record the outermost constructor call once for every subclass (no subclass code).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from matplotlib.lines import Line2D
 
 from msroute.errors import DataFormatError
 from msroute.plotting import (
+    figures,
     plot_contextual,
     plot_fig1,
     plot_fig2,
@@ -462,6 +464,31 @@ def test_save_figure_rejects_suffix_and_is_reproducible(tmp_path: Path) -> None:
     _, svg1 = save_figure(fig, tmp_path / "a" / "fig")
     _, svg2 = save_figure(fig, tmp_path / "b" / "fig")
     assert svg1.read_bytes() == svg2.read_bytes()
+
+
+def test_the_svg_written_by_a_forked_copy_is_the_one_written_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked copy writes the SVG while this process writes the PNG: the same files as
+    writing both here, one after the other. When the copy fails, this process writes it."""
+    if not hasattr(os, "fork"):
+        pytest.skip("the system cannot fork")
+    forked = save_figure(plot_fig2(fig2_rows()), tmp_path / "forked" / "fig")
+    with monkeypatch.context() as patch:
+        patch.setattr(figures, "_forked", lambda write: None)
+        here = save_figure(plot_fig2(fig2_rows()), tmp_path / "here" / "fig")
+    for a, b in zip(forked, here, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    parent, real = os.getpid(), figures._write_svg
+
+    def fails_in_the_copy(*args: Any) -> None:
+        if os.getpid() != parent:
+            raise OSError("disk full")
+        real(*args)
+
+    monkeypatch.setattr(figures, "_write_svg", fails_in_the_copy)
+    _, svg = save_figure(plot_fig2(fig2_rows()), tmp_path / "retried" / "fig")
+    assert svg.read_bytes() == here[1].read_bytes()
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,19 @@ class NaNState(Toy):
             self.sums[:, 0] = np.inf - np.inf
 
 
+class ReadsTheBounds(Toy):
+    """Says it ignores the constraints, yet favours expert 0 when an upper bound is finite."""
+
+    ignores_constraints: ClassVar[bool] = True
+
+    def _probs(self, eligible: np.ndarray | None) -> np.ndarray:
+        weight = super()._probs(eligible)
+        if np.isfinite(self.problem_batch.hi_ori).any():
+            weight = weight.copy()
+            weight[:, 0] *= 5.0
+        return weight / weight.sum(axis=1, keepdims=True)
+
+
 class Nameless(Toy):
     name: ClassVar[str] = "base"
 
@@ -143,6 +156,7 @@ def test_a_correct_toy_policy_passes() -> None:
         (IgnoresEligibility, "eligibility"),
         (HiddenLastDecision, "pending"),
         (SharedStream, "batching"),
+        (ReadsTheBounds, "constraints"),
         (UndeclaredState, "persistence"),
         (AcceptsAnyFeedback, "feedback"),
         (NaNState, "finite"),

@@ -26,6 +26,9 @@ rule:
     The same seed gives the same decisions.
 ``batching``
     A run decides the same alone as inside a batch (one random stream per run).
+``constraints``
+    A class that says ``ignores_constraints`` decides the same under binding bounds as under
+    none (a sweep plays such a policy at one constraint level for all of them).
 ``persistence``
     Saved with pending decisions and loaded again, the policy continues bit for bit like the
     original (state and decisions).
@@ -69,6 +72,8 @@ _MEANS = np.array([[0.9, 0.7, 0.6, 0.5, 0.4, 0.3], [0.4, 0.8, 0.5, 0.6, 0.7, 0.2
 _PROBLEM = Problem(_COSTS, _M, Constraints(upper=[0.9, 1.2], lower=[0.2, None]))
 #: Bounds no policy can violate: the constraint side of a policy has nothing to do.
 _LOOSE = Problem(_COSTS, _M, Constraints(upper=[2.0 * _M, 2.0 * _M]))
+#: No bounds at all.
+_FREE = Problem(_COSTS, _M, Constraints(upper=[None, None]))
 
 
 class _Harness:
@@ -276,6 +281,24 @@ def _batching(h: _Harness) -> None:
         alone.update(d_one, reward[1:2], cost[1:2])
 
 
+def _constraints(h: _Harness) -> None:
+    if not h.cls.ignores_constraints:
+        return
+    bound, free = h.make(seed=9), h.make(seed=9, problem=_FREE)
+    for t in range(_ROUNDS):
+        ctx = h.context(bound, t)
+        d_bound, d_free = bound.select(ctx), free.select(ctx)
+        if not np.array_equal(d_bound.draws, d_free.draws):
+            raise _fail(
+                "constraints",
+                h.cls,
+                f"ignores_constraints is True but at round {t} the draws under binding bounds "
+                "differ from those under none",
+            )
+        bound.update(d_bound, *h.feedback(bound, d_bound, t))
+        free.update(d_free, *h.feedback(free, d_free, t))
+
+
 @contextmanager
 def _registered(cls: type[BasePolicy]) -> Iterator[None]:
     """``cls`` in the registry under its name while the block runs (saving needs it)."""
@@ -378,6 +401,7 @@ CHECKS: dict[str, Callable[[_Harness], None]] = {
     "pending": _pending,
     "determinism": _determinism,
     "batching": _batching,
+    "constraints": _constraints,
     "finite": _finite,
     "persistence": _persistence,
     "feedback": _feedback,

@@ -48,6 +48,7 @@ class FixedPolicy(BasePolicy):
 
     name: ClassVar[str] = "fixed"
     has_propensity: ClassVar[bool] = True
+    ignores_constraints: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -122,6 +123,7 @@ class UniformPolicy(FixedPolicy):
     label: ClassVar[str] = "Uniform"
     color: ClassVar[str | None] = "#000000"
     has_propensity: ClassVar[bool] = True
+    ignores_constraints: ClassVar[bool] = True
 
     def __init__(
         self,

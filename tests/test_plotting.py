@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -471,9 +472,19 @@ def test_the_svg_written_by_a_forked_copy_is_the_one_written_in_process(
 ) -> None:
     """A forked copy writes the SVG while this process writes the PNG: the same files as
     writing both here, one after the other. When the copy fails, this process writes it."""
-    if not hasattr(os, "fork"):
-        pytest.skip("the system cannot fork")
-    forked = save_figure(plot_fig2(fig2_rows()), tmp_path / "forked" / "fig")
+    if multiprocessing.get_all_start_methods()[0] != "fork":
+        pytest.skip("processes are not forked here")
+    children: list[int | None] = []
+    real_fork = figures._forked
+
+    def recorded(write: Any) -> int | None:
+        children.append(real_fork(write))
+        return children[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(figures, "_forked", recorded)
+        forked = save_figure(plot_fig2(fig2_rows()), tmp_path / "forked" / "fig")
+    assert len(children) == 1 and children[0] is not None  # a copy wrote the SVG
     with monkeypatch.context() as patch:
         patch.setattr(figures, "_forked", lambda write: None)
         here = save_figure(plot_fig2(fig2_rows()), tmp_path / "here" / "fig")

@@ -5,6 +5,7 @@ environments."""
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import zlib
 from collections import defaultdict
@@ -218,10 +219,14 @@ def _write_svg(fig: Figure, svg: Path, dpi: int) -> None:
 
 
 def _forked(write: Callable[[], None]) -> int | None:
-    """Run ``write`` in a forked copy of this process and return its pid (None where the system
-    cannot fork: the caller then writes it itself). The copy exits with 0 when ``write``
-    returned, 1 on any exception, without running this process's exit handlers."""
-    if not hasattr(os, "fork"):
+    """Run ``write`` in a forked copy of this process and return its pid; None where processes
+    are not forked here (the caller then writes it itself): only where multiprocessing starts
+    its processes by forking, the platform's default or the one this program chose (Linux up
+    to Python 3.13; not macOS, where forking a process that may have loaded system frameworks
+    is unsafe). The copy exits with 0 when ``write`` returned, 1 on any exception, without
+    running this process's exit handlers."""
+    method = multiprocessing.get_start_method(allow_none=True)
+    if (method or multiprocessing.get_all_start_methods()[0]) != "fork":
         return None
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -249,8 +249,27 @@ def test_docstring_style_example_by_hand():
 
 
 # ---------------------------------------------------------------------- batching
+def _rounding_tolerance(q: np.ndarray, gamma: float, a: np.ndarray) -> np.ndarray:
+    """How far two correct solvers may land apart on each row (R,) of a binding cut, from
+    rounding alone: 1e-12, times the conditioning of the cut on the free coordinates F (those
+    above the floor). There q_F = y_F - lam 1 - mu a_F, and (lam, mu) solve a 2 x 2 system
+    whose determinant is |F|^2 var(a_F): a cut nearly constant on F (two free experts with
+    almost the same cost) amplifies rounding by max|a|^2 / (|F| var(a_F))."""
+    free = q > gamma + 1e-9
+    tol = np.full(q.shape[0], 1e-12)
+    for r in range(q.shape[0]):
+        n_free = int(free[r].sum())
+        if n_free >= 2:
+            spread = n_free * float(np.var(a[r][free[r]]))
+            scale = float(np.abs(a[r]).max()) ** 2
+            if scale > 0.0:
+                tol[r] += 4.0 * np.finfo(float).eps * scale / max(spread, 1e-300)
+    return tol
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 8), st.integers(1, 25), st.integers(0, 2**32 - 1))
+@example(3, 5, 1_227_954_840)  # run 0's free experts cost -1.6827 and -1.6803
 def test_batched_equals_looped_single_solves(n_runs, k, seed):
     rng = np.random.default_rng(seed)
     gamma = float(rng.uniform(0, 1.0 / k))
@@ -262,7 +281,9 @@ def test_batched_equals_looped_single_solves(n_runs, k, seed):
     b = reach + rng.uniform(0.01, 1.2, size=n_runs) * (f0 - reach)
     q = project_step(y, gamma, a, b)
     looped = np.stack([project_step(y[r], gamma, a[r], b[r]) for r in range(n_runs)])
-    np.testing.assert_allclose(q, looped, rtol=0, atol=1e-12)
+    # Equal up to rounding, which a cut nearly constant on the free experts amplifies (e.g.
+    # costs -1.6827 and -1.6803 on the two free experts: 1e-11 apart, not a defect).
+    assert np.all(np.abs(q - looped) <= _rounding_tolerance(looped, gamma, a)[:, None])
     np.testing.assert_array_equal(_project_step_unchecked(y, gamma, a, b), q)
     # Any leading shape: (2, R, K) with b (2, R).
     q2 = project_step(np.stack([y, y]), gamma, np.stack([a, a]), np.stack([b, b]))

@@ -376,6 +376,25 @@ def test_empty_set_raises_with_diagnosis():
     assert isinstance(info.value, ValueError)  # callers may catch ValueError too
 
 
+@pytest.mark.parametrize("scale", [1e-150, 1e150])
+def test_the_empty_set_diagnosis_of_an_extreme_cut_is_in_its_units(scale: float) -> None:
+    """Emptiness of a cut whose max|a| is extreme is decided on (a, b) / max|a|; the message
+    still gives the smallest reach and b in the cut's own units (and the rescaled ones), on
+    the single-row and the batched path."""
+    a = np.array([0.3, 0.5, 0.9, 0.4])
+    gamma = 0.05
+    reach = smallest_reach(a, gamma)  # 0.345 for the unscaled cut
+    b = reach - 0.01
+    ours = [f"{reach * scale:.10g}", f"{b * scale:.10g}", f"units of max|a| = {0.9 * scale:.6g}"]
+    with pytest.raises(EmptyFeasibleSetError, match="smallest reachable") as info:
+        project_step(np.full(4, 0.25), gamma, a * scale, b * scale)
+    assert all(text in str(info.value) for text in ours), str(info.value)
+    rows = np.stack([a, a]) * scale
+    with pytest.raises(EmptyFeasibleSetError, match=re.escape("in row 0")) as info:
+        project_step(np.full((2, 4), 0.25), gamma, rows, np.full(2, b * scale))
+    assert all(text in str(info.value) for text in ours), str(info.value)
+
+
 def test_empty_set_in_a_batch_names_the_row():
     a = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
     b = np.array([2.0, 0.5])  # row 1 asks a . q <= 0.5 < min a = 1

@@ -414,7 +414,7 @@ def _solve_single_cut(
     reach = gamma * (asum / unit) + mass * (amin / unit)
     tol = FEASIBILITY_RTOL * (scale / unit)
     if b / unit < reach - tol:
-        raise EmptyFeasibleSetError(_empty_message(reach, b / unit, gamma, k, None))
+        raise EmptyFeasibleSetError(_empty_message(reach, b / unit, gamma, k, None, unit))
     if b / unit <= reach + tol:
         qf, muf = _face_point(y[None], gamma, a[None], np.array([amin]))
         return qf[0], float(muf[0])
@@ -479,13 +479,21 @@ def _solve_single_cut(
     return _verified(y, gamma, a, b, qs[0], float(ms[0]))
 
 
-def _empty_message(reach: float, b: float, gamma: float, k: int, row: int | None) -> str:
+def _empty_message(
+    reach: float, b: float, gamma: float, k: int, row: int | None, unit: float = 1.0
+) -> str:
+    """The diagnosis of an empty cut. ``reach`` and ``b`` are those of the cut divided by
+    ``unit`` (max|a| where that is extreme, else 1): the message gives them in the cut's own
+    units, and also in ``unit``'s where those differ (the decision was taken there)."""
     where = "" if row is None else f" in row {row} (flattened leading axes)"
+    scaled = "" if unit == 1.0 else f" ({reach:.10g} in units of max|a| = {unit:.6g})"
+    scaled_b = "" if unit == 1.0 else f" ({b:.10g} in those units)"
     return (
         f"the half-space a . q <= b misses the floored simplex{where}: the smallest "
-        f"reachable a . q is gamma * sum(a) + (1 - K gamma) * min(a) = {reach:.10g}, "
-        f"but b == {b:.10g} (gamma = {gamma:.6g}, K = {k}). No q >= gamma meets the cut; "
-        "check that the constraints are feasible (Problem.check_feasible) with this floor."
+        f"reachable a . q is gamma * sum(a) + (1 - K gamma) * min(a) = {reach * unit:.10g}"
+        f"{scaled}, but b == {b * unit:.10g}{scaled_b} (gamma = {gamma:.6g}, K = {k}). No "
+        "q >= gamma meets the cut; check that the constraints are feasible "
+        "(Problem.check_feasible) with this floor."
     )
 
 
@@ -517,7 +525,7 @@ def _solve_rows(
     if empty.any():
         i = int(np.flatnonzero(empty)[0])
         raise EmptyFeasibleSetError(
-            _empty_message(float(reach[i]), float(bc[i]), gamma, k, int(cut[i]))
+            _empty_message(float(reach[i]), float(bc[i]), gamma, k, int(cut[i]), float(scale[i]))
         )
     face = bc <= reach + tol
     if face.any():

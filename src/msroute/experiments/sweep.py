@@ -62,9 +62,9 @@ def sweep_worker(spec: CellSpec) -> CellResult:
     """Run one cell and summarize every run of it, in memory independent of the horizon
     (the rounds stream into the summary: :func:`msroute.simulate.simulate_summary`).
 
-    A policy that ignores the constraints (Random, Greedy, CUCB, TS) is played at the first
-    level only and its trajectories judged against every level's bounds: the same numbers as
-    playing each level, in a fraction of the time.
+    A policy that ignores the constraints (Random, Greedy, CUCB, TS, Fixed, Uniform) is played
+    at the first level only and its trajectories judged against every level's bounds: the same
+    numbers as playing each level, in a fraction of the time.
 
     Returns
     -------

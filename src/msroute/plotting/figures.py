@@ -177,10 +177,10 @@ def save_figure(
     Notes
     -----
     The SVG carries no date and fixed element ids, so the same figure gives the same file.
-    Where the system can fork, a copy of this process writes the SVG while this one writes
-    the PNG: the two formats are drawn on two cores, the same files as one after the other.
-    When the copy fails, the SVG is written again here, so that the error is raised with its
-    cause.
+    Where multiprocessing forks its processes (Linux up to Python 3.13), a copy of this process
+    writes the SVG while this one writes the PNG: the formats are drawn on two cores, the same
+    files as one after the other. When the copy fails, the SVG is written again here, so that
+    the error is raised with its cause.
     """
     base = Path(path_without_suffix)
     if base.suffix.lower() in (".png", ".svg"):

@@ -187,3 +187,35 @@ def test_compile_ahead_loads_the_round_for_the_workers() -> None:
     compile_ahead()
     assert blas_pairs_order.cache_info().currsize == 1
     assert len(round_outcome.signatures) == 1  # one machine code, loaded before any fork
+
+
+@pytest.mark.parametrize("n_costs", [2, 3])
+def test_a_batch_cost_estimate_learns_the_numpy_floats(
+    n_costs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's learned cost estimate (mode "distinct") predicts and counts in one compiled
+    loop: its estimates and counts equal the numpy update's bit for bit, round after round,
+    both when every realized cost is as predicted and when it is not (the estimates move)."""
+    if not blas_pairs_order():
+        pytest.skip("numpy's BLAS sums team_cost in another order: the numpy update runs")
+    from msroute.policies.costs import CostEstimate
+
+    rng = np.random.default_rng(n_costs)
+    n_runs, k, m = 12, 23, 5
+    table = rng.random((n_runs, k, n_costs)) * 10.0 ** rng.integers(-3, 4, (n_runs, k, n_costs))
+    scale = table.max(axis=1)
+    fast, slow = CostEstimate(table, scale), CostEstimate(table, scale)
+    monkeypatch.setattr(slow, "_count_compiled", lambda draws, cost: None)
+    moved = 0
+    for t in range(40):
+        draws = rng.integers(0, k, size=(n_runs, m))  # repeats: each distinct expert once
+        cost = team_cost(draws_to_mask(draws, k), fast.costs)  # as the estimates predict
+        if t % 2:  # realized costs off the estimates: they move
+            cost = cost * rng.uniform(0.5, 1.5, size=cost.shape)
+        before = fast.costs.copy()
+        fast.update(draws, cost)
+        slow.update(draws, cost)
+        moved += not np.array_equal(before, fast.costs)
+        np.testing.assert_array_equal(fast.n_obs, slow.n_obs)
+        np.testing.assert_array_equal(fast.costs, slow.costs)
+    assert moved == 20

@@ -41,7 +41,7 @@ from msroute.policies._kernels import _compiled
 
 F = TypeVar("F", bound=Callable[..., object])
 
-__all__ = ["PAIR_COSTS", "blas_pairs_order", "pair_costs", "round_outcome"]
+__all__ = ["PAIR_COSTS", "blas_pairs_order", "credit_distinct", "pair_costs", "round_outcome"]
 
 #: Cost modes of :func:`round_outcome`: none (the caller computes it), per draw, distinct
 #: experts summed in OpenBLAS's pair order.
@@ -248,6 +248,32 @@ def pair_costs(draws: IntArray, costs: FloatArray, cost: FloatArray) -> None:
     routed = np.empty(draws.shape[1], dtype=np.int64)
     for r in range(draws.shape[0]):
         _pair_cost(draws, costs, r, routed, cost)
+
+
+@_compiled
+def credit_distinct(
+    draws: IntArray, costs: FloatArray, cost: FloatArray, predicted: FloatArray, n_obs: FloatArray
+) -> bool:
+    """The counting half of a cost estimate's update
+    (:meth:`msroute.policies.costs.CostEstimate.update`, mode "distinct") of a batch, in one
+    loop: ``predicted`` (R, d) = :func:`pair_costs` of the draws (R, M) under the estimates
+    ``costs`` (R, K, d); ``n_obs`` (R, K) += 1.0 at each run's distinct routed experts (the
+    floats of adding their 0/1 mask); returns whether any realized ``cost`` (R, d) differs from
+    its prediction (only then do the estimates move)."""
+    routed = np.empty(draws.shape[1], dtype=np.int64)
+    moved = False
+    for r in range(draws.shape[0]):
+        _pair_cost(draws, costs, r, routed, predicted)
+        for j in range(draws.shape[1]):  # the distinct draws, each once
+            i = 0
+            while i < j and draws[r, i] != draws[r, j]:
+                i += 1
+            if i == j:
+                n_obs[r, draws[r, j]] += 1.0
+        for c in range(cost.shape[1]):
+            if cost[r, c] != predicted[r, c]:
+                moved = True
+    return moved
 
 
 def _probe(d: int) -> tuple[IntArray, FloatArray]:

@@ -109,15 +109,22 @@ class CostEstimate:
         if self.mode == "table":
             return
         k = self.costs.shape[1]
-        if counts is None:
-            counts = draw_counts(draws, k)
-        if self.mode == "distinct":
-            m = np.minimum(counts, 1.0)  # the routed experts' 0/1 mask, as floats
-            predicted = _distinct_cost(draws, m, self.costs)
+        compiled = self._count_compiled(draws, cost) if self.mode == "distinct" else None
+        if compiled is not None:  # predicted and counted already
+            moved, predicted = compiled
+            if not moved:  # every cost as predicted: nothing to learn
+                return
+            m = np.minimum(draw_counts(draws, k) if counts is None else counts, 1.0)
         else:
-            predicted = draws_cost(draws, self.costs)
-            m = counts
-        self.n_obs += m
+            if counts is None:
+                counts = draw_counts(draws, k)
+            if self.mode == "distinct":
+                m = np.minimum(counts, 1.0)  # the routed experts' 0/1 mask, as floats
+                predicted = _distinct_cost(draws, m, self.costs)
+            else:
+                predicted = draws_cost(draws, self.costs)
+                m = counts
+            self.n_obs += m
         resid = cost - predicted
         if not np.count_nonzero(resid):  # faster than .any()
             return
@@ -126,6 +133,34 @@ class CostEstimate:
         self.costs = np.maximum(
             self.costs + share / (self.prior_weight + self.n_obs)[:, :, None], 0.0
         )
+
+    def _count_compiled(self, draws: IntArray, cost: FloatArray) -> tuple[bool, FloatArray] | None:
+        """Mode "distinct" for a batch in one compiled loop (:func:`msroute._outcome.
+        credit_distinct`), where it gives numpy's floats: ``n_obs`` counted, and (whether some
+        cost differs from its prediction, the prediction (R, d)). None where the loop does not
+        apply (one run, d not 2 or 3, another BLAS order): nothing done."""
+        costs = self.costs
+        if not (
+            draws.shape[0] > 1
+            and costs.shape[2] in (2, 3)
+            and costs.flags.c_contiguous
+            and self.n_obs.flags.c_contiguous
+            and self.n_obs.flags.writeable
+        ):
+            return None
+        from msroute import _outcome  # numba: imported on first use
+
+        if not _outcome.blas_pairs_order():
+            return None
+        predicted = np.empty((draws.shape[0], costs.shape[2]))
+        moved = _outcome.credit_distinct(
+            np.asarray(draws, dtype=np.int64),
+            costs,
+            np.ascontiguousarray(cost, dtype=np.float64),
+            predicted,
+            self.n_obs,
+        )
+        return bool(moved), predicted
 
 
 def _distinct_cost(draws: IntArray, mask: FloatArray, costs: FloatArray) -> FloatArray:

@@ -359,10 +359,8 @@ class TeamRounds:
         self._learn(routed, reward, cost)
         if self.dual is not None:
             self.dual.step(cost)
-        if self.cost_est is not None:  # distinct-expert counts: the routed experts' 0/1 mask
-            routed_mask = np.zeros((self.n_runs, self.n_experts))
-            routed_mask.reshape(-1)[routed] = 1.0
-            self.cost_est.update(decision.draws, cost, routed_mask)
+        if self.cost_est is not None:  # counts each distinct routed expert once
+            self.cost_est.update(decision.draws, cost)
 
     def _scores(self) -> FloatArray:
         """The family's selection scores after the warm-up, shape (R, K)."""

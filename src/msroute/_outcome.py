@@ -37,7 +37,7 @@ import numpy as np
 from numba.core import types
 
 from msroute._validation import FloatArray, IntArray
-from msroute.policies._kernels import _compiled
+from msroute.policies._kernels import _compiled, _repeated
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -265,10 +265,7 @@ def credit_distinct(
     for r in range(draws.shape[0]):
         _pair_cost(draws, costs, r, routed, predicted)
         for j in range(draws.shape[1]):  # the distinct draws, each once
-            i = 0
-            while i < j and draws[r, i] != draws[r, j]:
-                i += 1
-            if i == j:
+            if not _repeated(draws, r, j):
                 n_obs[r, draws[r, j]] += 1.0
         for c in range(cost.shape[1]):
             if cost[r, c] != predicted[r, c]:

@@ -462,9 +462,12 @@ def test_save_figure_rejects_suffix_and_is_reproducible(tmp_path: Path) -> None:
     fig = plot_contextual(contextual_rows())
     with pytest.raises(ValueError, match=r"without it .*'.*fig'"):
         save_figure(fig, tmp_path / "fig.png")
-    _, svg1 = save_figure(fig, tmp_path / "a" / "fig")
-    _, svg2 = save_figure(fig, tmp_path / "b" / "fig")
+    engine = fig.get_layout_engine()
+    png1, svg1 = save_figure(fig, tmp_path / "a" / "fig")
+    assert fig.get_layout_engine() is engine  # laid out once for both formats, then given back
+    png2, svg2 = save_figure(fig, tmp_path / "b" / "fig")
     assert svg1.read_bytes() == svg2.read_bytes()
+    assert png1.read_bytes() == png2.read_bytes()
 
 
 def test_the_svg_written_by_a_forked_copy_is_the_one_written_in_process(

@@ -9,7 +9,8 @@ import multiprocessing
 import os
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -191,29 +192,46 @@ def save_figure(
     base.parent.mkdir(parents=True, exist_ok=True)
     png = base.with_name(base.name + ".png")
     svg = base.with_name(base.name + ".svg")
-    child = _forked(lambda: _write_svg(fig, svg, dpi))
-    try:
-        with atomic_path(png) as tmp:  # a Ctrl-C mid-write leaves no truncated figure
-            fig.savefig(tmp, dpi=dpi, format="png")
-    finally:
-        written = child is not None and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
-    if not written:
-        _write_svg(fig, svg, dpi)
+    with _laid_out(fig, dpi):
+        child = _forked(lambda: _write_svg(fig, svg))
+        try:
+            with atomic_path(png) as tmp:  # a Ctrl-C mid-write leaves no truncated figure
+                fig.savefig(tmp, dpi=dpi, format="png")
+        finally:
+            written = child is not None and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+        if not written:
+            _write_svg(fig, svg)
     return png, svg
 
 
-def _write_svg(fig: Figure, svg: Path, dpi: int) -> None:
-    """Write the SVG after laying the figure out as drawing the PNG does (at its ``dpi``): the
-    constrained layout starts from the positions it finds, so the SVG is then the same whether
-    or not this process drew the PNG first (a forked copy has not)."""
+@contextmanager
+def _laid_out(fig: Figure, dpi: int) -> Iterator[None]:
+    """Lay ``fig`` out once, as drawing the PNG at ``dpi`` would, and save it without its
+    layout engine inside the block: both formats then draw the same positions, and neither
+    lays the figure out again (savefig's first pass, about half the cost of a figure).
+    The engine is given back afterwards, so the figure can be resized and saved again."""
     engine = fig.get_layout_engine()
-    if engine is not None:
-        screen = fig.get_dpi()
-        fig.set_dpi(dpi)
-        try:
-            engine.execute(fig)
-        finally:
-            fig.set_dpi(screen)
+    if engine is None:
+        yield
+        return
+    screen = fig.get_dpi()
+    fig.set_dpi(dpi)
+    try:
+        engine.execute(fig)
+    finally:
+        fig.set_dpi(screen)
+    with matplotlib.rc_context(
+        {"figure.autolayout": False, "figure.constrained_layout.use": False}
+    ):
+        fig.set_layout_engine(None)  # None, whatever the rcParams' default layout
+    try:
+        yield
+    finally:
+        fig.set_layout_engine(engine)
+
+
+def _write_svg(fig: Figure, svg: Path) -> None:
+    """Write the SVG: no date, element ids from a fixed salt (the same figure, the same file)."""
     with matplotlib.rc_context({"svg.hashsalt": "msroute"}), atomic_path(svg) as tmp:
         fig.savefig(tmp, format="svg", metadata={"Date": None})
 

@@ -16,6 +16,7 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 
 from msroute.errors import DataFormatError
@@ -468,6 +469,28 @@ def test_save_figure_rejects_suffix_and_is_reproducible(tmp_path: Path) -> None:
     png2, svg2 = save_figure(fig, tmp_path / "b" / "fig")
     assert svg1.read_bytes() == svg2.read_bytes()
     assert png1.read_bytes() == png2.read_bytes()
+
+
+def test_both_formats_are_drawn_from_one_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The constrained layout runs once for the PNG and the SVG together (savefig would run it
+    again for each format), and the figure keeps its layout engine afterwards."""
+    fig = plot_fig2(fig2_rows())
+    engine = fig.get_layout_engine()
+    assert isinstance(engine, ConstrainedLayoutEngine)
+    runs: list[float] = []
+    real = ConstrainedLayoutEngine.execute
+
+    def counted(self: ConstrainedLayoutEngine, figure: Any) -> Any:
+        runs.append(figure.get_dpi())
+        return real(self, figure)
+
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counted)
+    monkeypatch.setattr(figures, "_forked", lambda write: None)  # both formats in this process
+    save_figure(fig, tmp_path / "fig", dpi=120)
+    assert runs == [120]
+    assert fig.get_layout_engine() is engine
 
 
 def test_the_svg_written_by_a_forked_copy_is_the_one_written_in_process(

@@ -178,6 +178,7 @@ def save_figure(
     Notes
     -----
     The SVG carries no date and fixed element ids, so the same figure gives the same file.
+    The figure is laid out once, at the PNG's ``dpi``, and both formats draw those positions.
     Where multiprocessing forks its processes (Linux up to Python 3.13), a copy of this process
     writes the SVG while this one writes the PNG: the formats are drawn on two cores, the same
     files as one after the other. When the copy fails, the SVG is written again here, so that

@@ -50,6 +50,7 @@ from numpy.typing import ArrayLike
 
 from msroute._validation import (
     FloatArray,
+    IntArray,
     as_float_array,
     as_real,
     check_contexts,
@@ -122,43 +123,61 @@ class OracleResult:
 
 @dataclass(frozen=True)
 class ContextualOracleResult:
-    """``OPT^ctx`` of Section 5.2 and the per-context optima it decomposes into.
+    """``OPT^ctx``: the best fixed policy per context under the aggregate budget, certified.
 
     Attributes
     ----------
     value : float
-        ``OPT^ctx = (1/T) sum_x max_q sum_{t: x_t = x} Phi^x_t(q)``.
+        ``sum_x p_x Phi_x(q_x)`` of the policies found, a lower bound on ``OPT^ctx``.
     gap : float
-        Certified distance to ``OPT^ctx``: ``sum_x (T_x / T) gap_x``.
-    per_context : tuple of OracleResult, length X
-        Context ``x``'s optimum of its own average ``(1/T_x) sum_{t: x_t = x} Phi^x_t``; a
-        context never observed gets a feasible policy with ``value = 0`` and ``gap = 0``.
+        Frank-Wolfe gap of the whole program: ``value <= OPT^ctx <= value + gap``.
+    q : ndarray, shape (X, K)
+        Context ``x``'s policy; a context never observed keeps a feasible policy that earns 0.
+    context_values : ndarray, shape (X,)
+        ``Phi_x(q_x)``: the mean expected reward over context ``x``'s rounds (0 if none).
     counts : ndarray of int, shape (X,)
         ``T_x``, the number of rounds with context ``x``.
+    cost : ndarray, shape (d,)
+        The aggregate surrogate cost ``sum_x p_x C_x^T q_x`` (inside ``S``).
+    iterations : int
     converged : bool
-        Whether every context's oracle converged.
+        Whether ``gap <= tol``.
+    message : str
     """
 
     value: float
     gap: float
-    per_context: tuple[OracleResult, ...]
+    q: FloatArray
+    context_values: FloatArray
     counts: np.ndarray
+    cost: FloatArray
+    iterations: int
     converged: bool
+    message: str = ""
 
 
 # ---------------------------------------------------------------------------- polytope
 class _Polytope:
-    """``P = {q : q >= floor, sum q = 1, lo <= C^T q <= hi}`` with an interior point."""
+    """``P = {q : q >= floor, sum q = 1, lo <= C^T q <= hi}`` with an interior point.
 
-    def __init__(self, costs: FloatArray, lo: FloatArray, hi: FloatArray, floor: float) -> None:
+    With ``blocks = X > 1``, ``q`` stacks X policies of ``K = len(q) / X`` experts each (one
+    per context), every block sums to one, and ``C`` (X K, d) holds the context-weighted
+    costs, so that ``C^T q`` is the aggregate cost of the contextual comparator.
+    """
+
+    def __init__(
+        self, costs: FloatArray, lo: FloatArray, hi: FloatArray, floor: float, blocks: int = 1
+    ) -> None:
         self.costs = costs
         self.lo = lo
         self.hi = hi
         self.floor = floor
+        self.blocks = blocks
         k = costs.shape[0]
         self.a_ub = np.vstack([costs.T, -costs.T])
         self.b_ub = np.concatenate([hi, -lo])
-        self.a_eq = np.ones((1, k))
+        self.a_eq = np.kron(np.eye(blocks), np.ones((1, k // blocks)))
+        self.b_eq = np.ones(blocks)
         self.scale = max(1.0, float(np.abs(costs).max()), float(np.abs(self.b_ub).max()))
         self.center, self.slack = self._interior_point()
 
@@ -174,7 +193,7 @@ class _Polytope:
             ]
         )
         b_ub = np.concatenate([np.full(k, -self.floor), self.b_ub])
-        a_eq = np.concatenate([np.ones(k), [0.0]])[None, :]
+        a_eq = np.hstack([self.a_eq, np.zeros((self.blocks, 1))])
         cost = np.zeros(k + 1)
         cost[-1] = -1.0
         bounds = [(None, None)] * k + [(None, 1.0)]
@@ -185,7 +204,7 @@ class _Polytope:
             A_ub=a_ub,
             b_ub=b_ub,
             A_eq=a_eq,
-            b_eq=[1.0],
+            b_eq=self.b_eq,
             bounds=bounds,
             method="highs",
             options=_LP_OPTIONS,
@@ -209,7 +228,14 @@ class _Polytope:
         )
 
     def _onto_floored_simplex(self, q: FloatArray) -> FloatArray:
-        """Rescale ``q`` (nearly in the floored simplex) to sum to one with ``q >= floor``."""
+        """Rescale ``q`` (nearly in the floored simplex) to sum to one with ``q >= floor``
+        (each block on its own)."""
+        if self.blocks > 1:
+            parts = np.split(q, self.blocks)
+            return np.concatenate([self._onto_one_simplex(b) for b in parts])
+        return self._onto_one_simplex(q)
+
+    def _onto_one_simplex(self, q: FloatArray) -> FloatArray:
         k = q.shape[0]
         excess = np.maximum(q - self.floor, 0.0)
         free = max(1.0 - k * self.floor, 0.0)
@@ -250,7 +276,7 @@ class _Polytope:
             ]
         )
         b_ub = np.concatenate([q, -q, self.b_ub])
-        a_eq = np.concatenate([np.ones(k), np.zeros(k)])[None, :]
+        a_eq = np.hstack([self.a_eq, np.zeros((self.blocks, k))])
         cost = np.concatenate([np.zeros(k), np.ones(k)])
         bounds = [(self.floor, None)] * k + [(0.0, None)] * k
         from scipy.optimize import linprog
@@ -260,7 +286,7 @@ class _Polytope:
             A_ub=a_ub,
             b_ub=b_ub,
             A_eq=a_eq,
-            b_eq=[1.0],
+            b_eq=self.b_eq,
             bounds=bounds,
             method="highs",
             options=_LP_OPTIONS,
@@ -278,7 +304,7 @@ class _Polytope:
             A_ub=self.a_ub,
             b_ub=self.b_ub,
             A_eq=self.a_eq,
-            b_eq=[1.0],
+            b_eq=self.b_eq,
             bounds=[(self.floor, None)] * g.shape[0],
             method="highs",
             options=_LP_OPTIONS,
@@ -289,6 +315,12 @@ class _Polytope:
 
     def slsqp_constraints(self) -> list[dict[str, Any]]:
         a_ub, b_ub = self.a_ub, self.b_ub
+        if self.blocks > 1:
+            a_eq, b_eq = self.a_eq, self.b_eq
+            return [
+                {"type": "eq", "fun": lambda q: a_eq @ q - b_eq, "jac": lambda q: a_eq},
+                {"type": "ineq", "fun": lambda q: b_ub - a_ub @ q, "jac": lambda q: -a_ub},
+            ]
         k = self.costs.shape[0]
         ones = np.ones(k)
         return [
@@ -315,7 +347,7 @@ def _newton_step(
         return None
     slack = poly.b_ub - poly.a_ub @ q
     active = slack <= _ACTIVE * scale
-    eq = np.vstack([np.ones((1, free.size)), poly.a_ub[active][:, free]])
+    eq = np.vstack([poly.a_eq[:, free], poly.a_ub[active][:, free]])
     _, sv, vt = np.linalg.svd(eq)
     rank = int(np.count_nonzero(sv > 1e-10 * sv.max()))
     basis = vt[rank:].T  # null space of the face's equalities, (f, f - rank)
@@ -541,6 +573,29 @@ def best_fixed_policy_for(
     )
 
 
+class _Grouped:
+    """``F(Q) = (1/T) sum_t Phi_t(q_{x_t})`` of stacked per-context policies ``Q`` (X K,): the
+    grouped :class:`SortedRows` for values and gradients, one per context for the Hessian
+    (block diagonal: a context's policy meets only its own rounds)."""
+
+    def __init__(self, rows: FloatArray, group: IntArray, n_groups: int, m: int, t: int) -> None:
+        self.k = rows.shape[1]
+        self.all = SortedRows(rows, m, group=group, n_groups=n_groups, divisor=t)
+        self.parts = [SortedRows(rows[group == g], m, divisor=t) for g in range(n_groups)]
+
+    def value_and_grad(self, q: FloatArray) -> tuple[float, FloatArray]:
+        return self.all.value_and_grad(q)
+
+    def hessian(self, q: FloatArray, idx: np.ndarray) -> FloatArray:
+        k, f = self.k, idx.shape[0]
+        hess = np.zeros((f, f))
+        for g, part in enumerate(self.parts):
+            sel = np.flatnonzero(idx // k == g)
+            if sel.size:
+                hess[np.ix_(sel, sel)] = part.hessian(q[g * k : (g + 1) * k], idx[sel] - g * k)
+        return hess
+
+
 def contextual_opt(
     skills: ArrayLike,
     contexts: ArrayLike,
@@ -548,16 +603,28 @@ def contextual_opt(
     problem: Problem,
     *,
     floor: float,
+    round_costs: ArrayLike | None = None,
     tol: float = 1e-6,
     max_iter: int = 1000,
 ) -> ContextualOracleResult:
-    """``OPT^ctx`` of Section 5.2 (Corollary 2): one best fixed feasible policy per context.
+    """``OPT^ctx``: the best fixed policy per context under the *aggregate* budget, certified.
 
-    ``OPT^ctx = (1/T) sum_x max_{q in P} sum_{t: x_t = x} Phi^x_t(q)`` where context ``x``'s
-    reward is the sum-max over its own weighted dimensions,
-    ``Phi^x_t(q) = expected_reward(q, skills[t] * context_weights[x][:, None], M)`` (scaling
-    a dimension by a weight >= 0 scales its maximum exactly). The maximisation decomposes per
-    context; each is a :func:`best_fixed_policy` on that context's rounds.
+    The comparator of Algorithm 2 (Section 5.2, Corollary 2), which keeps one ``q`` per context
+    and one shared dual, so that its constraints hold on the aggregate time-averaged cost::
+
+        OPT^ctx = max_{q_1..q_X}  sum_x p_x Phi_x(q_x)
+                  s.t.  q_x >= floor on the simplex,  lo <= sum_x p_x C_x^T q_x <= hi
+
+    with ``p_x = T_x / T``, ``Phi_x`` the average over context ``x``'s rounds of the exact
+    expected reward (dimensions weighted by ``context_weights[x]``: scaling a dimension by a
+    weight >= 0 scales its maximum exactly), ``C_x`` the mean cost table of context ``x``'s
+    rounds (``round_costs``; the problem's table when not given) and ``[lo, hi]`` the
+    surrogate box ``S`` of the problem. One budget per context would be a smaller class (each
+    context's spend held to the bound): the aggregate is what Algorithm 2 can reach.
+
+    The program is one smooth concave maximisation over a product of floored simplices cut by
+    the budget; it is solved as :func:`best_fixed_policy` (SLSQP, Newton polishing on the face)
+    and certified by the Frank-Wolfe gap of the whole product polytope.
 
     Parameters
     ----------
@@ -569,12 +636,14 @@ def contextual_opt(
     problem : Problem
         Costs, M and the surrogate box ``S`` shared by all contexts.
     floor : float
-        The floor ``gamma`` of Section 5.2 (keyword, required: the paper's benchmark uses
-        ``problem.default_gamma()``; pass 0.0 for none).
+        Lower bound on every ``q_x[i]`` (keyword, required: Corollary 2's comparator class
+        uses ``problem.default_gamma()``; 0.0 for none).
+    round_costs : array_like, shape (T, K, d), optional
+        Each round's own cost of every expert (recorded outcomes).
     tol : float, default 1e-6
-        Certified gap asked of each context's oracle (so the total gap is <= tol too).
+        Certified gap asked (absolute, in reward units).
     max_iter : int, default 1000
-        Per-context cap on SLSQP iterations.
+        Cap on SLSQP iterations plus Newton steps.
 
     Returns
     -------
@@ -583,48 +652,59 @@ def contextual_opt(
     Raises
     ------
     InfeasibleConstraintsError
-        When ``P`` is empty.
+        When no per-context policies meet the box.
     """
     v, c, lo_a, hi_a, floor, tol = _check_inputs(
         skills, problem.costs, *problem.surrogate_box(), floor, tol
     )
-    t_len, n_dims, _ = v.shape
+    t_len, n_dims, k = v.shape
     ctx_rounds, w = check_contexts(contexts, context_weights, t_len, 1, n_dims)
     if ctx_rounds is None or w is None:
         raise InvalidValueError("contextual_opt needs contexts and context_weights")
     x = ctx_rounds[:, 0]
     n_ctx = w.shape[0]
     max_iter = check_positive_int(max_iter, "max_iter")
-    poly = _Polytope(c, lo_a, hi_a, floor)
     counts = np.bincount(x, minlength=n_ctx)
-    results: list[OracleResult] = []
-    for ctx in range(n_ctx):
-        if counts[ctx] == 0:
-            results.append(
-                OracleResult(
-                    q=poly.center.copy(),
-                    value=0.0,
-                    gap=0.0,
-                    iterations=0,
-                    converged=True,
-                    message="context never observed",
-                )
-            )
-            continue
-        sub = context_scaled(v[x == ctx], w, ctx)
-        results.append(
-            _solve(
-                SortedRows.average(sub, problem.m_draws),
-                poly,
-                tol,
-                max_iter,
-            )
-        )
     share = counts / t_len
+    if round_costs is None:
+        per_ctx = np.broadcast_to(c, (n_ctx, *c.shape))
+    else:
+        rc = as_float_array(round_costs, "round_costs", ndim_min=3, ndim_max=3)
+        if rc.shape != (t_len, *c.shape):
+            raise InvalidValueError(
+                f"round_costs must have shape (T, K, d) = {(t_len, *c.shape)}, got {rc.shape}"
+            )
+        if np.any(rc < 0):
+            raise InvalidValueError("round_costs must be >= 0")
+        sums = np.zeros((n_ctx, *c.shape))
+        np.add.at(sums, x, rc)
+        per_ctx = sums / np.maximum(counts, 1)[:, None, None]
+    stacked = (share[:, None, None] * per_ctx).reshape(n_ctx * k, c.shape[1])
+    lo_ori, hi_ori = problem.original_box()
+    bound = np.isfinite(hi_ori) | (lo_ori > 0)  # an unbounded cost is recorded, not held
+    if not np.any(bound):
+        poly = _Polytope(np.zeros((n_ctx * k, 1)), np.zeros(1), np.ones(1), floor, blocks=n_ctx)
+    else:
+        poly = _Polytope(stacked[:, bound], lo_a[bound], hi_a[bound], floor, blocks=n_ctx)
+    scaled = context_scaled(v, w, x)  # (T, N, K)
+    rows = scaled.reshape(t_len * n_dims, k)
+    objective = _Grouped(rows, np.repeat(x, n_dims), n_ctx, problem.m_draws, t_len)
+    res = _solve(objective, poly, tol, max_iter)  # type: ignore[arg-type]
+    q = res.q.reshape(n_ctx, k)
+    values = np.array(
+        [
+            part.value_and_grad(q[g])[0] * t_len / counts[g] if counts[g] else 0.0
+            for g, part in enumerate(objective.parts)
+        ]
+    )
     return ContextualOracleResult(
-        value=float(sum(s * r.value for s, r in zip(share, results, strict=True))),
-        gap=float(sum(s * r.gap for s, r in zip(share, results, strict=True))),
-        per_context=tuple(results),
+        value=res.value,
+        gap=res.gap,
+        q=q,
+        context_values=values,
         counts=counts,
-        converged=all(r.converged for r in results),
+        cost=stacked.T @ res.q,
+        iterations=res.iterations,
+        converged=res.converged,
+        message=res.message,
     )

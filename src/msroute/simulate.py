@@ -31,7 +31,8 @@ from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
 from msroute.envs import SkillEnv
 from msroute.errors import InvalidValueError
-from msroute.policies.base import BasePolicy, draws_to_mask
+from msroute.outcome_env import OutcomeEnv
+from msroute.policies.base import BasePolicy, draw_counts, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import context_scaled, expected_reward
 from msroute.streaming import PairwiseSum
@@ -208,7 +209,10 @@ def simulate(
     horizon : int
         T, the number of rounds.
     contexts : array_like of int, shape (T,) or (T, R), optional
-        The context of each round (contextual runs); passed to ``select``.
+        The context of each round (contextual runs); passed to ``select``. A recorded-outcome
+        environment (:class:`msroute.outcome_env.OutcomeEnv`) gives its prompts' categories
+        when neither ``contexts`` nor ``context_weights`` is given, and its prompts' recorded
+        costs are the realized costs (the batch's cost table stays the policies' prior).
     context_weights : array_like, shape (X, N), optional
         Context ``x`` scores dimension ``n`` with weight ``context_weights[x, n] >= 0``: its
         reward is the sum-max on the skills with rows scaled by those weights (0/1 weights
@@ -378,6 +382,7 @@ class _Outcome:
         if cost_count not in ("distinct", "draws"):
             raise InvalidValueError(f"cost_count == {cost_count!r}, must be 'distinct' or 'draws'")
         self._kernel = _outcome.round_outcome
+        self._no_cost = _outcome.NO_COST
         self.batch = batch
         self.costs = np.ascontiguousarray(batch.costs, dtype=np.float64)
         self.shape = (batch.n_runs, batch.m_draws)
@@ -388,11 +393,20 @@ class _Outcome:
         else:  # summed by the batch (numpy's BLAS) after the pass
             self.mode = _outcome.NO_COST
         self.by_batch = self.mode == _outcome.NO_COST
+        self.per_draw = cost_count == "draws"
 
     def __call__(
-        self, policy: str, skills: FloatArray, rows: IntArray, draws: IntArray
+        self,
+        policy: str,
+        skills: FloatArray,
+        rows: IntArray,
+        draws: IntArray,
+        recorded: FloatArray | None = None,
     ) -> tuple[FloatArray, FloatArray]:
-        """Rewards (R,) and costs (R, d) of the draws (R, M); run r reads ``skills[rows[r]]``."""
+        """Rewards (R,) and costs (R, d) of the draws (R, M); run r reads ``skills[rows[r]]``.
+
+        ``recorded`` (R, K, d): the round's own cost of each expert in each run (a recorded
+        outcome environment), used in place of the batch's cost table."""
         if draws.shape != self.shape or draws.dtype.kind not in "iu":
             raise InvalidValueError(
                 f"policy {policy!r} returned draws of {draws.dtype} {draws.shape}, expected "
@@ -401,13 +415,21 @@ class _Outcome:
         draws = np.ascontiguousarray(draws, dtype=np.int64)
         reward = np.empty(self.shape[0])
         cost = np.empty((self.shape[0], self.batch.n_costs))
-        bad = self._kernel(skills, rows, draws, self.costs, self.mode, reward, cost)
+        mode = self.mode if recorded is None else self._no_cost
+        bad = self._kernel(skills, rows, draws, self.costs, mode, reward, cost)
         if bad >= 0:
             raise InvalidValueError(
                 f"policy {policy!r} drew {draws[bad].tolist()} in run {bad}: expert indices "
                 f"must be in [0, {self.batch.n_experts - 1}]"
             )
-        if self.by_batch:
+        if recorded is not None:
+            k = self.batch.n_experts
+            if self.per_draw:
+                counted = draw_counts(draws, k)
+            else:
+                counted = draws_to_mask(draws, k).astype(np.float64)
+            cost = np.einsum("rk,rkd->rd", counted, recorded)
+        elif self.by_batch:
             cost = self.batch.realized_cost(draws_to_mask(draws, self.batch.n_experts))
         return reward, cost
 
@@ -449,6 +471,11 @@ def _play(
                 f"the batch has {(r, k, batch.m_draws)}"
             )
     outcome = _Outcome(batch, cost_count)
+    recorded = getattr(env, "round_costs", None)  # a recorded-outcome environment's own costs
+    if contexts is None and context_weights is None and isinstance(env, OutcomeEnv):
+        recorded_ctx = env.contexts(0, t_total)
+        contexts = recorded_ctx if runs is None else recorded_ctx[:, runs]
+        context_weights = env.context_weights()
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     every_run = np.arange(r, dtype=np.int64)
     names = list(policies)
@@ -465,9 +492,11 @@ def _play(
                 f"the environment gave skills of shape {skills.shape} for rounds [{start}, "
                 f"{stop}), expected (rounds, R, N, K) = {(stop - start, env.n_runs, env.n_dims, k)}"
             )
+        paid = None if recorded is None else np.asarray(recorded(start, stop), dtype=np.float64)
         for step in range(stop - start):
             t = start + step
             v, rows = skills[step], every_run if runs is None else runs  # run r reads v[rows[r]]
+            round_cost = None if paid is None else paid[step, rows]
             ctx = None if ctx_all is None else ctx_all[t]
             if weights is not None and ctx is not None:
                 v = context_scaled(v if runs is None else v[runs], weights, ctx)
@@ -482,7 +511,7 @@ def _play(
                         q_buf[name] = np.empty((chunk, r, k))
                         expected[name] = np.empty((t_total, r))
                     q_buf[name][step] = decision.probs
-                reward, cost = outcome(name, v, rows, draws)
+                reward, cost = outcome(name, v, rows, draws, round_cost)
                 pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 recorders[name].add(t, reward, cost)

@@ -38,6 +38,10 @@ from msroute.plotting.figures import (
     save_figure,
 )
 
+from msroute.plotting.frontier import plot_frontier
+
+FIGURES["frontier"] = plot_frontier
+
 __all__ = [
     "FIGURES",
     "LEVEL_ORDER",
@@ -46,6 +50,7 @@ __all__ = [
     "plot_fig1",
     "plot_fig2",
     "plot_fig3",
+    "plot_frontier",
     "policy_color",
     "policy_label",
     "save_figure",

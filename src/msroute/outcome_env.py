@@ -1,0 +1,133 @@
+"""A recorded-outcome environment: each round one prompt of an outcome table arrives.
+
+Real LLM traffic is not a Beta simulation: every query belongs to one task, the models' graded
+answers to it are recorded, models fail together on hard prompts, and a call's price depends on
+the prompt. :class:`OutcomeEnv` replays an :class:`~msroute.datasets.outcomes.OutcomeTable`:
+
+* each round draws one prompt per run (seeded; with replacement, or ``mode="permutation"``:
+  passes over the table, each a fresh permutation);
+* the prompt's category is the round's context, known before the decision
+  (:meth:`OutcomeEnv.contexts`);
+* the skills of the round are the prompt's recorded scores ``(N, K)``, so the sum-max reward of
+  a team is the sum over dimensions of its best member's score;
+* the realized cost of the round is the prompt's recorded cost of each distinct model called
+  (:meth:`OutcomeEnv.round_costs`: :func:`msroute.simulate.simulate` uses it in place of the
+  problem's cost table, which stays the policies' prior).
+
+Run ``r``'s prompt sequence depends only on its own seed, as in the other environments.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from msroute._seeding import SeedArg, child_seed, run_seed_sequences
+from msroute._validation import FloatArray, IntArray, check_positive_int
+from msroute.datasets.outcomes import OutcomeTable
+from msroute.envs import check_range
+from msroute.errors import InvalidValueError
+
+__all__ = ["OutcomeEnv", "SampleMode"]
+
+#: Spawn-key domain of the prompt streams ("msop").
+_PROMPT_DOMAIN = 0x6D736F70
+
+SampleMode = Literal["replace", "permutation"]
+
+
+class OutcomeEnv:
+    """Rounds of recorded prompts, batched over runs.
+
+    Parameters
+    ----------
+    table : OutcomeTable
+    horizon : int
+        T, rounds per run.
+    n_runs : int, default 1
+    seed : int, SeedSequence or sequence of those, optional
+        One seed, or one per run (as the other environments take them).
+    mode : {"replace", "permutation"}, default "replace"
+        Prompts drawn uniformly with replacement, or passes over the table in random order.
+
+    Attributes
+    ----------
+    n_runs, n_dims, n_experts, n_contexts, horizon : int
+    prompts : ndarray of int, shape (T, R)
+        The prompt of each round of each run.
+
+    Examples
+    --------
+    >>> from msroute.datasets.outcomes import read_outcomes
+    >>> table = read_outcomes("prompt_id,a,b,a|usd,b|usd\\np1,1,0,1,2\\np2,0,1,1,2\\n", "t.csv")
+    >>> env = OutcomeEnv(table, horizon=4, n_runs=2, seed=0, mode="permutation")
+    >>> env.skills(0, 4).shape, env.round_costs(0, 4).shape
+    ((4, 2, 1, 2), (4, 2, 2, 1))
+    """
+
+    def __init__(
+        self,
+        table: OutcomeTable,
+        *,
+        horizon: int,
+        n_runs: int = 1,
+        seed: SeedArg = None,
+        mode: SampleMode = "replace",
+    ) -> None:
+        if not isinstance(table, OutcomeTable):
+            raise InvalidValueError(f"table must be an OutcomeTable, got {type(table).__name__}")
+        t = check_positive_int(horizon, "horizon")
+        r = check_positive_int(n_runs, "n_runs")
+        if mode not in ("replace", "permutation"):
+            raise InvalidValueError(f"mode == {mode!r}, must be 'replace' or 'permutation'")
+        p = table.n_prompts
+        prompts = np.empty((t, r), dtype=np.int64)
+        for i, s in enumerate(run_seed_sequences(seed, r)):
+            rng = np.random.default_rng(child_seed(s, _PROMPT_DOMAIN))
+            if mode == "replace":
+                prompts[:, i] = rng.integers(0, p, size=t)
+            else:
+                passes = -(-t // p)
+                prompts[:, i] = np.concatenate([rng.permutation(p) for _ in range(passes)])[:t]
+        prompts.setflags(write=False)
+        self.table = table
+        self.mode: SampleMode = mode
+        self.prompts: IntArray = prompts
+        self.n_runs = r
+        self.n_dims = table.n_dims
+        self.n_experts = table.n_experts
+        self.n_contexts = table.n_contexts
+        self.horizon: int | None = t
+
+    def _rows(self, start: int, stop: int) -> IntArray:
+        a, b = check_range(start, stop, self.horizon)
+        return self.prompts[a:b]
+
+    def skills(self, start: int, stop: int) -> FloatArray:
+        """The recorded scores of rounds ``[start, stop)``, shape (stop - start, R, N, K)."""
+        return np.asarray(self.table.scores[self._rows(start, stop)], dtype=np.float64)
+
+    def mean_skills(self, start: int, stop: int) -> FloatArray:
+        """The recorded scores: a recorded round is its own expectation."""
+        return self.skills(start, stop)
+
+    def contexts(self, start: int, stop: int) -> IntArray:
+        """The category of each round's prompt, shape (stop - start, R)."""
+        return np.asarray(self.table.category[self._rows(start, stop)], dtype=np.int64)
+
+    def round_costs(self, start: int, stop: int) -> FloatArray:
+        """Each model's recorded cost on each round's prompt, shape (stop - start, R, K, d)."""
+        return np.asarray(self.table.costs[self._rows(start, stop)], dtype=np.float64)
+
+    def context_weights(self) -> FloatArray:
+        """Weights (X, N) of the reward dimensions per context: all ones (a prompt's reward is
+        its recorded scores, whatever its category)."""
+        return np.ones((self.n_contexts, self.n_dims))
+
+    def __repr__(self) -> str:
+        return (
+            f"OutcomeEnv(prompts={self.table.n_prompts}, n_runs={self.n_runs}, "
+            f"n_experts={self.n_experts}, n_contexts={self.n_contexts}, horizon={self.horizon}, "
+            f"mode={self.mode!r})"
+        )

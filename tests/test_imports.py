@@ -194,3 +194,22 @@ def test_the_checks_see_a_cycle_and_skip_deferred_imports(tmp_path: Path) -> Non
     a.write_text("import os\nif TYPE_CHECKING:\n    import b\ndef f():\n    import c\nimport d\n")
     assert [m for m, _, _ in _imports(a, module_level=True)] == ["os", "d"]
     assert [m for m, _, _ in _imports(a, module_level=False)] == ["os", "c", "d"]
+
+
+def test_dir_lists_every_public_name_without_loading_the_lazy_ones() -> None:
+    """``dir(msroute)`` shows the lazily imported names (``Router``, ``evaluate``...) too, and
+    listing them loads nothing: the router stays unloaded until a name is used."""
+    probe = (
+        "import json, sys, msroute\n"
+        "names = dir(msroute)\n"
+        "print(json.dumps([names, 'msroute.router' in sys.modules]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    names, router_loaded = json.loads(out.splitlines()[-1])
+    assert {"Router", "RouterConfig", "RoutedDecision", "evaluate"} <= set(names)
+    assert set(msroute.__all__) <= set(names) and names == sorted(names)
+    assert not router_loaded
+    assert all(getattr(msroute, name) is not None for name in msroute.__all__)

@@ -2,7 +2,7 @@
 
 Learn online whom to route each query to when only the team's sum-max reward is observed and
 long-term packing/covering constraints must hold. Everything users need is importable from
-here; see the README for a tour.
+here; see the documentation site for a tour.
 
 Examples
 --------
@@ -104,6 +104,11 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'msroute' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Every public name, the lazily loaded ones too (without loading them)."""
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

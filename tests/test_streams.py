@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from msroute.errors import InvalidValueError
-from msroute.policies import _kernels
+from msroute.policies._compiled import variates
 from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.policies.team import top_m
 
@@ -62,7 +62,7 @@ def test_xoshiro256pp_matches_the_reference_implementation() -> None:
     # The first words of xoshiro256plusplus.c (Blackman and Vigna) from the state {1, 2, 3, 4}.
     state = np.array([1, 2, 3, 4], dtype=np.uint64)
     words = np.empty(10, dtype=np.uint64)
-    _kernels.fill_words(state, words)
+    variates.fill_words(state, words)
     assert words.tolist() == [
         41943041,
         58720359,
@@ -76,10 +76,10 @@ def test_xoshiro256pp_matches_the_reference_implementation() -> None:
         10450023813501588000,
     ]
     more = np.empty(3, dtype=np.uint64)
-    _kernels.fill_words(state, more)  # the state advanced in place
+    variates.fill_words(state, more)  # the state advanced in place
     again = np.array([1, 2, 3, 4], dtype=np.uint64)
     all13 = np.empty(13, dtype=np.uint64)
-    _kernels.fill_words(again, all13)
+    variates.fill_words(again, all13)
     np.testing.assert_array_equal(all13[10:], more)
 
 
@@ -87,13 +87,13 @@ def test_ziggurat_tables_have_layers_of_equal_area() -> None:
     # The ziggurat draws exactly from N(0, 1) when its 256 pieces (255 rectangles and the base
     # strip with the tail) have one area V: rebuilt from numpy's constants, checked here.
     scale = 2.0**52
-    x = _kernels._WI * scale  # right edge of each layer (layer 0: the base's V / f(R))
-    f = _kernels._FI
-    area_v = _kernels._ZIG_V
+    x = variates.WI * scale  # right edge of each layer (layer 0: the base's V / f(R))
+    f = variates.FI
+    area_v = variates.ZIG_V
     # Layer i (1..255) spans [f(x_i), f(x_{i-1})] in height and [0, x_i] in width.
     areas = x[1:] * (f[:-1] - f[1:])
     np.testing.assert_allclose(areas, area_v, rtol=1e-12)
-    assert x[255] == _kernels._ZIG_R and f[0] == 1.0
+    assert x[255] == variates.ZIG_R and f[0] == 1.0
     np.testing.assert_allclose(f, np.exp(-0.5 * np.r_[0.0, x[1:]] ** 2), rtol=1e-14)
 
 
@@ -102,13 +102,13 @@ def test_normals_follow_the_normal_law() -> None:
     # and of the wedges (the two rare branches of the ziggurat) within binomial error.
     state = np.array([7, 8, 9, 10], dtype=np.uint64)
     x = np.empty(2_000_000)
-    _kernels.fill_normals(state, x)
+    variates.fill_normals(state, x)
     n = x.size
     assert stats.kstest(x, "norm").pvalue > 1e-4
     assert abs(x.mean()) < 5 / np.sqrt(n)
     assert abs(x.var() - 1.0) < 5 * np.sqrt(2 / n)
     assert abs(stats.kurtosis(x)) < 5 * np.sqrt(24 / n)
-    for edge in (2.0, _kernels._ZIG_R, 4.5):
+    for edge in (2.0, variates.ZIG_R, 4.5):
         p = 2 * stats.norm.sf(edge)
         hits = int(np.count_nonzero(np.abs(x) > edge))
         assert abs(hits - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, edge
@@ -217,14 +217,14 @@ def test_compiled_sampler_works_without_a_cache_location() -> None:
     env = {
         **os.environ,
         "NUMBA_CACHE_LOCATOR_CLASSES": "IPythonCacheLocator",
-        "PYTHONPATH": os.pathsep.join([str(Path(_kernels.__file__).parents[2]), *sys.path]),
+        "PYTHONPATH": os.pathsep.join([str(Path(variates.__file__).parents[3]), *sys.path]),
     }
     code = (
         "import numpy as np\n"
-        "from msroute.policies import _kernels\n"
+        "from msroute.policies._compiled import variates\n"
         "from msroute.policies.streams import RunStreams\n"
         "print(RunStreams(0, 2).beta(np.full((2, 2), 2.0), np.ones((2, 2))).shape)\n"
-        "print(type(_kernels.beta_variates._cache).__name__)"
+        "print(type(variates.beta_variates._cache).__name__)"
     )
     run = subprocess.run(
         [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env

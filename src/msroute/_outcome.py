@@ -23,23 +23,18 @@ round; here one loop over the runs gives the same floats, in the same order of o
   product agrees with this order on probes that tell the orders apart, and the simulator
   falls back to ``team_cost`` when it does not (or when d is not 2 or 3).
 
-Imported on first use, like :mod:`msroute.policies._kernels`.
+Imported on first use, compiled as :mod:`msroute._jit` describes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
-from typing import TypeVar, cast
 
-import numba
 import numpy as np
 from numba.core import types
 
+from msroute._jit import compiled, eager, read_only, repeated
 from msroute._validation import FloatArray, IntArray
-from msroute.policies._kernels import _compiled, _repeated
-
-F = TypeVar("F", bound=Callable[..., object])
 
 __all__ = ["PAIR_COSTS", "blas_pairs_order", "credit_distinct", "pair_costs", "round_outcome"]
 
@@ -51,7 +46,7 @@ NO_COST, DRAW_COSTS, PAIR_COSTS = 0, 1, 2
 _LEAF = 128
 
 
-@_compiled
+@compiled
 def _leaf_sum(x: FloatArray, lo: int, n: int) -> float:
     """numpy's sum of ``x[lo : lo + n]`` for ``1 <= n <= 128``: one after another below 8,
     else 8 interleaved partial sums combined pairwise, then the last ``n mod 8``."""
@@ -81,7 +76,7 @@ def _leaf_sum(x: FloatArray, lo: int, n: int) -> float:
     return float(res)
 
 
-@_compiled
+@compiled
 def _pairwise_sum(x: FloatArray, n: int) -> float:
     """numpy's ``pairwise_sum`` of ``x[:n]`` (``n >= 1``): leaves of at most 128 values, a
     longer range split at ``n // 2 - (n // 2) % 8`` and its halves added (the recursion run
@@ -110,7 +105,7 @@ def _pairwise_sum(x: FloatArray, n: int) -> float:
     return float(partial[0])
 
 
-@_compiled
+@compiled
 def _pair_cost(
     draws: IntArray, costs: FloatArray, r: int, routed: IntArray, cost: FloatArray
 ) -> None:
@@ -145,31 +140,12 @@ def _pair_cost(
         cost[r, c] = total
 
 
-def _eager(signature: object) -> Callable[[F], F]:
-    """Compiled for one signature when first imported, cached on disk where a cache directory
-    is writable."""
-
-    def wrap(fn: F) -> F:
-        try:
-            return cast(F, numba.njit(signature, cache=True, nogil=True)(fn))
-        except RuntimeError:  # numba found no writable cache location: compile in each process
-            return cast(F, numba.njit(signature, nogil=True)(fn))
-
-    return wrap
-
-
-def _read(dtype: types.Type, ndim: int) -> types.Type:
-    """A read-only C-contiguous array type; writable arrays convert to it, so that the skills
-    and the draws get one machine code whatever their flags."""
-    return types.Array(dtype, ndim, "C", readonly=True)
-
-
-@_eager(
+@eager(
     types.int64(
-        _read(types.float64, 3),
-        _read(types.int64, 1),
-        _read(types.int64, 2),
-        _read(types.float64, 3),
+        read_only(types.float64, 3),
+        read_only(types.int64, 1),
+        read_only(types.int64, 2),
+        read_only(types.float64, 3),
         types.int64,
         types.float64[::1],
         types.float64[:, ::1],
@@ -241,7 +217,7 @@ def round_outcome(
     return -1
 
 
-@_compiled
+@compiled
 def pair_costs(draws: IntArray, costs: FloatArray, cost: FloatArray) -> None:
     """``cost`` (R, d) = ``team_cost(draws_to_mask(draws, K), costs)`` of the draws (R, M) in
     range, in :data:`PAIR_COSTS` order (the product's floats where :func:`blas_pairs_order`)."""
@@ -250,7 +226,7 @@ def pair_costs(draws: IntArray, costs: FloatArray, cost: FloatArray) -> None:
         _pair_cost(draws, costs, r, routed, cost)
 
 
-@_compiled
+@compiled
 def credit_distinct(
     draws: IntArray, costs: FloatArray, cost: FloatArray, predicted: FloatArray, n_obs: FloatArray
 ) -> bool:
@@ -265,7 +241,7 @@ def credit_distinct(
     for r in range(draws.shape[0]):
         _pair_cost(draws, costs, r, routed, predicted)
         for j in range(draws.shape[1]):  # the distinct draws, each once
-            if not _repeated(draws, r, j):
+            if not repeated(draws, r, j):
                 n_obs[r, draws[r, j]] += 1.0
         for c in range(cost.shape[1]):
             if cost[r, c] != predicted[r, c]:

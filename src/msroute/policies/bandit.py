@@ -300,7 +300,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
 
     def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
         if routed.shape[0] > 1:  # a batch: one compiled loop, the same floats (numba on first use)
-            from msroute.policies._kernels import credit_thompson
+            from msroute.policies._compiled.credit import credit_thompson
 
             post, kept = self.posterior, self.posterior.constants
             scale = 0.0 if self.reward_scale is None else self.reward_scale

@@ -365,7 +365,7 @@ class BasePolicy:
         A single run (a live router) is checked by numpy alone."""
         if self.n_runs == 1 or draws.dtype != np.int64:
             return False
-        from msroute.policies._kernels import feedback_in_range
+        from msroute.policies._compiled.checks import feedback_in_range
 
         low, high = self.reward_range
         return bool(
@@ -492,7 +492,7 @@ def _sample_rows(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> In
     if u.shape[0] != q.shape[0]:
         raise InvalidValueError(f"uniforms for {u.shape[0]} rows, a distribution of {q.shape[0]}")
     if eligible is None:  # the simulator's case: one compiled loop, the same comparisons
-        from msroute.policies._kernels import inverse_cdf_draws  # numba: imported on first use
+        from msroute.policies._compiled.multinomial import inverse_cdf_draws  # numba, on first use
 
         out = np.empty(u.shape, dtype=np.int64)
         inverse_cdf_draws(u, q, out)

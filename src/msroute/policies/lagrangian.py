@@ -181,7 +181,7 @@ class LagrangianDual:
             and costs.dtype == np.float64
             and _compiled_penalty_agrees(costs.shape[1])
         ):
-            from msroute.policies._kernels import penalties  # numba: imported on first use
+            from msroute.policies._compiled.dual import penalties  # numba, on first use
 
             out = np.empty(costs.shape[:2])
             penalties(costs, w, out)
@@ -211,7 +211,7 @@ class LagrangianDual:
         """
         self.n_steps += 1
         if self.lam.shape[0] > 1:
-            from msroute.policies._kernels import dual_step
+            from msroute.policies._compiled.dual import dual_step
 
             average = self.violation == "average"
             lam = np.empty(self.lam.shape)
@@ -248,14 +248,14 @@ def _matmul_penalty(costs: FloatArray, weights: FloatArray) -> FloatArray:
 
 @cache
 def _compiled_penalty_agrees(n_experts: int) -> bool:
-    """Whether :func:`msroute.policies._kernels.penalties` gives numpy's floats for K experts.
+    """Whether :func:`msroute.policies._compiled.dual.penalties` gives numpy's floats for K experts.
 
     numpy hands the product to its BLAS, whose order of operations depends on the library, the
     CPU and the shapes (with K = 1 numpy takes a dot product instead); probed once per process
     and K on costs and weights spread over seven decades, of both signs, where a plain sum, an
     FMA the other way round and this one differ.
     """
-    from msroute.policies._kernels import penalties
+    from msroute.policies._compiled.dual import penalties
 
     rng = np.random.default_rng(20240602)
     n_runs = 16

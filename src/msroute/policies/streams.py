@@ -10,8 +10,9 @@ whether it is run alone, inside a sweep of 80 runs, or resumed from a cache. Two
   values.
 * Thompson sampling's Gamma and Beta variates: one xoshiro256++ generator per run whose state is
   a row of an (R, 4) array of 64-bit words (:attr:`RunStreams.gamma_state`), advanced in place
-  by one compiled loop over all runs and experts (:mod:`msroute.policies._kernels`: numpy's
-  ziggurat for the normals, Marsaglia and Tsang's method for the Gammas, ACM TOMS 26(3), 2000).
+  by one compiled loop over all runs and experts (:mod:`msroute.policies._compiled.variates`:
+  numpy's ziggurat for the normals, Marsaglia and Tsang's method for the Gammas, ACM TOMS 26(3),
+  2000).
   Run ``r`` reads and advances only row ``r``, in the order of its own draws and rejections,
   so what it draws depends on its seed and its shapes alone, by construction; no buffer, no
   per-run Python call. The 8,000 Gamma variates of a round at R = 80, K = 50 cost 60-75 µs,
@@ -187,7 +188,7 @@ class RunStreams:
 
     def standard_gamma(self, shape: FloatArray) -> FloatArray:
         """One ``Gamma(shape[r, i])`` variate per entry (R, W), run ``r`` from its own stream."""
-        from msroute.policies._kernels import gamma_variates  # numba: imported on first use
+        from msroute.policies._compiled.variates import gamma_variates  # numba, on first use
 
         shape = _shapes(shape, "Gamma shapes")
         constants = GammaConstants(*shape.shape)
@@ -206,7 +207,7 @@ class RunStreams:
         ``constants`` (width 2K: ``a``'s, then ``b``'s) carries the Gamma constants from call to
         call; it changes no value.
         """
-        from msroute.policies._kernels import beta_variates  # numba: imported on first use
+        from msroute.policies._compiled.variates import beta_variates  # numba, on first use
 
         a, b, constants = self._beta_args(a, b, constants)
         out = np.empty(a.shape)
@@ -225,7 +226,7 @@ class RunStreams:
         """The M largest of :meth:`beta`'s samples plus ``offset`` (R, K) in each run, best
         first, ties to the lower index: ``top_m(beta(a, b) + offset, m)`` of
         :mod:`msroute.policies.team`, drawn alike, in one compiled loop."""
-        from msroute.policies._kernels import beta_top  # numba: imported on first use
+        from msroute.policies._compiled.top import beta_top  # numba, on first use
 
         a, b, constants = self._beta_args(a, b, constants)
         extra = np.empty((a.shape[0], 0)) if offset is None else np.ascontiguousarray(offset)

@@ -99,7 +99,7 @@ def top_m(scores: FloatArray, m: int, eligible: BoolArray | None = None) -> IntA
         short = np.arange(m) >= eligible.sum(axis=1)[:, None]
         return np.where(short, order[:, :1], order)
     if scores.shape[0] > 1:  # a batch: one compiled loop, the same teams (numba on first use)
-        from msroute.policies._kernels import top_rows
+        from msroute.policies._compiled.top import top_rows
 
         out = np.empty((scores.shape[0], m), dtype=np.int64)
         top_rows(np.asarray(scores, dtype=np.float64), m <= _ARGMAX_LIMIT, out)
@@ -177,7 +177,7 @@ class SharedRewardStats:
         """
         counts, means = self.counts.reshape(-1), self.means.reshape(-1)
         if routed.shape[0] > 1:
-            from msroute.policies._kernels import credit_shared
+            from msroute.policies._compiled.credit import credit_shared
 
             credit_shared(counts, means, self._rsqrt.reshape(-1), routed, reward)
             return
@@ -228,7 +228,7 @@ class BetaPosterior:
         A batch in one compiled loop, a single run by numpy (as :meth:`SharedRewardStats.update`).
         """
         if routed.shape[0] > 1:
-            from msroute.policies._kernels import credit_beta
+            from msroute.policies._compiled.credit import credit_beta
 
             kept = self.constants
             alpha, beta = self.alpha.reshape(-1), self.beta.reshape(-1)

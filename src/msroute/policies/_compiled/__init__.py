@@ -1,0 +1,19 @@
+"""The policies' compiled loops (numba), one concept per module, imported on first use.
+
+Each loop computes what a numpy update of the same policy computes, with the same operations in
+the same order, so a batch of runs in one loop gives the floats a single run (a live router)
+gets from numpy:
+
+* :mod:`~msroute.policies._compiled.variates` -- each run's own random stream (xoshiro256++)
+  and its uniforms, normals, Gamma and Beta variates;
+* :mod:`~msroute.policies._compiled.top` -- the M best experts of a score row, and of Thompson
+  sampling's Beta samples;
+* :mod:`~msroute.policies._compiled.credit` -- the team baselines' statistics credited with a
+  batch's feedback;
+* :mod:`~msroute.policies._compiled.dual` -- the Lagrangian dual's step and penalty;
+* :mod:`~msroute.policies._compiled.checks` -- the feedback's range checks;
+* :mod:`~msroute.policies._compiled.multinomial` -- inverse-CDF draws of the routing
+  distribution.
+
+How they are compiled and cached: :mod:`msroute._jit`.
+"""

@@ -35,6 +35,7 @@ from msroute.errors import (
 from msroute.policies.persist import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
 from msroute.router import core as router_core
+from msroute.router.snapshots import SNAPSHOTS_KEPT
 
 CONFIG: dict[str, Any] = {
     "policy": "omd",
@@ -406,9 +407,12 @@ def test_snapshots_are_taken_and_used(tmp_path: Path) -> None:
     traffic(router, 100)
     router.close()
     db = sqlite3.connect(tmp_path / "j.db")
-    snaps = [s for (s,) in db.execute("SELECT seq FROM snapshots")]
+    snaps = [s for (s,) in db.execute("SELECT seq FROM snapshots ORDER BY seq")]
+    (last,) = db.execute("SELECT max(seq) FROM events").fetchone()
     db.close()
-    assert len(snaps) >= 3 and all(b - a >= 40 for a, b in itertools.pairwise(snaps))
+    # Every 40 events a snapshot; only the newest SNAPSHOTS_KEPT are kept.
+    assert len(snaps) == SNAPSHOTS_KEPT and all(b - a >= 40 for a, b in itertools.pairwise(snaps))
+    assert last - 40 < snaps[-1] <= last
     reopened = Router.open(tmp_path / "j.db")
     assert reopened._snap_seq == snaps[-1]
     reopened.close()
@@ -684,22 +688,27 @@ def test_a_failed_commit_undoes_the_overlapped_learning(tmp_path: Path, stalled:
     real = router._journal._db  # type: ignore[union-attr]
     fail = _FailingCommits(real, None if stalled else learned)
     router._journal._db = fail  # type: ignore[union-attr]
-    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+    with pytest.raises(JournalError, match="cannot commit the journal: disk I/O error"):
         router.feedback("last", 0.7)
     # The helper learned (unless it never started) while the commit failed; that was undone.
     assert threads == ([] if stalled else ["msroute-overlap"])
     assert router.state() == before
     assert comparable(router.state()) == comparable(twin.state())
     _assert_same_policy_state(router, twin)
-    with pytest.raises(MSRouteError, match=r"failed to write its journal.*close it, then"):
+    assert not router.writable and "disk I/O error" in (router.failure or "")
+    with pytest.raises(JournalError, match="disk I/O error"):  # the disk is still failing
         router.feedback("last", 0.7)
+    assert router.state() == before and not router.writable
     with pytest.raises(JournalError, match="in use by another router"):
-        Router.open(tmp_path / "j.db")  # the failed router still holds its journal
+        Router.open(tmp_path / "j.db")  # the router still holds its journal
+    router._journal._db = real  # type: ignore[union-attr]  # the disk recovered
+    assert router.feedback("last", 0.7) == twin.feedback("last", 0.7) == "applied"
+    assert router.writable and router.failure is None
+    assert comparable(router.state()) == comparable(twin.state())
     router.close()
-    reopened = Router.open(tmp_path / "j.db")  # the journal agrees: the feedback never happened
-    assert comparable(reopened.state()) == comparable(before)
-    assert reopened.feedback("last", 0.7) == twin.feedback("last", 0.7) == "applied"
+    reopened = Router.open(tmp_path / "j.db")  # the journal agrees
     assert comparable(reopened.state()) == comparable(twin.state())
+    _assert_same_policy_state(reopened, twin)
     reopened.close()
 
 
@@ -720,7 +729,7 @@ def test_a_failed_commit_changes_nothing_in_memory(
     before = router.state()
     real = router._journal._db  # type: ignore[union-attr]
     router._journal._db = _FailingCommits(real)  # type: ignore[union-attr]
-    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+    with pytest.raises(JournalError, match="disk I/O error"):
         if call == "route":
             router.route(decision_id="new")  # expires the due decisions first
         elif call == "feedback expiring others":

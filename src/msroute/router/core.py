@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -58,9 +59,17 @@ from msroute.projection import project_step
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Event, Journal, MemoryJournal, open_journal
 from msroute.router.overlap import Overlap
+from msroute.router.snapshots import (
+    SNAPSHOT_RETRY_EVENTS,
+    SNAPSHOTS_KEPT,
+    check_snapshot_state,
+    snapshot_state,
+)
 from msroute.router.streams import DecisionStreams
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
+
+_log = logging.getLogger("msroute.router")
 
 #: The policy state that learning from a feedback never changes (left out of an undo point).
 _NOT_LEARNED = ("streams",)
@@ -137,6 +146,7 @@ class _Pending:
     deadline: float
     decision: Decision | None  # the policy's value, valid while the expert layout is `layout`
     layout: int
+    seq: int  # the journal event of the decision
 
 
 class _Write:
@@ -158,7 +168,7 @@ class _Write:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if self.owns:
-            self.router._finish()
+            self.router._finish(raising=kind is None)  # never hides the call's own error
             if kind is None:
                 self.router._maybe_snapshot()
 
@@ -194,6 +204,7 @@ class Router:
         journal: str | os.PathLike[str] | None = None,
     ) -> None:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
+        self._base_config = cfg
         self._setup(cfg)
         path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
@@ -243,6 +254,7 @@ class Router:
             cfg = RouterConfig.from_dict(json.loads(journal.meta("config")))
             journal.set_sync(cfg.journal_sync)
             router = cls.__new__(cls)
+            router._base_config = cfg
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.meta("run_id")
@@ -256,14 +268,24 @@ class Router:
         return router
 
     def _load(self, use_snapshot: bool) -> None:
-        """The state of the journal's committed events: the last snapshot (or none), then a
-        replay of the events after it (on a router fresh from :meth:`_setup`)."""
+        """The state of the journal's committed events: the newest readable snapshot (or
+        none), then a replay of the events after it (on a router fresh from :meth:`_setup`).
+
+        A snapshot that cannot be read back (damaged, or its pending decisions do not match
+        the events) is logged and skipped for the one before it, or for a replay from the start.
+        """
         journal = self._journal
-        snap = journal.last_snapshot() if use_snapshot else None
         after = 0
-        if snap is not None:
-            after = snap[0]
-            self._restore(snap[1], snap[2])
+        for seq, blob, raw in journal.snapshots() if use_snapshot else ():
+            label = f"{journal.label}: snapshot {seq}"
+            try:
+                self._restore(blob, check_snapshot_state(raw, label), seq)
+            except (MSRouteError, ValueError, KeyError, TypeError) as exc:
+                _log.warning("%s: not used: %s", label, exc)
+                self._setup(self._base_config)
+                continue
+            after = seq
+            break
         for event in journal.events(after):
             self._replay(event)
         self._snap_seq = after
@@ -286,11 +308,7 @@ class Router:
             )
         self._ctx: dict[str, int] = {c: i for i, c in enumerate(cfg.contexts or ())}
         self._ctx_arrays = [np.array([i], dtype=np.int64) for i in range(len(self._ctx))]
-        self._constraints = Constraints(
-            upper=[cfg.upper.get(n) for n in cfg.cost_names],
-            lower=[cfg.lower.get(n) for n in cfg.cost_names],
-            names=cfg.cost_names,
-        )
+        self._constraints = self._constraints_of(cfg)
         self.policy: BasePolicy = self._build_policy(self._costs)
         self._n = 0  # decisions made
         self._applied = 0
@@ -301,9 +319,21 @@ class Router:
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, int, str]] = []  # heap of (deadline, n, id)
         self._depth = 0  # group() nesting
-        self._failed: BaseException | None = None
+        self._failed: BaseException | None = None  # state unknown: reopen() needed
+        self._txn_error: BaseException | None = None  # a write of the open transaction failed
+        self._write_error: BaseException | None = None  # the last transaction failed
+        self._txn_start = 0
         self._closed = False
         self._snap_seq = 0
+        self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
+
+    @staticmethod
+    def _constraints_of(cfg: RouterConfig) -> Constraints:
+        return Constraints(
+            upper=[cfg.upper.get(n) for n in cfg.cost_names],
+            lower=[cfg.lower.get(n) for n in cfg.cost_names],
+            names=cfg.cost_names,
+        )
 
     def _attach(self, journal: Journal | MemoryJournal) -> None:
         """Use this journal; at synchronous=FULL feedback learns while the commit waits."""
@@ -358,45 +388,91 @@ class Router:
         return self._journal.path
 
     # ------------------------------------------------------------------ transactions
+    @property
+    def writable(self) -> bool:
+        """Whether the router's last write reached the journal: False from a failed write or
+        commit until a later transaction commits (or :meth:`reopen` succeeds), and for a closed
+        router. A service reports a router that is not writable as unhealthy."""
+        return not self._closed and self._failed is None and self._write_error is None
+
+    @property
+    def needs_reopen(self) -> bool:
+        """Whether the router refuses calls until :meth:`reopen` succeeds: a write failed and
+        the journal could not be read back either, so the in-memory state is unknown."""
+        return not self._closed and self._failed is not None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the router is not writable (the last journal error), or None."""
+        if self._closed:
+            return "the router is closed"
+        error = self._failed if self._failed is not None else self._write_error
+        return None if error is None else str(error)
+
     def _check_usable(self) -> None:
         if self._closed:
             raise MSRouteError("the router is closed")
         if self._failed is not None:
-            raise MSRouteError(
-                f"the router failed to write its journal ({self._failed}); close it, then "
-                "reopen the journal with Router.open() (it stays locked until closed)"
+            raise JournalError(
+                f"the router failed to write its journal and could not read it back "
+                f"({self._failed}); call Router.reopen() once the disk is writable again "
+                "(or close it, then reopen the journal with Router.open())"
             )
-
-    def _fail(self, exc: BaseException) -> None:
-        self._failed = exc
+        if self._txn_error is not None:
+            raise JournalError(
+                f"{self._journal.label}: an earlier write of this group failed "
+                f"({self._txn_error}); the group is rolled back when it ends"
+            )
 
     def _begin(self) -> None:
         try:
             self._journal.begin()
         except sqlite3.Error as exc:
             raise JournalError(f"{self._journal.label}: cannot start a transaction: {exc}") from exc
+        self._txn_start = self._journal.last_seq
 
     def _write(self) -> _Write:
         """One transaction around a call, unless inside :meth:`group` (which owns it)."""
         return _Write(self)
 
-    def _finish(self, *, reload: bool = True) -> None:
-        """Commit the open transaction (what succeeded so far); on failure the router fails.
+    def _finish(self, *, reload: bool = True, raising: bool = True) -> None:
+        """Commit the open transaction; on failure roll everything of it back and raise.
 
-        A failed router (its commit failed now, or a write earlier in the transaction) rolls
-        the transaction back and, unless ``reload`` is False (a caller that undoes its own
-        changes), rebuilds its in-memory state from the journal's committed events: the calls
-        of the failed transaction change nothing, in the journal or in memory.
+        A transaction fails when its COMMIT fails or when one of its writes failed earlier
+        (SQLite may already have rolled it back then). Either way it is rolled back and, unless
+        ``reload`` is False (a caller that undoes its own changes), the in-memory state is
+        rebuilt from the journal's committed events: the calls of the failed transaction change
+        nothing, in the journal or in memory, and :class:`JournalError` is raised (unless
+        ``raising`` is False: the caller's own error is already on its way). The router stays
+        usable: the next call tries the disk again, and :attr:`writable` is False until a
+        transaction commits.
         """
-        if self._failed is None:
+        error: BaseException
+        if self._txn_error is None:
             try:
                 self._journal.commit()
-                return
-            except BaseException as exc:
-                self._fail(exc)
+            except (sqlite3.Error, OSError) as exc:
+                error = JournalError(f"{self._journal.label}: cannot commit the journal: {exc}")
+                error.__cause__ = exc
+            except BaseException:  # an interrupt during COMMIT: the outcome is unknown
                 self._roll_back(reload)
                 raise
+            else:
+                if self._journal.last_seq != self._txn_start:  # something reached the disk
+                    self._write_error = None
+                return
+        else:
+            error = JournalError(
+                f"{self._journal.label}: the transaction is rolled back: a write failed "
+                f"({self._txn_error})"
+            )
+            error.__cause__ = self._txn_error
+        self._txn_error = None
+        self._write_error = error
+        _log.error("%s", error)
         self._roll_back(reload)
+        if raising:
+            raise error
 
     def _roll_back(self, reload: bool) -> None:
         self._journal.rollback()
@@ -404,17 +480,55 @@ class Router:
             self._reload_committed()
 
     def _reload_committed(self) -> None:
-        """The in-memory state of the committed events, for a failed router (best effort: if
-        the journal cannot be read either, the router keeps what the failed calls left; it
-        stays failed in both cases)."""
-        failed = self._failed
+        """The in-memory state of the committed events, after a failed transaction. If the
+        journal cannot be read either, the router is failed (calls raise until
+        :meth:`reopen` succeeds)."""
+        write_error = self._write_error
         try:
-            self._setup(self.config)
+            self._setup(self._base_config)
             self._load(use_snapshot=True)
-        except (MSRouteError, sqlite3.Error, ValueError, KeyError, TypeError):
-            pass
-        finally:
-            self._failed = failed
+        except (MSRouteError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
+            self._failed = exc
+        self._write_error = write_error
+
+    def reopen(self) -> None:
+        """Reopen the journal in place and rebuild the state from it, then check that it can
+        be written (one small write): how a router that failed to write recovers once the
+        disk is writable again.
+
+        Raises
+        ------
+        JournalError
+            The journal still cannot be opened, read or written (the router stays failed).
+        """
+        if self._closed:
+            raise MSRouteError("the router is closed")
+        journal = self._journal
+        if journal.path is None:  # a memory journal never fails to write
+            self._failed = self._write_error = None
+            return
+        journal.close()
+        try:
+            fresh = Journal(journal.path, self._base_config.journal_sync, create=False)
+        except JournalError as exc:
+            self._failed = exc
+            raise
+        overlap = self._overlap
+        try:
+            self._setup(self._base_config)
+            self._attach(fresh)
+            if overlap is not None:
+                overlap.close()
+            self._load(use_snapshot=True)
+            self._begin()
+            fresh.put_meta("checked", repr(time.time()))
+            fresh.commit()
+        except (MSRouteError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
+            fresh.rollback()
+            error = exc if isinstance(exc, JournalError) else JournalError(f"{fresh.label}: {exc}")
+            self._failed = error
+            raise error from exc
+        _log.info("%s: reopened, %d events", fresh.label, fresh.last_seq)
 
     @contextmanager
     def group(self) -> Iterator[Router]:
@@ -422,20 +536,23 @@ class Router:
 
         Each call validates first: one that raises changed no state and wrote no row, and the
         others proceed. On exit one COMMIT makes them all durable; only then may they be
-        acknowledged. If that COMMIT fails the router is marked failed (later calls raise
-        until it is closed and reopened with :meth:`open`), its in-memory state goes back to
-        the journal's (the block's calls change nothing) and the exception propagates.
+        acknowledged. If that COMMIT fails, or a write inside the block failed (later calls
+        of the block then raise :class:`JournalError`), the whole block is rolled back, in the
+        journal and in memory, and the block raises :class:`JournalError`: none of its calls
+        may be acknowledged.
         """
         self._check_usable()
         if self._depth == 0:
             self._begin()
         self._depth += 1
+        ok = False
         try:
             yield self
+            ok = True
         finally:
             self._depth -= 1
             if self._depth == 0:
-                self._finish()
+                self._finish(raising=ok)
         if self._depth == 0:
             self._maybe_snapshot()
 
@@ -450,8 +567,8 @@ class Router:
     ) -> int:
         try:
             return self._journal.append(kind, ref, now, payload, blob, share)
-        except sqlite3.Error as exc:
-            self._fail(exc)
+        except (sqlite3.Error, OSError) as exc:
+            self._txn_error = exc
             raise JournalError(f"{self._journal.label}: cannot write the journal: {exc}") from exc
 
     # ------------------------------------------------------------------ routing
@@ -573,7 +690,7 @@ class Router:
             seq=seq,
         )
         layout = self._layout
-        self._pending[did] = _Pending(n, tuple(draws), drawn, ctx, cost, deadline, dec, layout)
+        self._pending[did] = _Pending(n, tuple(draws), drawn, ctx, cost, deadline, dec, layout, seq)
         heapq.heappush(self._deadlines, (deadline, n, did))
         self._cost_sum += cost
         self._n = n + 1
@@ -1062,70 +1179,139 @@ class Router:
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:
+        """Take the periodic snapshot when it is due. Its failure fails no call (the events are
+        already durable, and a snapshot only shortens recovery): it is logged and tried again
+        :data:`SNAPSHOT_RETRY_EVENTS` events later."""
         if self._journal.path is None:
             return
-        if self._journal.last_seq - self._snap_seq < self.config.snapshot_every:
+        last = self._journal.last_seq
+        if last - self._snap_seq < self.config.snapshot_every or last < self._snap_retry:
             return
-        self.snapshot()
+        try:
+            self._take_snapshot()
+        except JournalError as exc:
+            self._snap_retry = last + SNAPSHOT_RETRY_EVENTS
+            _log.warning("%s (the events are durable; retried later)", exc)
 
     def snapshot(self) -> None:
-        """Store a snapshot of the policy and the router's state in the journal now."""
+        """Store a snapshot of the policy and the router's state in the journal now (inside a
+        :meth:`group`, when the group has committed).
+
+        Raises
+        ------
+        JournalError
+            The snapshot could not be written; nothing else changed (the events it would have
+            summarized are durable already), and the router goes on.
+        """
         self._check_usable()
+        if self._depth:
+            self._snap_retry = 0
+            self._snap_seq = -self.config.snapshot_every  # due when the group ends
+            return
+        self._take_snapshot()
+
+    def _take_snapshot(self) -> None:
+        """Write a snapshot in its own transaction (outside any group)."""
         seq = self._journal.last_seq
         blob = policy_bytes(self.policy)
-        router = {
-            "ids": self._ids,
-            "costs": self._costs.tolist(),
-            "retired": sorted(self._retired),
-            "layouts": self._layouts,
-            "n": self._n,
-            "applied": self._applied,
-            "late": self._late,
-            "expired": self._expired,
-            "version": self._version,
-            "cost_sum": self._cost_sum.tolist(),
-            "pending": {
-                d: [p.n, list(p.draws), p.probs, p.context, p.cost.tolist(), p.deadline]
-                for d, p in self._pending.items()
+        state = snapshot_state(
+            ids=self._ids,
+            costs=self._costs.tolist(),
+            retired=sorted(self._retired),
+            layouts=self._layouts,
+            counters={
+                "n": self._n,
+                "applied": self._applied,
+                "late": self._late,
+                "expired": self._expired,
+                "version": self._version,
             },
-        }
-        if self._depth:  # inside a group: part of its transaction
-            self._journal.put_snapshot(seq, blob, router)
-        else:
-            self._begin()
-            try:
-                self._journal.put_snapshot(seq, blob, router)
-            finally:
-                self._finish()
+            cost_sum=self._cost_sum.tolist(),
+            config=self.config.to_dict(),
+            pending_from=min((p.seq for p in self._pending.values()), default=seq + 1),
+            pending=len(self._pending),
+        )
+        try:
+            self._journal.begin()
+            self._journal.put_snapshot(seq, blob, state, keep=SNAPSHOTS_KEPT)
+            self._journal.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self._journal.rollback()
+            raise JournalError(f"{self._journal.label}: cannot store a snapshot: {exc}") from exc
         self._snap_seq = seq
 
-    def _restore(self, blob: bytes, st: dict[str, Any]) -> None:
+    def _restore(self, blob: bytes, st: dict[str, Any], seq: int) -> None:
+        """The state of snapshot ``seq`` (``st``: checked by :func:`read_snapshot_state`)."""
         self._ids = list(st["ids"])
         self._col = {e: i for i, e in enumerate(self._ids)}
         self._costs = np.array(st["costs"], dtype=np.float64).reshape(len(self._ids), -1)
         self._cost_rows = self._costs.tolist()
         self._retired = set(st["retired"])
         self._layouts = [list(x) for x in st["layouts"]]
+        if "config" in st:  # the configuration as changed by events before the snapshot
+            self.config = RouterConfig.from_dict(st["config"])
+            self._constraints = self._constraints_of(self.config)
         policy = policy_from_bytes(blob, f"{self._journal.label}: snapshot")
         policy.streams = DecisionStreams(self.config.seed, policy.streams.uniforms.block)
         self.policy = policy
-        self._n, self._applied = int(st["n"]), int(st["applied"])
-        self._late, self._expired = int(st["late"]), int(st["expired"])
-        self._version = int(st["version"])
+        counters = st.get("counters", st)
+        self._n, self._applied = int(counters["n"]), int(counters["applied"])
+        self._late, self._expired = int(counters["late"]), int(counters["expired"])
+        self._version = int(counters["version"])
         self._cost_sum = np.array(st["cost_sum"], dtype=np.float64)
-        for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
-            self._pending[did] = _Pending(
-                int(n),
-                tuple(draws),
-                None if probs is None else tuple(probs),
-                ctx,
-                np.array(cost, dtype=np.float64),
-                float(deadline),
-                None,
-                -1,
+        if "pending" in st and isinstance(st["pending"], dict):  # snapshots of format 1
+            for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
+                self._pending[did] = _Pending(
+                    int(n),
+                    tuple(draws),
+                    None if probs is None else tuple(probs),
+                    ctx,
+                    np.array(cost, dtype=np.float64),
+                    float(deadline),
+                    None,
+                    -1,
+                    0,
+                )
+                self._restore_decision(did, self._pending[did])
+        else:
+            self._pending_from_journal(int(st["pending_from"]), seq, int(st["pending"]))
+        for did, p in self._pending.items():  # re-armed: they expire as if never stopped
+            heapq.heappush(self._deadlines, (p.deadline, p.n, did))
+
+    def _pending_from_journal(self, first: int, last: int, count: int) -> None:
+        """The decisions pending at snapshot ``last``, found again in the journal's events
+        ``first .. last``: the decisions among them that no feedback, expiry or expert
+        removal closed. ``count``: how many the snapshot says there are."""
+        pending = self._pending
+        for seq, kind, ref, _, payload, blob in self._journal.events(first - 1, last - first + 1):
+            if kind == "decision" and ref is not None:
+                ctx = None if payload["context"] is None else self._ctx[payload["context"]]
+                probs = payload["probs"]
+                p = _Pending(
+                    int(payload["n"]),
+                    tuple(payload["draws"]),
+                    None if probs is None else tuple(probs),
+                    ctx,
+                    np.array(payload["cost"], dtype=np.float64),
+                    float(payload["deadline"]),
+                    None,
+                    -1,
+                    seq,
+                )
+                pending[ref] = p
+                if blob is not None and payload["layout"] == self._layout:
+                    cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
+                    self._cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
+            elif kind in ("feedback", "expire"):
+                pending.pop(ref or "", None)
+            elif kind == "remove_expert":
+                for did in payload["expired"]:
+                    pending.pop(did, None)
+        if len(pending) != count:
+            raise JournalError(
+                f"{self._journal.label}: snapshot {last} has {count} pending decisions, its "
+                f"events give {len(pending)}"
             )
-            self._restore_decision(did, self._pending[did])
-            heapq.heappush(self._deadlines, (float(deadline), int(n), did))
 
     def _replay(self, event: Event) -> None:
         """Apply one journal event (no write); a decision is re-derived and verified."""

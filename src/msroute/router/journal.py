@@ -268,12 +268,21 @@ class Journal(_EventLog):
         """Set one meta entry."""
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
-    def put_snapshot(self, seq: int, policy: bytes, router: dict[str, Any]) -> None:
-        """Store the snapshot taken after event ``seq``."""
+    def put_snapshot(
+        self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
+    ) -> None:
+        """Store the snapshot taken after event ``seq``; with ``keep``, delete all but the
+        newest ``keep`` snapshots (in the same transaction)."""
         self._db.execute(
             "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
             (seq, policy, _encode(router)),
         )
+        if keep is not None:
+            self._db.execute(
+                "DELETE FROM snapshots WHERE seq NOT IN "
+                "(SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?)",
+                (keep,),
+            )
 
     # ------------------------------------------------------------------ reads
     def meta(self, key: str) -> str:
@@ -285,12 +294,20 @@ class Journal(_EventLog):
 
     def last_snapshot(self) -> tuple[int, bytes, dict[str, Any]] | None:
         """The latest snapshot: (seq, policy zip bytes, router state), or None."""
-        row = self._db.execute(
-            "SELECT seq, policy, router FROM snapshots ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        return int(row[0]), bytes(row[1]), json.loads(row[2])
+        return next(self.snapshots(), None)
+
+    def snapshots(self) -> Iterator[tuple[int, bytes, Any]]:
+        """The stored snapshots, newest first: (seq, policy zip bytes, router state as decoded
+        JSON, unchecked)."""
+        rows = self._db.execute(
+            "SELECT seq, policy, router FROM snapshots ORDER BY seq DESC"
+        ).fetchall()
+        for seq, policy, router in rows:
+            try:
+                state = json.loads(router)
+            except (ValueError, TypeError):
+                state = None
+            yield int(seq), bytes(policy), state
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
         """The events with ``seq > after``, in order (at most ``limit``)."""
@@ -356,7 +373,9 @@ class MemoryJournal(_EventLog):
         """Set one meta entry."""
         self._meta[key] = value
 
-    def put_snapshot(self, seq: int, policy: bytes, router: dict[str, Any]) -> None:
+    def put_snapshot(
+        self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
+    ) -> None:
         """Snapshots of a memory journal are not kept."""
 
     def meta(self, key: str) -> str:
@@ -366,6 +385,10 @@ class MemoryJournal(_EventLog):
     def last_snapshot(self) -> tuple[int, bytes, dict[str, Any]] | None:
         """There is none."""
         return None
+
+    def snapshots(self) -> Iterator[tuple[int, bytes, Any]]:
+        """There are none."""
+        yield from ()
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
         """The events with ``seq > after``, in order (at most ``limit``)."""

@@ -5,8 +5,13 @@ updates), and it commits in groups: the calls that arrive while the previous gro
 committed are applied together inside one ``router.group()`` — one journal transaction, one
 fsync at ``synchronous=FULL`` — and every caller is answered only after that transaction has
 committed. A call that raises inside the group changed no state and gets its own error; the
-others proceed. If the COMMIT itself fails, no call of the group is acknowledged (the Router
-then refuses further calls until it is reopened).
+others proceed. If the COMMIT itself fails (a full disk, an I/O error), or a write inside the
+group did, every call of the group fails with the Router's :class:`~msroute.errors.JournalError`
+and none is acknowledged; the Router has rolled the group back in memory too and goes on, so the
+next group tries the disk again. :attr:`RouterOwner.writable` is False from a failed write until a
+group commits: a service reports it as unhealthy. A Router that could not even read its journal
+back (:attr:`Router.failure` says why) is reopened in place before the next group, at most once
+every :data:`REOPEN_INTERVAL_S` seconds, so it recovers by itself once the disk does.
 
 The calls run on the event loop's thread and the COMMIT on the owner's own thread, which waits
 for the disk without the GIL while the event loop serves HTTP and the next group fills up: under
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +43,9 @@ _log = logging.getLogger("msroute.service")
 
 #: Calls applied in one group at most (bounds the latency of the first call of a group).
 MAX_GROUP = 256
+
+#: Seconds between two attempts to reopen a router that cannot read its journal.
+REOPEN_INTERVAL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -67,6 +76,26 @@ class RouterOwner:
         #: Groups committed and calls applied so far (the mean group size is calls / groups).
         self.groups = 0
         self.calls = 0
+        self._next_reopen = 0.0
+
+    @property
+    def writable(self) -> bool:
+        """Whether the router's journal took its last write (False before start, after stop,
+        and from a failed write or commit until a group commits again)."""
+        return self._router is not None and self._router.writable
+
+    @property
+    def failure(self) -> str | None:
+        """Why the router is not writable, or None."""
+        if self._router is None:
+            return "not started" if self._task is None else "stopped"
+        return self._router.failure
+
+    async def recover(self) -> bool:
+        """Try to make the router writable again now (reopening it if it needs that; not
+        rate-limited); returns :attr:`writable`. Runs between two groups."""
+        self._next_reopen = 0.0
+        return await self.call(lambda router: router.writable)
 
     async def start(self) -> Router:
         """Open the router on the owner thread and start serving calls."""
@@ -124,6 +153,8 @@ class RouterOwner:
         """One journal transaction: the calls on this thread, the COMMIT on the owner thread."""
         router = self._router
         assert router is not None  # started before any call is queued
+        if _needs_reopen(router) and time.monotonic() >= self._next_reopen:
+            await self._reopen(router)
         try:
             transaction = router.group()
             transaction.__enter__()  # BEGIN
@@ -143,3 +174,20 @@ class RouterOwner:
             _log.error("router %s: group commit failed: %s", self.name, exc)
             return [(False, exc)] * len(group)
         return outcomes
+
+    async def _reopen(self, router: Router) -> None:
+        """Reopen a router that cannot read its journal (not one that merely failed its last
+        write: its state is the journal's, and the next group tries the disk)."""
+        self._next_reopen = time.monotonic() + REOPEN_INTERVAL_S
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, router.reopen)
+        except Exception as exc:
+            _log.error("router %s: cannot reopen the journal: %s", self.name, exc)
+        else:
+            _log.warning("router %s: journal reopened after a failure", self.name)
+
+
+def _needs_reopen(router: Router) -> bool:
+    """Whether calls are refused until the router is reopened (its state is unknown); an
+    object without the property (a test's stand-in) never is."""
+    return bool(getattr(router, "needs_reopen", False))

@@ -42,7 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from msroute.service.process import ServerProcess
+# The loopback launcher of the service tests (tests/_server.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _server import ServerProcess
 
 TOKEN = "bench-token"
 

@@ -1,4 +1,4 @@
-"""Run ``msroute serve`` as a child process on loopback (integration tests, benchmarks, demos).
+"""Run ``msroute serve`` as a child process on loopback, for the tests and the benchmarks.
 
 :class:`ServerProcess` starts the server on ``127.0.0.1`` and a free port, waits until
 ``/healthz`` answers, and stops it by its pid: :meth:`~ServerProcess.terminate` (SIGTERM, graceful)

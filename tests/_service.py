@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from msroute.service.process import ServerProcess
+from _server import ServerProcess
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from _server import ServerProcess
 from _service import ROUTER, TIMEOUT, TOKEN, served
-from msroute.service.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from _server import ServerProcess
 from _service import AUTH, ROUTER, TIMEOUT, served
-from msroute.service.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(240)
 

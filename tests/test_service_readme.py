@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from _server import ServerProcess
 from _service import TOKEN
 from msroute.service import load_service_config
-from msroute.service.process import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve.toml"

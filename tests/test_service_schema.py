@@ -19,8 +19,8 @@ import pytest
 import schemathesis
 from schemathesis.checks import positive_data_acceptance
 
+from _server import ServerProcess
 from _service import AUTH, TOKEN
-from msroute.service.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from _server import HOST, ServerProcess
 from _service import ROUTER, TOKEN, served, write_config
-from msroute.service.process import HOST, ServerProcess
 from msroute.service.transport import GatheringTransport
 
 pytestmark = pytest.mark.timeout(120)

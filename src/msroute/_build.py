@@ -1,6 +1,6 @@
 """The fingerprint of the msroute code that is running, for what must not mix results of
-different code: the cell cache (:mod:`msroute.experiments.common`) and the Ray backend's
-check of its nodes (:mod:`msroute.experiments.backends`).
+different code: the cell cache (``msroute.experiments.common``) and the Ray backend's
+check of its nodes (``msroute.experiments.backends``).
 
 The version string alone is not enough: the code between two releases (a development
 checkout, an editable install) computes other numbers under the same version whenever a
@@ -21,7 +21,7 @@ _SUFFIXES = frozenset({".py", ".txt"})
 
 @cache
 def code_digest() -> str:
-    """The digest (:func:`tree_digest`) of the installed msroute package; computed once per
+    """The digest (``tree_digest``) of the installed msroute package; computed once per
     process (a few milliseconds)."""
     return tree_digest(Path(__file__).resolve().parent)
 

@@ -1,6 +1,6 @@
 """How msroute compiles its loops with numba, and the one step several of them share.
 
-The compiled loops (:mod:`msroute.policies._compiled`, :mod:`msroute._outcome`) are imported on
+The compiled loops (``msroute.policies._compiled``, ``msroute._outcome``) are imported on
 first use, never by ``import msroute``: importing numba and loading the machine code cost a
 noticeable part of a second per process. The code is cached next to its module, or in the user's
 cache directory when that is read-only, and compiled in memory when neither can be written.
@@ -47,7 +47,7 @@ def eager(signature: object) -> Callable[[F], F]:
 
 
 def read_only(dtype: types.Type, ndim: int) -> types.Type:
-    """A read-only C-contiguous array type for :func:`eager`; writable arrays convert to it, so
+    """A read-only C-contiguous array type for ``eager``; writable arrays convert to it, so
     that arrays of either kind share one machine code."""
     return types.Array(dtype, ndim, "C", readonly=True)
 

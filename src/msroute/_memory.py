@@ -35,7 +35,7 @@ def _size(n: float) -> str:
 
 
 def check_memory(needed: float, what: str, hint: str) -> None:
-    """Raise :class:`ResourceError` if ``needed`` bytes exceed the available memory.
+    """Raise ``ResourceError`` if ``needed`` bytes exceed the available memory.
 
     Parameters
     ----------

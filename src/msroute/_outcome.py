@@ -1,9 +1,9 @@
 """One compiled pass for a round's outcome: every run's reward and realized cost (numba).
 
 The simulator's round needs, per run, the sum-max reward of the routed draws and the realized
-cost. The public functions (:func:`msroute.reward.draws_sum_max_reward`,
-:func:`msroute.problem.team_cost` on :func:`msroute.reward.draws_to_mask`,
-:func:`msroute.problem.draws_cost`) make a dozen numpy calls on (R, N, M)-sized arrays a
+cost. The public functions (``msroute.reward.draws_sum_max_reward``,
+``msroute.problem.team_cost`` on ``msroute.reward.draws_to_mask``,
+``msroute.problem.draws_cost``) make a dozen numpy calls on (R, N, M)-sized arrays a
 round; here one loop over the runs gives the same floats, in the same order of operations:
 
 * the reward: the maximum over the draws of each dimension (exact in any order), then the
@@ -19,11 +19,11 @@ round; here one loop over the runs gives the same floats, in the same order of o
   then the pair (i + 2, i + 3) to the running sum, and the last ``K mod 4`` experts one by
   one. With 0/1 weights every product is exact and an expert left out adds an exact 0, so
   the routed experts' costs summed in that order are the product's floats. Another BLAS may
-  sum in another order: :func:`blas_pairs_order` checks, once per process, that numpy's
+  sum in another order: ``blas_pairs_order`` checks, once per process, that numpy's
   product agrees with this order on probes that tell the orders apart, and the simulator
   falls back to ``team_cost`` when it does not (or when d is not 2 or 3).
 
-Imported on first use, compiled as :mod:`msroute._jit` describes.
+Imported on first use, compiled as ``msroute._jit`` describes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from msroute._validation import FloatArray, IntArray
 
 __all__ = ["PAIR_COSTS", "blas_pairs_order", "credit_distinct", "pair_costs", "round_outcome"]
 
-#: Cost modes of :func:`round_outcome`: none (the caller computes it), per draw, distinct
+#: Cost modes of ``round_outcome``: none (the caller computes it), per draw, distinct
 #: experts summed in OpenBLAS's pair order.
 NO_COST, DRAW_COSTS, PAIR_COSTS = 0, 1, 2
 
@@ -109,7 +109,7 @@ def _pairwise_sum(x: FloatArray, n: int) -> float:
 def _pair_cost(
     draws: IntArray, costs: FloatArray, r: int, routed: IntArray, cost: FloatArray
 ) -> None:
-    """``cost[r]``: the cost of run ``r``'s distinct draws, summed in :data:`PAIR_COSTS` order;
+    """``cost[r]``: the cost of run ``r``'s distinct draws, summed in ``PAIR_COSTS`` order;
     ``routed``: (M,) scratch."""
     k, d = costs.shape[1], costs.shape[2]
     blocks = k - k % 4  # dgemv_n's blocks of four experts
@@ -170,7 +170,7 @@ def round_outcome(
     draws : ndarray of int64, shape (R, M)
     costs : ndarray, shape (R, K, d), C-contiguous
     mode : int
-        :data:`NO_COST` (``cost`` untouched), :data:`DRAW_COSTS` or :data:`PAIR_COSTS`.
+        ``NO_COST`` (``cost`` untouched), ``DRAW_COSTS`` or ``PAIR_COSTS``.
     reward : ndarray, shape (R,)
         Filled with ``draws_sum_max_reward(skills, draws, rows)``.
     cost : ndarray, shape (R, d)
@@ -220,7 +220,7 @@ def round_outcome(
 @compiled
 def pair_costs(draws: IntArray, costs: FloatArray, cost: FloatArray) -> None:
     """``cost`` (R, d) = ``team_cost(draws_to_mask(draws, K), costs)`` of the draws (R, M) in
-    range, in :data:`PAIR_COSTS` order (the product's floats where :func:`blas_pairs_order`)."""
+    range, in ``PAIR_COSTS`` order (the product's floats where ``blas_pairs_order``)."""
     routed = np.empty(draws.shape[1], dtype=np.int64)
     for r in range(draws.shape[0]):
         _pair_cost(draws, costs, r, routed, cost)
@@ -231,8 +231,8 @@ def credit_distinct(
     draws: IntArray, costs: FloatArray, cost: FloatArray, predicted: FloatArray, n_obs: FloatArray
 ) -> bool:
     """The counting half of a cost estimate's update
-    (:meth:`msroute.policies.costs.CostEstimate.update`, mode "distinct") of a batch, in one
-    loop: ``predicted`` (R, d) = :func:`pair_costs` of the draws (R, M) under the estimates
+    (``msroute.policies.costs.CostEstimate.update``, mode "distinct") of a batch, in one
+    loop: ``predicted`` (R, d) = ``pair_costs`` of the draws (R, M) under the estimates
     ``costs`` (R, K, d); ``n_obs`` (R, K) += 1.0 at each run's distinct routed experts (the
     floats of adding their 0/1 mask); returns whether any realized ``cost`` (R, d) differs from
     its prediction (only then do the estimates move)."""
@@ -264,8 +264,8 @@ def _probe(d: int) -> tuple[IntArray, FloatArray]:
 
 @cache
 def blas_pairs_order() -> bool:
-    """Whether numpy's ``team_cost`` sums d = 2 and d = 3 costs in :data:`PAIR_COSTS` order:
-    True when the product and :func:`round_outcome` agree on every probe (:func:`_probe`)."""
+    """Whether numpy's ``team_cost`` sums d = 2 and d = 3 costs in ``PAIR_COSTS`` order:
+    True when the product and ``round_outcome`` agree on every probe (``_probe``)."""
     from msroute.problem import team_cost
     from msroute.reward import draws_to_mask
 

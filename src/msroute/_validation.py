@@ -50,7 +50,7 @@ def _digits(value: int) -> int:
 def as_real_array(value: ArrayLike, name: str) -> FloatArray:
     """``value`` as a float64 array; anything that is not an array of real numbers (text,
     objects, ragged lists, complex numbers, whose imaginary part numpy would drop) is an
-    :class:`InvalidTypeError` naming ``name``. NaN and inf pass (callers decide)."""
+    ``InvalidTypeError`` naming ``name``. NaN and inf pass (callers decide)."""
     if type(value) is np.ndarray and value.dtype == np.float64:
         return value
     problem: Exception | None = None

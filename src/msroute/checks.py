@@ -1,15 +1,15 @@
-"""The conformance kit: :func:`check_policy` tells whether a policy class keeps msroute's contract.
+"""The conformance kit: ``check_policy`` tells whether a policy class keeps msroute's contract.
 
 Any policy, msroute's own or a plugin's, can be checked the way Gymnasium's ``check_env`` checks
 an environment. The checks drive the class on small instances with seeded Beta skills and
-bandit feedback, and raise :class:`~msroute.errors.PolicyCheckError` naming the first broken
+bandit feedback, and raise ``PolicyCheckError`` naming the first broken
 rule:
 
 ``protocol``
-    A :class:`~msroute.policies.base.BasePolicy` subclass with a ``name``, built as
+    A ``BasePolicy`` subclass with a ``name``, built as
     ``cls(problem, horizon=..., n_runs=..., seed=..., **kwargs)``, sizes as the problem says.
 ``shapes``
-    ``select`` returns a :class:`~msroute.policies.base.Decision`: int64 draws ``(R, M)`` of
+    ``select`` returns a ``Decision``: int64 draws ``(R, M)`` of
     expert indices, read-only arrays, the round counting decisions, the context handed back.
 ``propensities``
     ``probs`` is given exactly when the class says ``has_propensity``, and is then, per run, a
@@ -392,7 +392,7 @@ def _newly_nonfinite(value: StateValue, was_finite: np.ndarray) -> bool:
     return bool(np.isnan(value).any() or (was_finite & ~np.isfinite(value)).any())
 
 
-#: The checks :func:`check_policy` runs, in order.
+#: The checks ``check_policy`` runs, in order.
 CHECKS: dict[str, Callable[[_Harness], None]] = {
     "protocol": _protocol,
     "shapes": _shapes,
@@ -419,14 +419,14 @@ def check_policy(
     Parameters
     ----------
     policy_class : type
-        A :class:`~msroute.policies.base.BasePolicy` subclass, registered or not. It is built as
+        A ``BasePolicy`` subclass, registered or not. It is built as
         ``policy_class(problem, horizon=..., n_runs=..., seed=..., **kwargs)`` on instances with
         6 experts, 2 draws and 2 cost coordinates.
     kwargs : mapping, optional
         Extra constructor arguments (e.g. ``{"n_contexts": 2}`` for a contextual policy: the
         checks then pass contexts).
     skip : tuple of str, optional
-        Names from :data:`CHECKS` not to run (say why where you call it).
+        Names from ``CHECKS`` not to run (say why where you call it).
 
     Raises
     ------

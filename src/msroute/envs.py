@@ -1,21 +1,21 @@
 """Skill environments: where the per-round skill matrices ``V^(t)`` come from (Section 6.1).
 
-Every environment serves R independent runs at once and satisfies :class:`SkillEnv`:
+Every environment serves R independent runs at once and satisfies ``SkillEnv``:
 ``skills(start, stop)`` returns the skills of rounds ``[start, stop)`` of every run, shape
 ``(stop - start, R, N, K)``.
 
-* :class:`StochasticEnv`: ``V[n, i] ~ Beta(kappa m, kappa (1 - m))`` independently each round,
+* ``StochasticEnv``: ``V[n, i] ~ Beta(kappa m, kappa (1 - m))`` independently each round,
   with ``m = V_base[n, i]`` (the paper's stochastic environment, ``kappa = 20``).
-* :class:`RegimeSwitchingEnv`: the horizon is cut into ``n_blocks`` blocks; in every block (the
+* ``RegimeSwitchingEnv``: the horizon is cut into ``n_blocks`` blocks; in every block (the
   first included) a fresh uniformly random ``fraction`` of the experts has its mean multiplied
   by ``shrink`` on all dimensions, with Beta noise around the block's means (the paper's
   regime-switching environment: 10 blocks, 10% of the experts, factor 0.2).
-* :class:`SequenceEnv`: a given ``(T, N, K)`` or ``(T, R, N, K)`` sequence (adversarial or
+* ``SequenceEnv``: a given ``(T, N, K)`` or ``(T, R, N, K)`` sequence (adversarial or
   recorded skills).
 
 In both Beta environments the mean is clipped to ``[1e-3, 1 - 1e-3]`` (after the regime factor)
-so that both Beta parameters stay positive; :meth:`mean_skills` returns those clipped means,
-the exact expectation of :meth:`skills`.
+so that both Beta parameters stay positive; ``mean_skills`` returns those clipped means,
+the exact expectation of ``skills``.
 
 Reproducible streams
 --------------------
@@ -34,8 +34,8 @@ most recently used chunks are cached. Hence
   children ``s.spawn(R)`` would give (``s`` itself is not modified).
 
 The stream of a run depends on its seed and ``chunk_size`` only, not on ``kappa`` or the means:
-a :class:`RegimeSwitchingEnv` with ``shrink=1`` draws exactly the skills of the
-:class:`StochasticEnv` with the same seed.
+a ``RegimeSwitchingEnv`` with ``shrink=1`` draws exactly the skills of the
+``StochasticEnv`` with the same seed.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _check_fraction(value: float, name: str, *, low_open: bool) -> float:
 class ChunkCache(OrderedDict[int, FloatArray]):
     """The most recently used chunks of skills (index -> rounds, read-only), at most ``size``:
     the least recently used one goes first. Shared by the Beta environments and a batch that
-    stacks them (:class:`msroute.experiments.common.StackedEnv`)."""
+    stacks them (``msroute.experiments.common.StackedEnv``)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -280,7 +280,7 @@ class _BetaEnv:
     def fill_chunk(self, c: int, out: FloatArray) -> None:
         """Write the first ``len(out)`` rounds of chunk ``c`` into ``out`` (rounds, R, N, K),
         without caching them: for a batch that keeps its runs' chunks side by side in one
-        array (:class:`msroute.experiments.common.StackedEnv`). A cached chunk is copied."""
+        array (``msroute.experiments.common.StackedEnv``). A cached chunk is copied."""
         n, k = self.n_dims, self.n_experts
         length = out.shape[0]
         if out.shape[1:] != (self.n_runs, n, k) or not 0 < length <= self.chunk_length(c):
@@ -337,7 +337,7 @@ class StochasticEnv(_BetaEnv):
     kappa : float, default 20
         Concentration of the Beta noise (the paper's value).
     seed : int, SeedSequence, sequence of those, or None
-        See :func:`run_seed_sequences`.
+        See ``run_seed_sequences``.
     n_runs : int, optional
         R; by default taken from ``skills_base`` or ``seed``, else 1.
     chunk_size : int, default 1000
@@ -427,7 +427,7 @@ class RegimeSwitchingEnv(_BetaEnv):
     horizon : int
         T, the number of rounds (keyword, required).
     seed, n_runs, chunk_size, cache_chunks, n_threads
-        As in :class:`StochasticEnv`. The shrunk sets come from their own stream of each
+        As in ``StochasticEnv``. The shrunk sets come from their own stream of each
         run's seed, apart from the Beta draws.
 
     Attributes

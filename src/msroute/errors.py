@@ -1,9 +1,9 @@
 """The exception hierarchy of msroute.
 
-Every error the library raises on purpose derives from :class:`MSRouteError`, so callers can
+Every error the library raises on purpose derives from ``MSRouteError``, so callers can
 catch the library's own failures in one place, and the command line can print them as one line
 while anything else (a bug) keeps its traceback. Errors about a wrong *value* also derive from
-:class:`ValueError`, errors about a wrong *type* from :class:`TypeError`, so code written
+``ValueError``, errors about a wrong *type* from ``TypeError``, so code written
 against plain numpy conventions (``except ValueError``) keeps working.
 
 A test checks that the package raises no bare ``ValueError`` or ``TypeError``.
@@ -51,7 +51,7 @@ class InvalidTypeError(MSRouteError, TypeError):
 
 class InvalidStateError(MSRouteError, ValueError):
     """A policy's learned state is invalid: a NaN or infinite value, a negative counter, a
-    routing distribution off the simplex. Raised by :func:`msroute.policies.check_state`
+    routing distribution off the simplex. Raised by ``msroute.policies.check_state``
     (after every update in debug mode, and on every loaded policy file)."""
 
 
@@ -89,7 +89,7 @@ class ResourceError(MSRouteError, ValueError):
 
 
 class PolicyCheckError(MSRouteError, AssertionError):
-    """A policy class breaks the policy contract (:func:`msroute.checks.check_policy`); the
+    """A policy class breaks the policy contract (``msroute.checks.check_policy``); the
     message names the class, the check and what went wrong."""
 
 

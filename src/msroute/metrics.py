@@ -3,18 +3,18 @@
 Trajectories are arrays with a leading round axis and a run axis, as the simulator records
 them: rewards ``(T, R)``, realized costs ``(T, R, d)`` (each distinct routed expert counted
 once), per-run original bounds ``lo_ori, hi_ori`` ``(R, d)`` with ``-inf``/``+inf`` where a
-bound is absent (:attr:`ProblemBatch.lo_ori`). Round counts ``at`` are 1-based: ``at = t``
+bound is absent (``ProblemBatch.lo_ori``). Round counts ``at`` are 1-based: ``at = t``
 means "after the first ``t`` rounds".
 
-* :func:`constraint_regret` is R2 of eq. (5): the distance of the running-average realized cost
+* ``constraint_regret`` is R2 of eq. (5): the distance of the running-average realized cost
   to ``S_ori``.
-* :func:`objective_regret_proxy` is Section 6.2's ``R1(n) = (1/n) sum_{s <= n}
+* ``objective_regret_proxy`` is Section 6.2's ``R1(n) = (1/n) sum_{s <= n}
   (E_{A ~ q_T}[r(A, V_s)] - r_s)`` with the final policy ``q_T`` standing in for ``q*``; the
   expectation is computed exactly by default (the paper uses 200 Monte Carlo draws, kept as
   ``method="monte_carlo"``).
-* :func:`true_regret` is R1 of eq. (4), ``OPT - (1/t) sum_{s <= t} Phi_s(q_s)``, with OPT from
-  :mod:`msroute.oracle`.
-* :func:`feasible`, :func:`time_averaged`, :func:`running_average` and :func:`rolling_mean`
+* ``true_regret`` is R1 of eq. (4), ``OPT - (1/t) sum_{s <= t} Phi_s(q_s)``, with OPT from
+  ``msroute.oracle``.
+* ``feasible``, ``time_averaged``, ``running_average`` and ``rolling_mean``
   (Figure 3's trailing window) complete the set.
 """
 
@@ -216,7 +216,7 @@ def feasible(
     Parameters
     ----------
     avg_cost : array_like, shape (R, d)
-        Time-averaged realized cost of each run (:func:`time_averaged` of the costs).
+        Time-averaged realized cost of each run (``time_averaged`` of the costs).
     lo_ori, hi_ori : array_like, shape (R, d) or (d,)
         Original bounds, ``-inf`` / ``+inf`` where absent.
     tol : float, default 1e-9
@@ -273,7 +273,7 @@ def constraint_regret(
 
 def regret_of_averages(avg_cost: ArrayLike, lo_ori: ArrayLike, hi_ori: ArrayLike) -> FloatArray:
     """R2 from running-average costs already computed (e.g. streamed by
-    :func:`msroute.simulate.simulate_summary`): shape (n, R, d) -> (n, R).
+    ``msroute.simulate.simulate_summary``): shape (n, R, d) -> (n, R).
 
     Examples
     --------
@@ -294,7 +294,7 @@ def true_regret(
     Parameters
     ----------
     opt_value : float or array_like, shape (R,)
-        OPT of each run (:func:`msroute.oracle.best_fixed_policy`, or ``OPT^ctx`` for the
+        OPT of each run (``msroute.oracle.best_fixed_policy``, or ``OPT^ctx`` for the
         contextual regret of Section 5.2).
     expected_rewards : array_like, shape (T, R)
         ``Phi_s(q_s)``, the exact expected reward of the policy actually played each round
@@ -337,7 +337,7 @@ def objective_regret_proxy(
 
     The final policy ``q_T`` stands in for the optimum of eq. (3): the proxy measures how much
     better ``q_T`` would have done from the start than the trajectory actually played. The
-    expectation is computed exactly (:mod:`msroute.reward`'s closed form) unless
+    expectation is computed exactly (``msroute.reward``'s closed form) unless
     ``method="monte_carlo"``, the paper's 200-draw estimate.
 
     Parameters
@@ -366,7 +366,7 @@ def objective_regret_proxy(
         Context ``x_s`` of each round (contextual runs, Section 5.2): round ``s`` is scored
         with ``final_q[:, x_s]`` on the skills scaled by ``context_weights[x_s]``.
     context_weights : array_like, shape (X, N), optional
-        Required with ``contexts``; as in :func:`msroute.simulate.simulate`.
+        Required with ``contexts``; as in ``msroute.simulate.simulate``.
 
     Returns
     -------

@@ -5,15 +5,15 @@ For a recorded skill sequence ``V^(1), ..., V^(T)`` the benchmark of eq. (3) is:
     OPT = max_q  F(q) = (1/T) sum_t Phi_t(q)
           s.t.   q in the simplex,  q >= floor,  lo <= C^T q <= hi
 
-with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (:meth:`Problem.surrogate_box`) and
-``Phi_t`` the exact expected sum-max reward of :mod:`msroute.reward`. Eq. (3) has no floor
+with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (``Problem.surrogate_box``) and
+``Phi_t`` the exact expected sum-max reward of ``msroute.reward``. Eq. (3) has no floor
 (``floor = 0``); the contextual benchmark ``OPT^ctx`` of Section 5.2 asks ``q >= gamma``.
 
 ``F`` is concave and smooth, so the program is a smooth concave maximisation over a polytope
 ``P``. The solver here
 
 1. sorts every ``(t, n)`` row of skills once and keeps the gaps ``v(j) - v(j+1)`` and the sort
-   order (:class:`msroute.reward.SortedRows`, which also gives the exact Hessian), so that one
+   order (``msroute.reward.SortedRows``, which also gives the exact Hessian), so that one
    evaluation of ``F`` and of its exact gradient is a gather, a running sum, an integer power
    and a scatter-add over ``T N K`` entries (about 10 ms at ``T = 10,000, N = 3, K = 50``);
 2. starts from a relative-interior point of ``P`` (a linear program, which also detects an
@@ -31,8 +31,8 @@ At ``T = 10,000, N = 3, K = 50, d = 2`` a call takes about 0.3-0.6 s (one BLAS t
 the note on threads below), nearly all of it in ~15 SLSQP iterations and the initial sort.
 
 If the gap does not drop below ``tol`` within the iteration cap, the result says so
-(``converged = False``) and a :class:`~msroute.errors.ConvergenceWarning` (a
-:class:`RuntimeWarning`) is issued.
+(``converged = False``) and a ``ConvergenceWarning`` (a
+``RuntimeWarning``) is issued.
 
 Threads: SLSQP makes many LAPACK calls on K x K matrices; a multi-threaded BLAS on a machine
 whose cores are already busy (parallel sweeps) can make them 10-50 times slower. Run such
@@ -512,7 +512,7 @@ def best_fixed_policy(
     costs : array_like, shape (K, d)
         Cost vectors ``c_i`` (the rows of ``C``).
     lo, hi : array_like, shape (d,)
-        The surrogate box ``S`` (:meth:`Problem.surrogate_box`), finite.
+        The surrogate box ``S`` (``Problem.surrogate_box``), finite.
     m_draws : int
         M, the number of i.i.d. draws per round.
     floor : float, default 0.0
@@ -554,14 +554,14 @@ def best_fixed_policy_for(
     tol: float = 1e-6,
     max_iter: int = 1000,
 ) -> OracleResult:
-    """:func:`best_fixed_policy` on ``problem``'s costs, M and surrogate box ``S``.
+    """``best_fixed_policy`` on ``problem``'s costs, M and surrogate box ``S``.
 
     Parameters
     ----------
     problem : Problem
     skills : array_like, shape (T, N, K)
     floor, tol, max_iter
-        As in :func:`best_fixed_policy`.
+        As in ``best_fixed_policy``.
 
     Returns
     -------
@@ -575,7 +575,7 @@ def best_fixed_policy_for(
 
 class _Grouped:
     """``F(Q) = (1/T) sum_t Phi_t(q_{x_t})`` of stacked per-context policies ``Q`` (X K,): the
-    grouped :class:`SortedRows` for values and gradients, one per context for the Hessian
+    grouped ``SortedRows`` for values and gradients, one per context for the Hessian
     (block diagonal: a context's policy meets only its own rounds)."""
 
     def __init__(self, rows: FloatArray, group: IntArray, n_groups: int, m: int, t: int) -> None:
@@ -623,7 +623,7 @@ def contextual_opt(
     context's spend held to the bound): the aggregate is what Algorithm 2 can reach.
 
     The program is one smooth concave maximisation over a product of floored simplices cut by
-    the budget; it is solved as :func:`best_fixed_policy` (SLSQP, Newton polishing on the face)
+    the budget; it is solved as ``best_fixed_policy`` (SLSQP, Newton polishing on the face)
     and certified by the Frank-Wolfe gap of the whole product polytope.
 
     Parameters

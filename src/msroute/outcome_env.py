@@ -2,16 +2,16 @@
 
 Real LLM traffic is not a Beta simulation: every query belongs to one task, the models' graded
 answers to it are recorded, models fail together on hard prompts, and a call's price depends on
-the prompt. :class:`OutcomeEnv` replays an :class:`~msroute.datasets.outcomes.OutcomeTable`:
+the prompt. ``OutcomeEnv`` replays an ``OutcomeTable``:
 
 * each round draws one prompt per run (seeded; with replacement, or ``mode="permutation"``:
   passes over the table, each a fresh permutation);
 * the prompt's category is the round's context, known before the decision
-  (:meth:`OutcomeEnv.contexts`);
+  (``OutcomeEnv.contexts``);
 * the skills of the round are the prompt's recorded scores ``(N, K)``, so the sum-max reward of
   a team is the sum over dimensions of its best member's score;
 * the realized cost of the round is the prompt's recorded cost of each distinct model called
-  (:meth:`OutcomeEnv.round_costs`: :func:`msroute.simulate.simulate` uses it in place of the
+  (``OutcomeEnv.round_costs``: ``msroute.simulate.simulate`` uses it in place of the
   problem's cost table, which stays the policies' prior).
 
 Run ``r``'s prompt sequence depends only on its own seed, as in the other environments.

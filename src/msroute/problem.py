@@ -163,7 +163,7 @@ class Problem:
         Upper end of the cost range (Section 4.2); defaults to the largest cost (or 1 if all
         costs are zero).
     expert_names : sequence of str, optional
-        One distinct name per expert (row of ``costs``); :meth:`named` then reads a routing
+        One distinct name per expert (row of ``costs``); ``named`` then reads a routing
         distribution as a mapping name -> probability.
     cost_names : sequence of str, optional
         One name per cost coordinate (column), e.g. ``["usd", "in_house"]``; the same as
@@ -423,7 +423,7 @@ def unreachable_bounds(
 ) -> str:
     """Why no ``q >= floor`` on the simplex has ``lo <= C^T q <= hi``, coordinate by coordinate.
 
-    A bound beyond :func:`floored_reach` is named with the best value reachable for it; when
+    A bound beyond ``floored_reach`` is named with the best value reachable for it; when
     every bound is reachable alone, the bounds that ``closest`` (``C^T q`` of the point that
     came nearest) misses are named with its values. ``name(j)`` names coordinate ``j``,
     ``bound(j, "upper" | "lower")`` words its bound (default ``needs C^T q <= hi[j]``), and
@@ -566,7 +566,7 @@ class ProblemBatch:
 
     Each seed of the paper's experiments samples its own pool of workers, so every run of a
     batched sweep has its own costs and bounds. Policies and the simulator work on these
-    stacked arrays; a single :class:`Problem` broadcast to ``n_runs`` is the common case.
+    stacked arrays; a single ``Problem`` broadcast to ``n_runs`` is the common case.
 
     Parameters
     ----------

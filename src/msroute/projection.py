@@ -214,10 +214,10 @@ def _project_step_unchecked(
     a: FloatArray | None = None,
     b: FloatArray | float | None = None,
 ) -> FloatArray:
-    """:func:`project_step` without argument checks (the policies' hot path).
+    """``project_step`` without argument checks (the policies' hot path).
 
     The inputs must be finite float arrays with consistent shapes and ``0 <= gamma <= 1/K``;
-    only an empty feasible set is still detected (it raises :class:`EmptyFeasibleSetError`).
+    only an empty feasible set is still detected (it raises ``EmptyFeasibleSetError``).
     """
     if a is not None and y.ndim == 1 and a.ndim == 1 and isinstance(b, float):
         return _solve_one(y, gamma, a, b)[0]
@@ -311,7 +311,7 @@ def _ones(k: int) -> FloatArray:
 
 
 def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray, float] | None:
-    """:func:`_floored_simplex` for one row ``y`` (K,) in few numpy calls.
+    """``_floored_simplex`` for one row ``y`` (K,) in few numpy calls.
 
     Returns ``q(0)``, ``z = y - tau`` (its free set is ``z > gamma``) and ``max |y|``, or None
     if ``y`` has a NaN or infinite entry (the sort finds them for free).
@@ -346,7 +346,7 @@ def _floored_single(y: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray
 
 @functools.lru_cache(maxsize=16)
 def _ones_rows(k: int) -> FloatArray:
-    """A (5, K) array whose first row is ones (cached; :func:`_solve_single_cut` copies it)."""
+    """A (5, K) array whose first row is ones (cached; ``_solve_single_cut`` copies it)."""
     out = np.zeros((5, k))
     out[0] = 1.0
     out.setflags(write=False)
@@ -356,15 +356,15 @@ def _ones_rows(k: int) -> FloatArray:
 def _solve_single(
     y: FloatArray, gamma: float, a: FloatArray, b: float
 ) -> tuple[FloatArray, float] | None:
-    """One problem, y and a of shape (K,): the method of :func:`_solve_rows` for a single row.
+    """One problem, y and a of shape (K,): the method of ``_solve_rows`` for a single row.
 
     At K ~ 50 numpy's per-call overhead, not arithmetic, dominates, so this path makes few
     calls: one sort of ``y`` for ``q(0)``, then active-set steps whose five sums over the free
     set ``F`` (``|F|``, and the sums of ``a``, ``y``, ``a^2``, ``a y`` on ``F``) come from one
     matrix-vector product, with the 2x2 system solved in closed form on Python floats. ``a`` is
-    first centred on its mean (the same cut on the simplex, see :func:`_cut_active`), which
+    first centred on its mean (the same cut on the simplex, see ``_cut_active``), which
     keeps ``sum_F a^2 - |F| abar^2`` well conditioned; rows where it is not (``a`` nearly
-    constant on ``F``), or that do not settle, go to :func:`_search_mu`.
+    constant on ``F``), or that do not settle, go to ``_search_mu``.
 
     Returns None, before any other outcome, if ``y`` or ``a`` has a NaN or infinite entry (or
     ``sum(a)`` overflows), which the public function uses as its finiteness check.
@@ -381,7 +381,7 @@ def _solve_single(
 
 
 def _solve_one(y: FloatArray, gamma: float, a: FloatArray, b: float) -> tuple[FloatArray, float]:
-    """:func:`_solve_single` for finite inputs (the batched path if a sum of them overflows)."""
+    """``_solve_single`` for finite inputs (the batched path if a sum of them overflows)."""
     out = _solve_single(y, gamma, a, b)
     if out is None:
         q, mu = _solve_rows(y[None], gamma, a[None], np.array([b]))
@@ -399,7 +399,7 @@ def _solve_single_cut(
     asum: float,
     yabs: float,
 ) -> tuple[FloatArray, float]:
-    """:func:`_solve_single` once the cut is known to be violated at ``q0 = q(0)``."""
+    """``_solve_single`` once the cut is known to be violated at ``q0 = q(0)``."""
     k = y.shape[0]
     mass = max(1.0 - k * gamma, 0.0)
     srt = a.copy()
@@ -501,7 +501,7 @@ def _empty_message(
 def _solve_rows(
     y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Rows of (n, K) problems; see :func:`_solve`."""
+    """Rows of (n, K) problems; see ``_solve``."""
     n, k = y.shape
     q, free, _ = _floored_simplex(y, gamma)
     mu = np.zeros(n)
@@ -574,7 +574,7 @@ def _cut_active(
 
     Active-set Newton steps from ``free`` (the free set at ``mu = 0``) on all rows at once; a
     row leaves the working set as soon as its point satisfies every KKT condition. Rows that
-    do not settle go to :func:`_search_mu`.
+    do not settle go to ``_search_mu``.
     """
     n = y.shape[0]
     # (a, b) and (a, b) / max|a| cut the same set; mu scales back on return.
@@ -615,7 +615,7 @@ def _cut_active(
 def _unscaled(mu: FloatArray, scale: FloatArray) -> FloatArray:
     """The multiplier of the cut ``(a, b)`` from that of ``(a, b) / scale``, capped at the
     largest float (a certificate only: tiny ``a`` can need a multiplier beyond it, see
-    :func:`_exact_cut`)."""
+    ``_exact_cut``)."""
     with np.errstate(over="ignore"):
         out: FloatArray = np.minimum(mu / scale, _FLOAT_MAX_F)
     return out
@@ -739,10 +739,10 @@ def _sum_tol(k: int) -> float:
 def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> BoolArray:
     """Rows of a binding cut (``mu > 0``) whose floating-point solution can be trusted.
 
-    The point must be finite, sum to one within :func:`_sum_tol` and lie on the cut,
+    The point must be finite, sum to one within ``_sum_tol`` and lie on the cut,
     ``|a . q - b| <= FEASIBILITY_RTOL * max|a|`` (a binding cut holds with equality). Inputs of
     an extreme scale (``|y|`` near ``1/eps`` and beyond) can fail this through cancellation in
-    ``y - mu a``; such rows are solved again in exact arithmetic by :func:`_exact_cut`.
+    ``y - mu a``; such rows are solved again in exact arithmetic by ``_exact_cut``.
     """
     k = q.shape[-1]
     with np.errstate(invalid="ignore", over="ignore"):
@@ -755,7 +755,7 @@ def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> Bo
 def _verified(
     y: FloatArray, gamma: float, a: FloatArray, b: float, q: FloatArray, mu: float
 ) -> tuple[FloatArray, float]:
-    """``(q, mu)`` if :func:`_accurate`, else the exact solution of :func:`_exact_cut`."""
+    """``(q, mu)`` if ``_accurate``, else the exact solution of ``_exact_cut``."""
     if _accurate(q[None], np.array([mu]), a[None], np.array([b]))[0]:
         return q, mu
     scale = float(np.abs(a).max())
@@ -763,7 +763,7 @@ def _verified(
     return qe, min(me / scale, _FLOAT_MAX_F)
 
 
-#: Cap on the steps of :func:`_exact_cut`: a guard, far above what it takes (see there).
+#: Cap on the steps of ``_exact_cut``: a guard, far above what it takes (see there).
 _MAX_EXACT_STEPS = 4000
 
 
@@ -773,15 +773,15 @@ def _exact_cut(
     """One row of a binding, non-degenerate cut solved in exact rational arithmetic.
 
     Every float is a rational number, so ``q(mu)`` (the floored-simplex projection of
-    ``y - mu a``) and ``a . q(mu)`` can be computed exactly with :class:`fractions.Fraction`.
+    ``y - mu a``) and ``a . q(mu)`` can be computed exactly with ``fractions.Fraction``.
     The root of the piecewise linear, nonincreasing ``a . q(mu) = b`` is searched inside a
     bracket ``lo < mu < hi``, starting from the floating-point guess. At each point the search
-    computes the whole linear piece it lies on (:func:`_exact_piece`); if the piece's line meets
+    computes the whole linear piece it lies on (``_exact_piece``); if the piece's line meets
     ``b`` on the piece, that is the root and the next point is exact (``a . q = b`` and
     ``sum q = 1`` exactly, returned as their roundings, each entry to half an ulp). Otherwise
     the bracket drops the whole piece, and the next point is the line's root when it falls in
     the bracket (a Newton step, typically one piece from the solution) or else a bisection
-    point (:func:`_bisection_point`), with never two Newton steps in a row.
+    point (``_bisection_point``), with never two Newton steps in a row.
 
     So the search is bounded, whatever the scale of the input: every step but the last drops a
     piece from the bracket (and pieces are finitely many), and every other step halves it,
@@ -790,11 +790,11 @@ def _exact_cut(
     On random inputs of every magnitude it takes at most 7 steps from any starting guess,
     where a purely linear bisection took thousands (the bracket spans ~1e630 and the root's
     piece can be thin). Slow (pure Python), and used only when the floating-point
-    solution fails :func:`_accurate`. Raises ``ValueError`` if it does not settle.
+    solution fails ``_accurate``. Raises ``ValueError`` if it does not settle.
 
     The multiplier is only a certificate: when it exceeds the largest float (``y`` spread over
     ~1e308 against gaps of ``a`` of ~1e-300) it is returned as the largest float, as
-    :func:`_face_point` does for its limit ``mu -> inf``; ``q`` is exact either way.
+    ``_face_point`` does for its limit ``mu -> inf``; ``q`` is exact either way.
     """
     k = y.shape[0]
     ys = [Fraction(v) for v in y.tolist()]
@@ -859,7 +859,7 @@ def _exact_piece(
 
     With the free set ``F`` of ``q(mu)`` held fixed, the threshold is linear in ``t`` and
     ``h_i(t) = h_i(mu) - (t - mu) (a_i - abar)`` with ``abar`` the mean of ``a`` on ``F``
-    (``h = v - gamma - tau`` as :func:`_exact_cut`'s projection returns it). That formula is
+    (``h = v - gamma - tau`` as ``_exact_cut``'s projection returns it). That formula is
     the projection while ``h_i >= 0`` on ``F`` and ``h_i <= 0`` off it (the KKT conditions of
     the floored simplex in (6)), which each coordinate turns into one bound on ``t``; on those
     ``t``, ``a . q(t)`` falls with slope ``sum_F (a_i - abar)^2``. Returns that slope and the
@@ -888,7 +888,7 @@ def _bisection_point(lo: Fraction, hi: Fraction) -> Fraction:
     Exact rationals have no exact logarithm, so while ``1 + hi`` exceeds ``4 (1 + lo)`` the
     point is the power of two ``2^m - 1`` with ``m`` halfway between the binary exponents of
     ``1 + lo`` and ``1 + hi`` (which halves their distance), and the plain middle once they
-    are within a factor of 4 (as :func:`_search_mu` bisects ``log1p(mu)`` in floats).
+    are within a factor of 4 (as ``_search_mu`` bisects ``log1p(mu)`` in floats).
     """
     e_lo, e_hi = _floor_log2(1 + lo), _floor_log2(1 + hi)
     if e_hi - e_lo >= 2:  # 1 + lo < 2^(e_lo + 1) <= 2^m <= 2^(e_hi - 1) < 1 + hi

@@ -1,7 +1,7 @@
 """The proximal step (6) with one cut per active bound: projection onto a floored simplex cut
 by a few half-spaces.
 
-The scale-invariant approachability dual (:mod:`msroute.policies.duals`) enforces each active
+The scale-invariant approachability dual (``msroute.policies.duals``) enforces each active
 bound by its own half-space ``a_j . q <= b_j`` instead of the paper's single aggregated cut
 ``(C w) . q <= h_S(w)``. The step is then the Euclidean projection of ``y`` onto::
 
@@ -21,7 +21,7 @@ bind) and a threshold ``tau`` fixing ``sum(q) = 1``. It is solved exactly:
    Newton ascent on the concave, piecewise quadratic dual ``D(mu)`` with backtracking, and
    stop as soon as the equations of step 2 at the point reached certify the KKT conditions.
 
-With ``m = 1`` it gives the projection of :func:`msroute.project_step`.
+With ``m = 1`` it gives the projection of ``msroute.project_step``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ non-negative weight times a concave function of a linear map of ``q``: ``Phi`` i
 ``dPhi/dq = sum_{j >= r} (v(j) - v(j+1)) M (1 - Q_j)^(M-1)``. Both cost ``O(N K log K)``.
 
 The paper estimates ``Phi`` with 200 Monte Carlo draws (Section 6.2);
-:func:`monte_carlo_reward` keeps that estimator to reproduce its figure and to test the formula.
+``monte_carlo_reward`` keeps that estimator to reproduce its figure and to test the formula.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def draws_sum_max_reward(
 
 class SortedRows:
     """Skill rows sorted once, for repeated exact evaluations of ``Phi``, its gradient and its
-    Hessian (the oracle's objective, :func:`expected_reward_grad`).
+    Hessian (the oracle's objective, ``expected_reward_grad``).
 
     Row ``r`` (one dimension ``V[n, :]`` of one skill matrix) is scored against the policy of
     its group ``group[r]``; the function is ``F(q) = sum_r Phi_r(q[group[r]]) / divisor``, so
@@ -378,7 +378,7 @@ def expected_reward(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray
 
 
 def expected_reward_grad(q: ArrayLike, skills: ArrayLike, m_draws: int) -> FloatArray:
-    """Exact gradient of :func:`expected_reward` with respect to ``q``.
+    """Exact gradient of ``expected_reward`` with respect to ``q``.
 
     This is the gradient of the closed form above. The paper's estimator ``r(A) count_i / q_i``
     (Lemma 6.7 of its reference 37) is unbiased for the gradient of another extension of

@@ -11,9 +11,9 @@ OMD-Approachability) the simulator can also record the exact expected reward ``P
 the policy actually played each round, which the true regret of eq. (4) needs; it is computed in
 vectorized blocks, never in the per-round loop.
 
-:func:`simulate` keeps every round's reward and cost; :func:`simulate_summary` keeps only their
+``simulate`` keeps every round's reward and cost; ``simulate_summary`` keeps only their
 time averages and the running average cost at chosen rounds, streamed as the rounds arrive
-(:mod:`msroute.streaming`), in memory independent of the horizon and equal bit for bit to the
+(``msroute.streaming``), in memory independent of the horizon and equal bit for bit to the
 metrics computed from the full arrays.
 """
 
@@ -82,13 +82,13 @@ class RunSummary:
     ----------
     policy : str
     avg_reward : ndarray, shape (R,)
-        Time-averaged reward (:func:`msroute.metrics.time_averaged` of the rewards, bit for bit).
+        Time-averaged reward (``msroute.metrics.time_averaged`` of the rewards, bit for bit).
     avg_cost : ndarray, shape (R, d)
         Time-averaged realized cost (likewise).
     checkpoints : ndarray of int
         1-based round counts at which the running average cost was kept.
     running_cost : ndarray, shape (len(checkpoints), R, d)
-        Running average cost at the checkpoints (:func:`msroute.metrics.running_average`).
+        Running average cost at the checkpoints (``msroute.metrics.running_average``).
     rewards : ndarray, shape (T, R), or None
         Every round's reward, when asked for (``keep_rewards``).
     final_q : ndarray or None
@@ -210,7 +210,7 @@ def simulate(
         T, the number of rounds.
     contexts : array_like of int, shape (T,) or (T, R), optional
         The context of each round (contextual runs); passed to ``select``. A recorded-outcome
-        environment (:class:`msroute.outcome_env.OutcomeEnv`) gives its prompts' categories
+        environment (``msroute.outcome_env.OutcomeEnv``) gives its prompts' categories
         when neither ``contexts`` nor ``context_weights`` is given, and its prompts' recorded
         costs are the realized costs (the batch's cost table stays the policies' prior).
     context_weights : array_like, shape (X, N), optional
@@ -291,17 +291,17 @@ def simulate_summary(
     cost_count: str = "distinct",
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, RunSummary]:
-    """:func:`simulate` without the per-round arrays: memory that does not grow with T.
+    """``simulate`` without the per-round arrays: memory that does not grow with T.
 
     Every policy's time-averaged reward and cost, and its running average cost at the
     ``checkpoints``, are streamed as the rounds arrive; they equal, bit for bit, what
-    :func:`msroute.metrics.time_averaged` and :func:`msroute.metrics.running_average` give on
-    :func:`simulate`'s arrays.
+    ``msroute.metrics.time_averaged`` and ``msroute.metrics.running_average`` give on
+    ``simulate``'s arrays.
 
     Parameters
     ----------
     policies, env, batch, horizon, contexts, context_weights, chunk, run_map, cost_count, progress
-        As in :func:`simulate`.
+        As in ``simulate``.
     checkpoints : array_like of int, optional
         1-based round counts in ``[1, T]``, increasing (R2 at batch ends: ``B, 2B, ...``);
         default ``[T]``.
@@ -373,8 +373,8 @@ def _as_batch(
 
 class _Outcome:
     """A round's reward and realized cost of every run, from the policy's draws: the floats
-    of :func:`msroute.reward.draws_sum_max_reward` and of the batch's ``realized_cost`` (or
-    ``draws_cost``), in one compiled pass (:mod:`msroute._outcome`)."""
+    of ``msroute.reward.draws_sum_max_reward`` and of the batch's ``realized_cost`` (or
+    ``draws_cost``), in one compiled pass (``msroute._outcome``)."""
 
     def __init__(self, batch: ProblemBatch, cost_count: str) -> None:
         from msroute import _outcome  # numba: imported on first use
@@ -449,7 +449,7 @@ def _play(
     track_expected: bool,
     progress: Callable[[int], None] | None,
 ) -> tuple[dict[str, RecT], dict[str, FloatArray], dict[str, float]]:
-    """The rounds of :func:`simulate` and :func:`simulate_summary`: each policy's outcomes go to
+    """The rounds of ``simulate`` and ``simulate_summary``: each policy's outcomes go to
     its recorder; returns the recorders, the expected rewards tracked and the seconds spent."""
     chunk = check_positive_int(chunk, "chunk")
     r, k, d = batch.n_runs, batch.n_experts, batch.n_costs

@@ -2,10 +2,10 @@
 
 A long run need not keep its (T, R, ...) per-round arrays when only their time averages and a
 few running averages are asked for: this module accumulates them as the rounds arrive, in
-memory independent of T, and gives exactly the numbers :func:`msroute.metrics.time_averaged`
-and :func:`msroute.metrics.running_average` give on the full arrays:
+memory independent of T, and gives exactly the numbers ``msroute.metrics.time_averaged``
+and ``msroute.metrics.running_average`` give on the full arrays:
 
-* :class:`PairwiseSum` sums each entry over time in numpy's own pairwise order (the order of
+* ``PairwiseSum`` sums each entry over time in numpy's own pairwise order (the order of
   ``x.sum()`` along a contiguous row: leaves of at most 128 rounds, each summed with numpy's
   8-way unrolled loop, combined by halving the range, as ``pairwise_sum`` in numpy's
   ``loops_utils``), so its sum divided by T is ``time_averaged`` bit for bit;
@@ -95,7 +95,7 @@ class PairwiseSum:
 
     def add_rounds(self, values: FloatArray) -> None:
         """Add several rounds' values at once, shape (rounds, *shape): the same sum as one
-        :meth:`add` per round."""
+        ``add`` per round."""
         n = values.shape[0]
         if self.count + n > self.horizon:
             raise InvalidValueError(

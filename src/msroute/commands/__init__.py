@@ -1,1 +1,1 @@
-"""Subcommands of the ``msroute`` command line, one module each (see :mod:`msroute.cli`)."""
+"""Subcommands of the ``msroute`` command line, one module each (see ``msroute.cli``)."""

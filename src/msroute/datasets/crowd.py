@@ -8,11 +8,11 @@ relevance judgements on five grades (``web_crowd.txt``, ``web_truth.txt``; 176 w
 tasks and 15,539 annotations after the join, 139 reliable workers). All packaged files are
 checked against their SHA-256 on load, so a pip-installed msroute needs no other file.
 
-:func:`load_crowd` joins annotations and gold labels on the task id; an annotation is correct
+``load_crowd`` joins annotations and gold labels on the task id; an annotation is correct
 when ``response == gold`` (so binary and multi-class labels both work); a worker's accuracy is
 the mean correctness of their annotations; workers with fewer than 5 annotations are unreliable
 (TREC: 677 workers, 2,275 tasks, 12,863 annotations, 270 reliable workers). The instances built
-from the result are in :mod:`msroute.datasets.instance`.
+from the result are in ``msroute.datasets.instance``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ DEFAULT_DATASET = "trec"
 #: The paper's reliability threshold: workers with fewer annotations are discarded.
 DEFAULT_MIN_ANNOTATIONS = 5
 
-#: How the sorted tasks can be cut into skill dimensions (see :func:`build_instance`).
+#: How the sorted tasks can be cut into skill dimensions (see ``build_instance``).
 SPLITS: tuple[str, ...] = ("round-robin", "contiguous")
 
 _CROWD_COLUMNS = ("task", "worker", "response")
@@ -88,7 +88,7 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
 
     Returns the table, shape (n, len(columns)), and the 1-based line number of each row.
     Blank lines are skipped; anything else that is not exactly ``len(columns)`` ASCII integers
-    raises :class:`DataFormatError` naming ``source`` and the line.
+    raises ``DataFormatError`` naming ``source`` and the line.
     """
     ncol = len(columns)
     layout = " ".join(columns)
@@ -133,9 +133,9 @@ def _unique_annotations(crowd: IntArray, lines: IntArray, source: str) -> IntArr
     """The annotations with exact duplicates counted once; conflicting duplicates are an error.
 
     An annotation is one worker's label of one task: the same (task, worker, response) row
-    twice counts once (with a :class:`~msroute.errors.DataWarning` saying how many rows were
+    twice counts once (with a ``DataWarning`` saying how many rows were
     dropped), and the same worker giving one task two different labels raises
-    :class:`DataFormatError` naming both lines. Rows keep their file order.
+    ``DataFormatError`` naming both lines. Rows keep their file order.
     """
     order = np.lexsort((lines, crowd[:, 1], crowd[:, 0]))
     srt = crowd[order]
@@ -173,7 +173,7 @@ def _read_text(path: PathLike) -> tuple[str, str]:
 
 def decode_text(raw: bytes, source: str, expected: str = "whitespace-separated integers") -> str:
     """A user file's bytes as text (UTF-8, an optional BOM dropped); a
-    :class:`~msroute.errors.DataFormatError` naming the file, the byte and what was
+    ``DataFormatError`` naming the file, the byte and what was
     ``expected`` otherwise."""
     try:
         return raw.decode("utf-8-sig")
@@ -282,7 +282,7 @@ def load_crowd(
         The annotations whose task has a gold label (inner join on the task id). Blank lines
         are skipped; a task listed twice in ``truth_path`` with the same label counts once;
         an annotation repeated exactly (same task, worker and label) counts once, with a
-        :class:`~msroute.errors.DataWarning` saying how many repeats were dropped.
+        ``DataWarning`` saying how many repeats were dropped.
 
     Raises
     ------
@@ -341,7 +341,7 @@ def _int_vector(value: ArrayLike, name: str) -> IntArray:
 class CrowdData:
     """Annotations with their gold labels, and per-worker statistics (Section 6.1).
 
-    Built by :func:`load_crowd`; it can also be made from in-memory arrays (already joined:
+    Built by ``load_crowd``; it can also be made from in-memory arrays (already joined:
     every annotation has a gold label). All arrays are read-only.
 
     Parameters
@@ -451,7 +451,7 @@ class CrowdData:
         return read_only(self.worker_ids[self.annotation_counts >= m])
 
     def worker_index(self, workers: Sequence[int] | ArrayLike) -> IntArray:
-        """Positions of ``workers`` in :attr:`worker_ids` (for the per-worker arrays).
+        """Positions of ``workers`` in ``worker_ids`` (for the per-worker arrays).
 
         Raises
         ------

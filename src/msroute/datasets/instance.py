@@ -1,9 +1,9 @@
 """The MSR instances built from crowd data (the paper's Section 6.1).
 
-From a :class:`~msroute.datasets.crowd.CrowdData` table:
+From a ``CrowdData`` table:
 
 * a pool of K workers, drawn uniformly without replacement from the reliable ones
-  (:func:`sample_instance`) or given explicitly (:func:`build_instance`);
+  (``sample_instance``) or given explicitly (``build_instance``);
 * the sorted task ids are split round-robin into N groups (the j-th task goes to group
   ``j mod N``); ``V_base[n, i]`` is worker i's accuracy on group n's tasks, imputed with the
   worker's overall accuracy when they have no annotation in group n;
@@ -14,8 +14,8 @@ From a :class:`~msroute.datasets.crowd.CrowdData` table:
 Optionally (``shrinkage="eb"``, off for the paper's instance) every accuracy is an
 empirical-Bayes posterior mean instead of a raw hit rate, in two levels fitted to the pool's
 annotation counts: a worker's accuracy is shrunk toward the pool's mean, and their accuracy on a
-task group toward their own shrunk accuracy (:func:`fit_beta_prior`,
-:func:`fit_beta_strength`), so that a worker with 5 of 5 gold answers right no longer counts as
+task group toward their own shrunk accuracy (``fit_beta_prior``,
+``fit_beta_strength``), so that a worker with 5 of 5 gold answers right no longer counts as
 a perfect expert, nor one with 1 of 1 in a group as perfect on that group.
 """
 
@@ -119,7 +119,7 @@ class Instance:
         return len(self.workers)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; :meth:`from_dict` rebuilds the instance exactly."""
+        """JSON-ready form; ``from_dict`` rebuilds the instance exactly."""
         return {
             "workers": list(self.workers),
             "n_dims": self.n_dims,
@@ -136,7 +136,7 @@ class Instance:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Instance:
-        """Inverse of :meth:`to_dict` (the derived ``n_dims`` and ``n_experts`` are ignored)."""
+        """Inverse of ``to_dict`` (the derived ``n_dims`` and ``n_experts`` are ignored)."""
         return cls(
             workers=tuple(d["workers"]),
             skills_base=np.asarray(d["skills_base"], dtype=np.float64),
@@ -151,7 +151,7 @@ class Instance:
 
 
 #: Lower bound of the fitted intra-class correlation ``rho = 1 / (a + b + 1)`` (see
-#: :func:`fit_beta_strength`): no overdispersion at all would mean an infinitely strong prior.
+#: ``fit_beta_strength``): no overdispersion at all would mean an infinitely strong prior.
 _RHO_MIN = 1e-6
 
 
@@ -226,7 +226,7 @@ def fit_beta_strength(hits: ArrayLike, trials: ArrayLike, groups: ArrayLike | No
 
 def fit_beta_prior(hits: ArrayLike, trials: ArrayLike) -> tuple[float, float]:
     """Empirical-Bayes Beta(a, b) prior of binomial counts: mean the pooled rate
-    ``sum hits / sum trials``, strength :func:`fit_beta_strength`.
+    ``sum hits / sum trials``, strength ``fit_beta_strength``.
 
     The posterior mean of unit ``j`` is ``(hits_j + a) / (trials_j + a + b)``.
 
@@ -273,9 +273,9 @@ def build_instance(
         None (the paper's): accuracies are raw hit rates. ``"eb"``: two-level empirical Bayes,
         fitted to the pool's counts. (1) Worker i's overall accuracy is the posterior mean
         ``mu_i = (H_i + a) / (A_i + a + b)`` (``H_i`` right of ``A_i`` gold answers) under the
-        Beta(a, b) that :func:`fit_beta_prior` fits to the K workers' counts (mean: the pool's
+        Beta(a, b) that ``fit_beta_prior`` fits to the K workers' counts (mean: the pool's
         pooled accuracy). (2) Their accuracy on group n is ``(h_ni + t mu_i) / (a_ni + t)``
-        with ``t`` the strength :func:`fit_beta_strength` fits to the (worker, group) counts
+        with ``t`` the strength ``fit_beta_strength`` fits to the (worker, group) counts
         around each worker's own rate (a group with no answer gets ``mu_i``). On the paper's
         round-robin groups the groups are random samples of the tasks, so ``t`` comes out large
         and a worker's groups differ little. The expert flag ranks the shrunk ``mu_i``.
@@ -390,9 +390,9 @@ def sample_instance(
     n_flagged : int, default 10
     min_annotations : int, default 5
     split : {"round-robin", "contiguous"}, default "round-robin"
-        How tasks are grouped (see :func:`build_instance`).
+        How tasks are grouped (see ``build_instance``).
     shrinkage : {None, "eb"}, default None
-        Empirical-Bayes shrinkage of the accuracies (see :func:`build_instance`).
+        Empirical-Bayes shrinkage of the accuracies (see ``build_instance``).
 
     Returns
     -------

@@ -21,7 +21,7 @@ with the same keys)::
 
 Cells are never guessed: a blank cell, ``nan``, a score outside ``[0, 1]``, a negative cost, a
 repeated prompt id, a cost column of a model that has no score column or a model without a cost
-column raise :class:`~msroute.errors.DataFormatError` naming the file, the line and the column.
+column raise ``DataFormatError`` naming the file, the line and the column.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class OutcomeTable:
         return len(self.categories)
 
     def cost_index(self, name: str) -> int:
-        """Column of cost ``name`` (an :class:`InvalidValueError` naming the known ones)."""
+        """Column of cost ``name`` (an ``InvalidValueError`` naming the known ones)."""
         if name not in self.cost_names:
             raise InvalidValueError(
                 f"cost {name!r} is not in the table; its costs are {', '.join(self.cost_names)}"

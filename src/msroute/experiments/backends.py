@@ -1,14 +1,14 @@
 """Where the cells of a sweep run: worker processes on this machine, or Ray tasks.
 
 A backend runs the cells that are not cached yet and hands each finished result back to the
-driver (:func:`msroute.experiments.common.run_cells`), which stores it in the cache and
+driver (``msroute.experiments.common.run_cells``), which stores it in the cache and
 advances the progress bar; the cache and the resume therefore work the same on every backend.
 A cell's result is a pure function of its specification, so every backend gives the same
 numbers, bit for bit.
 
-* :class:`LocalBackend` (the default): serially in this process, or in ``jobs`` worker
+* ``LocalBackend`` (the default): serially in this process, or in ``jobs`` worker
   processes. It needs nothing beyond msroute.
-* :class:`RayBackend` (extra ``[ray]``): one Ray task per cell, on a local Ray runtime or on an
+* ``RayBackend`` (extra ``[ray]``): one Ray task per cell, on a local Ray runtime or on an
   existing cluster. On one machine it is no faster than the local backend; it pays off when a
   cluster has more cores than this machine (a 500-seed sweep, longer horizons, more experts).
 """
@@ -116,7 +116,7 @@ def _versioned(worker: Worker, spec: Any) -> tuple[str, Any]:
 
 
 def _build_id() -> str:
-    """The msroute version and code (:func:`msroute._build.code_digest`) of this process."""
+    """The msroute version and code (``msroute._build.code_digest``) of this process."""
     return f"{__version__} (code {code_digest()})"
 
 
@@ -155,7 +155,7 @@ class RayBackend:
         self._owned = False
 
     def __enter__(self) -> RayBackend:
-        """Start (or join) Ray once for several sweeps; :meth:`__exit__` stops what it started."""
+        """Start (or join) Ray once for several sweeps; ``__exit__`` stops what it started."""
         self._owned = self._start()
         return self
 

@@ -1,9 +1,9 @@
 """``msroute bench``: the reward-budget frontier of a scenario against the certified optimum.
 
-For every budget level of a scenario (:mod:`msroute.scenarios`), from the cheapest feasible one
+For every budget level of a scenario (``msroute.scenarios``), from the cheapest feasible one
 to unconstrained, every policy is run on every seed (one cached cell per policy, all levels and
 seeds batched, as the paper's sweeps), and OPT -- the best fixed feasible routing policy in
-hindsight of eq. (3), certified by :func:`msroute.oracle.best_fixed_policy_for` on the run's own
+hindsight of eq. (3), certified by ``msroute.oracle.best_fixed_policy_for`` on the run's own
 skill sequence -- is computed per (level, seed) in one more cell. The headline is the regret to
 that frontier, ``opt_reward - avg_reward``, of the feasible runs.
 
@@ -43,7 +43,7 @@ __all__ = ["OPT_CELL", "BenchConfig", "bench_worker", "default_policies", "run_b
 #: The policy field of the oracle's cell (not a registered policy).
 OPT_CELL = "opt"
 
-#: The per-run arrays of an oracle cell (:func:`oracle_worker`).
+#: The per-run arrays of an oracle cell (``oracle_worker``).
 OPT_KEYS = ("opt_reward", "opt_gap", "opt_cost")
 
 _CANDIDATES = ("uniform", "random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd")
@@ -63,9 +63,9 @@ class BenchConfig:
     scenario : str
         A registered scenario, or ``"files"`` with ``scenario_params``.
     scenario_params : tuple of (str, value)
-        Parameters of a ``"files"`` scenario (:func:`msroute.scenarios.files_scenario`).
+        Parameters of a ``"files"`` scenario (``msroute.scenarios.files_scenario``).
     policies : tuple of str
-        Registered policies (default: :func:`default_policies`).
+        Registered policies (default: ``default_policies``).
     budgets : tuple of str
         Budget levels (numbers in the scenario's budget unit, or ``"none"``); empty for the
         scenario's grid of ``n_budgets`` levels and ``"none"``.

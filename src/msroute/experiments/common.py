@@ -67,7 +67,7 @@ LEVELS: dict[str, tuple[float, float] | None] = {
 
 
 def describe_levels() -> str:
-    """The levels in numbers, for ``--help`` and messages (from :data:`LEVELS`)."""
+    """The levels in numbers, for ``--help`` and messages (from ``LEVELS``)."""
     parts = []
     for name, spec in LEVELS.items():
         if spec is None:
@@ -174,7 +174,7 @@ class StackedEnv:
     each environment keeps its own streams, so a run's skills are exactly those it has alone.
     The stacked environment keeps the chunks (``cache_chunks``, the smallest of its
     environments'): each environment draws its runs of a chunk into their slice of one array
-    (:meth:`msroute.envs.StochasticEnv.fill_chunk`), and rounds within one chunk are served as a
+    (``msroute.envs.StochasticEnv.fill_chunk``), and rounds within one chunk are served as a
     read-only view of it, with no copy of the batch's skills.
     """
 
@@ -255,7 +255,7 @@ ENV_CACHE_BYTES = 320 * 2**20
 
 
 def _chunks_to_cache(n_runs: int, per_round: int, horizon: int, chunk: int = 1000) -> int:
-    """Every chunk of the horizon when they fit in :data:`ENV_CACHE_BYTES` (the cells of one
+    """Every chunk of the horizon when they fit in ``ENV_CACHE_BYTES`` (the cells of one
     process then draw the skills once), otherwise the 2 a single pass needs: a long horizon
     then costs memory independent of T, and each cell draws its skills again."""
     chunks = -(-horizon // chunk)
@@ -299,8 +299,8 @@ class CellSpec:
     experiment : str
         The experiment the cell belongs to (part of its cache path).
     env : str
-        Environment kind ("stochastic" or "regime"), or several joined by "+" (:data:`ENV_JOIN`)
-        to run them side by side in one batch (:func:`env_kinds`).
+        Environment kind ("stochastic" or "regime"), or several joined by "+" (``ENV_JOIN``)
+        to run them side by side in one batch (``env_kinds``).
     policy : str
         Registered policy name.
     levels : tuple of str
@@ -318,16 +318,16 @@ class CellSpec:
         Extra outputs: "rewards" (per-round rewards, float32).
     cost_count : str
         "distinct" (each routed expert once) or "draws" (once per draw); see
-        :func:`msroute.simulate.simulate`.
+        ``msroute.simulate.simulate``.
     split : str
         How tasks are grouped into skill dimensions ("round-robin", the paper's, or
-        "contiguous"); see :func:`msroute.datasets.build_instance`.
+        "contiguous"); see ``msroute.datasets.build_instance``.
     dataset : str
         The packaged crowd data the instances are sampled from ("trec", the paper's, or
-        "web"); see :data:`msroute.datasets.DATASETS`.
+        "web"); see ``msroute.datasets.DATASETS``.
     scenario : str
         "" (the paper's instances: ``n_experts``, ``n_dims``, ``split``, ``dataset`` and the
-        Table 1 ``levels``) or a scenario name (:func:`msroute.scenarios.get_scenario`): its
+        Table 1 ``levels``) or a scenario name (``msroute.scenarios.get_scenario``): its
         instances, and ``levels`` are budget levels of its budgeted cost.
     scenario_params : tuple of (str, value)
         The scenario's parameters (user files: paths and their SHA-256).
@@ -391,7 +391,7 @@ class Cell:
 
 def cell_bytes(spec: CellSpec) -> float:
     """An upper bound of the memory one cell needs: the chunks of its skill stream that the
-    process's environment cache keeps (all of them if they fit in :data:`ENV_CACHE_BYTES`,
+    process's environment cache keeps (all of them if they fit in ``ENV_CACHE_BYTES``,
     else two), and the trajectories of its levels x seeds runs (reward and two cost
     coordinates per round, plus the recorded float32 rewards; a sweep cell streams its costs,
     so it needs less), for each environment it runs."""
@@ -455,8 +455,8 @@ def build_batch(spec: CellSpec) -> Cell:
     """Instances per seed, the (environment, level, seed) problem batch and the shared-stream
     environment(s).
 
-    Levels are Table 1's (:func:`level_constraints`) for the paper's instances, budget levels
-    (:meth:`msroute.scenarios.Scenario.constraints`) for a scenario's. Every environment of a
+    Levels are Table 1's (``level_constraints``) for the paper's instances, budget levels
+    (``msroute.scenarios.Scenario.constraints``) for a scenario's. Every environment of a
     cell runs the same problems.
     """
     check_cell_memory(spec)
@@ -490,7 +490,7 @@ def _cached_env(
     horizon: int,
     env_params: tuple[tuple[str, Any], ...],
 ) -> CellEnv:
-    """The seeds' environment(s) (``kind`` as :attr:`CellSpec.env`), kept for the next cells of
+    """The seeds' environment(s) (``kind`` as ``CellSpec.env``), kept for the next cells of
     this process: the cells of one environment (one per policy) then draw its skills once, not
     once per policy. The stream is a pure function of the arguments, so sharing it changes no
     number."""
@@ -521,7 +521,7 @@ def _cell_path(out_dir: Path, spec: CellSpec) -> Path:
 
 def _cell_stamp(spec: CellSpec) -> dict[str, Any]:
     """What a cached cell must match to be reused: its specification, and the msroute version
-    and code (:func:`msroute._build.code_digest`) that computed it: other code may compute
+    and code (``msroute._build.code_digest``) that computed it: other code may compute
     other numbers under the same version, so its cells are redone."""
     stamp: dict[str, Any] = json.loads(json.dumps(asdict(spec), default=str))
     return {"msroute": _version.__version__, "code": code_digest(), **stamp}
@@ -580,7 +580,7 @@ def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
 
     A cell of another specification or msroute version is silently recomputed; a damaged one
     (unreadable, arrays missing, misshapen, of the wrong dtype, NaN or not matching their
-    checksum) is recomputed with one :class:`~msroute.errors.CacheWarning` naming the file.
+    checksum) is recomputed with one ``CacheWarning`` naming the file.
     """
     path = _cell_path(out_dir, spec)
     if not path.exists():
@@ -608,7 +608,7 @@ def load_cell(out_dir: Path, spec: CellSpec) -> CellResult | None:
 
 def save_cell(out_dir: Path, spec: CellSpec, result: CellResult) -> None:
     """Store a finished cell atomically (write to a temporary name, then rename), with the
-    manifest :func:`load_cell` validates it against."""
+    manifest ``load_cell`` validates it against."""
     header = {"stamp": _cell_stamp(spec), "arrays": _manifest(result)}
     arrays: dict[str, Any] = {"__spec__": np.array(json.dumps(header, sort_keys=True)), **result}
     with (
@@ -647,7 +647,7 @@ def run_cells(
     jobs : int, default 1
         Worker processes of the default backend; 1 runs serially in this process.
     backend : Backend, optional
-        Where the cells run (:mod:`msroute.experiments.backends`); default
+        Where the cells run (``msroute.experiments.backends``); default
         ``LocalBackend(jobs)``. Whatever the backend, this process stores each finished cell.
     progress : Progress, optional
         Shows a bar over the cells (none by default).
@@ -659,7 +659,7 @@ def run_cells(
     when_free : callable, optional
         Called once, in this process, as soon as fewer cells are left running than ``jobs``:
         a core is then free until the last cell ends, and the caller's next step can start
-        its fixed costs there (e.g. :func:`msroute.experiments.output.preload_plotting`)
+        its fixed costs there (e.g. ``msroute.experiments.output.preload_plotting``)
         instead of after the last cell. Not called when no cell runs in parallel.
     """
     bar = progress or Progress(enabled=False)
@@ -722,7 +722,7 @@ def draw_ahead(spec: CellSpec, threads: int) -> None:
 
 
 def compile_ahead() -> None:
-    """Load the simulator's compiled round (:mod:`msroute._outcome`) in this process before
+    """Load the simulator's compiled round (``msroute._outcome``) in this process before
     worker processes are forked from it: they share it instead of each loading it from numba's
     cache (about 0.4 s of CPU) or compiling it (about 2 s) again."""
     from msroute._outcome import blas_pairs_order
@@ -734,7 +734,7 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
     """The order in which the cells start: grouped by skill stream (environment and block of
     seeds, in order of appearance: a worker's cached skills then serve its next cells instead
     of being drawn again for each), the costliest policy first within each
-    (:attr:`msroute.policies.base.BasePolicy.relative_cost`, per level played), so that no long
+    (``msroute.policies.base.BasePolicy.relative_cost``, per level played), so that no long
     cell starts last while the other workers idle. The results do not depend on it."""
 
     def stream(spec: CellSpec) -> tuple[object, ...]:

@@ -102,7 +102,7 @@ def load_toml(
 
     The source names the file and the table, so a later error names file, table and key. A
     file that cannot be read, is not UTF-8 text, is not valid TOML (the message has the line),
-    or has a table not in ``tables`` (when given) raises :class:`ConfigError`.
+    or has a table not in ``tables`` (when given) raises ``ConfigError``.
     """
     try:
         raw = Path(path).read_bytes()
@@ -158,7 +158,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 
 def check_schema(config: object) -> None:
-    """Check every field of a config dataclass against its annotated type and :data:`RANGES`.
+    """Check every field of a config dataclass against its annotated type and ``RANGES``.
 
     Raises ``TypeError`` or ``ValueError`` naming the key, what it must be and what it is. A
     string where an array is expected, a bool where a number is expected and NaN or infinite
@@ -234,7 +234,7 @@ def _check_range(value: float, key: str, low: float, high: float, open_low: bool
 def with_overrides(config: C, values: Mapping[str, Any], source: str) -> C:
     """A copy of ``config`` with ``values`` applied, validated against the schema up front.
 
-    Unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming the
+    Unknown keys, wrong types and out-of-range values raise ``ConfigError`` naming the
     source (file and table, or the flag), the key and the value.
     """
     fields = {f.name: f for f in dataclasses.fields(config)}

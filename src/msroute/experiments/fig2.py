@@ -3,7 +3,7 @@
 Eight policies x four levels (Table 1) x two environments x 20 seeds, N = 3, K = 50, M = 5,
 T = 10,000: the mean +- std of the time-averaged reward and the percentage of seeds whose
 time-averaged realized cost meets every bound. OMD runs as msroute's default variant ("model":
-a fitted-model control variate and a decaying floor, :mod:`msroute.policies.omd_variants`);
+a fitted-model control variate and a decaying floor, ``msroute.policies.omd_variants``);
 ``omd_variants = ["model", "paper"]`` adds Algorithm 1 as printed (the paper's ``eta_mult =
 0.05``), labelled ``omd[paper]``.
 
@@ -11,7 +11,7 @@ The constraint-aware baselines' dual can be read on the running-average violatio
 words, the default) or on the per-round violation; ``bwk_violations`` runs CBwK and TS-BwK
 under each reading given (labelled ``cbwk[round]`` etc. for the non-default one).
 
-Each policy runs both environments in one cell (:func:`run_sweep`); the sidecar's
+Each policy runs both environments in one cell (``run_sweep``); the sidecar's
 ``cell_seconds`` gives the seconds of each policy's cell(s), both environments together.
 """
 
@@ -44,7 +44,7 @@ from msroute.experiments.sweep import (
 from msroute.policies.lagrangian import VIOLATIONS
 from msroute.policies.omd_variants import VARIANTS
 
-#: The reward axes of the figure (:func:`msroute.plotting.plot_fig2`; matplotlib not imported).
+#: The reward axes of the figure (``msroute.plotting.plot_fig2``; matplotlib not imported).
 REWARD_AXES = ("differences", "full")
 
 __all__ = ["Fig2Config", "run_fig2", "sweep_specs"]
@@ -62,7 +62,7 @@ class Fig2Config(ExperimentConfig):
         N = 3 task groups.
     envs, levels, policies : tuple of str
     omd_variants : tuple of str
-        OMD variants to run (:data:`msroute.policies.omd_variants.VARIANTS`): the first is
+        OMD variants to run (``msroute.policies.omd_variants.VARIANTS``): the first is
         labelled ``omd``, the others ``omd[name]``. Default ``("model",)``, msroute's default
         OMD; ``"paper"`` is Algorithm 1 as printed (Section 6.3's runs).
     eta_mult : float or None
@@ -120,7 +120,7 @@ def sweep_specs(
     cfg: Fig2Config, experiment: str, record: tuple[str, ...] = ()
 ) -> list[tuple[str, CellSpec]]:
     """The (policy label, cell) pairs of the sweep, one per environment and policy (the sweep
-    runs the environments of a policy in one cell: :func:`run_sweep`)."""
+    runs the environments of a policy in one cell: ``run_sweep``)."""
     env_params = params_items(
         {
             "kappa": cfg.kappa,
@@ -171,7 +171,7 @@ def run_sweep(
     Each policy runs every environment in one cell (``env="stochastic+regime"``, per block of
     ``seeds_per_cell`` seeds): a batch of twice the runs costs far less than twice a batch, and
     every run's numbers are those it has alone. The results are returned per environment and
-    policy, as :func:`sweep_specs` lists them; each holds the wall time of the cell that ran
+    policy, as ``sweep_specs`` lists them; each holds the wall time of the cell that ran
     it with the other environments.
 
     The cells record per-round rewards too, so that Figure 3 reads the same cells from the

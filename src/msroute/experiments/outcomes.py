@@ -1,13 +1,13 @@
 """``msroute bench llmrouter`` and ``--outcomes FILE``: routing on recorded LLM outcomes.
 
-Each run replays a recorded outcome table (:class:`msroute.outcome_env.OutcomeEnv`): one prompt
+Each run replays a recorded outcome table (``msroute.outcome_env.OutcomeEnv``): one prompt
 per round, its category as the context, the team's reward the best member's recorded score, the
 realized cost the recorded per-prompt cost of each distinct model called. For every team size
 M, budget level and seed, every policy is run (all levels and seeds of a policy batched in one
 run), and compared on the run's own prompt sequence with
 
 * ``opt_reward``: ``OPT^ctx``, the certified best fixed policy per category under the budget on
-  the aggregate time-averaged cost (:func:`msroute.oracle.contextual_opt`, the comparator of
+  the aggregate time-averaged cost (``msroute.oracle.contextual_opt``, the comparator of
   Algorithm 2, whose dual is shared by the contexts);
 * ``opt_flat_reward``: OPT, the best single fixed policy for all prompts (eq. (3));
 * ``best_single``: the best single model whose mean cost on the run's prompts meets the budget
@@ -75,7 +75,7 @@ class OutcomeBenchConfig:
     m_draws : tuple of int
         Team sizes M (M i.i.d. draws per query).
     budgets : tuple of str
-        Budget levels in the cost's unit per query (empty: :func:`default_budgets`).
+        Budget levels in the cost's unit per query (empty: ``default_budgets``).
     policies : tuple of str
         Registered policies; a policy with an ``n_contexts`` parameter learns per category.
     seeds, first_seed, horizon : int

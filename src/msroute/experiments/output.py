@@ -163,7 +163,7 @@ class Summary:
 
 
 def preload_plotting() -> None:
-    """Import the plotting module (and matplotlib) that :func:`publish` draws with, ahead of
+    """Import the plotting module (and matplotlib) that ``publish`` draws with, ahead of
     it: about 0.6 s that a sweep's driver can spend on a core its workers no longer use
     (``run_cells(..., when_free=preload_plotting)``) rather than after the last cell."""
     import msroute.plotting  # noqa: F401

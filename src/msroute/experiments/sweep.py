@@ -16,7 +16,7 @@ from msroute.simulate import simulate_summary
 
 __all__ = ["merge_seed_blocks", "policy_variants", "split_envs", "sweep_worker"]
 
-#: The run axis of each per-run output of :func:`sweep_worker` (0 unless listed).
+#: The run axis of each per-run output of ``sweep_worker`` (0 unless listed).
 _RUN_AXIS = {"rewards": 1}
 
 
@@ -34,7 +34,7 @@ def policy_variants(
     TS and TS-BwK normalize their Beta update by N (Section 6.3's ``r_t / N``); OMD gets
     ``eta_mult`` when one is given, and learns costs counted as they are spent when
     ``cost_count`` is not "distinct"; it runs once per variant in ``omd_variants``
-    (:data:`msroute.policies.omd_variants.VARIANTS`; labelled ``omd`` for the first, ``omd[paper]``
+    (``msroute.policies.omd_variants.VARIANTS``; labelled ``omd`` for the first, ``omd[paper]``
     etc. for the others); CBwK and TS-BwK run once per dual reading in ``bwk_violations``
     (labelled ``cbwk[round]`` etc. for the non-default one).
     """
@@ -60,7 +60,7 @@ def policy_variants(
 
 def sweep_worker(spec: CellSpec) -> CellResult:
     """Run one cell and summarize every run of it, in memory independent of the horizon
-    (the rounds stream into the summary: :func:`msroute.simulate.simulate_summary`).
+    (the rounds stream into the summary: ``msroute.simulate.simulate_summary``).
 
     A policy that ignores the constraints (Random, Greedy, CUCB, TS, Fixed, Uniform) is played
     at the first level only and its trajectories judged against every level's bounds: the same

@@ -1,21 +1,21 @@
 """Figures of the experiments, drawn from tidy result rows.
 
 Each ``plot_*`` function takes the rows of one experiment's CSV file (a sequence of mappings, as
-:class:`csv.DictReader` yields them, so values may be strings; native ``int``/``float``/``bool``
-values work too) and returns a :class:`matplotlib.figure.Figure`; :func:`save_figure` writes it
+``csv.DictReader`` yields them, so values may be strings; native ``int``/``float``/``bool``
+values work too) and returns a ``matplotlib.figure.Figure``; ``save_figure`` writes it
 as ``.png`` and ``.svg``.
 
-* :func:`plot_fig1` -- Figure 1: objective regret :math:`R_1(n)` and constraint regret
-  :math:`R_2(n)` of OMD-Approachability against its step, per constraint level.
-* :func:`plot_fig2` -- Figure 2: time-averaged reward and share of feasible runs per policy and
+* ``plot_fig1`` -- Figure 1: objective regret $R_1(n)$ and constraint regret
+  $R_2(n)$ of OMD-Approachability against its step, per constraint level.
+* ``plot_fig2`` -- Figure 2: time-averaged reward and share of feasible runs per policy and
   constraint level, in each environment.
-* :func:`plot_fig3` -- Figure 3: rolling-average reward per policy over the rounds.
-* :func:`plot_contextual` -- the contextual experiment: reward (with the per-context OPT) and
+* ``plot_fig3`` -- Figure 3: rolling-average reward per policy over the rounds.
+* ``plot_contextual`` -- the contextual experiment: reward (with the per-context OPT) and
   regret per policy.
-* :func:`plot_bench` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
+* ``plot_bench`` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
   every run as a point (infeasible runs marked).
 
-Figures are built without :mod:`matplotlib.pyplot`: each one gets its own Agg canvas, so no
+Figures are built without ``matplotlib.pyplot``: each one gets its own Agg canvas, so no
 screen is needed and no global backend is switched. This module is not imported by
 ``import msroute``; matplotlib is loaded only when it is.
 

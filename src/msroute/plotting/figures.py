@@ -1,4 +1,4 @@
-"""The figures of the experiments (see :mod:`msroute.plotting`, which exports the public names),
+"""The figures of the experiments (see ``msroute.plotting``, which exports the public names),
 with the policies' colors and labels (read from the policy classes) and the order of levels and
 environments."""
 
@@ -290,7 +290,7 @@ def _policy_legend(fig: Figure, policies: Sequence[str], kind: Literal["line", "
 
 
 def _symlog_threshold(means: np.ndarray) -> float:
-    """Linear range of a symlog axis of a signed quantity (see the Notes of :func:`plot_fig1`)."""
+    """Linear range of a symlog axis of a signed quantity (see the Notes of ``plot_fig1``)."""
     finite = np.abs(means[np.isfinite(means)])
     peak = float(finite.max()) if finite.size else 0.0
     if not peak > 0:
@@ -306,9 +306,9 @@ _NONNEGATIVE_DECADES = 4  # most decades a nonnegative symlog axis shows below i
 
 
 def _nonnegative_threshold(means: np.ndarray) -> float:
-    """Linear range of a symlog axis of a quantity that cannot be negative (see :func:`plot_fig1`).
+    """Linear range of a symlog axis of a quantity that cannot be negative (see ``plot_fig1``).
 
-    The decade of the smallest positive mean, but at most :data:`_NONNEGATIVE_DECADES` decades
+    The decade of the smallest positive mean, but at most ``_NONNEGATIVE_DECADES`` decades
     below the decade of the largest one.
     """
     finite = means[np.isfinite(means)]
@@ -321,7 +321,7 @@ def _nonnegative_threshold(means: np.ndarray) -> float:
 
 
 def _reference_constant(means_at: Mapping[str, Mapping[int, float]]) -> float | None:
-    """The ``c`` of the ``c / sqrt(n)`` line of :func:`plot_fig1` (see its Notes)."""
+    """The ``c`` of the ``c / sqrt(n)`` line of ``plot_fig1`` (see its Notes)."""
     for level in _ordered(means_at, LEVEL_ORDER):
         positive = sorted(s for s, m in means_at[level].items() if s > 0 and m > 0)
         if positive:
@@ -345,21 +345,21 @@ def plot_fig1(
     ----------
     rows : iterable of mapping
         One row per (``n_dims``, ``level``, ``seed``, ``step``) with the keys ``n_dims``,
-        ``level``, ``seed``, ``step``, ``r1`` and ``r2`` (objective regret :math:`R_1(n)` and
-        constraint regret :math:`R_2(n)` of Section 6.1 at batch endpoint ``step``), and
+        ``level``, ``seed``, ``step``, ``r1`` and ``r2`` (objective regret $R_1(n)$ and
+        constraint regret $R_2(n)$ of Section 6.1 at batch endpoint ``step``), and
         optionally ``r1_true`` (the true objective regret against the certified optimum OPT
         of eq. (3)).
     r1_key : str, default "r1"
-        Column plotted as :math:`R_1`, e.g. ``"r1_mc"`` for the Monte Carlo estimate.
+        Column plotted as $R_1$, e.g. ``"r1_mc"`` for the Monte Carlo estimate.
     true_key : str or None, default "r1_true"
-        Column of the true objective regret, drawn dashed next to :math:`R_1`. Rows that lack
+        Column of the true objective regret, drawn dashed next to $R_1$. Rows that lack
         it, or hold a blank or NaN value there, add nothing to the dashed curves; ``None`` (or
         ``true_key == r1_key``) draws none.
 
     Returns
     -------
     Figure
-        Two rows of panels (top :math:`R_1(n)`, bottom :math:`R_2(n)`) and one column per
+        Two rows of panels (top $R_1(n)$, bottom $R_2(n)$) and one column per
         number of skill groups ``N`` (titled ``"N = 3"``, ...). Each constraint level is one
         curve: the mean over seeds with a band of ± one sample standard deviation. With the
         true regret, each level has a second curve in the top row: its mean, dashed, in the
@@ -368,32 +368,32 @@ def plot_fig1(
 
     Notes
     -----
-    Bands. :math:`R_2` is a distance and never negative, so its band is clipped at 0; the
-    bands of :math:`R_1` are not (the proxy can dip below 0).
+    Bands. $R_2$ is a distance and never negative, so its band is clipped at 0; the
+    bands of $R_1$ are not (the proxy can dip below 0).
 
     Axes. The step axis is logarithmic. The value axis of a panel is
 
     * logarithmic when every band edge (and every dashed mean) is positive;
-    * for :math:`R_1`, ``symlog`` otherwise: logarithmic beyond a linear range
-      :math:`\\pm\\tau`, where :math:`\\tau` is three decades below the decade of the
+    * for $R_1$, ``symlog`` otherwise: logarithmic beyond a linear range
+      $\\pm\\tau$, where $\\tau$ is three decades below the decade of the
       panel's largest mean magnitude, raised to the decade above the most negative mean if
       any, so that noise around 0 is drawn on a linear scale and not blown up by the log.
-      The axis goes down no further than 1.2 times :math:`-\\tau` or the most negative
+      The axis goes down no further than 1.2 times $-\\tau$ or the most negative
       mean, whichever is lower: a band reaching further is cut at the bottom of the panel;
-    * for :math:`R_2`, ``symlog`` otherwise (it is exactly 0 once feasible), with
-      :math:`\\tau` the decade of the smallest positive mean or reference-line value (but at
+    * for $R_2$, ``symlog`` otherwise (it is exactly 0 once feasible), with
+      $\\tau$ the decade of the smallest positive mean or reference-line value (but at
       most four decades below the decade of the largest mean) and the axis starting at 0;
-    * linear when every mean is 0 (e.g. :math:`R_2` of a configuration that is never
+    * linear when every mean is 0 (e.g. $R_2$ of a configuration that is never
       violated).
 
-    Reference line. The black dashed line is :math:`c/\\sqrt{n}` with :math:`c` fitted per
+    Reference line. The black dashed line is $c/\\sqrt{n}$ with $c$ fitted per
     panel so that it passes through the tight curve's mean (of ``r1_key`` in the top row) at
     its median step, the median taken over the steps where that mean is positive (all steps
-    while it is; :math:`R_2` drops to 0 once feasible). Without a tight curve, or if it is
+    while it is; $R_2$ drops to 0 once feasible). Without a tight curve, or if it is
     never positive, the first level (in the order tight, medium, loose, none) with a positive
     mean is used; a panel with no positive mean has no reference line. On a ``symlog`` axis
     the line stops where it enters the linear range (where it would no longer be straight).
-    Each panel prints its :math:`c`.
+    Each panel prints its $c$.
     """
     data = checked_rows(rows, ("n_dims", "level", "step", r1_key, "r2"), "plot_fig1")
     # values[(n_dims, metric)][level][step] -> per-seed values
@@ -480,7 +480,7 @@ def _regret_panel(
     true_curves: Mapping[str, Mapping[int, Sequence[float]]] | None = None,
     nonnegative: bool = False,
 ) -> None:
-    """One panel of :func:`plot_fig1`: a mean ± std curve per level and the reference line.
+    """One panel of ``plot_fig1``: a mean ± std curve per level and the reference line.
 
     ``true_curves`` adds a dashed curve per level; ``nonnegative`` clips the bands at 0 and
     starts the value axis at 0.

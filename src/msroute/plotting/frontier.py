@@ -32,7 +32,7 @@ def plot_frontier(rows: Iterable[Mapping[str, Any]], cost: str = "usd") -> Figur
     rows : iterable of mapping
         One row per (``m_draws``, ``budget``, ``policy``, ``seed``) with ``avg_reward``,
         ``avg_<cost>``, ``feasible``, ``opt_reward`` (OPT^ctx), ``opt_flat_reward`` (OPT) and
-        ``best_single`` (:func:`msroute.experiments.outcomes.run_outcome_bench`).
+        ``best_single`` (``msroute.experiments.outcomes.run_outcome_bench``).
     cost : str, default "usd"
         The budgeted cost (the x axis).
 

@@ -1,8 +1,8 @@
 """Reading the result rows of an experiment (a CSV file's, or native values) for the figures.
 
-Rows are mappings, as :class:`csv.DictReader` yields them, so values may be strings; native
+Rows are mappings, as ``csv.DictReader`` yields them, so values may be strings; native
 ``int``/``float``/``bool`` values work too. Every reader names the key and the value it
-rejects (:class:`~msroute.errors.DataFormatError`).
+rejects (``DataFormatError``).
 """
 
 from __future__ import annotations

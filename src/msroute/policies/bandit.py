@@ -2,7 +2,7 @@
 
 Each routes a team of M *distinct* experts per round and differs from the others only in its
 scores; the warm-up, the top-M selection, the shared-reward statistics and the Lagrangian dual
-are shared (:mod:`msroute.policies.team`, :mod:`msroute.policies.lagrangian`):
+are shared (``msroute.policies.team``, ``msroute.policies.lagrangian``):
 
 ========  ==========================================================  ========  ==========
 policy    score of expert i after the warm-up                          warm-up   dual
@@ -16,7 +16,7 @@ TS-BwK    TS's sample ``+ (lambda ⊙ sign)^T C[:, i]``                  10     
 ========  ==========================================================  ========  ==========
 
 CBwK is CUCB plus a dual and TS-BwK is TS plus a dual: each subclasses its unconstrained twin
-and only attaches a :class:`~msroute.policies.lagrangian.LagrangianDual`, so with bounds that
+and only attaches a ``LagrangianDual``, so with bounds that
 never bind (the multipliers stay at 0) it makes exactly the twin's decisions.
 """
 
@@ -107,7 +107,7 @@ class GreedyPolicy(TeamRounds, BasePolicy):
     Parameters
     ----------
     problem, horizon, n_runs, seed
-        As in :class:`RandomPolicy`.
+        As in ``RandomPolicy``.
     warmup : int, default 10
         Round-robin rounds (Section 6.3); statistics are updated during them too.
 
@@ -156,7 +156,7 @@ class CUCB(TeamRounds, BasePolicy):
     Parameters
     ----------
     problem, horizon, n_runs, seed
-        As in :class:`RandomPolicy`.
+        As in ``RandomPolicy``.
     warmup : int, default 10
         Round-robin rounds (Section 6.3).
     c : float, default 2.0
@@ -193,7 +193,7 @@ class CBwK(CUCB):
     per bound of ``S_ori``) starting at 0 and updated every round, warm-up included, by
     ``lambda <- max(0, lambda + dual_step * violation)``.
 
-    Readings (see :mod:`msroute.policies.lagrangian`): ``sign = -1`` for an upper bound and
+    Readings (see ``msroute.policies.lagrangian``): ``sign = -1`` for an upper bound and
     ``+1`` for a lower bound, so a violated upper bound lowers the score of the experts that
     carry its cost and an unmet lower bound raises it — "steering away from constraint-violating
     arms as lambda grows"; the violation is that of the *running average* of the realized cost
@@ -203,7 +203,7 @@ class CBwK(CUCB):
     Parameters
     ----------
     problem, horizon, n_runs, seed, warmup, c
-        As in :class:`CUCB`.
+        As in ``CUCB``.
     dual_step : float, optional
         Default ``10 / sqrt(horizon)``.
     violation : {"average", "round"}, default "average"
@@ -247,7 +247,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     Parameters
     ----------
     problem, horizon, n_runs, seed
-        As in :class:`RandomPolicy`.
+        As in ``RandomPolicy``.
     warmup : int, default 10
         Round-robin rounds (Section 6.3).
     reward_scale : float, optional
@@ -323,14 +323,14 @@ class ThompsonSamplingBwK(ThompsonSampling):
     """Thompson sampling with knapsacks: TS plus a Lagrangian dual (Section 6.3, "TS-BwK").
 
     Score of expert ``i``: ``s_i + (lambda ⊙ sign)^T C[:, i]`` with TS's posterior sample
-    ``s_i`` and the same dual, dual update and readings as :class:`CBwK` (sign ``-1`` for an
+    ``s_i`` and the same dual, dual update and readings as ``CBwK`` (sign ``-1`` for an
     upper bound and ``+1`` for a lower bound; violation of the running-average realized cost
     by default, ``violation="round"`` for the per-round reading; step ``10 / sqrt(T)``).
 
     Parameters
     ----------
     problem, horizon, n_runs, seed, warmup, reward_scale, prior_alpha, prior_beta
-        As in :class:`ThompsonSampling`.
+        As in ``ThompsonSampling``.
     dual_step : float, optional
         Default ``10 / sqrt(horizon)``.
     violation : {"average", "round"}, default "average"

@@ -1,7 +1,7 @@
 """The batched policy contract and the plumbing every policy shares.
 
 A policy runs R independent runs at once (a leading run axis, the vectorized-environment
-convention of docs/architecture.md): ``select`` returns a :class:`Decision` — each run's M draws,
+convention of docs/architecture.md): ``select`` returns a ``Decision`` — each run's M draws,
 the distribution they were sampled from when the policy has one in closed form, the context and
 the round — and ``update`` takes that decision back with, for each run, only what bandit
 feedback gives: the aggregate (sum-max) reward and the realized cost vector. The routed subset
@@ -12,7 +12,7 @@ The decision is a value (docs/architecture.md, "The decision is a value"): a pol
 optional eligibility mask restricts each run's draws to some experts.
 
 Policies own their random streams: one private ``numpy.random.Generator`` per run, built from
-the run's seed (:class:`~msroute.policies.streams.RunStreams`); the same seed and the same
+the run's seed (``RunStreams``); the same seed and the same
 inputs give the same decisions, bit for bit, whatever the other runs of the batch.
 """
 
@@ -129,8 +129,8 @@ def set_debug_checks(enabled: bool) -> bool:
     """Check every policy's whole state after each update (slow; for tests and debugging).
 
     Also switched on by the environment variable ``MSROUTE_DEBUG=1``. A check that fails
-    raises :class:`~msroute.errors.InvalidStateError` naming the entry (see
-    :func:`msroute.policies.persist.check_state`). Returns the previous setting.
+    raises ``InvalidStateError`` naming the entry (see
+    ``msroute.policies.persist.check_state``). Returns the previous setting.
     """
     global _debug_checks
     previous, _debug_checks = _debug_checks, bool(enabled)
@@ -161,7 +161,7 @@ class BasePolicy:
 
     Notes
     -----
-    Persistence (:mod:`msroute.policies.persist`): the keyword arguments of the constructor
+    Persistence (``msroute.policies.persist``): the keyword arguments of the constructor
     are recorded once, in ``__new__``, so that a saved policy can be rebuilt; what changes while
     the policy learns is declared by ``_state_attrs`` on each class (attributes holding arrays,
     plain scalars, the random stream or a stateful component that declares its own). A class
@@ -182,12 +182,12 @@ class BasePolicy:
     #: Decisions carry the distribution they were drawn from (``Decision.probs``, the
     #: propensity) in closed form, with the M draws i.i.d. from it:
     has_propensity: ClassVar[bool] = False
-    #: Rewards :meth:`update` accepts: a sum-max reward of skills ``>= 0`` is ``>= 0``, and the
+    #: Rewards ``update`` accepts: a sum-max reward of skills ``>= 0`` is ``>= 0``, and the
     #: upper end keeps every statistic, gradient and posterior far from overflow.
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1e6)
     #: The decisions never read the constraints (the bounds of ``S_ori``): a run decides the same
     #: under every constraint level, so a sweep plays it once per seed and judges that one
-    #: trajectory against each level's bounds (:func:`msroute.experiments.sweep.sweep_worker`).
+    #: trajectory against each level's bounds (``msroute.experiments.sweep.sweep_worker``).
     #: A claim about the class's own code, so it is not inherited: a subclass (which may add a
     #: dual) makes it only by declaring it again (``__init_subclass__``).
     ignores_constraints: ClassVar[bool] = False
@@ -195,8 +195,8 @@ class BasePolicy:
     #: benchmarks/bench_baselines.py): a sweep starts its costliest cells first, so that no long
     #: cell starts last while the other workers idle. A scheduling hint; no number depends on it.
     relative_cost: ClassVar[float] = 1.0
-    #: Realized costs :meth:`update` accepts, per cost coordinate, in units of the coordinate
-    #: (:func:`~msroute.policies.duals.cost_scale`: the column's largest table cost, else its
+    #: Realized costs ``update`` accepts, per cost coordinate, in units of the coordinate
+    #: (``cost_scale``: the column's largest table cost, else its
     #: largest bound): finite, ``>= 0`` and at most ``cost_limit`` units. A round costing a
     #: million times the dearest expert's table cost is a units mistake, not data; the limit
     #: also keeps the learned cost estimates, duals and penalties far from overflow.
@@ -274,7 +274,7 @@ class BasePolicy:
         -------
         Decision
             The draws (R, M), the sampling distribution after the mask (or None), the
-            context and the round; hand it back to :meth:`update` with its feedback.
+            context and the round; hand it back to ``update`` with its feedback.
         """
         if context is None and self.n_contexts > 1:
             raise InvalidValueError(
@@ -287,12 +287,12 @@ class BasePolicy:
         return self.select_trusted(ctx, mask)
 
     def select_trusted(self, context: IntArray | None, eligible: BoolArray | None) -> Decision:
-        """:meth:`select` without its checks, for a caller that validated at its own boundary.
+        """``select`` without its checks, for a caller that validated at its own boundary.
 
         The live router passes a context it built, (R,) int64 in ``[0, n_contexts)`` (or None
         for a context-free router), and a mask with an eligible expert in every row and not
-        all eligible (or None), as :meth:`_check_eligible` returns them; re-checking them cost
-        a sizeable share of a decision. Anything else calls :meth:`select`.
+        all eligible (or None), as ``_check_eligible`` returns them; re-checking them cost
+        a sizeable share of a decision. Anything else calls ``select``.
         """
         ctx = None if self.n_contexts == 1 else context
         draws, probs = self._select(ctx, eligible)
@@ -312,14 +312,14 @@ class BasePolicy:
         Parameters
         ----------
         decision : Decision
-            What :meth:`select` returned; decisions may be fed back in any order, or never.
+            What ``select`` returned; decisions may be fed back in any order, or never.
         reward : array_like, shape (R,)
             The aggregate sum-max reward of each run's routed subset: finite and within
-            :attr:`reward_range` (``[0, 1e6]``).
+            ``reward_range`` (``[0, 1e6]``).
         cost : array_like, shape (R, d)
             The realized cost vector (each distinct routed expert counted once): finite,
-            ``>= 0`` and at most :attr:`cost_limit` (``1e6``) times the coordinate's unit (its
-            largest table cost; see :meth:`check_cost`).
+            ``>= 0`` and at most ``cost_limit`` (``1e6``) times the coordinate's unit (its
+            largest table cost; see ``check_cost``).
 
         Raises
         ------
@@ -360,8 +360,8 @@ class BasePolicy:
             check_state(self)
 
     def _batch_in_range(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> bool:
-        """Whether a batch's feedback (R > 1, int64 draws) passes :meth:`_check_ranges`, in one
-        compiled loop (numba on first use); False leaves the naming to :meth:`_check_ranges`.
+        """Whether a batch's feedback (R > 1, int64 draws) passes ``_check_ranges``, in one
+        compiled loop (numba on first use); False leaves the naming to ``_check_ranges``.
         A single run (a live router) is checked by numpy alone."""
         if self.n_runs == 1 or draws.dtype != np.int64:
             return False
@@ -373,7 +373,7 @@ class BasePolicy:
         )
 
     def _check_ranges(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> None:
-        """Raise :class:`InvalidValueError` naming the first reward, cost or draw out of range."""
+        """Raise ``InvalidValueError`` naming the first reward, cost or draw out of range."""
         low, high = self.reward_range
         within = (reward >= low) & (reward <= high)  # False for NaN too
         if np.count_nonzero(within) < reward.size:  # count_nonzero: faster than .all()
@@ -389,11 +389,11 @@ class BasePolicy:
             )
 
     def check_cost(self, cost: FloatArray) -> None:
-        """Raise :class:`InvalidValueError` unless every realized cost (R, d) can be learned.
+        """Raise ``InvalidValueError`` unless every realized cost (R, d) can be learned.
 
         A cost must be finite, ``>= 0`` and at most ``cost_limit * unit`` per coordinate (the
         unit is the column's largest table cost, else its largest bound, else 1). The live
-        router calls this before :meth:`update_trusted`.
+        router calls this before ``update_trusted``.
         """
         ok = (cost >= 0.0) & (cost <= self._cost_cap)  # False for NaN and inf (the cap is finite)
         if np.count_nonzero(ok) == ok.size:
@@ -413,12 +413,12 @@ class BasePolicy:
         )
 
     def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
-        """:meth:`update` without its checks, for a caller that validated at its own boundary.
+        """``update`` without its checks, for a caller that validated at its own boundary.
 
-        The live router feeds back decisions this policy's :meth:`select` returned (draws and
+        The live router feeds back decisions this policy's ``select`` returned (draws and
         round valid by construction), with a reward and a cost it has already checked (finite,
         in range) and built as float64 arrays of shapes (R,) and (R, d); re-checking them cost
-        a sizeable share of a route + feedback pair. Anything else calls :meth:`update`.
+        a sizeable share of a route + feedback pair. Anything else calls ``update``.
         """
         self._update(decision, reward, cost)
 
@@ -454,9 +454,9 @@ class BasePolicy:
         return ctx.astype(np.int64, copy=False)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save the policy to one file; :func:`msroute.policies.load_policy` resumes it.
+        """Save the policy to one file; ``msroute.policies.load_policy`` resumes it.
 
-        See :func:`msroute.policies.persist.save_policy`.
+        See ``msroute.policies.persist.save_policy``.
         """
         from msroute.policies.persist import save_policy
 
@@ -487,7 +487,7 @@ def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None 
 
 
 def _sample_rows(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> IntArray:
-    """:func:`sample_multinomial` of every row at once: count the CDF entries below each u."""
+    """``sample_multinomial`` of every row at once: count the CDF entries below each u."""
     k = q.shape[1]
     if u.shape[0] != q.shape[0]:
         raise InvalidValueError(f"uniforms for {u.shape[0]} rows, a distribution of {q.shape[0]}")
@@ -505,7 +505,7 @@ def _sample_rows(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> In
 
 
 def _sample_row(u: FloatArray, q: FloatArray, eligible: BoolArray | None) -> IntArray:
-    """:func:`sample_multinomial` of one row (1, K), by binary search: the same draws.
+    """``sample_multinomial`` of one row (1, K), by binary search: the same draws.
 
     The CDF of ``q >= 0`` is nondecreasing (adding a float ``>= 0`` never rounds down), so the
     number of its entries ``<= u`` that the batched comparison counts is the insertion point

@@ -58,10 +58,10 @@ class CostEstimate:
     prior : ndarray, shape (R, K, d)
         The cost table of each run (the prior, and the estimate until costs differ from it).
     scale : ndarray, shape (R, d)
-        Unit of each coordinate (:func:`msroute.policies.duals.cost_scale`); sets the
+        Unit of each coordinate (``msroute.policies.duals.cost_scale``); sets the
         attribution floor, so the estimates scale with the units of the costs.
     mode : {"distinct", "draws", "table"}, default "distinct"
-        How a realized cost counts the routed experts (as in :func:`msroute.simulate`'s
+        How a realized cost counts the routed experts (as in ``msroute.simulate``'s
         ``cost_count``), or "table": never learn (the paper's policies use the table).
     prior_weight : float, default 10.0
         How many calls the table counts for.
@@ -103,7 +103,7 @@ class CostEstimate:
     def update(self, draws: IntArray, cost: FloatArray, counts: FloatArray | None = None) -> None:
         """Learn from one round: the draws (R, M) and the realized costs (R, d).
 
-        ``counts``: :func:`~msroute.policies.base.draw_counts` of the draws, when the caller
+        ``counts``: ``draw_counts`` of the draws, when the caller
         has it already.
         """
         if self.mode == "table":
@@ -135,8 +135,8 @@ class CostEstimate:
         )
 
     def _count_compiled(self, draws: IntArray, cost: FloatArray) -> tuple[bool, FloatArray] | None:
-        """Mode "distinct" for a batch in one compiled loop (:func:`msroute._outcome.
-        credit_distinct`), where it gives numpy's floats: ``n_obs`` counted, and (whether some
+        """Mode "distinct" for a batch in one compiled loop (``msroute._outcome.
+        credit_distinct``), where it gives numpy's floats: ``n_obs`` counted, and (whether some
         cost differs from its prediction, the prediction (R, d)). None where the loop does not
         apply (one run, d not 2 or 3, another BLAS order): nothing done."""
         costs = self.costs
@@ -165,7 +165,7 @@ class CostEstimate:
 
 def _distinct_cost(draws: IntArray, mask: FloatArray, costs: FloatArray) -> FloatArray:
     """``team_cost(mask, costs)`` of the draws' (R, M) 0/1 mask: a batch's (R, K, 2 or 3) costs
-    in one compiled loop where that gives the product's floats (:mod:`msroute._outcome`)."""
+    in one compiled loop where that gives the product's floats (``msroute._outcome``)."""
     if draws.shape[0] > 1 and costs.shape[2] in (2, 3) and costs.flags.c_contiguous:
         from msroute import _outcome  # numba: imported on first use
 

@@ -6,7 +6,7 @@ Two constructions, chosen with ``construction=``:
     Feasibility does not depend on the units of the cost coordinates, by design:
 
     * **The dual lives in normalized units.** Coordinate ``j`` is divided by its scale ``s_j``
-      (:func:`cost_scale`, the largest cost of the column), so ``w`` runs online gradient ascent
+      (``cost_scale``, the largest cost of the column), so ``w`` runs online gradient ascent
       on the unit ball against ``f_t(w) = w . (u_t / s) - h_{S/s}(w)``. Multiplying a cost
       column and its bounds by any factor leaves every quantity the dual sees unchanged.
       Lemma 5 holds as written in these units: the average surrogate cost approaches ``S`` in the
@@ -119,7 +119,7 @@ def expected_team_cost(q: FloatArray, costs: FloatArray, m_draws: int) -> FloatA
 
 
 def expected_team_cost_grad(q: FloatArray, costs: FloatArray, m_draws: int) -> FloatArray:
-    """The gradient of :func:`expected_team_cost`: ``M c_ij (1 - q_i)^(M-1)``, shape (R, K, d)."""
+    """The gradient of ``expected_team_cost``: ``M c_ij (1 - q_i)^(M-1)``, shape (R, K, d)."""
     slope = m_draws * (1.0 - q) ** (m_draws - 1)
     return np.asarray(costs * slope[:, :, None], dtype=np.float64)
 
@@ -153,20 +153,20 @@ class ApproachabilityDual:
     one step on ``f_t(w) = w . u_t - h_S(w)`` (in normalized units under ``"invariant"``), whose
     supergradient is ``u_t - x*`` with ``x*`` a maximizer of ``w . x`` over the box ``S``.
     Lemma 4 makes ``max_{|w| <= 1} f(w)`` the distance of ``u`` to ``S``, so a no-regret ``w``
-    drives the average surrogate cost into ``S`` (Lemma 5). :meth:`project` is the QP (6) with
+    drives the average surrogate cost into ``S`` (Lemma 5). ``project`` is the QP (6) with
     the cut(s) of the current ``w``. See the module docstring for the two constructions.
 
     Parameters
     ----------
     lo, hi : ndarray, shape (R, d)
-        The surrogate box ``S`` of each run (:attr:`ProblemBatch.lo`, ``.hi``).
+        The surrogate box ``S`` of each run (``ProblemBatch.lo``, ``.hi``).
     step : float
         OGD step size (the paper's ``eta_ogd = 0.05``).
     tol : float
         Width of the "on the bound" band of the tie rule (in the dual's units).
     construction : {"invariant", "paper"}, default "invariant"
     scale : ndarray, shape (R, d), optional
-        Units of the coordinates (:func:`cost_scale`); required with ``"invariant"``.
+        Units of the coordinates (``cost_scale``); required with ``"invariant"``.
     has_lower, has_upper : ndarray of bool, shape (R, d), optional
         Which coordinates have a lower / upper bound (required with ``"invariant"``).
 
@@ -361,7 +361,7 @@ class ApproachabilityDual:
         Learned costs can make a bound unreachable that the table met (Assumption 1 is checked
         on the table): realized costs above the bounds round after round are valid feedback and
         must not crash a step. Each cut is then moved to the nearest value it can reach (as
-        :meth:`project` does with the paper's single cut), which routes as much as the floor
+        ``project`` does with the paper's single cut), which routes as much as the floor
         allows toward meeting it; if the bounds still conflict, the cut of the bound broken
         most (in its own units) is kept alone.
         """

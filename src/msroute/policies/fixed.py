@@ -3,7 +3,7 @@
 Each round both draw M experts i.i.d. from a distribution that never changes, exactly as OMD
 draws from its ``q``: the team is the set of distinct draws. They learn nothing, so they are the
 reference a learning policy must beat, and ``fixed`` evaluates any candidate ``q`` (for example
-OPT of :func:`msroute.best_fixed_policy`) on the same skill stream as the learners.
+OPT of ``msroute.best_fixed_policy``) on the same skill stream as the learners.
 """
 
 from __future__ import annotations

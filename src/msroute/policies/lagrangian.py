@@ -26,7 +26,7 @@ does what Section 6.3 says it does ("steering away from constraint-violating arm
   slowly, so its violation keeps its sign for many rounds and ``lambda`` overshoots and
   oscillates with a large amplitude; the per-round violation averages out around the bound.
 * **Units.** The violation and the penalty are measured in normalized units: coordinate ``j``
-  is divided by its scale ``s_j`` (:func:`msroute.policies.duals.cost_scale`, the column's
+  is divided by its scale ``s_j`` (``msroute.policies.duals.cost_scale``, the column's
   largest cost). A fixed step then means the same thing for a budget in dollars and a share
   in [0, 1], and multiplying a cost column and its bounds by any factor leaves ``lambda``
   and every decision unchanged. On the paper's instances every column's largest cost is 1, so
@@ -78,7 +78,7 @@ class LagrangianDual:
     ----------
     lo, hi : array_like, shape (R, d)
         The original box of each run: lower and upper bounds, ``-inf`` / ``+inf`` where absent
-        (:attr:`ProblemBatch.lo_ori`, :attr:`ProblemBatch.hi_ori`).
+        (``ProblemBatch.lo_ori``, ``ProblemBatch.hi_ori``).
     step : float
         Subgradient step size (``10 / sqrt(T)`` for CBwK and TS-BwK, ``4e-4`` for MoE).
     violation : {"average", "round"}, default "average"
@@ -165,7 +165,7 @@ class LagrangianDual:
         """The score term ``(lambda ⊙ sign)^T C[:, i]`` of every expert, shape (R, K).
 
         A batch's (R, K, 2) costs are priced in one compiled loop where it gives numpy's
-        floats (:func:`_compiled_penalty_agrees`), else by numpy's product.
+        floats (``_compiled_penalty_agrees``), else by numpy's product.
 
         Parameters
         ----------
@@ -248,7 +248,7 @@ def _matmul_penalty(costs: FloatArray, weights: FloatArray) -> FloatArray:
 
 @cache
 def _compiled_penalty_agrees(n_experts: int) -> bool:
-    """Whether :func:`msroute.policies._compiled.dual.penalties` gives numpy's floats for K experts.
+    """Whether ``msroute.policies._compiled.dual.penalties`` gives numpy's floats for K experts.
 
     numpy hands the product to its BLAS, whose order of operations depends on the library, the
     CPU and the shapes (with K = 1 numpy takes a dot product instead); probed once per process

@@ -9,7 +9,7 @@ Lagrangian term folded into it::
     p = softmax(theta)
 
 where ``x_t`` is the round's realized cost and ``lambda`` the multipliers of
-:class:`~msroute.policies.lagrangian.LagrangianDual`.
+``LagrangianDual``.
 """
 
 from __future__ import annotations

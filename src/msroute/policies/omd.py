@@ -5,7 +5,7 @@ ascends an importance-weighted estimate of the gradient of the expected sum-max 
 step is the proximal QP (6), which is the Euclidean projection of ``q + g / eta`` onto the
 floored simplex cut by the dual's half-space(s). The dual ``w`` (the approachability player,
 Lemma 5) runs projected online gradient ascent on the unit ball against
-``f_t(w) = w . (C^T q_t) - h_S(w)``; :mod:`msroute.policies.duals` holds it and its two
+``f_t(w) = w . (C^T q_t) - h_S(w)``; ``msroute.policies.duals`` holds it and its two
 constructions (scale-invariant, one cut per active bound: the default; the paper's single cut
 ``(C w) . q <= h_S(w)``).
 
@@ -73,7 +73,7 @@ class OMDApproachability(BasePolicy):
     each ``select``) and ``variant="paper"`` this is Algorithm 1 exactly.
 
     The gradient estimator and the floor schedule are pieces a *variant* chooses
-    (:mod:`msroute.policies.omd_variants`): ``variant="paper"`` is Algorithm 1 as printed (the
+    (``msroute.policies.omd_variants``): ``variant="paper"`` is Algorithm 1 as printed (the
     importance-weighted ``(r_t - b_t) count_{t,i} / q_{t,i}`` with ``b_t`` the mean of all
     strictly earlier rewards of the context, and the fixed floor ``gamma``); the default
     ``"model"`` adds the exact gradient of a fitted reward model as a control variate and lets
@@ -81,7 +81,7 @@ class OMDApproachability(BasePolicy):
     hence feasibility.
 
     The dual's construction is a choice (``dual=``): by default the scale-invariant one of
-    :mod:`msroute.policies.duals`, whose feasibility does not depend on the units a user picks
+    ``msroute.policies.duals``, whose feasibility does not depend on the units a user picks
     for each cost; ``dual="paper"`` is the single cut ``(C w) . q <= h_S(w)`` as written.
 
     Parameters
@@ -106,17 +106,17 @@ class OMDApproachability(BasePolicy):
     dual_step : float, default 0.05
         The dual OGD step ``eta_ogd``.
     dual : {"invariant", "paper"}, default "invariant"
-        The approachability dual and its cut (:mod:`msroute.policies.duals`): per-coordinate
+        The approachability dual and its cut (``msroute.policies.duals``): per-coordinate
         normalized units and one cut per active bound, so that feasibility does not depend on
         the units of the costs; or Algorithm 1's single aggregated cut as written.
     cost_estimate : {"distinct", "draws", "table"}, default "distinct"
         Learn each expert's cost per call from the realized costs passed to ``update``
-        (:mod:`msroute.policies.costs`), counting each distinct routed expert once or once per
+        (``msroute.policies.costs``), counting each distinct routed expert once or once per
         draw, and use the estimates in ``C``; "table" uses the table only (the paper).
     cost_prior_weight : float, default 10.0
         How many calls the table counts for in the estimates.
     surrogate : {"linear", "exact"}, default "linear"
-        What the dual approaches (:mod:`msroute.policies.duals`): the paper's ``C^T q`` in the
+        What the dual approaches (``msroute.policies.duals``): the paper's ``C^T q`` in the
         surrogate box ``S`` (safe by the sandwich (2), and conservative), or the exact expected
         realized cost of the team in ``S_ori`` with a safety margin (spends up to the bounds).
     margin : float, default 3.0
@@ -124,13 +124,13 @@ class OMDApproachability(BasePolicy):
         realized cost over the horizon.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
-        impossible instance fails now with :class:`InfeasibleConstraintsError` instead of
+        impossible instance fails now with ``InfeasibleConstraintsError`` instead of
         later inside a QP step.
     n_contexts : int, default 1
     eta_schedule : {"fixed", "anytime"}, optional
     variant : {"model", "paper"}, optional
         The named choice of gradient estimator and floor schedule (default "model";
-        :data:`msroute.policies.omd_variants.VARIANTS`).
+        ``msroute.policies.omd_variants.VARIANTS``).
     estimator : {"importance", "model"}, optional
         Overrides the variant's gradient estimator.
     floor : {"fixed", "decay"}, optional
@@ -142,7 +142,7 @@ class OMDApproachability(BasePolicy):
         How the model estimator fits its reward model: the exact dense solve of a (K + 1)^2
         Gram matrix, or sparse co-occurrence counts solved by conjugate gradient (memory and
         time grow with the pairs of experts routed together, not with K^2); "auto" is dense
-        up to :data:`msroute.policies.omd_variants.DENSE_FIT_MAX_EXPERTS` experts.
+        up to ``msroute.policies.omd_variants.DENSE_FIT_MAX_EXPERTS`` experts.
 
     Examples
     --------
@@ -272,7 +272,7 @@ class OMDApproachability(BasePolicy):
 
         ``decisions`` and ``feedback`` (rounds with feedback), and per run ``bounds``: each
         bound's running average realized cost, its slack and whether it binds
-        (:func:`msroute.metrics.bound_report`), and ``enforced``: the bounds the dual's cut(s)
+        (``msroute.metrics.bound_report``), and ``enforced``: the bounds the dual's cut(s)
         currently enforce (+1 upper, -1 lower, 0 none, per cost coordinate).
         """
         b = self.problem_batch
@@ -414,7 +414,7 @@ class ContextualOMD(OMDApproachability):
     ``a = 2 sqrt(K M (1/gamma + M - 1))`` (times ``eta_mult``, default 1) and ``n_x`` the
     context's step count; ``eta_schedule="fixed"`` uses Algorithm 1's constant instead. The
     default variant is Algorithm 2 as printed (``variant="paper"``); the pieces of
-    :mod:`msroute.policies.omd_variants` apply per context too.
+    ``msroute.policies.omd_variants`` apply per context too.
 
     Reading of Algorithm 2: it refreshes ``q^(x)`` at the *start* of context ``x``'s next
     visit with the gradient stored at the previous one; we apply the same step at the *end*
@@ -427,7 +427,7 @@ class ContextualOMD(OMDApproachability):
     ----------
     problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible, variant,
     estimator, floor, ix, model_fit
-        As in :class:`OMDApproachability`.
+        As in ``OMDApproachability``.
     n_contexts : int
         Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.
     eta_mult : float, default 1.0

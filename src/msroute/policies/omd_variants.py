@@ -13,10 +13,10 @@ time-averaged cost into ``S``.
 
 Gradient estimators
 -------------------
-``"importance"`` (:class:`ImportanceGradient`)
+``"importance"`` (``ImportanceGradient``)
     The paper's ``g_i = (r_t - b_t) count_i / q_i`` with ``b_t`` the mean of the earlier
     rewards: unbiased, with ``E|g|^2 <= G^2 = K M (1/gamma + M - 1)`` (Corollary 2's proof).
-``"model"`` (:class:`ModelGradient`)
+``"model"`` (``ModelGradient``)
     A control variate. A reward model ``rhat(A) = beta_0 + sum_{i in A} beta_i`` is fitted by
     least squares (ridge 1) to the rewards seen so far; its expected reward under ``q`` is exact,
     ``Phihat(q) = beta_0 + sum_i beta_i (1 - (1 - q_i)^M)``, and so is its gradient
@@ -27,7 +27,7 @@ Gradient estimators
 
     The model is refitted at QP steps only, from rounds before the current one, so with
     ``ix = 0`` the estimate is unbiased for ``grad Phi`` (up to the all-ones shift that the
-    projection ignores, see :func:`msroute.reward.expected_reward_grad`) and its variance is that
+    projection ignores, see ``msroute.reward.expected_reward_grad``) and its variance is that
     of the residual, not of the reward. With ``ix > 0`` the residual term is the implicit
     exploration estimator (Neu, 2015): its weights are at most ``1/ix`` whatever the floor, at
     the price of shrinking the residual's mean by ``q_i / (q_i + ix)``. The model's own gradient
@@ -35,13 +35,13 @@ Gradient estimators
 
     The unbiasedness holds for *any* coefficients that depend on earlier rounds only, so the fit
     need not be an exact solve; it only has to be a good one to cut the variance. Two fits,
-    chosen by ``model_fit`` (default ``"auto"``: dense up to :data:`DENSE_FIT_MAX_EXPERTS`
+    chosen by ``model_fit`` (default ``"auto"``: dense up to ``DENSE_FIT_MAX_EXPERTS``
     experts, sparse above):
 
-    * dense (:class:`ModelGradient`): a (K + 1)^2 Gram matrix per run and context, solved
+    * dense (``ModelGradient``): a (K + 1)^2 Gram matrix per run and context, solved
       exactly at each QP step. Its memory grows as K^2 (0.8 GB per run at K = 10,000) and its
       solve as K^3;
-    * sparse (:class:`SparseModelGradient`): the Gram matrix as co-occurrence counts of the
+    * sparse (``SparseModelGradient``): the Gram matrix as co-occurrence counts of the
       routed experts (at most ``min((K + 1)^2, T (M + 1)^2)`` entries, in practice the pairs
       of the experts ``q`` keeps routing), solved by a Jacobi-preconditioned conjugate gradient
       on the experts ever routed, warm-started from the previous coefficients, to a relative
@@ -108,11 +108,11 @@ __all__ = [
 #: Floor schedules of the QP step.
 FLOORS: tuple[str, ...] = ("fixed", "decay")
 
-#: The model estimator's fit is the dense exact solve (:class:`ModelGradient`) up to this many
-#: experts and the sparse conjugate-gradient one (:class:`SparseModelGradient`) above.
+#: The model estimator's fit is the dense exact solve (``ModelGradient``) up to this many
+#: experts and the sparse conjugate-gradient one (``SparseModelGradient``) above.
 DENSE_FIT_MAX_EXPERTS = 80
 
-#: The model estimator's fits: ``"auto"`` picks by :data:`DENSE_FIT_MAX_EXPERTS`.
+#: The model estimator's fits: ``"auto"`` picks by ``DENSE_FIT_MAX_EXPERTS``.
 FITS: tuple[str, ...] = ("auto", "dense", "sparse")
 
 #: Gradient estimators.
@@ -122,7 +122,7 @@ ESTIMATORS: tuple[str, ...] = ("importance", "model")
 class GradientEstimator(Protocol):
     """What OMD asks of a gradient estimator (state per run and context)."""
 
-    #: Whether :meth:`estimate` reads ``baseline`` (OMD computes it only then).
+    #: Whether ``estimate`` reads ``baseline`` (OMD computes it only then).
     uses_baseline: ClassVar[bool]
 
     def estimate(
@@ -138,7 +138,7 @@ class GradientEstimator(Protocol):
         """The round's gradient estimate (R, K) at the played ``q`` (R, K), then learn from it.
 
         ``draws`` (R, M) are the round's draws and ``counts`` (R, K) how often each expert was
-        drawn (:func:`msroute.policies.base.draw_counts` of ``draws``); ``baseline`` (R,) the
+        drawn (``msroute.policies.base.draw_counts`` of ``draws``); ``baseline`` (R,) the
         mean of the earlier rewards of each run's context, None for no baseline (0)."""
         ...
 
@@ -169,7 +169,7 @@ class ImportanceGradient:
         reward: FloatArray,
         baseline: FloatArray | None,
     ) -> FloatArray:
-        """See :class:`GradientEstimator`. Experts not drawn (among them any masked out, with
+        """See ``GradientEstimator``. Experts not drawn (among them any masked out, with
         ``q_i = 0``) contribute nothing."""
         centred = reward if baseline is None else reward - baseline
         return np.divide(centred[:, None] * counts, q, out=np.zeros(counts.shape), where=counts > 0)
@@ -213,7 +213,7 @@ class _AdditiveModel(ABC):
         reward: FloatArray,
         baseline: FloatArray | None,
     ) -> FloatArray:
-        """See :class:`GradientEstimator`; ``baseline`` is not used (the model's intercept is
+        """See ``GradientEstimator``; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""
         coef = self.coef[rows, ctx]
         x = np.empty_like(coef)
@@ -253,7 +253,7 @@ class _AdditiveModel(ABC):
         self.moment.reshape(-1)[at] += reward[:, None]
 
     def _check_pairs(self, prefix: str, name: str, keys: IntArray, counts: FloatArray) -> None:
-        """Check co-occurrence counts as the fit makes them (for :meth:`validate_state`).
+        """Check co-occurrence counts as the fit makes them (for ``validate_state``).
 
         ``keys`` encode ``(cell, i, j)`` as ``(cell (K + 1) + i) (K + 1) + j`` (the flat index
         into a (cells, K + 1, K + 1) Gram array). The rules: keys increase strictly and lie
@@ -306,7 +306,7 @@ class _AdditiveModel(ABC):
 
     @abstractmethod
     def validate_state(self, prefix: str) -> None:
-        """Check the fit's statistics (:func:`msroute.policies.check_state`; ``prefix``: the
+        """Check the fit's statistics (``msroute.policies.check_state``; ``prefix``: the
         dotted name of this component in the policy's state)."""
 
     @abstractmethod
@@ -318,7 +318,7 @@ class _AdditiveModel(ABC):
 
     @abstractmethod
     def refit(self, runs: IntArray, ctx: IntArray) -> None:
-        """See :class:`GradientEstimator`."""
+        """See ``GradientEstimator``."""
 
 
 class ModelGradient(_AdditiveModel):
@@ -373,7 +373,7 @@ class ModelGradient(_AdditiveModel):
         self._add_moment(at, reward)
 
     def validate_state(self, prefix: str) -> None:
-        """See :meth:`_AdditiveModel._check_pairs`: ``gram - ridge I`` holds the counts."""
+        """See ``_AdditiveModel._check_pairs``: ``gram - ridge I`` holds the counts."""
         p = self.coef.shape[-1]
         counts = (self.gram - self.ridge * np.eye(p)).reshape(-1)
         keys = np.flatnonzero(counts)
@@ -400,7 +400,7 @@ class ModelGradient(_AdditiveModel):
 
 
 class SparseModelGradient(_AdditiveModel):
-    """The model estimator of :class:`ModelGradient` with a fit that scales in K.
+    """The model estimator of ``ModelGradient`` with a fit that scales in K.
 
     The Gram matrix ``ridge I + sum_t x_t x_t^T`` is kept as the co-occurrence counts of the
     features (intercept and routed experts) of each round, one entry per pair seen: at most
@@ -415,7 +415,7 @@ class SparseModelGradient(_AdditiveModel):
     Parameters
     ----------
     n_runs, n_contexts, n_experts, m_draws, ix, ridge
-        As in :class:`ModelGradient`.
+        As in ``ModelGradient``.
     rtol : float, default 1e-8
         Relative residual ``|G beta - moment| / |moment|`` at which a refit stops.
     max_iter : int, default 100
@@ -460,7 +460,7 @@ class SparseModelGradient(_AdditiveModel):
 
     def _accumulate(self, rows: IntArray, ctx: IntArray, idx: IntArray, reward: FloatArray) -> None:
         """One more co-occurrence for every pair of the round's nonzero features, and
-        ``moment += reward x`` (as :class:`ModelGradient`, the same floats)."""
+        ``moment += reward x`` (as ``ModelGradient``, the same floats)."""
         p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx
         self._add_moment((cell * p)[:, None] + idx, reward)
@@ -478,7 +478,7 @@ class SparseModelGradient(_AdditiveModel):
             self.pair_count = np.insert(self.pair_count, at[fresh], 1)
 
     def validate_state(self, prefix: str) -> None:
-        """See :meth:`_AdditiveModel._check_pairs`."""
+        """See ``_AdditiveModel._check_pairs``."""
         if self.pair_key.shape != self.pair_count.shape:
             raise InvalidStateError(
                 f"state entries {prefix + 'pair_key'!r} and {prefix + 'pair_count'!r} must have "
@@ -562,8 +562,8 @@ def make_estimator(
     ix: float,
     fit: str = "auto",
 ) -> ImportanceGradient | ModelGradient | SparseModelGradient:
-    """The estimator called ``name`` (one of :data:`ESTIMATORS`); the model's ``fit`` (one of
-    :data:`FITS`) is by default dense up to :data:`DENSE_FIT_MAX_EXPERTS` experts, sparse
+    """The estimator called ``name`` (one of ``ESTIMATORS``); the model's ``fit`` (one of
+    ``FITS``) is by default dense up to ``DENSE_FIT_MAX_EXPERTS`` experts, sparse
     above."""
     if fit not in FITS:
         raise InvalidValueError(f"model_fit == {fit!r}, must be one of {', '.join(FITS)}")
@@ -590,9 +590,9 @@ class OMDVariant:
     Attributes
     ----------
     estimator : str
-        One of :data:`ESTIMATORS`.
+        One of ``ESTIMATORS``.
     floor : str
-        One of :data:`FLOORS`.
+        One of ``FLOORS``.
     eta_mult : float or None
         Default ``eta_mult`` with the fixed eta schedule (None: the policy class's default).
     anytime_eta_mult : float or None

@@ -1,7 +1,7 @@
 """Saving and resuming routing policies: one zip file of a JSON manifest and ``.npy`` arrays.
 
-A router serving real traffic must survive restarts: :func:`save_policy` writes everything a
-policy has learned, and :func:`load_policy` rebuilds it so that, fed the same feedback, it makes
+A router serving real traffic must survive restarts: ``save_policy`` writes everything a
+policy has learned, and ``load_policy`` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
 Format (``format_version`` 2)
@@ -13,7 +13,7 @@ zip tool (``unzip -p router.npz manifest.json``):
   ``msroute_version``, ``policy`` (the registered name), ``kwargs`` (the constructor's keyword
   arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``), ``problems`` (``m_draws``,
   ``cbar`` and ``constraints`` of each distinct problem, the latter by
-  :meth:`Constraints.to_dict`), ``problem_of_run`` (which problem each run uses), ``state`` (the
+  ``Constraints.to_dict``), ``problem_of_run`` (which problem each run uses), ``state`` (the
   non-array state: the round counter ``t``, the generator state of each run's streams under
   ``streams.uniforms.generators`` and the like, counters such as ``dual.n_steps``) and
   ``arrays`` (the names of the array state).
@@ -30,7 +30,7 @@ What the state is
 -----------------
 Each stateful class declares the attributes it adds in ``_state_attrs`` (``BasePolicy``: ``t``
 and ``streams``; ``OMDApproachability``: ``_q``, ``_grad``, ..., ``dual``; ``SharedRewardStats``:
-``counts``, ``means``, ``_rsqrt``; ...); :func:`state_dict` collects them along the MRO and
+``counts``, ``means``, ``_rsqrt``; ...); ``state_dict`` collects them along the MRO and
 walks into components that declare their own, giving flat dotted names (``dual.lam``). Allowed
 values: numpy arrays, ``numpy.random.Generator`` (its ``bit_generator.state``), ``int``,
 ``float``, ``str``, ``bool``, ``None`` and declared components. Everything else a policy holds is
@@ -42,7 +42,7 @@ is JSON. Each state entry is checked against the freshly built policy (same entr
 dtype and shape) before it replaces the fresh value. A class may declare, in ``_variable_attrs``,
 state arrays whose length grows with what the policy has seen (OMD's sparse reward-model fit
 keeps one entry per pair of experts routed together): their first axis may have any length,
-and :func:`check_state` then calls the component's ``validate_state(prefix)``, which checks
+and ``check_state`` then calls the component's ``validate_state(prefix)``, which checks
 their content as the constructor would check an argument.
 
 Examples
@@ -97,7 +97,7 @@ __all__ = [
     "variable_entries",
 ]
 
-#: Version of the file layout written by :func:`save_policy`; files of a newer one are refused.
+#: Version of the file layout written by ``save_policy``; files of a newer one are refused.
 #: Version 2: decisions are values, so OMD no longer saves a last decision (``_ctx``,
 #: ``_q_play``); version-1 files load with those two entries dropped. Version 3: Thompson
 #: sampling draws from one xoshiro256++ generator per run (``streams.gamma_state``) instead of
@@ -236,8 +236,8 @@ def check_state(policy: BasePolicy) -> None:
     distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one; and
     whatever a component checks in its ``validate_state(prefix)`` (OMD's reward-model fit:
     symmetric co-occurrence counts consistent with the rounds they count).
-    Run after every update in debug mode (:func:`msroute.policies.set_debug_checks`), in the
-    tests of every policy, and on every file :func:`load_policy` reads.
+    Run after every update in debug mode (``msroute.policies.set_debug_checks``), in the
+    tests of every policy, and on every file ``load_policy`` reads.
 
     Raises
     ------
@@ -291,13 +291,13 @@ def check_state(policy: BasePolicy) -> None:
 def load_state_dict(
     obj: object, state: dict[str, StateValue], *, exclude: Collection[str] = ()
 ) -> None:
-    """Overwrite the declared state of ``obj`` with ``state`` (as made by :func:`state_dict`).
+    """Overwrite the declared state of ``obj`` with ``state`` (as made by ``state_dict``).
 
     ``exclude`` names attributes of ``obj`` that ``state`` leaves out (kept as they are).
 
     Every entry is checked first against ``obj``'s own: the same names, and per entry the same
     kind (array, generator, scalar type, None), and for arrays the same dtype and shape (any
-    length along the first axis for the entries of :func:`variable_entries`). Arrays are copied
+    length along the first axis for the entries of ``variable_entries``). Arrays are copied
     in (C-ordered, writable), the generator's state is set in place.
 
     Raises
@@ -389,7 +389,7 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
     Parameters
     ----------
     policy : BasePolicy
-        An instance of a class in :data:`msroute.policies.POLICIES` (not a subclass of one).
+        An instance of a class in ``msroute.policies.POLICIES`` (not a subclass of one).
     path : str or path-like
         Target file; no suffix is added (``.npz`` is a good one: ``numpy.load`` reads it).
 
@@ -405,9 +405,9 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
 
 
 def policy_bytes(policy: BasePolicy) -> bytes:
-    """The file :func:`save_policy` would write, as bytes (for a snapshot kept in a database).
+    """The file ``save_policy`` would write, as bytes (for a snapshot kept in a database).
 
-    Raises as :func:`save_policy`; :func:`policy_from_bytes` reads the bytes back.
+    Raises as ``save_policy``; ``policy_from_bytes`` reads the bytes back.
     """
     buffer = io.BytesIO()
     _write_zip(buffer, *_archive(policy))
@@ -494,7 +494,7 @@ def _write_zip(out: IO[bytes], manifest: str, arrays: dict[str, np.ndarray]) -> 
 
 # ---------------------------------------------------------------------- load
 def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
-    """Rebuild a policy saved by :func:`save_policy`, ready to continue where it stopped.
+    """Rebuild a policy saved by ``save_policy``, ready to continue where it stopped.
 
     The policy is constructed again from its registered name, its problems and its keyword
     arguments, and its declared state (round counter, random stream, learned arrays) is then
@@ -528,12 +528,12 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
 
 
 def policy_from_bytes(blob: bytes, label: str = "policy bytes") -> BasePolicy:
-    """Rebuild a policy from :func:`policy_bytes`, as :func:`load_policy`; errors name ``label``."""
+    """Rebuild a policy from ``policy_bytes``, as ``load_policy``; errors name ``label``."""
     return _load(blob, label)
 
 
 def _load(source: Path | bytes, p: str) -> BasePolicy:
-    """:func:`load_policy` of a file or of its bytes; ``p`` names it in errors."""
+    """``load_policy`` of a file or of its bytes; ``p`` names it in errors."""
     manifest, arrays = _read_zip(source, p)
     version = manifest.get("format_version")
     if manifest.get("format") != _FORMAT or type(version) is not int:

@@ -6,10 +6,10 @@ Third-party packages add policies through the entry-point group ``msroute.polici
     [project.entry-points."msroute.policies"]
     my-policy = "my_package.module:MyPolicy"
 
-Installed plugins join :data:`POLICIES` the first time the table is read (msroute's own names
+Installed plugins join ``POLICIES`` the first time the table is read (msroute's own names
 win a clash, with a warning), so ``msroute run --policy my-policy``, a ``policies`` list in a
 ``reproduce`` configuration and ``Router`` configurations find them. Check a plugin with
-:func:`msroute.checks.check_policy`.
+``msroute.checks.check_policy``.
 """
 
 from __future__ import annotations

@@ -6,17 +6,17 @@ whether it is run alone, inside a sweep of 80 runs, or resumed from a cache. Two
 
 * Uniforms (OMD's multinomial draws, Random's shuffle, MoE's Gumbel noise): numpy generators,
   one per run, drawn in blocks of many rounds per run and served from a per-run buffer
-  (:class:`BufferedStream`), so that R generators cost R calls only once in a few thousand
+  (``BufferedStream``), so that R generators cost R calls only once in a few thousand
   values.
 * Thompson sampling's Gamma and Beta variates: one xoshiro256++ generator per run whose state is
-  a row of an (R, 4) array of 64-bit words (:attr:`RunStreams.gamma_state`), advanced in place
-  by one compiled loop over all runs and experts (:mod:`msroute.policies._compiled.variates`:
+  a row of an (R, 4) array of 64-bit words (``RunStreams.gamma_state``), advanced in place
+  by one compiled loop over all runs and experts (``msroute.policies._compiled.variates``:
   numpy's ziggurat for the normals, Marsaglia and Tsang's method for the Gammas, ACM TOMS 26(3),
   2000).
   Run ``r`` reads and advances only row ``r``, in the order of its own draws and rejections,
   so what it draws depends on its seed and its shapes alone, by construction; no buffer, no
   per-run Python call. The 8,000 Gamma variates of a round at R = 80, K = 50 cost 60-75 µs,
-  with the top M of the samples picked in the same loop (:meth:`RunStreams.beta_top`).
+  with the top M of the samples picked in the same loop (``RunStreams.beta_top``).
   Before, the normals came from buffered numpy streams, four per run, whose refills made a
   third of a Thompson-sampling round. (Cheng's uniform-only methods BB and GB were measured
   too: on Thompson sampling's posteriors they accept only 70-80% of their candidates, which
@@ -55,7 +55,7 @@ class BufferedStream:
         Buffer size per run.
     """
 
-    #: The state to save and restore (see :mod:`msroute.policies.persist`).
+    #: The state to save and restore (see ``msroute.policies.persist``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("generators", "buffer", "pos")
 
     def __init__(self, seeds: tuple[np.random.SeedSequence, ...], key: int, block: int) -> None:
@@ -144,11 +144,11 @@ class RunStreams:
     ----------
     seed : int, SeedSequence, sequence of those, or None
         One seed per run, or one seed standing for its R spawned children (see
-        :func:`msroute._seeding.run_seed_sequences`); None draws fresh entropy.
+        ``msroute._seeding.run_seed_sequences``); None draws fresh entropy.
     n_runs : int
         R.
     block : int, default 4096
-        Buffer size per run of the uniforms (see :class:`BufferedStream`); it changes no value.
+        Buffer size per run of the uniforms (see ``BufferedStream``); it changes no value.
 
     Attributes
     ----------
@@ -165,7 +165,7 @@ class RunStreams:
     True
     """
 
-    #: The state to save and restore (see :mod:`msroute.policies.persist`).
+    #: The state to save and restore (see ``msroute.policies.persist``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("uniforms", "gamma_state")
 
     def __init__(self, seed: SeedArg, n_runs: int, block: int = 4096) -> None:
@@ -223,9 +223,9 @@ class RunStreams:
         offset: FloatArray | None,
         constants: GammaConstants | None = None,
     ) -> IntArray:
-        """The M largest of :meth:`beta`'s samples plus ``offset`` (R, K) in each run, best
+        """The M largest of ``beta``'s samples plus ``offset`` (R, K) in each run, best
         first, ties to the lower index: ``top_m(beta(a, b) + offset, m)`` of
-        :mod:`msroute.policies.team`, drawn alike, in one compiled loop."""
+        ``msroute.policies.team``, drawn alike, in one compiled loop."""
         from msroute.policies._compiled.top import beta_top  # numba, on first use
 
         a, b, constants = self._beta_args(a, b, constants)

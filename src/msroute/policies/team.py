@@ -3,16 +3,16 @@
 The baselines route a *team* of M distinct experts each round (unlike the multinomial policies,
 which draw M times with replacement). What they have in common is written once here:
 
-* :func:`round_robin` — the warm-up schedule: round ``t < warmup`` routes experts
+* ``round_robin`` — the warm-up schedule: round ``t < warmup`` routes experts
   ``(t*M + j) mod K`` for ``j < M``, so 10 rounds of M = 5 cycle once through K = 50 experts.
-* :func:`top_m` — the M highest scores of each run, ties to the lower expert index.
-* :class:`SharedRewardStats` — per-expert counts ``n_i`` and running means of the *shared*
+* ``top_m`` — the M highest scores of each run, ties to the lower expert index.
+* ``SharedRewardStats`` — per-expert counts ``n_i`` and running means of the *shared*
   reward: the paper's heuristic credits the whole team reward ``r_t`` to every routed expert
   (the sum-max reward does not decompose per expert), and the UCB index built on them.
-* :class:`BetaPosterior` — Thompson sampling's Beta posteriors, updated the same way.
-* :class:`TeamRounds` — the round skeleton (warm-up, then top-M of the family's scores plus
+* ``BetaPosterior`` — Thompson sampling's Beta posteriors, updated the same way.
+* ``TeamRounds`` — the round skeleton (warm-up, then top-M of the family's scores plus
   the Lagrangian penalty when there is a dual; feedback to the statistics, the family's own
-  learner and the dual), a mixin placed before :class:`~msroute.policies.base.BasePolicy`.
+  learner and the dual), a mixin placed before ``BasePolicy``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = [
     "top_m",
 ]
 
-#: Up to this M, :func:`top_m` takes M successive argmaxes; above it, one stable sort.
+#: Up to this M, ``top_m`` takes M successive argmaxes; above it, one stable sort.
 _ARGMAX_LIMIT = 8
 
 
@@ -130,7 +130,7 @@ def routed_index(draws: IntArray, n_experts: int, offsets: IntArray | None = Non
     ``a.ravel()[idx] += v`` update then applies once to it (numpy's buffered fancy-index
     assignment), which is exactly "each distinct routed expert once".
 
-    ``offsets``: :func:`run_offsets` of the draws' shape, for a caller that keeps them.
+    ``offsets``: ``run_offsets`` of the draws' shape, for a caller that keeps them.
 
     Examples
     --------
@@ -170,7 +170,7 @@ class SharedRewardStats:
         self._rsqrt: FloatArray = np.full((n_runs, n_experts), np.inf)
 
     def update(self, routed: IntArray, reward: FloatArray) -> None:
-        """Credit ``reward`` (R,) to the routed experts (flat indices from :func:`routed_index`).
+        """Credit ``reward`` (R,) to the routed experts (flat indices from ``routed_index``).
 
         A batch of runs is credited in one compiled loop (the same floats; numba is imported on
         first use), a single run (a live router) by numpy.
@@ -225,7 +225,7 @@ class BetaPosterior:
     def update(self, routed: IntArray, success: FloatArray) -> None:
         """``alpha += s``, ``beta += 1 - s`` for the routed experts; ``success`` (R,) in [0, 1].
 
-        A batch in one compiled loop, a single run by numpy (as :meth:`SharedRewardStats.update`).
+        A batch in one compiled loop, a single run by numpy (as ``SharedRewardStats.update``).
         """
         if routed.shape[0] > 1:
             from msroute.policies._compiled.credit import credit_beta
@@ -244,7 +244,7 @@ class BetaPosterior:
 
     def top(self, streams: RunStreams, m: int, offset: FloatArray | None) -> IntArray:
         """The M experts of largest posterior draw plus ``offset`` (R, K) per run, best first:
-        :func:`top_m` of ``sample(streams) + offset``, the same draws (shape (R, M))."""
+        ``top_m`` of ``sample(streams) + offset``, the same draws (shape (R, M))."""
         return streams.beta_top(self.alpha, self.beta, m, offset, self.constants)
 
 
@@ -257,17 +257,17 @@ class TeamRounds:
     """Round skeleton of the baselines: a mixin that goes before ``BasePolicy`` in the bases.
 
     ``select``: while ``t < warmup`` (``t`` counts decisions, so the warm-up advances on
-    select) the :func:`round_robin` team; afterwards :func:`top_m` of the family's
-    :meth:`_scores`, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C_hat[:, i]`` when the
+    select) the ``round_robin`` team; afterwards ``top_m`` of the family's
+    ``_scores``, plus the Lagrangian penalty ``(lambda ⊙ sign)^T C_hat[:, i]`` when the
     policy has a dual that acts on scores (``C_hat``: the costs per call learned from the realized
-    costs, :mod:`msroute.policies.costs`). With an eligibility mask the warm-up team is the first M
+    costs, ``msroute.policies.costs``). With an eligibility mask the warm-up team is the first M
     eligible experts in round-robin order from ``t M mod K``, and the top M is taken among the
     eligible experts. ``update``: the shared-reward statistics, then the family's
-    :meth:`_learn`, then one dual step; all three also learn from the warm-up rounds.
+    ``_learn``, then one dual step; all three also learn from the warm-up rounds.
 
-    Subclasses call :meth:`_setup_rounds` after ``BasePolicy.__init__`` and implement
-    :meth:`_scores` (and :meth:`_learn` when they learn more than the shared statistics);
-    constraint-aware ones call :meth:`_attach_dual`. Being a mixin rather than a level of the
+    Subclasses call ``_setup_rounds`` after ``BasePolicy.__init__`` and implement
+    ``_scores`` (and ``_learn`` when they learn more than the shared statistics);
+    constraint-aware ones call ``_attach_dual``. Being a mixin rather than a level of the
     class tree keeps every baseline within two levels of ``BasePolicy`` while CBwK and TS-BwK
     still subclass CUCB and TS and add nothing but the dual.
     """
@@ -369,5 +369,5 @@ class TeamRounds:
     def _learn(self, routed: IntArray, reward: FloatArray, cost: FloatArray) -> None:
         """Family-specific learning from one round (the shared statistics are already updated).
 
-        ``routed`` holds the flat indices of :func:`routed_index`, shape (R, M).
+        ``routed`` holds the flat indices of ``routed_index``, shape (R, M).
         """

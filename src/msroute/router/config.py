@@ -140,7 +140,7 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """A validated router configuration (build it with :meth:`from_dict` or :meth:`from_toml`).
+    """A validated router configuration (build it with ``from_dict`` or ``from_toml``).
 
     See the module docstring for the keys. ``experts`` keeps the table's order; ``upper`` and
     ``lower`` map cost names to bounds on the time-averaged realized cost.

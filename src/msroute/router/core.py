@@ -3,14 +3,14 @@
 docs/architecture.md, "The router and the journal": the router wraps one registered policy with
 R = 1. Experts have stable string ids (a removed id is never reused), costs and contexts have
 names. Each ``route`` makes decision n with randomness that is a pure function of (seed, n)
-(:class:`~msroute.router.streams.DecisionStreams`), so the journal re-derives every decision
+(``DecisionStreams``), so the journal re-derives every decision
 bit for bit. Feedback may come late, in any order, or never: a decision expires after
 ``feedback_ttl_s`` (its missing reward is dropped or replaced by ``on_missing``); a reward for an
 expired decision is logged ("late"), not learned.
 
 Every state change is one journal event committed before the call returns (or at the end of a
-:meth:`Router.group` block); the state can always be rebuilt from the last snapshot plus the
-events after it (:meth:`Router.open`).
+``Router.group`` block); the state can always be rebuilt from the last snapshot plus the
+events after it (``Router.open``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ _NOT_LEARNED = ("streams",)
 #: ``a sqrt(n)`` with the multiplier chosen by ``benchmarks/bench_router.py --schedule`` (TREC
 #: pools, K = 20, M = 3, tight budget, 5,000 rounds: 0.1 gave the highest reward, feasible).
 #: That choice was measured for Algorithm 1's estimator, so a router keeps ``variant="paper"``
-#: until the model variant (:mod:`msroute.policies.omd_variants`) is measured under the anytime
+#: until the model variant (``msroute.policies.omd_variants``) is measured under the anytime
 #: schedule and with experts added and removed.
 DEFAULT_OMD_PARAMS: dict[str, Any] = {
     "eta_schedule": "anytime",
@@ -150,7 +150,7 @@ class _Pending:
 
 
 class _Write:
-    """The context manager of :meth:`Router._write` (a class: a generator-based one costs a few
+    """The context manager of ``Router._write`` (a class: a generator-based one costs a few
     microseconds a call, a noticeable share of a route + feedback pair)."""
 
     __slots__ = ("owns", "router")
@@ -179,10 +179,10 @@ class Router:
     Parameters
     ----------
     config : RouterConfig or mapping
-        The configuration (a mapping is validated by :meth:`RouterConfig.from_dict`).
+        The configuration (a mapping is validated by ``RouterConfig.from_dict``).
     journal : str or path-like, optional
         The journal file to create (default: ``config.journal``; without either the journal is
-        kept in memory). An existing journal is refused: reopen it with :meth:`open`.
+        kept in memory). An existing journal is refused: reopen it with ``open``.
 
     Raises
     ------
@@ -219,7 +219,7 @@ class Router:
     def from_config(
         cls, config: str | os.PathLike[str] | Mapping[str, Any] | RouterConfig
     ) -> Router:
-        """A new router from a TOML file, a dict or a :class:`RouterConfig`.
+        """A new router from a TOML file, a dict or a ``RouterConfig``.
 
         A relative ``journal`` path in a TOML file is taken relative to the file's directory.
         """
@@ -269,7 +269,7 @@ class Router:
 
     def _load(self, use_snapshot: bool) -> None:
         """The state of the journal's committed events: the newest readable snapshot (or
-        none), then a replay of the events after it (on a router fresh from :meth:`_setup`).
+        none), then a replay of the events after it (on a router fresh from ``_setup``).
 
         A snapshot that cannot be read back (damaged, or its pending decisions do not match
         the events) is logged and skipped for the one before it, or for a replay from the start.
@@ -391,13 +391,13 @@ class Router:
     @property
     def writable(self) -> bool:
         """Whether the router's last write reached the journal: False from a failed write or
-        commit until a later transaction commits (or :meth:`reopen` succeeds), and for a closed
+        commit until a later transaction commits (or ``reopen`` succeeds), and for a closed
         router. A service reports a router that is not writable as unhealthy."""
         return not self._closed and self._failed is None and self._write_error is None
 
     @property
     def needs_reopen(self) -> bool:
-        """Whether the router refuses calls until :meth:`reopen` succeeds: a write failed and
+        """Whether the router refuses calls until ``reopen`` succeeds: a write failed and
         the journal could not be read back either, so the in-memory state is unknown."""
         return not self._closed and self._failed is not None
 
@@ -432,7 +432,7 @@ class Router:
         self._txn_start = self._journal.last_seq
 
     def _write(self) -> _Write:
-        """One transaction around a call, unless inside :meth:`group` (which owns it)."""
+        """One transaction around a call, unless inside ``group`` (which owns it)."""
         return _Write(self)
 
     def _finish(self, *, reload: bool = True, raising: bool = True) -> None:
@@ -442,9 +442,9 @@ class Router:
         (SQLite may already have rolled it back then). Either way it is rolled back and, unless
         ``reload`` is False (a caller that undoes its own changes), the in-memory state is
         rebuilt from the journal's committed events: the calls of the failed transaction change
-        nothing, in the journal or in memory, and :class:`JournalError` is raised (unless
+        nothing, in the journal or in memory, and ``JournalError`` is raised (unless
         ``raising`` is False: the caller's own error is already on its way). The router stays
-        usable: the next call tries the disk again, and :attr:`writable` is False until a
+        usable: the next call tries the disk again, and ``writable`` is False until a
         transaction commits.
         """
         error: BaseException
@@ -482,7 +482,7 @@ class Router:
     def _reload_committed(self) -> None:
         """The in-memory state of the committed events, after a failed transaction. If the
         journal cannot be read either, the router is failed (calls raise until
-        :meth:`reopen` succeeds)."""
+        ``reopen`` succeeds)."""
         write_error = self._write_error
         try:
             self._setup(self._base_config)
@@ -537,8 +537,8 @@ class Router:
         Each call validates first: one that raises changed no state and wrote no row, and the
         others proceed. On exit one COMMIT makes them all durable; only then may they be
         acknowledged. If that COMMIT fails, or a write inside the block failed (later calls
-        of the block then raise :class:`JournalError`), the whole block is rolled back, in the
-        journal and in memory, and the block raises :class:`JournalError`: none of its calls
+        of the block then raise ``JournalError``), the whole block is rolled back, in the
+        journal and in memory, and the block raises ``JournalError``: none of its calls
         may be acknowledged.
         """
         self._check_usable()
@@ -727,7 +727,7 @@ class Router:
         with the traffic), or None.
 
         A repeated id is a retried request: a context or eligible set given with it must be
-        the original one (eligible compared as a set), else :class:`DecisionConflictError`.
+        the original one (eligible compared as a set), else ``DecisionConflictError``.
         """
         for seq, kind, _, _, payload, blob in self._journal.events_of(did):
             if kind != "decision":
@@ -842,7 +842,7 @@ class Router:
     ) -> str:
         """An applied feedback, learned on the helper thread while the commit waits for the disk.
 
-        The row is written first, so the journal's order is that of :meth:`feedback`; the
+        The row is written first, so the journal's order is that of ``feedback``; the
         policy learns exactly what it would have learned before the commit. If the commit
         fails, the learning is undone (the call changed no state) and the router is failed.
         Only a feedback that learns and expires nothing comes here (one whose call also
@@ -879,7 +879,7 @@ class Router:
         return "applied"
 
     def _undo_point(self, did: str, pending: _Pending) -> Callable[[], None]:
-        """What undoes :meth:`_apply_feedback` of a pending decision: the counters, the cost sum,
+        """What undoes ``_apply_feedback`` of a pending decision: the counters, the cost sum,
         the pending entry and the policy's learned state (learning never draws randomness, so
         the random streams are left out)."""
         policy = self.policy
@@ -1181,7 +1181,7 @@ class Router:
     def _maybe_snapshot(self) -> None:
         """Take the periodic snapshot when it is due. Its failure fails no call (the events are
         already durable, and a snapshot only shortens recovery): it is logged and tried again
-        :data:`SNAPSHOT_RETRY_EVENTS` events later."""
+        ``SNAPSHOT_RETRY_EVENTS`` events later."""
         if self._journal.path is None:
             return
         last = self._journal.last_seq
@@ -1195,7 +1195,7 @@ class Router:
 
     def snapshot(self) -> None:
         """Store a snapshot of the policy and the router's state in the journal now (inside a
-        :meth:`group`, when the group has committed).
+        ``group``, when the group has committed).
 
         Raises
         ------
@@ -1241,7 +1241,7 @@ class Router:
         self._snap_seq = seq
 
     def _restore(self, blob: bytes, st: dict[str, Any], seq: int) -> None:
-        """The state of snapshot ``seq`` (``st``: checked by :func:`read_snapshot_state`)."""
+        """The state of snapshot ``seq`` (``st``: checked by ``read_snapshot_state``)."""
         self._ids = list(st["ids"])
         self._col = {e: i for i, e in enumerate(self._ids)}
         self._costs = np.array(st["costs"], dtype=np.float64).reshape(len(self._ids), -1)

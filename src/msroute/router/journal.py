@@ -3,10 +3,10 @@
 Every decision, feedback, expiry and change of the expert set is one row of ``events``,
 committed before the router's call returns (or at the end of a ``Router.group()`` block), so an
 acknowledged event is never lost. Every ``snapshot_every`` events the router stores a snapshot:
-the policy in the versioned policy zip of :mod:`msroute.policies.persist` and the router's own
+the policy in the versioned policy zip of ``msroute.policies.persist`` and the router's own
 state as JSON. Opening a journal = last snapshot + replay of the events after it.
 
-Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
+Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``)::
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config" (JSON), "run_id", "created"
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
@@ -33,7 +33,7 @@ memory, not in a shared ``-shm`` file), and keeps the file locked from its first
 it closes. A commit then takes no lock and touches no shared memory, which makes it cheaper
 (README, "Benchmarks"). Any other connection to the file, in this process or another (a
 second router, ``msroute journal export``, the sqlite3 shell), is refused while it is open:
-opening fails within :data:`BUSY_TIMEOUT_MS` with :class:`JournalError` "in use by another
+opening fails within ``BUSY_TIMEOUT_MS`` with ``JournalError`` "in use by another
 router". Read a live router's journal through the router (``Router.decisions_since``,
 ``msroute.evaluate(router, ...)``), or close it first. A process that dies releases its lock.
 """
@@ -127,7 +127,7 @@ class _EventLog:
         return seq
 
     def _store(self, event: Event, probs_seq: int | None) -> None:
-        """Keep one event (numbered by :meth:`append`); ``probs_seq``: the earlier event that
+        """Keep one event (numbered by ``append``); ``probs_seq``: the earlier event that
         holds its distribution (the same bytes), if any."""
         raise NotImplementedError
 
@@ -135,7 +135,7 @@ class _EventLog:
 def open_journal(
     path: str | os.PathLike[str] | None, sync: str = "full", *, create: bool
 ) -> Journal | MemoryJournal:
-    """The journal at ``path`` (:class:`Journal`), or a :class:`MemoryJournal` for None."""
+    """The journal at ``path`` (``Journal``), or a ``MemoryJournal`` for None."""
     return MemoryJournal() if path is None else Journal(path, sync, create=create)
 
 

@@ -58,7 +58,7 @@ class Estimate:
 
 @dataclass(frozen=True)
 class OPEResult:
-    """What :func:`evaluate` estimates for a candidate distribution.
+    """What ``evaluate`` estimates for a candidate distribution.
 
     Attributes
     ----------
@@ -166,7 +166,7 @@ def evaluate(
     Parameters
     ----------
     journal_or_log : path, Router or list of event dicts
-        A journal file, a live :class:`~msroute.router.Router`, or events as returned by
+        A journal file, a live ``Router``, or events as returned by
         ``Router.decisions_since``.
     candidate_q : mapping of expert id -> probability
         The distribution q' to evaluate (M i.i.d. draws per decision, as the log's policy).

@@ -5,7 +5,7 @@ machine, as long as the policy's whole learning step). Python's ``sqlite3`` rele
 while SQLite commits, so a helper thread can learn the feedback meanwhile: the caller hands the
 work over, commits, then waits for the work before it returns. The caller keeps the journal
 (the connection is used by one thread only) and the helper touches only in-memory state that
-the caller leaves alone until :meth:`Overlap.finish` returns, so the two never race. The order
+the caller leaves alone until ``Overlap.finish`` returns, so the two never race. The order
 of events and every value computed are those of doing the work before the commit.
 
 Why the caller commits and the helper computes (and not the other way round): the caller holds
@@ -44,7 +44,7 @@ class Overlap:
     """One helper thread (started on first use) running one piece of work at a time.
 
     The thread holds only the queue of work, so an ``Overlap`` that is dropped without
-    :meth:`close` is still collected, and its thread then ends.
+    ``close`` is still collected, and its thread then ends.
     """
 
     def __init__(self) -> None:
@@ -54,7 +54,7 @@ class Overlap:
         self._stop: Callable[[], object] | None = None
 
     def start(self, work: Callable[[], None]) -> None:
-        """Hand ``work`` to the helper; the caller must :meth:`finish` before touching its state."""
+        """Hand ``work`` to the helper; the caller must ``finish`` before touching its state."""
         if self._thread is None:
             self._thread = threading.Thread(
                 target=_serve, args=(self._jobs,), name="msroute-overlap", daemon=True

@@ -1,7 +1,7 @@
 """What a router snapshot holds, and how it is checked when read back.
 
 A snapshot is a summary of the journal up to one event, taken so that opening a journal does not
-replay it from the start: the policy (the versioned policy zip of :mod:`msroute.policies.persist`,
+replay it from the start: the policy (the versioned policy zip of ``msroute.policies.persist``,
 which carries its own checksum) and the router's state as JSON. The router's state holds state,
 not history: its size does not grow with the traffic. In particular the pending decisions are not
 copied into it; it holds only the journal position of the oldest one (``pending_from``) and their
@@ -9,7 +9,7 @@ number, and recovery finds them again among the events from there on (a decision
 a feedback, an expiry or the removal of one of its experts closed it). Their number makes that
 search checkable, and a SHA-256 of the canonical JSON covers the whole state.
 
-Only the last :data:`SNAPSHOTS_KEPT` snapshots are kept: the newest, and the one before it as a
+Only the last ``SNAPSHOTS_KEPT`` snapshots are kept: the newest, and the one before it as a
 fallback should the newest be unreadable.
 """
 

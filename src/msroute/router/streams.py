@@ -20,9 +20,9 @@ __all__ = ["DecisionStreams"]
 
 
 class DecisionStreams(RunStreams):
-    """The stream of a one-run policy inside a router: call :meth:`start` before each decision.
+    """The stream of a one-run policy inside a router: call ``start`` before each decision.
 
-    A :class:`RunStreams` as far as the policy and its persistence are concerned (its inherited
+    A ``RunStreams`` as far as the policy and its persistence are concerned (its inherited
     per-run generators are kept, untouched, so that a policy file saved with it loads like any
     other); ``uniform``, ``beta`` and ``beta_top`` draw from the current decision's generator.
 
@@ -79,6 +79,6 @@ class DecisionStreams(RunStreams):
         offset: FloatArray | None,
         constants: GammaConstants | None = None,
     ) -> IntArray:
-        """The top M of :meth:`beta`'s draws plus ``offset``, by :func:`top_m` (no numba)."""
+        """The top M of ``beta``'s draws plus ``offset``, by ``top_m`` (no numba)."""
         scores = self.beta(a, b)
         return top_m(scores if offset is None else scores + offset, m)

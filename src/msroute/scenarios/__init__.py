@@ -1,14 +1,14 @@
 """Named scenarios: where routing matters, and what it is worth against the certified optimum.
 
 A scenario is an instance family (base skills and named costs per seed), a stationary Beta
-environment, a cost model and a budgeted cost coordinate (:class:`Scenario`). The registry:
+environment, a cost model and a budgeted cost coordinate (``Scenario``). The registry:
 
 * ``trec-paper`` -- the paper's Section 6.1 instance (TREC 2010, K = 50, N = 3, M = 5);
 * ``trec-sharp`` -- TREC 2010 with N = 10, M = 2 and empirical-Bayes accuracies;
 * ``llm-sim`` -- a SIMULATED LLM-routing family (12 models, $ budgets);
 * ``web`` -- the packaged web relevance data under the paper's protocol;
 
-and user files (:func:`files_scenario`: ``--skills FILE.csv --costs FILE.csv``). Each factory's
+and user files (``files_scenario``: ``--skills FILE.csv --costs FILE.csv``). Each factory's
 docstring says where its numbers come from. ``msroute bench`` sweeps a scenario's budget.
 """
 
@@ -65,10 +65,10 @@ def get_scenario(name: str, params: tuple[tuple[str, Any], ...] = ()) -> Scenari
     Parameters
     ----------
     name : str
-        A key of :data:`SCENARIOS`, or ``"files"``.
+        A key of ``SCENARIOS``, or ``"files"``.
     params : tuple of (str, value)
-        For ``"files"``: the keyword arguments of :func:`files_scenario`
-        (a scenario's own :attr:`Scenario.params`); ignored by the registered ones.
+        For ``"files"``: the keyword arguments of ``files_scenario``
+        (a scenario's own ``Scenario.params``); ignored by the registered ones.
     """
     if name == FILES:
         kwargs = dict(params)

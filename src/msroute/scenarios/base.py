@@ -1,11 +1,11 @@
 """What a scenario is: an instance family, its environment, its cost model and its budget.
 
-A :class:`Scenario` draws one :class:`ScenarioInstance` per seed (base skills ``V_base`` (N, K),
+A ``Scenario`` draws one ``ScenarioInstance`` per seed (base skills ``V_base`` (N, K),
 costs ``C`` (K, d) with named columns), runs it in a stationary Beta environment, and constrains
 one named cost coordinate, the *budget*: the time-averaged realized cost of that coordinate
 (each distinct routed expert counted once, as everywhere in msroute) must stay at or below the
 budget level; the other cost coordinates are recorded, not bounded. ``msroute bench`` sweeps the
-budget from the cheapest feasible level to unconstrained (:meth:`Scenario.budget_grid`).
+budget from the cheapest feasible level to unconstrained (``Scenario.budget_grid``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def _data(dataset: str) -> CrowdData:
 
 
 def crowd_scenario_instance(inst: Instance) -> ScenarioInstance:
-    """A crowd :class:`~msroute.datasets.Instance` as a scenario instance (experts named by
+    """A crowd ``Instance`` as a scenario instance (experts named by
     worker id; costs workload and expert flag)."""
     return ScenarioInstance(
         skills_base=inst.skills_base,

@@ -9,7 +9,7 @@ Both files have a header row and one row per expert; the first column names the 
 Skills are the mean skill of each expert on each reward dimension, in [0, 1]; costs are the
 cost of one call per named cost coordinate, finite and >= 0. Both files must list the same
 experts (in any order; the skills file's order is kept). Errors name the file and line, as the
-crowd loader's do (:class:`~msroute.errors.DataFormatError`).
+crowd loader's do (``DataFormatError``).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def load_costs_csv(path: PathLike) -> tuple[tuple[str, ...], tuple[str, ...], Fl
     Raises
     ------
     DataFormatError
-        As :func:`load_skills_csv`, for values that are not finite numbers >= 0.
+        As ``load_skills_csv``, for values that are not finite numbers >= 0.
     """
     return _read_table(path, "cost", 0.0, math.inf)
 

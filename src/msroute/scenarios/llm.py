@@ -27,7 +27,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def llm_sim_instance(seed: np.random.SeedSequence) -> ScenarioInstance:
-    """One draw of the generative model documented in :func:`llm_sim`."""
+    """One draw of the generative model documented in ``llm_sim``."""
     rng = np.random.default_rng(seed)
     k, n = _N_MODELS, len(LLM_CATEGORIES)
     price = np.geomspace(*_PRICE_RANGE, k)

@@ -4,9 +4,9 @@ Needs the ``serve`` extra (``pip install "msroute[serve]"``: FastAPI, uvicorn, p
 prometheus-client). Nothing outside this package imports it, so ``import msroute`` never loads
 FastAPI.
 
-- :func:`create_app` builds the ASGI app over the routers of a :class:`ServiceConfig`.
-- :func:`load_service_config` reads the TOML file with one ``[routers.NAME]`` table per router.
-- :func:`serve` runs the app under uvicorn until SIGTERM or Ctrl-C.
+- ``create_app`` builds the ASGI app over the routers of a ``ServiceConfig``.
+- ``load_service_config`` reads the TOML file with one ``[routers.NAME]`` table per router.
+- ``serve`` runs the app under uvicorn until SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""The FastAPI application: :func:`create_app` builds one app over the routers of a config.
+"""The FastAPI application: ``create_app`` builds one app over the routers of a config.
 
 There is no module-level app: each call builds a fresh one with its own metrics registry, and
 its lifespan opens every router's journal (recovering its state) on start and closes them on
-shutdown. Every router call goes through the router's :class:`RouterOwner`, which serializes
+shutdown. Every router call goes through the router's ``RouterOwner``, which serializes
 calls and acknowledges each only after the journal transaction holding it has committed.
 
 The endpoints are declared here, with their schemas, examples and error responses (the OpenAPI
 document). The two hot ones are served in the ordinary case by
-:class:`~msroute.service.fastpath.FastPath`, in front of FastAPI, with the same models and the
+``FastPath``, in front of FastAPI, with the same models and the
 same operations; FastAPI serves them in every other case (and answers their errors).
 """
 
@@ -89,14 +89,14 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         The routers (with their journals) and the HTTP limits.
     token : str or None
         Every endpoint but ``/healthz`` requires ``Authorization: Bearer <token>``; ``None``
-        disables authentication (see :func:`msroute.service.auth.check_start` for when that is
+        disables authentication (see ``msroute.service.auth.check_start`` for when that is
         allowed).
 
     Returns
     -------
     ASGI app
         The FastAPI app behind the fast path of the two hot endpoints
-        (:class:`~msroute.service.fastpath.FastPath`), the body limit and the request timer.
+        (``FastPath``), the body limit and the request timer.
         Its lifespan opens the journals on start and closes them on shutdown.
     """
     service = ServedRouters(config)

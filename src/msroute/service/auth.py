@@ -1,7 +1,7 @@
 """Bearer-token authentication, as a FastAPI dependency, and the rules for starting a server.
 
 The token comes from the environment variable ``MSROUTE_TOKEN``; requests carry it as
-``Authorization: Bearer <token>``. Tokens are compared with :func:`hmac.compare_digest` (time
+``Authorization: Bearer <token>``. Tokens are compared with ``hmac.compare_digest`` (time
 independent of where they differ) and never written to logs or error messages. Running without a
 token needs ``--no-auth`` and is allowed on a loopback address only.
 """
@@ -62,7 +62,7 @@ def check_start(host: str, token: str | None, no_auth: bool) -> str | None:
 class BearerToken(HTTPBearer):
     """The dependency that lets a request through only with ``Authorization: Bearer <token>``.
 
-    A subclass of FastAPI's :class:`HTTPBearer`, so the OpenAPI schema declares the bearer
+    A subclass of FastAPI's ``HTTPBearer``, so the OpenAPI schema declares the bearer
     scheme, but one dependency without sub-dependencies (this runs on every request). With
     ``token=None`` (``--no-auth``) every request passes.
     """

@@ -2,15 +2,15 @@
 
 ``POST /v1/routers/{name}/decisions`` and ``POST /v1/routers/{name}/decisions/{id}/feedback``
 carry nearly all the traffic, and FastAPI's layers (routing, dependency solving, its own
-middleware) cost more CPU per request than the router itself. :class:`FastPath` wraps the
+middleware) cost more CPU per request than the router itself. ``FastPath`` wraps the
 FastAPI app and answers these two requests directly in the ordinary case: a served router, a
 valid decision id in the path, an accepted token, a ``Content-Length`` JSON body that the request
 model accepts. Every other request goes to the FastAPI app unchanged (a body already read is
 replayed), so there is one set of rules and one set of error bodies: the body is validated by
 the same pydantic model (``model_validate`` on the parsed JSON, as FastAPI does), the token by
-the same :class:`~msroute.service.auth.BearerToken`, and whatever either refuses is answered by
+the same ``BearerToken``, and whatever either refuses is answered by
 FastAPI's handlers. The work and the answers are those of the FastAPI endpoints: the same
-:class:`~msroute.service.routers.ServedRouters` operations, the same ``JSONResponse``, the same
+``ServedRouters`` operations, the same ``JSONResponse``, the same
 problem table for the router's errors.
 """
 
@@ -63,7 +63,7 @@ _STATUS_BODIES = {s: b'{"status":"%s"}' % s.encode() for s in FEEDBACK_STATUSES}
 def json_bytes(content: Any) -> bytes:
     """``content`` as compact UTF-8 JSON, as ``JSONResponse`` renders it, in a fraction of the time.
 
-    pydantic-core's encoder writes the same JSON values as :func:`json.dumps` (numbers in the
+    pydantic-core's encoder writes the same JSON values as ``json.dumps`` (numbers in the
     shortest form that reads back to the same float, e.g. ``1e-5`` for ``1e-05``). Non-finite
     numbers are not JSON: should the output spell one (or an id merely contain the letters), the
     standard encoder decides, which refuses them as ``JSONResponse`` does.

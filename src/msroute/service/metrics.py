@@ -38,7 +38,7 @@ class RouterCounters:
 
 
 class ServiceMetrics:
-    """The metric families of the service, registered in a private :class:`CollectorRegistry`."""
+    """The metric families of the service, registered in a private ``CollectorRegistry``."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

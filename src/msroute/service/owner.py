@@ -1,17 +1,17 @@
 """One owner per router: serialized calls and group commit.
 
-A :class:`RouterOwner` is the only code that touches its Router, one call at a time (no lost
+A ``RouterOwner`` is the only code that touches its Router, one call at a time (no lost
 updates), and it commits in groups: the calls that arrive while the previous group is being
 committed are applied together inside one ``router.group()`` — one journal transaction, one
 fsync at ``synchronous=FULL`` — and every caller is answered only after that transaction has
 committed. A call that raises inside the group changed no state and gets its own error; the
 others proceed. If the COMMIT itself fails (a full disk, an I/O error), or a write inside the
-group did, every call of the group fails with the Router's :class:`~msroute.errors.JournalError`
+group did, every call of the group fails with the Router's ``JournalError``
 and none is acknowledged; the Router has rolled the group back in memory too and goes on, so the
-next group tries the disk again. :attr:`RouterOwner.writable` is False from a failed write until a
+next group tries the disk again. ``RouterOwner.writable`` is False from a failed write until a
 group commits: a service reports it as unhealthy. A Router that could not even read its journal
-back (:attr:`Router.failure` says why) is reopened in place before the next group, at most once
-every :data:`REOPEN_INTERVAL_S` seconds, so it recovers by itself once the disk does.
+back (``Router.failure`` says why) is reopened in place before the next group, at most once
+every ``REOPEN_INTERVAL_S`` seconds, so it recovers by itself once the disk does.
 
 The calls run on the event loop's thread and the COMMIT on the owner's own thread, which waits
 for the disk without the GIL while the event loop serves HTTP and the next group fills up: under
@@ -93,7 +93,7 @@ class RouterOwner:
 
     async def recover(self) -> bool:
         """Try to make the router writable again now (reopening it if it needs that; not
-        rate-limited); returns :attr:`writable`. Runs between two groups."""
+        rate-limited); returns ``writable``. Runs between two groups."""
         self._next_reopen = 0.0
         return await self.call(lambda router: router.writable)
 

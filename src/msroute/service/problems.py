@@ -2,7 +2,7 @@
 
 Every error response of the service is a problem document ``{"type", "title", "status",
 "detail"}`` whose ``detail`` names the offending field. msroute's own errors map to a status by
-:data:`STATUS_OF` (first matching class wins); request bodies that do not match the schema are
+``STATUS_OF`` (first matching class wins); request bodies that do not match the schema are
 422 with one ``errors`` entry per field (never echoing the values sent); unparsable JSON is 400.
 """
 
@@ -82,7 +82,7 @@ def _message(exc: BaseException) -> str:
 def msroute_problem(exc: MSRouteError, where: str) -> JSONResponse:
     """The problem response for an msroute error raised while serving ``where`` (method, path).
 
-    The status comes from :data:`STATUS_OF`; errors that are not about a value (5xx) are logged.
+    The status comes from ``STATUS_OF``; errors that are not about a value (5xx) are logged.
     """
     status = next(s for cls, s in STATUS_OF if isinstance(exc, cls))
     if status >= 500:

@@ -1,7 +1,7 @@
 """What every endpoint shares: the routers' owners, the metrics, the feedback-delay clocks.
 
-:class:`ServedRouters` opens each router of the config under its :class:`RouterOwner` on start
-and closes them on stop. Its :meth:`~ServedRouters.decide` and :meth:`~ServedRouters.feedback`
+``ServedRouters`` opens each router of the config under its ``RouterOwner`` on start
+and closes them on stop. Its ``decide`` and ``feedback``
 are the two hot operations, called by the FastAPI endpoints and by the fast path alike, so both
 count and time requests the same way.
 """

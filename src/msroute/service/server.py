@@ -5,7 +5,7 @@ On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish (
 queue and closes its journal.
 
 The process is the server's alone, so it also sets the garbage collector for serving
-(:func:`collect_for_serving`).
+(``collect_for_serving``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def collect_for_serving() -> None:
     Reference counting frees nearly all of a request's objects; the cyclic collector still ran
     after every 700 net allocations, and every few seconds traversed every object of the process
     (FastAPI's, pydantic's, numpy's modules: a pause of tens of milliseconds). Everything that
-    exists once the app is built lives as long as the process, so :func:`gc.freeze` takes it out
+    exists once the app is built lives as long as the process, so ``gc.freeze`` takes it out
     of every later collection, and a young generation of 50,000 objects makes collections rare.
     Cycles are still collected; only later.
     """
@@ -71,7 +71,7 @@ def serve(
     Raises
     ------
     InvalidValueError
-        The auth settings are unsafe (see :func:`msroute.service.auth.check_start`).
+        The auth settings are unsafe (see ``msroute.service.auth.check_start``).
     """
     required = check_start(host, token, no_auth)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -4,8 +4,8 @@ uvicorn writes a response's status line and headers as soon as the app sends
 ``http.response.start``, and its body on ``http.response.body``: two ``send`` system calls and two
 TCP segments per response, and on loopback two wake-ups of the client. On the service's small
 JSON answers those system calls cost more CPU than anything else the event loop does per request.
-:class:`CoalescingHttpTools` is uvicorn's own httptools protocol (same parser, same rules) whose
-connections write through :class:`GatheringTransport`: the bytes written during one turn of the
+``CoalescingHttpTools`` is uvicorn's own httptools protocol (same parser, same rules) whose
+connections write through ``GatheringTransport``: the bytes written during one turn of the
 event loop leave together, in one ``write`` of the real transport, at the start of the next turn.
 Bytes and their order are unchanged; closing a connection first writes what is gathered.
 """
@@ -62,7 +62,7 @@ class GatheringTransport:
 
 
 class CoalescingHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a :class:`GatheringTransport`."""
+    """uvicorn's httptools protocol writing through a ``GatheringTransport``."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

@@ -4,16 +4,16 @@ Each loop computes what a numpy update of the same policy computes, with the sam
 the same order, so a batch of runs in one loop gives the floats a single run (a live router)
 gets from numpy:
 
-* :mod:`~msroute.policies._compiled.variates` -- each run's own random stream (xoshiro256++)
+* ``variates`` -- each run's own random stream (xoshiro256++)
   and its uniforms, normals, Gamma and Beta variates;
-* :mod:`~msroute.policies._compiled.top` -- the M best experts of a score row, and of Thompson
+* ``top`` -- the M best experts of a score row, and of Thompson
   sampling's Beta samples;
-* :mod:`~msroute.policies._compiled.credit` -- the team baselines' statistics credited with a
+* ``credit`` -- the team baselines' statistics credited with a
   batch's feedback;
-* :mod:`~msroute.policies._compiled.dual` -- the Lagrangian dual's step and penalty;
-* :mod:`~msroute.policies._compiled.checks` -- the feedback's range checks;
-* :mod:`~msroute.policies._compiled.multinomial` -- inverse-CDF draws of the routing
+* ``dual`` -- the Lagrangian dual's step and penalty;
+* ``checks`` -- the feedback's range checks;
+* ``multinomial`` -- inverse-CDF draws of the routing
   distribution.
 
-How they are compiled and cached: :mod:`msroute._jit`.
+How they are compiled and cached: ``msroute._jit``.
 """

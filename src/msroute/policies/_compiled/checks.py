@@ -19,7 +19,7 @@ def feedback_in_range(
     draws: IntArray,
     n_experts: int,
 ) -> bool:
-    """Whether a batch's feedback passes :meth:`msroute.policies.base.BasePolicy.update`'s
+    """Whether a batch's feedback passes ``msroute.policies.base.BasePolicy.update``'s
     range checks, in one loop: ``low <= reward <= high`` (R,), ``0 <= cost <= cap`` (R, d) and
     ``0 <= draws < n_experts`` (R, M); NaN fails. The update names what fails by numpy."""
     for r in range(reward.shape[0]):

@@ -22,7 +22,7 @@ __all__ = ["credit_beta", "credit_shared", "credit_thompson"]
 def credit_shared(
     counts: FloatArray, means: FloatArray, rsqrt: FloatArray, routed: IntArray, reward: FloatArray
 ) -> None:
-    """:meth:`msroute.policies.team.SharedRewardStats.update` of a batch, in one loop.
+    """``msroute.policies.team.SharedRewardStats.update`` of a batch, in one loop.
 
     ``counts``, ``means``, ``rsqrt``: raveled (R K,); ``routed`` (R, M) flat indices, each
     distinct one credited once; ``reward`` (R,). The same floats as the numpy update: ``n = n_i
@@ -52,7 +52,7 @@ def _credit_beta_row(
 ) -> None:
     """``alpha_i += s``, ``beta_i += 1 - s`` for each distinct flat index of ``routed[r]``, and
     the sampler's constants of the new shapes (``seen``, ``d``, ``c``: raveled (R 2K,)
-    :class:`msroute.policies.streams.GammaConstants`), so that its refresh finds the run's row
+    ``msroute.policies.streams.GammaConstants``), so that its refresh finds the run's row
     current (a shape it cannot draw from is left for the sampler to name)."""
     k = alpha.size // routed.shape[0]
     for j in range(routed.shape[1]):
@@ -79,7 +79,7 @@ def credit_beta(
     d: FloatArray,
     c: FloatArray,
 ) -> None:
-    """:meth:`msroute.policies.team.BetaPosterior.update` of a batch, in one loop.
+    """``msroute.policies.team.BetaPosterior.update`` of a batch, in one loop.
 
     ``alpha``, ``beta``: raveled (R K,); ``routed`` (R, M) flat indices, each distinct one
     credited once; ``success`` (R,): ``alpha_i += s``, ``beta_i += 1 - s``; ``seen``, ``d``,
@@ -101,8 +101,8 @@ def credit_thompson(
     d: FloatArray,
     c: FloatArray,
 ) -> None:
-    """Thompson sampling's update of a batch (:class:`msroute.policies.bandit.ThompsonSampling`),
-    in one loop: each run's success, then :func:`credit_beta`.
+    """Thompson sampling's update of a batch (``msroute.policies.bandit.ThompsonSampling``),
+    in one loop: each run's success, then ``credit_beta``.
 
     The success is ``reward / scale`` when ``scale > 0``; else the running maximum ``reward_max``
     (R,) takes the reward in and the success is ``reward / reward_max`` (``/ 1`` while the

@@ -1,6 +1,6 @@
 """The Lagrangian dual of a batch, compiled (numba): its subgradient step and its penalty.
 
-Both give the floats of :class:`msroute.policies.lagrangian.LagrangianDual`'s numpy form: the
+Both give the floats of ``msroute.policies.lagrangian.LagrangianDual``'s numpy form: the
 step with the same operations, the penalty in the order OpenBLAS sums numpy's product.
 """
 
@@ -33,7 +33,7 @@ def dual_step(
     step: float,
     out: FloatArray,
 ) -> None:
-    """:meth:`msroute.policies.lagrangian.LagrangianDual.step` of a batch, in one loop.
+    """``msroute.policies.lagrangian.LagrangianDual.step`` of a batch, in one loop.
 
     ``out`` (R, B) gets the new multipliers from ``lam``; with ``n_steps > 0`` (the running
     average) ``cost_sum`` (R, d) first takes the round's ``cost`` (R, d) in. Each value with
@@ -78,7 +78,7 @@ def penalties(costs: FloatArray, weights: FloatArray, out: FloatArray) -> None:
     ``dgemv`` sums numpy's ``matmul(costs, weights[:, :, None])`` (x86-64, FMA): the second
     product rounded, then the first added to it by a fused multiply-add.
 
-    :meth:`msroute.policies.lagrangian.LagrangianDual.penalty` checks once per process and per
+    ``msroute.policies.lagrangian.LagrangianDual.penalty`` checks once per process and per
     K that numpy's product gives these floats before it uses this loop. ``costs`` (R, K, 2),
     ``weights`` (R, 2), ``out`` (R, K).
     """

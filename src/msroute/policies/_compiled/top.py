@@ -37,7 +37,7 @@ def beta_top(
 
     ``draws[r]`` (M indices, best first; ties to the lower index) gets the top M of
     ``Beta(a[r, i], b[r, i]) + offset[r, i]``, the samples being those that
-    :func:`~msroute.policies._compiled.variates.beta_variates` draws from the same state;
+    ``beta_variates`` draws from the same state;
     ``offset`` is (R, K), or (R, 0) for none. The same as ``msroute.policies.team.top_m`` of
     those scores.
     """
@@ -55,7 +55,7 @@ def beta_top(
         _top_into(score, best, picked, draws, r)
 
 
-#: Up to this M, :func:`_top_into` finds the M-th largest score by a sorting network.
+#: Up to this M, ``_top_into`` finds the M-th largest score by a sorting network.
 _NETWORK_SLOTS = 8
 
 
@@ -117,7 +117,7 @@ def _larger_smaller(b: float, v: float) -> tuple[float, float]:
 
 @inline
 def _top_by_insertion(score: FloatArray, best: FloatArray, draws: IntArray, r: int) -> None:
-    """:func:`_top_into` by inserting each score into the best M so far (``best``: their
+    """``_top_into`` by inserting each score into the best M so far (``best``: their
     scores)."""
     m = draws.shape[1]
     for i in range(score.size):

@@ -23,7 +23,7 @@ Why xoshiro256++: these loops consume their words one after another (a rejection
 whether the next word is a retry), so the cost of a word is in every draw's path, and it is the
 cheapest generator per word measured there. Philox4x32-10, whose counter would make it the
 natural choice for numbers keyed by (seed, round), spends ten rounds on every word. The state is
-seeded from the run's ``SeedSequence`` (:meth:`~numpy.random.SeedSequence.generate_state`), so
+seeded from the run's ``SeedSequence`` (``generate_state``), so
 distinct runs get unrelated points of the 2^256 - 1 period.
 """
 
@@ -173,7 +173,7 @@ def _gamma(d: float, c: float, s: State) -> tuple[float, State]:
 @inline
 def constants(shape: float) -> tuple[float, float]:
     """Marsaglia-Tsang's ``d = a - 1/3`` and ``c = 1 / sqrt(9 d)`` of ``a = shape``, or of
-    ``a = shape + 1`` below 1 (:class:`msroute.policies.streams.GammaConstants`)."""
+    ``a = shape + 1`` below 1 (``msroute.policies.streams.GammaConstants``)."""
     if not (shape > 0.0 and shape < math.inf):
         raise InvalidValueError("Gamma and Beta shapes must be finite, positive numbers")
     d = (shape + 1.0 if shape < 1.0 else shape) - 1.0 / 3.0
@@ -271,7 +271,7 @@ def gamma_variates(
 ) -> None:
     """``out[r, j] ~ Gamma(shape[r, j])`` (R, W), run ``r`` from its generator ``state[r]``.
 
-    ``seen``, ``d``, ``c``: the constants (:class:`msroute.policies.streams.GammaConstants`).
+    ``seen``, ``d``, ``c``: the constants (``msroute.policies.streams.GammaConstants``).
     """
     n_runs, width = shape.shape
     refresh(shape, seen, d, c, 0)

@@ -219,3 +219,35 @@ def test_a_batch_cost_estimate_learns_the_numpy_floats(
         np.testing.assert_array_equal(fast.n_obs, slow.n_obs)
         np.testing.assert_array_equal(fast.costs, slow.costs)
     assert moved == 20
+
+
+@pytest.mark.parametrize("n_experts", [2, 23, 50])
+def test_a_batch_dual_penalty_is_each_runs_numpy_penalty(n_experts: int) -> None:
+    """A batch's Lagrangian penalty (R, K, 2) is priced by the compiled loop where the probe
+    finds numpy's order, and each run gets the floats numpy's product gives it alone."""
+    from msroute.policies.lagrangian import LagrangianDual, _matmul_penalty
+
+    rng = np.random.default_rng(n_experts)
+    n_runs = 9
+    costs = rng.random((n_runs, n_experts, 2)) * 10.0 ** rng.integers(-3, 4, (n_runs, n_experts, 2))
+    dual = LagrangianDual(np.full((n_runs, 2), -np.inf), np.ones((n_runs, 2)), step=0.5)
+    dual.lam = rng.exponential(size=dual.lam.shape) * 10.0 ** rng.integers(-3, 4, dual.lam.shape)
+    batch = dual.penalty(costs)
+    for r in range(n_runs):
+        alone = _matmul_penalty(costs[r : r + 1], dual.weights()[r : r + 1])
+        np.testing.assert_array_equal(batch[r : r + 1], alone)
+
+
+def test_the_penalty_probe_tells_numpys_order_from_a_plain_sum() -> None:
+    """The probe behind the compiled penalty could not pass a loop that sums in a plain order
+    (each product rounded, then added): that order differs from numpy's in the last bits."""
+    from msroute.policies.lagrangian import _compiled_penalty_agrees, _matmul_penalty
+
+    rng = np.random.default_rng(20240602)
+    costs = rng.random((16, 50, 2)) * 10.0 ** rng.integers(-3, 4, (16, 50, 2))
+    weights = rng.normal(size=(16, 2)) * 10.0 ** rng.integers(-3, 4, (16, 2))
+    plain = costs[:, :, 0] * weights[:, None, 0] + costs[:, :, 1] * weights[:, None, 1]
+    assert not np.array_equal(plain, _matmul_penalty(costs, weights))
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
+    if "openblas" in blas.lower():
+        assert _compiled_penalty_agrees(50)

@@ -23,6 +23,11 @@ round; here one loop over the runs gives the same floats, in the same order of o
   product agrees with this order on probes that tell the orders apart, and the simulator
   falls back to ``team_cost`` when it does not (or when d is not 2 or 3).
 
+Why the BLAS's order is reproduced rather than a plain one: a batch then gets the floats numpy
+gives a single run, so the paper's numbers do not depend on how runs are batched, while the pass
+stays cheaper than numpy's product (``benchmarks/bench_blas_order.py`` measures both; a plain
+order changes about one cost in a hundred in its last bits). ``tests/test_outcome.py`` checks it.
+
 Imported on first use, compiled as ``msroute._jit`` describes.
 """
 

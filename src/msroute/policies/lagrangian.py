@@ -253,7 +253,9 @@ def _compiled_penalty_agrees(n_experts: int) -> bool:
     numpy hands the product to its BLAS, whose order of operations depends on the library, the
     CPU and the shapes (with K = 1 numpy takes a dot product instead); probed once per process
     and K on costs and weights spread over seven decades, of both signs, where a plain sum, an
-    FMA the other way round and this one differ.
+    FMA the other way round and this one differ. The loop is kept because it is cheaper than
+    the product and a plain order would change the floats (``benchmarks/bench_blas_order.py``,
+    ``tests/test_outcome.py``).
     """
     from msroute.policies._compiled.dual import penalties
 

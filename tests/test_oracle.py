@@ -340,37 +340,114 @@ def contextual_instance(seed: int):
     return skills, contexts, weights, problem
 
 
-def test_contextual_opt_decomposes_and_beats_one_shared_policy():
+def cvxpy_contextual(skills, contexts, weights, costs, hi, m, floor):
+    """OPT^ctx under the aggregate budget by a general conic solver: Phi per round as
+    sum_j gap_j (1 - (1 - Q_j)^M), concave in q (cvxpy's power of an affine expression)."""
+    t, n, k = skills.shape
+    n_ctx = weights.shape[0]
+    q = cp.Variable((n_ctx, k))
+    share = np.bincount(contexts, minlength=n_ctx) / t
+    terms = []
+    for r in range(t):
+        x = contexts[r]
+        for dim in range(n):
+            v = skills[r, dim] * weights[x, dim]
+            order = np.argsort(-v)
+            vs = v[order]
+            gaps = vs - np.append(vs[1:], 0.0)
+            for j in range(k):
+                if gaps[j] > 0:
+                    top = cp.sum(q[x, order[: j + 1]])
+                    terms.append(gaps[j] * (1 - cp.power(1 - top, m)) / t)
+    spend = sum(share[x] * (costs.T @ q[x]) for x in range(n_ctx))
+    cons = [q >= floor, cp.sum(q, axis=1) == 1, spend <= hi]
+    prob = cp.Problem(cp.Maximize(sum(terms)), cons)
+    prob.solve(solver=cp.CLARABEL)
+    return prob.value, q.value
+
+
+def test_contextual_opt_holds_the_budget_on_the_aggregate_and_matches_a_general_solver():
     skills, contexts, weights, problem = contextual_instance(30)
     gamma = problem.default_gamma()
     ctx = contextual_opt(skills, contexts, weights, problem, floor=gamma)
     t = len(contexts)
     assert ctx.converged and ctx.gap <= 1e-6
     np.testing.assert_array_equal(ctx.counts, np.bincount(contexts, minlength=3))
-    # Equal to the sum of per-context oracles, each solved on its own weighted rounds.
-    total = 0.0
+    _, hi = problem.surrogate_box()
+    want, _ = cvxpy_contextual(skills, contexts, weights, problem.costs, hi, 2, gamma)
+    assert ctx.value == pytest.approx(want, abs=1e-5)
+    # Its policies are feasible on the aggregate and score what it says.
+    share = ctx.counts / t
+    spend = sum(share[x] * (problem.costs.T @ ctx.q[x]) for x in range(3))
+    assert np.all(spend <= hi + 1e-12) and np.allclose(spend, ctx.cost)
+    assert np.all(ctx.q >= gamma - 1e-12) and np.allclose(ctx.q.sum(axis=1), 1.0)
+    weighted = skills * weights[contexts][:, :, None]
+    assert ctx.value == pytest.approx(
+        float(expected_reward(ctx.q[contexts], weighted, 2).mean()), abs=1e-12
+    )
+    # A budget per context (each context's spend held to the bound) is a smaller class.
+    per_context = 0.0
     for x in range(2):
         sub = skills[contexts == x] * weights[x][None, :, None]
-        res = best_fixed_policy_for(problem, sub, floor=gamma)
-        assert ctx.per_context[x].value == pytest.approx(res.value, abs=1e-6)
-        total += np.count_nonzero(contexts == x) / t * res.value
-    assert ctx.value == pytest.approx(total, abs=1e-6)
-    assert ctx.per_context[2].value == 0.0 and ctx.per_context[2].message
-    # Independent evaluation of OPT^ctx with the library's reward on the per-context policies.
-    weighted = skills * weights[contexts][:, :, None]
-    q_rounds = np.stack([ctx.per_context[x].q for x in contexts])
-    assert ctx.value == pytest.approx(
-        float(expected_reward(q_rounds, weighted, 2).mean()), abs=1e-12
-    )
+        per_context += (
+            np.count_nonzero(contexts == x)
+            / t
+            * best_fixed_policy_for(problem, sub, floor=gamma).value
+        )
+    assert ctx.value + ctx.gap >= per_context - 1e-9
     # One shared q over the same weighted rounds can only do worse; here strictly.
     shared = best_fixed_policy_for(problem, weighted, floor=gamma)
-    assert ctx.value + ctx.gap >= shared.value
     assert ctx.value > shared.value + 1e-2
-    # And the shared policy, scored per context, never beats a context's optimum.
-    for x in range(2):
-        sub = skills[contexts == x] * weights[x][None, :, None]
-        per_ctx_shared = float(average_reward(shared.q, sub, 2))
-        assert per_ctx_shared <= ctx.per_context[x].value + ctx.per_context[x].gap
+
+
+def test_contextual_opt_beats_budgets_held_per_context_when_contexts_differ_in_price():
+    """Context 0 is cheap to serve well, context 1 dear: the aggregate moves budget to 1."""
+    rng = np.random.default_rng(5)
+    t, k = 60, 3
+    skills = rng.uniform(0.0, 0.2, (t, 1, k))
+    skills[:, 0, 2] = 0.9  # the dear expert is best everywhere
+    contexts = np.repeat([0, 1], t // 2)
+    skills[contexts == 0, 0, 0] = 0.85  # context 0 has a cheap near-equal
+    costs = np.array([[0.1], [0.1], [1.0]])
+    problem = Problem(costs, 1, Constraints(upper=[0.5]))
+    ctx = contextual_opt(skills, contexts, np.ones((2, 1)), problem, floor=0.0)
+    # M = 1 makes it a linear program: solve it independently.
+    share = np.array([0.5, 0.5])
+    vbar = np.stack([skills[contexts == x, 0].mean(axis=0) for x in range(2)])
+    res = linprog(
+        -(share[:, None] * vbar).ravel(),
+        A_ub=(share[:, None] * costs[:, 0][None]).ravel()[None],
+        b_ub=[0.5],
+        A_eq=np.kron(np.eye(2), np.ones((1, k))),
+        b_eq=[1.0, 1.0],
+        bounds=[(0.0, None)] * (2 * k),
+    )
+    assert ctx.value == pytest.approx(-res.fun, abs=1e-7)
+    held = sum(0.5 * best_fixed_policy_for(problem, skills[contexts == x]).value for x in range(2))
+    assert ctx.value > held + 0.02
+    assert ctx.q[1, 2] > ctx.q[0, 2]  # the dear expert goes where it is needed
+
+
+def test_contextual_opt_uses_each_rounds_own_costs():
+    skills, contexts, weights, problem = contextual_instance(33)
+    t = len(contexts)
+    doubled = np.broadcast_to(2.0 * problem.costs, (t, *problem.costs.shape))
+    table = contextual_opt(skills, contexts, weights, problem, floor=0.0)
+    dear = contextual_opt(skills, contexts, weights, problem, floor=0.0, round_costs=doubled)
+    same = contextual_opt(
+        skills,
+        contexts,
+        weights,
+        problem,
+        floor=0.0,
+        round_costs=np.broadcast_to(problem.costs, doubled.shape),
+    )
+    assert same.value == pytest.approx(table.value, abs=1e-9)
+    assert dear.value < table.value - 1e-3
+    _, hi = problem.surrogate_box()
+    assert np.all(dear.cost <= hi + 1e-12)
+    with pytest.raises(ValueError, match="round_costs must have shape"):
+        contextual_opt(skills, contexts, weights, problem, floor=0.0, round_costs=doubled[:, :2])
 
 
 def test_contextual_single_context_equals_plain_oracle():

@@ -34,11 +34,24 @@ def register(subparsers: Any) -> None:
         "OUT/bench-SCENARIO.csv/.json/.png/.svg and prints the regret to the frontier. "
         f"Scenarios: {', '.join(SCENARIOS)}; or --skills FILE.csv --costs FILE.csv.",
     )
-    p.add_argument("scenario", nargs="?", choices=list(SCENARIOS), help="a named scenario")
+    p.add_argument(
+        "scenario", nargs="?", choices=[*SCENARIOS, "llmrouter"], help="a named scenario"
+    )
+    p.add_argument(
+        "--outcomes",
+        type=Path,
+        help="an outcome table (CSV or JSON Lines): prompt_id[,category],MODEL...,MODEL|COST...",
+    )
     p.add_argument("--skills", type=Path, help="CSV: rows experts, columns reward dims, in [0,1]")
     p.add_argument("--costs", type=Path, help="CSV: rows experts, one column per named cost")
-    p.add_argument("--budget-cost", help="with --costs: the budgeted column (default: first)")
-    p.add_argument("--m-draws", type=int_arg, default=2, help="with --skills: M (default 2)")
+    p.add_argument(
+        "--budget-cost", help="with --costs or --outcomes: the budgeted cost (default: first)"
+    )
+    p.add_argument(
+        "--m-draws",
+        type=int_arg,
+        help="M (default 2 with --skills; 1 and 2 for outcome tables)",
+    )
     p.add_argument("--policies", type=_names, help="comma-separated registered policies")
     p.add_argument(
         "--budgets", type=_names, help="comma-separated budget levels (numbers, or 'none')"
@@ -74,7 +87,10 @@ def build_config(args: argparse.Namespace) -> Any:
     values: dict[str, Any] = dict(QUICK) if args.quick else {}
     if files:
         scenario = files_scenario(
-            str(args.skills), str(args.costs), m_draws=args.m_draws, budget_cost=args.budget_cost
+            str(args.skills),
+            str(args.costs),
+            m_draws=2 if args.m_draws is None else args.m_draws,
+            budget_cost=args.budget_cost,
         )
         values.update(scenario=FILES, scenario_params=scenario.params)
     else:
@@ -95,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise InvalidValueError(f"--jobs == {args.jobs}, must be >= 1")
+    if args.outcomes is not None or args.scenario == "llmrouter":
+        return run_outcomes(args)
     cfg = build_config(args)
     args.out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
@@ -103,5 +121,45 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"bench {cfg.scenario}: done in {time.perf_counter() - tic:.1f} s ({cfg.seeds} seeds, "
             f"T = {cfg.horizon}); results in {args.out}/bench-{cfg.scenario}.*"
+        )
+    return 0
+
+
+def outcome_config(args: argparse.Namespace) -> Any:
+    """The outcome bench's settings: the packaged table or ``--outcomes``, then the flags."""
+    from msroute.experiments.outcomes import LLMROUTER, OutcomeBenchConfig
+
+    if args.outcomes is not None and args.scenario is not None:
+        raise InvalidValueError("give a scenario name or --outcomes FILE, not both")
+    if args.skills is not None or args.costs is not None:
+        raise InvalidValueError("--outcomes and --skills/--costs are different inputs: give one")
+    values: dict[str, Any] = {"table": LLMROUTER if args.outcomes is None else str(args.outcomes)}
+    if args.quick:
+        values.update(seeds=2, horizon=2000)
+    given = {
+        "policies": args.policies,
+        "budgets": args.budgets,
+        "seeds": args.seeds,
+        "horizon": args.horizon,
+        "budget_cost": args.budget_cost,
+        "m_draws": None if args.m_draws is None else (args.m_draws,),
+    }
+    values.update({k: v for k, v in given.items() if v is not None})
+    return OutcomeBenchConfig(**values)
+
+
+def run_outcomes(args: argparse.Namespace) -> int:
+    """Run the sweep on a recorded outcome table."""
+    from msroute.experiments.outcomes import run_outcome_bench
+
+    cfg = outcome_config(args)
+    tic = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = run_outcome_bench(cfg, args.out, jobs=args.jobs, plot=not args.no_plot, quiet=args.quiet)
+    if not args.quiet:
+        name = rows[0]["table"] if rows else cfg.table
+        print(
+            f"bench {name}: done in {time.perf_counter() - tic:.1f} s ({cfg.seeds} seeds, "
+            f"T = {cfg.horizon}, M in {list(cfg.m_draws)}); results in {args.out}/"
         )
     return 0

@@ -151,9 +151,15 @@ def test_infeasible_bounds_fail_at_construction_naming_the_cost() -> None:
         Router(cfg(constraints={"upper": {"usd": 0.0001}}))
 
 
-def test_contexts_need_the_omd_family() -> None:
-    with pytest.raises(RouterConfigError, match="contexts: policy 'ts' is context-free"):
-        Router(cfg(policy="ts", contexts=["a"]))
+@pytest.mark.parametrize("policy", ["ts", "cbwk", "ts-bwk", "uniform"])
+def test_every_policy_takes_contexts(policy: str) -> None:
+    router = Router(cfg(policy=policy, contexts=["a", "b"]))
+    for i in range(30):
+        d = router.route(context="ab"[i % 2])
+        router.feedback(d.decision_id, reward_of(d))
+    assert router.state()["decisions"] == 30
+    with pytest.raises(InvalidFeedbackError, match="unknown context 'c'"):
+        router.route(context="c")
 
 
 # ---------------------------------------------------------------------- routing and feedback
@@ -305,7 +311,12 @@ def test_add_and_remove_experts() -> None:
     router.remove_expert("mid")
     assert router.expert_ids == ["big", "small", "tiny", "new"]
     assert math.isclose(sum(router.state()["q"].values()), 1.0)
-    assert router.feedback(held.decision_id, 0.6) == "late"  # it routed to a removed expert
+    # It routed to a removed expert, before its deadline: its own status, logged, not learned.
+    assert held.deadline > time.time()
+    version = router.state()["policy_version"]
+    assert router.feedback(held.decision_id, 0.6) == "expert_removed"
+    assert router.state()["policy_version"] == version
+    assert router.feedback(held.decision_id, 0.6) == "duplicate"
     with pytest.raises(InvalidFeedbackError, match="ids are never reused"):
         router.add_expert("mid", [0.01, 0.5])
     with pytest.raises(InvalidFeedbackError, match="already an expert"):

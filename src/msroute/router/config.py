@@ -5,7 +5,7 @@ Format (the same one ``msroute serve`` reads)::
     policy = "omd"                 # any registered policy; [params] for its keyword arguments
     m_draws = 3
     cost_names = ["usd", "gpu"]
-    contexts = ["billing", "tech"] # optional (OMD family only: one routing policy per context)
+    contexts = ["billing", "tech"] # optional (OMD: one routing per context; others: one for all)
     seed = 0
     journal = "router.db"          # optional: without it the router lives in memory only
     journal_sync = "full"          # or "normal" (faster; may lose the last commits on power loss)

@@ -15,6 +15,7 @@ events after it (``Router.open``).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import logging
@@ -70,6 +71,21 @@ from msroute.router.streams import DecisionStreams
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
 
 _log = logging.getLogger("msroute.router")
+
+#: Configuration keys a running router cannot change (:meth:`Router.open` refuses them).
+_FIXED_KEYS = ("policy", "m_draws", "cost_names", "contexts", "seed", "horizon", "params")
+#: Configuration keys that change no state: a ``configure`` event sets them.
+_SETTING_KEYS = frozenset(
+    {
+        "feedback_ttl_s",
+        "on_missing",
+        "reward_min",
+        "reward_max",
+        "snapshot_every",
+        "journal_sync",
+        "name",
+    }
+)
 
 #: The policy state that learning from a feedback never changes (left out of an undo point).
 _NOT_LEARNED = ("streams",)
@@ -231,7 +247,13 @@ class Router:
         return cls(cfg, journal=journal)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, use_snapshot: bool = True) -> Router:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        use_snapshot: bool = True,
+        config: RouterConfig | Mapping[str, Any] | None = None,
+    ) -> Router:
         """Reopen a journal: the last snapshot, then a replay of the events after it.
 
         Every replayed decision is re-derived and compared with the logged one. The result has
@@ -242,13 +264,35 @@ class Router:
         path : str or path-like
         use_snapshot : bool, default True
             False replays the whole journal from the start (verifying every decision).
+        config : RouterConfig or mapping, optional
+            The configuration the router should now run (a service's config file). Where it
+            differs from the journal's, the differences that a running router can take are
+            applied as journaled events, in one transaction, each checked first: experts
+            added, then the bounds, then experts removed, then the settings that change no
+            state (``feedback_ttl_s``, ``on_missing``, ``reward_min``, ``reward_max``,
+            ``snapshot_every``, ``journal_sync``, ``name``). A difference in any other key
+            (``policy``, ``m_draws``, ``cost_names``, ``contexts``, ``seed``, ``horizon``,
+            ``params``, or the cost of an existing expert id) is refused, naming each key.
+            ``journal`` is not compared.
 
         Raises
         ------
         JournalError
             Missing, damaged or of another schema version; or a decision re-derives differently
             (the message names the first mismatch).
+        RouterConfigError
+            ``config`` differs in keys a running router cannot change (one line naming each;
+            nothing changed, the journal is closed again).
+        InfeasibleConstraintsError
+            The changes of ``config`` cannot all be applied (nothing changed).
         """
+        wanted = (
+            None
+            if config is None
+            else config
+            if isinstance(config, RouterConfig)
+            else RouterConfig.from_dict(config)
+        )
         journal = Journal(path, create=False)
         try:
             cfg = RouterConfig.from_dict(json.loads(journal.meta("config")))
@@ -265,7 +309,101 @@ class Router:
         except BaseException:
             journal.close()
             raise
+        if wanted is not None:
+            try:
+                router.reconfigure(wanted)
+            except BaseException:
+                router.close()
+                raise
         return router
+
+    def config_changes(
+        self, config: RouterConfig | Mapping[str, Any]
+    ) -> list[tuple[str, str | None, dict[str, Any]]]:
+        """The journal events that take this router to ``config``: (kind, id, payload) in the
+        order :meth:`open` applies them (empty when nothing differs).
+
+        Raises
+        ------
+        RouterConfigError
+            ``config`` differs in a key a running router cannot change; one line naming each.
+        """
+        new = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
+        cur = self.config
+        refused = [
+            f"{key} ({getattr(cur, key)!r} -> {getattr(new, key)!r})"
+            for key in _FIXED_KEYS
+            if getattr(cur, key) != getattr(new, key)
+        ]
+        for eid, vec in new.experts.items():
+            if eid in self._col and tuple(self._cost_rows[self._col[eid]]) != tuple(vec):
+                was = self._cost_rows[self._col[eid]]
+                refused.append(f"experts.{eid} (cost {was} -> {list(vec)}: use a new id)")
+            elif eid in self._retired:
+                refused.append(f"experts.{eid} (removed earlier; ids are never reused)")
+        if refused:
+            raise RouterConfigError(
+                f"{self._journal.label}: the configuration differs from the journal's in "
+                f"key(s) a running router cannot change: {'; '.join(refused)}; keep the "
+                "journal's values or start a new journal"
+            )
+        changes: list[tuple[str, str | None, dict[str, Any]]] = [
+            ("add_expert", eid, {"cost": list(vec)})
+            for eid, vec in new.experts.items()
+            if eid not in self._col
+        ]
+        if new.upper != cur.upper or new.lower != cur.lower:
+            changes.append(("set_bounds", None, {"upper": new.upper, "lower": new.lower}))
+        changes += [("remove_expert", e, {}) for e in self._ids if e not in new.experts]
+        settings = {
+            key: value
+            for key, value in new.to_dict().items()
+            if key in _SETTING_KEYS and value != cur.to_dict().get(key)
+        }
+        settings.update(
+            {k: None for k in _SETTING_KEYS - new.to_dict().keys() if k in cur.to_dict()}
+        )
+        if settings:
+            changes.append(("configure", None, settings))
+        return changes
+
+    def reconfigure(self, config: RouterConfig | Mapping[str, Any]) -> list[str]:
+        """Take the router to ``config`` by journaled events (see :meth:`open`): all of them
+        in one transaction, or none. Returns one line per change applied (also logged).
+
+        Raises
+        ------
+        RouterConfigError
+            A key a running router cannot change differs (names each; nothing changed).
+        InfeasibleConstraintsError
+            A change is infeasible (names the cost; nothing changed).
+        JournalError
+            The changes could not be written (nothing changed).
+        """
+        self._check_usable()
+        if self._depth:
+            raise MSRouteError("reconfigure() inside a group(): call it on its own")
+        changes = self.config_changes(config)
+        if not changes:
+            return []
+        lines = []
+        self._begin()
+        try:
+            for kind, ref, payload in changes:
+                if kind == "remove_expert":
+                    payload = {"expired": [d for d, p in self._pending.items() if ref in p.draws]}
+                policy = self._policy_after(kind, ref, payload)
+                self._append(kind, ref, time.time(), payload, None)
+                self._apply_change(kind, ref, payload, policy)
+                lines.append(f"{kind} {ref or ''} {payload}".replace("  ", " "))
+        except BaseException:
+            self._journal.rollback()
+            self._reload_committed()  # from _setup: no failed write pending
+            raise
+        self._finish()
+        for line in lines:
+            _log.warning("%s: configuration change applied: %s", self._journal.label, line)
+        return lines
 
     def _load(self, use_snapshot: bool) -> None:
         """The state of the journal's committed events: the newest readable snapshot (or
@@ -301,11 +439,8 @@ class Router:
         self._layouts: list[list[str]] = [list(self._ids)]
         cls = get_policy_class(cfg.policy)
         self._omd = issubclass(cls, OMDApproachability)
-        if cfg.contexts is not None and not self._omd:
-            raise RouterConfigError(
-                f"contexts: policy {cfg.policy!r} is context-free; contexts need the OMD family "
-                "(one routing policy per context)"
-            )
+        # Every policy takes contexts: the OMD family learns one routing per context (shared
+        # dual), a context-free policy one routing for all; both journal each decision's context.
         self._ctx: dict[str, int] = {c: i for i, c in enumerate(cfg.contexts or ())}
         self._ctx_arrays = [np.array([i], dtype=np.int64) for i in range(len(self._ctx))]
         self._constraints = self._constraints_of(cfg)
@@ -341,10 +476,13 @@ class Router:
         flushes = journal.path is not None and self.config.journal_sync == "full"
         self._overlap = Overlap() if flushes else None
 
-    def _build_policy(self, costs: FloatArray) -> BasePolicy:
-        """The policy over these experts (InfeasibleConstraintsError, ... when impossible)."""
+    def _build_policy(
+        self, costs: FloatArray, constraints: Constraints | None = None
+    ) -> BasePolicy:
+        """The policy over these experts under these bounds (default: the current ones);
+        InfeasibleConstraintsError, ... when impossible."""
         cfg = self.config
-        problem = Problem(costs, cfg.m_draws, self._constraints)
+        problem = Problem(costs, cfg.m_draws, constraints or self._constraints)
         kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
         if self._omd:
             kwargs.update(DEFAULT_OMD_PARAMS)
@@ -789,8 +927,9 @@ class Router:
         Returns
         -------
         str
-            ``"applied"`` (learned), ``"duplicate"`` (already reported; nothing changes) or
-            ``"late"`` (the decision had expired: logged, not learned).
+            ``"applied"`` (learned), ``"duplicate"`` (already reported; nothing changes),
+            ``"late"`` (the decision had expired: logged, not learned) or ``"expert_removed"``
+            (an expert of its team was removed before the feedback came: logged, not learned).
 
         Raises
         ------
@@ -805,10 +944,11 @@ class Router:
             raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
         r = self._check_reward(reward)
         pending = self._pending.get(decision_id)
+        closed = None
         if pending is None:
-            status = self._closed_status(decision_id)
-            if status == "duplicate":
-                return status
+            closed = self._closed_status(decision_id)
+            if closed == "duplicate":
+                return closed
             realized = np.asarray(self._decision_cost(decision_id), dtype=np.float64)
         else:
             realized = pending.cost
@@ -822,7 +962,7 @@ class Router:
             now = time.time()
             self._expire_due(now)
             pending = self._pending.get(decision_id)  # it may just have expired
-            status = "late" if pending is None else "applied"
+            status = "applied" if pending is not None else closed or "late"
             self._log_feedback(decision_id, status, r, c, now)
             self._apply_feedback(decision_id, pending, r, c, realized)
         return status
@@ -925,13 +1065,19 @@ class Router:
         return vec
 
     def _closed_status(self, did: str) -> str:
-        """For an id that is not pending: "duplicate" or "late" (UnknownDecisionError if new)."""
+        """For an id that is not pending: "duplicate", "late" or "expert_removed"
+        (UnknownDecisionError if new).
+
+        A decision stops pending at its feedback, its expiry, or the removal of an expert it
+        routed to (which writes no event under the decision's id): so a decision with neither
+        a feedback nor an expiry was closed by a removal.
+        """
         kinds = {event[1] for event in self._journal.events_of(did)}
         if "decision" not in kinds:
             raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
         if "feedback" in kinds:
-            return "duplicate"  # applied or already reported late
-        return "late"
+            return "duplicate"  # applied, or already logged late or for a removed expert
+        return "late" if "expire" in kinds else "expert_removed"
 
     def _decision_cost(self, did: str) -> list[float]:
         for _, kind, _, _, payload, _ in self._journal.events_of(did):
@@ -1043,47 +1189,155 @@ class Router:
             vec = cost_vector(cost, self.config.cost_names, "cost")
         except RouterConfigError as exc:
             raise InvalidFeedbackError(str(exc)) from exc
-        ids = [*self._ids, expert_id]
-        costs = np.vstack([self._costs, np.array(vec)[None, :]])
-        policy = self._resized_policy(ids, costs)  # raises before any change
+        payload = {"cost": list(vec)}
+        policy = self._policy_after("add_expert", expert_id, payload)  # raises before any change
         with self._write():
-            now = time.time()
-            self._append("add_expert", expert_id, now, {"cost": list(vec)}, None)
-            self._install(ids, costs, policy)
+            self._append("add_expert", expert_id, time.time(), payload, None)
+            self._apply_change("add_expert", expert_id, payload, policy)
 
     def remove_expert(self, expert_id: str) -> None:
         """Remove an expert; its id is never reused.
 
         The feasibility LP runs first (``InfeasibleConstraintsError``, nothing changes). The
-        pending decisions that routed to it expire (their feedback will be "late").
+        pending decisions that routed to it are closed: their feedback gets the status
+        ``"expert_removed"`` and is logged, not learned.
         """
         self._check_usable()
         if not isinstance(expert_id, str) or expert_id not in self._col:
             raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r:.80}")
         if len(self._ids) == 1:
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
-        keep = [i for i, e in enumerate(self._ids) if e != expert_id]
-        ids = [self._ids[i] for i in keep]
-        costs = self._costs[keep]
-        policy = self._resized_policy(ids, costs)
+        gone = [d for d, p in self._pending.items() if expert_id in p.draws]
+        payload: dict[str, Any] = {"expired": gone}
+        policy = self._policy_after("remove_expert", expert_id, payload)
         with self._write():
-            now = time.time()
-            gone = [d for d, p in self._pending.items() if expert_id in p.draws]
-            self._append("remove_expert", expert_id, now, {"expired": gone}, None)
-            self._apply_remove(expert_id, ids, costs, policy, gone)
+            self._append("remove_expert", expert_id, time.time(), payload, None)
+            self._apply_change("remove_expert", expert_id, payload, policy)
 
-    def _apply_remove(
-        self, expert_id: str, ids: list[str], costs: FloatArray, policy: BasePolicy, gone: list[str]
+    # ------------------------------------------------------------------ bounds and configuration
+    def set_bounds(
+        self,
+        upper: Mapping[str, float | None] | None = None,
+        lower: Mapping[str, float | None] | None = None,
     ) -> None:
-        for did in gone:
-            del self._pending[did]
-            self._expired += 1
-        self._retired.add(expert_id)
+        """Change bounds on the time-averaged realized cost at runtime, journaled and replayed.
+
+        Parameters
+        ----------
+        upper, lower : mapping of cost name -> float or None, optional
+            The new bound of each named cost (None removes that bound); costs not named keep
+            theirs.
+
+        Raises
+        ------
+        InvalidFeedbackError
+            An unknown cost name, a bound that is not a finite number, or a lower bound above
+            its upper bound (nothing changed).
+        InfeasibleConstraintsError
+            No routing of the current experts meets the new bounds (names the cost; nothing
+            changed).
+
+        Notes
+        -----
+        The policy keeps what it learned; its constraint state restarts only where the set of
+        bounded costs changes shape (OMD's dual weights when a bound is added or removed).
+        """
+        self._check_usable()
+        payload = self._bounds_payload(upper, lower)
+        if payload is None:
+            return
+        policy = self._policy_after("set_bounds", None, payload)  # raises before any change
+        with self._write():
+            self._append("set_bounds", None, time.time(), payload, None)
+            self._apply_change("set_bounds", None, payload, policy)
+
+    def _bounds_payload(self, upper: object, lower: object) -> dict[str, dict[str, float]] | None:
+        """The full new bounds of a :meth:`set_bounds` call (None when they do not change)."""
+        merged: dict[str, dict[str, float]] = {}
+        for key, given, current in (
+            ("upper", upper, self.config.upper),
+            ("lower", lower, self.config.lower),
+        ):
+            out = dict(current)
+            if given is not None:
+                if not isinstance(given, Mapping):
+                    raise InvalidFeedbackError(
+                        f"{key}: must be a mapping of cost name to bound, got {given!r:.80}"
+                    )
+                for name, value in given.items():
+                    if value is None:
+                        if name not in self.config.cost_names:
+                            raise InvalidFeedbackError(
+                                f"{key}.{name}: unknown cost name; known: "
+                                f"{list(self.config.cost_names)}"
+                            )
+                        out.pop(name, None)
+                    else:
+                        out[name] = value
+            merged[key] = out
+        try:
+            cfg = self._config_with(constraints=merged)
+        except RouterConfigError as exc:
+            raise InvalidFeedbackError(str(exc).replace("constraints.", "")) from exc
+        if cfg.upper == self.config.upper and cfg.lower == self.config.lower:
+            return None
+        return {"upper": dict(cfg.upper), "lower": dict(cfg.lower)}
+
+    def _config_with(self, **changes: Any) -> RouterConfig:
+        """The current configuration with some keys changed (validated)."""
+        return RouterConfig.from_dict({**self.config.to_dict(), **changes})
+
+    def _policy_after(
+        self, kind: str, ref: str | None, payload: dict[str, Any]
+    ) -> BasePolicy | None:
+        """The policy after an expert or bounds change (carrying what the current one
+        learned), or None for a change that keeps the policy. Raises (InfeasibleConstraints-
+        Error, ...) before anything changes."""
+        if kind == "add_expert":
+            ids = [*self._ids, str(ref)]
+            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
+            return self._resized_policy(ids, costs)
+        if kind == "remove_expert":
+            keep = [i for i, e in enumerate(self._ids) if e != ref]
+            return self._resized_policy([self._ids[i] for i in keep], self._costs[keep])
+        if kind == "set_bounds":
+            cfg = self._config_with(constraints=payload)
+            return self._resized_policy(self._ids, self._costs, self._constraints_of(cfg))
+        return None
+
+    def _apply_change(
+        self, kind: str, ref: str | None, payload: dict[str, Any], policy: BasePolicy | None
+    ) -> None:
+        """Apply an expert, bounds or configuration change: the one transition that live
+        calls (with the policy they checked) and replay (``policy`` None: built here) share."""
+        if policy is None:
+            policy = self._policy_after(kind, ref, payload)
+        if kind == "add_expert":
+            ids = [*self._ids, str(ref)]
+            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
+        elif kind == "remove_expert":
+            keep = [i for i, e in enumerate(self._ids) if e != ref]
+            ids, costs = [self._ids[i] for i in keep], self._costs[keep]
+            for did in payload["expired"]:
+                del self._pending[did]
+                self._expired += 1
+            self._retired.add(str(ref))
+        elif kind == "set_bounds":
+            self.config = self._config_with(constraints=payload)
+            self._constraints = self._constraints_of(self.config)
+            ids, costs = self._ids, self._costs
+        else:  # "configure": keys that change no state but the configuration itself
+            self.config = self._config_with(**payload)
+            self._journal.set_sync(self.config.journal_sync)
+            return
+        assert policy is not None
         self._install(ids, costs, policy)
 
-    def _resized_policy(self, ids: list[str], costs: FloatArray) -> BasePolicy:
-        """A policy over the new expert set carrying what the current one learned."""
-        new = self._build_policy(costs)
+    def _resized_policy(
+        self, ids: list[str], costs: FloatArray, constraints: Constraints | None = None
+    ) -> BasePolicy:
+        """A policy over the new expert set (and bounds) carrying what the current one learned."""
+        new = self._build_policy(costs, constraints)
         old_state, new_state = state_dict(self.policy), state_dict(new)
         keep_new = [j for j, e in enumerate(ids) if e in self._col]
         keep_old = [self._col[ids[j]] for j in keep_new]
@@ -1111,6 +1365,9 @@ class Router:
         policy._q = np.ascontiguousarray(project_step(out, policy.gamma))
 
     def _install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
+        if list(ids) != self._ids:
+            experts = {e: tuple(row) for e, row in zip(ids, costs.tolist(), strict=True)}
+            self.config = dataclasses.replace(self.config, experts=experts)
         self._ids = list(ids)
         self._col = {e: i for i, e in enumerate(self._ids)}
         self._costs = costs
@@ -1317,6 +1574,9 @@ class Router:
         """Apply one journal event (no write); a decision is re-derived and verified."""
         seq, kind, ref, now, payload, blob = event
         label = self._journal.label
+        if kind in ("set_bounds", "configure"):
+            self._apply_change(kind, ref, payload, None)
+            return
         if ref is None:
             raise JournalError(f"{label}: event {seq} ({kind}) has no id")
         if kind == "decision":
@@ -1342,7 +1602,7 @@ class Router:
                 if pending is not None
                 else np.array(self._decision_cost(ref), dtype=np.float64)
             )
-            if (pending is None) != (payload["status"] == "late"):
+            if (pending is None) != (payload["status"] in ("late", "expert_removed")):
                 raise JournalError(f"{label}: event {seq}: feedback status of {ref!r} disagrees")
             cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
             self._apply_feedback(ref, pending, float(payload["reward"]), cost, realized, False)
@@ -1351,16 +1611,8 @@ class Router:
             if pending is None:
                 raise JournalError(f"{label}: event {seq}: {ref!r} expires but is not pending")
             self._apply_expire(ref, pending, payload["reward"], False)
-        elif kind == "add_expert":
-            ids = [*self._ids, ref]
-            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
-            self._install(ids, costs, self._resized_policy(ids, costs))
-        elif kind == "remove_expert":
-            keep = [i for i, e in enumerate(self._ids) if e != ref]
-            ids = [self._ids[i] for i in keep]
-            costs = self._costs[keep]
-            policy = self._resized_policy(ids, costs)
-            self._apply_remove(ref, ids, costs, policy, list(payload["expired"]))
+        elif kind in ("add_expert", "remove_expert"):
+            self._apply_change(kind, ref, payload, None)
         else:
             raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
 

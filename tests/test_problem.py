@@ -206,7 +206,7 @@ def test_paper_tight_configuration_is_feasible():
     assert (np.full(50, 1 / 50) @ costs)[0] == pytest.approx(hi[0], abs=1e-12)
 
 
-def test_expert_cap_below_the_floor_is_rejected_with_diagnosis():
+def test_expert_cap_below_the_paper_floor_is_rejected_at_that_floor_and_adapts_without():
     rng = np.random.default_rng(6)
     costs, m = paper_like_instance(rng)
     k = costs.shape[0]
@@ -215,11 +215,20 @@ def test_expert_cap_below_the_floor_is_rejected_with_diagnosis():
     reach_min = gamma * costs[:, 1].sum() + (1 - k * gamma) * costs[:, 1].min()
     upper = [m * float(costs[:, 0].mean()), m * 0.5 * reach_min]
     p = Problem(costs, m, Constraints(upper=upper, names=["workload", "expert"]))
-    pattern = rf"coordinate 1 \(expert\).*smallest reachable value is {reach_min:.6g}"
+    pattern = (
+        rf"budget expert <= {upper[1]:.6g} per query is infeasible: the cheapest routing with "
+        rf"every share >= gamma = {gamma:.6g} needs a budget of .* the largest floor these "
+        "bounds allow is gamma = "
+    )
     with pytest.raises(InfeasibleConstraintsError, match=pattern):
-        p.check_feasible()
+        p.check_feasible(gamma)
     with pytest.raises(ValueError):  # callers may catch ValueError too
-        p.check_feasible()
+        p.check_feasible(gamma)
+    # Without a floor given, the floor adapts: half the largest feasible one.
+    q = p.check_feasible()
+    floor = p.exploration_floor()
+    assert floor == pytest.approx(p.max_floor() / 2) and floor < gamma
+    assert q.min() >= floor and (q @ costs)[1] <= upper[1] / m + 1e-9
 
 
 def test_lower_bound_above_the_largest_reachable_is_rejected():
@@ -232,7 +241,8 @@ def test_lower_bound_above_the_largest_reachable_is_rejected():
     p = Problem(costs, m, c)
     with pytest.raises(
         InfeasibleConstraintsError,
-        match=rf"coordinate 0: lower bound .*largest reachable value is {reach_max:.6g}",
+        match=rf"bound coordinate 0 >= {reach_max + 0.01:.6g} per query is infeasible: the most "
+        rf"coordinate 0 any routing with every share >= gamma = {gamma:.6g} reaches is",
     ):
         p.check_feasible(gamma=gamma)
     # Without the floor the bound is reachable (max workload is 1 > reach_max + 0.01).

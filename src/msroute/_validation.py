@@ -123,6 +123,33 @@ def default_gamma(n_experts: int) -> float:
     return 1.0 / (10.0 * n_experts)
 
 
+#: The adaptive floor takes at most this share of the largest feasible floor, so that the
+#: feasibility LP keeps slack: the rest of the room between the floor's forced spend and the
+#: bounds is the policy's to learn in (docs/concepts.md, "Budgets near the floor").
+FLOOR_SHARE = 0.5
+#: The smallest floor a budget may leave: below it the bounds admit only routings that never call
+#: some expert (importance weights of 1/gamma > 1e9 carry no information).
+MIN_FLOOR = 1e-9
+
+
+def adaptive_gamma(n_experts: int, max_floor: float) -> float:
+    """The exploration floor used by default: ``min(1/(10K), FLOOR_SHARE * max_floor)``.
+
+    ``max_floor`` is the largest floor at which Assumption 1 holds
+    (`msroute.Problem.max_floor`). Where the paper's ``1/(10K)`` is feasible with slack
+    (at most half the largest floor) it is returned unchanged, bit for bit; otherwise the floor
+    shrinks to half the largest one.
+
+    Examples
+    --------
+    >>> adaptive_gamma(10, 0.1)  # uniform routing is feasible: the paper's floor
+    0.01
+    >>> adaptive_gamma(10, 0.004)  # a tight budget: half the largest feasible floor
+    0.002
+    """
+    return min(default_gamma(n_experts), FLOOR_SHARE * max_floor)
+
+
 def check_gamma(gamma: float, n_experts: int) -> float:
     """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty)."""
     gamma = as_real(gamma, "gamma")

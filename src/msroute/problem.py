@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._floor import BoundRow, extreme_cost
+from msroute._floor import max_floor as max_floor_lp
 from msroute._validation import (
+    MIN_FLOOR,
     FloatArray,
+    adaptive_gamma,
     as_float_array,
     as_real,
     check_gamma,
@@ -319,6 +323,76 @@ class Problem:
         """The paper's exploration floor ``gamma = 1/(10K)``."""
         return default_gamma(self.n_experts)
 
+    def _bound_rows(self) -> list[BoundRow]:
+        """The bounds the user gave, as bounds of the surrogate box ``S`` on ``C^T q``."""
+        lo_ori, hi_ori = self.original_box()
+        rows: list[BoundRow] = []
+        for j in range(self.n_costs):
+            if np.isfinite(hi_ori[j]):
+                rows.append((j, "upper", float(self._hi[j])))
+            if np.isfinite(lo_ori[j]):
+                rows.append((j, "lower", float(self._lo[j])))
+        return rows
+
+    def _floor_lp(self) -> tuple[float, FloatArray] | None:
+        """`msroute._floor.max_floor` of this problem, solved once (the problem is
+        immutable)."""
+        if not hasattr(self, "_floor_cache"):
+            self._floor_cache = max_floor_lp(self.costs, self._bound_rows())
+        return self._floor_cache
+
+    def max_floor(self) -> float:
+        """The largest floor ``gamma`` at which Assumption 1 holds.
+
+        Assumption 1 at floor ``gamma`` (some ``q >= gamma`` on the simplex with ``C^T q`` in
+        ``S``) holds for every floor up to this one and for none above it; it is at most
+        ``1/K`` (uniform routing), and 0.0 when only routings that never call some expert meet
+        the bounds. Solved as a linear program (scipy's HiGHS), once per problem.
+
+        Raises
+        ------
+        InfeasibleConstraintsError
+            When no routing at all meets the bounds; the message names the smallest feasible
+            budget (or largest feasible lower bound) in the user's units.
+
+        Examples
+        --------
+        >>> p = Problem([[0.001], [0.002], [5.0]], 1, Constraints(upper=[0.0011], names=["usd"]))
+        >>> round(p.max_floor(), 12)  # 0.001 + g (0.001 + 4.999) <= 0.0011
+        2e-05
+        """
+        found = self._floor_lp()
+        if found is None:
+            raise InfeasibleConstraintsError(self._infeasibility_message(None))
+        return found[0]
+
+    def exploration_floor(self) -> float:
+        """The exploration floor msroute uses by default: ``min(1/(10K), max_floor() / 2)``.
+
+        The paper's ``gamma = 1/(10K)`` wherever it is feasible with slack (at most half the
+        largest feasible floor: every paper instance), bit for bit; otherwise the floor shrinks
+        to half the largest feasible one, so that a budget just above the cheapest routing, or
+        an expert far costlier than the rest, is accepted: the floor's forced spend takes at
+        most half the room between the cheapest routing and the budget, and the policy learns
+        in the other half (docs/concepts.md, "Budgets near the floor").
+
+        Raises
+        ------
+        InfeasibleConstraintsError
+            When no routing with every expert's share above ``MIN_FLOOR`` (1e-9) meets the
+            bounds; the message names the smallest feasible budget in the user's units.
+
+        Examples
+        --------
+        >>> p = Problem([[0.001], [0.002], [5.0]], 1, Constraints(upper=[0.0011], names=["usd"]))
+        >>> round(p.exploration_floor(), 12), round(p.default_gamma(), 6)
+        (1e-05, 0.033333)
+        """
+        gamma_max = self.max_floor()
+        if gamma_max < MIN_FLOOR:
+            raise InfeasibleConstraintsError(self._infeasibility_message(None))
+        return adaptive_gamma(self.n_experts, gamma_max)
+
     def check_feasible(self, gamma: float | None = None) -> FloatArray:
         """Decide Assumption 1: is there ``q >= gamma`` on the simplex with ``C^T q`` in ``S``?
 
@@ -327,23 +401,33 @@ class Problem:
         Parameters
         ----------
         gamma : float, optional
-            The floor; defaults to ``1/(10K)``.
+            The floor. By default the adaptive floor `exploration_floor`: the bounds are
+            accepted whenever some routing with every expert's share above 0 meets them.
 
         Returns
         -------
         ndarray, shape (K,)
-            A feasible routing policy (a witness).
+            A feasible routing policy (a witness), ``>= gamma``.
 
         Raises
         ------
         InfeasibleConstraintsError
-            When none exists; the message names the coordinates that cannot be met and the
-            best value reachable for each.
+            When none exists; the message names each bound that cannot be met with the
+            smallest budget (or largest lower bound) that can, in the user's units and cost
+            names, e.g. ``budget usd <= 0.002 per query is infeasible: the cheapest routing
+            costs 0.0034 usd per query``; with an explicit ``gamma``, also the largest floor
+            the bounds allow.
         """
         from scipy.optimize import linprog  # scipy loads only when an LP is solved
 
         k, d = self.costs.shape
-        gamma = self.default_gamma() if gamma is None else check_gamma(gamma, k)
+        if gamma is None:
+            floor = self.exploration_floor()
+            found = self._floor_lp()
+            assert found is not None  # exploration_floor raised otherwise
+            q = np.clip(found[1], floor, None)
+            return np.asarray(q / q.sum(), dtype=np.float64)
+        gamma = check_gamma(gamma, k)
         lo, hi = self._lo, self._hi
         # Variables: q (K) and slacks s (d) >= 0; minimise sum s subject to
         #   C^T q - s <= hi,  -C^T q - s <= -lo,  sum q = 1,  q >= gamma.
@@ -366,8 +450,20 @@ class Problem:
             return np.asarray(q, dtype=np.float64)
         raise InfeasibleConstraintsError(self._infeasibility_message(gamma, ct @ res.x[:k]))
 
-    def _infeasibility_message(self, gamma: float, closest: FloatArray) -> str:
-        """Explain which coordinates cannot be met and the best value reachable for each."""
+    def _label(self, j: int) -> str:
+        """A cost coordinate as a user calls it: its name, or ``coordinate j``."""
+        return self.cost_names[j] if self.cost_names is not None else f"coordinate {j}"
+
+    def _infeasibility_message(self, gamma: float | None, closest: FloatArray | None = None) -> str:
+        """Why no routing meets the bounds, bound by bound in the user's units.
+
+        ``gamma=None`` is the adaptive floor: the bounds fail for every floor > 0. Each bound
+        that would hold if it alone were relaxed is named with the smallest budget (or largest
+        lower bound) that works while the other bounds hold; the bounds of an empty surrogate
+        interval (``l > u/M``) are named as such; otherwise the analysis of
+        `unreachable_bounds` at the floor explains it in surrogate terms.
+        """
+        floor = 0.0 if gamma is None else gamma
         lo, hi = self._lo, self._hi
         m = self.m_draws
         lo_ori, hi_ori = self.original_box()
@@ -378,26 +474,107 @@ class Problem:
             for j in range(self.n_costs)
             if np.isfinite(lo_ori[j]) and np.isfinite(hi_ori[j]) and lo[j] > hi[j]
         }
+        if gamma is None:
+            head = "no routing meets the constraints (Assumption 1 fails for every floor > 0): "
+        else:
+            head = (
+                f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
+                "(Assumption 1 fails): "
+            )
+        if empty:
+            return head + "; ".join(empty.values())
+        parts = self._budget_parts(gamma)
+        if parts:
+            reach_min, reach_max = floored_reach(self.costs, floor)
+            alone = all(
+                reach_min[j] <= v + 1e-12 if side == "upper" else reach_max[j] >= v - 1e-12
+                for j, side, v in self._bound_rows()
+            )
+            detail = "; ".join(parts)
+            if alone and len(self._bound_rows()) > 1:
+                detail = "each bound is reachable alone but not all together: " + detail
+        else:
+            if closest is None:
+                found = self._floor_lp()
+                closest = self.costs.T @ (
+                    found[1] if found is not None else np.full(self.n_experts, 1 / self.n_experts)
+                )
+            detail = unreachable_bounds(
+                self.costs,
+                floor,
+                lo,
+                hi,
+                closest,
+                name=self.constraints.coordinate_name,
+                bound=self._surrogate_words,
+            )
+        if gamma is not None and gamma > 0:
+            found = self._floor_lp()
+            if found is not None and found[0] >= MIN_FLOOR:
+                detail += (
+                    f"; the largest floor these bounds allow is gamma = {found[0]:.6g}: pass a "
+                    "smaller gamma, or none to let the floor adapt"
+                )
+        return head + detail
 
-        def bound(j: int, side: str) -> str:
+    def _surrogate_words(self, j: int, side: str) -> str:
+        """A bound in the surrogate terms of Section 4.2 (``C^T q <= u/M``)."""
+        lo_ori, hi_ori = self.original_box()
+        if side == "upper":
+            return (
+                f"upper bound {hi_ori[j]:.6g} needs C^T q <= {self._hi[j]:.6g} "
+                f"(= u/M, M={self.m_draws})"
+            )
+        return f"lower bound {lo_ori[j]:.6g} needs C^T q >= {self._lo[j]:.6g}"
+
+    def _budget_parts(self, gamma: float | None) -> list[str]:
+        """Each bound that fails while the others hold, with the bound that would work."""
+        rows = self._bound_rows()
+        m = self.m_draws
+        lo_ori, hi_ori = self.original_box()
+        floor = 0.0 if gamma is None else gamma
+        routing = "routing" if gamma is None else f"routing with every share >= gamma = {gamma:.6g}"
+        also = " while meeting the other bounds" if len(rows) > 1 else ""
+        parts: list[str] = []
+        for i, (j, side, _) in enumerate(rows):
+            best = extreme_cost(self.costs, rows, i, floor)
+            if best is None:
+                continue
+            name = self._label(j)
+            scale = float(self.costs[:, j].max()) or 1.0
             if side == "upper":
-                return f"upper bound {hi_ori[j]:.6g} needs C^T q <= {hi[j]:.6g} (= u/M, M={m})"
-            return f"lower bound {lo_ori[j]:.6g} needs C^T q >= {lo[j]:.6g}"
-
-        detail = unreachable_bounds(
-            self.costs,
-            gamma,
-            lo,
-            hi,
-            closest,
-            name=self.constraints.coordinate_name,
-            bound=bound,
-            reasons=empty,
-        )
-        return (
-            f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
-            f"(Assumption 1 fails): {detail}"
-        )
+                need, given = m * best, float(hi_ori[j])
+                tol = 1e-9 * m * scale
+                what = f"budget {name} <= {given:.6g} per query"
+                if m == 1:
+                    cheapest = f"the cheapest {routing} costs {need:.6g} {name} per query{also}"
+                else:
+                    cheapest = (
+                        f"the cheapest {routing} needs a budget of {need:.6g} {name} per query"
+                        f"{also} (M = {m} calls per query, each counted: the safe bound "
+                        "M C^T q <= u of Section 4.2)"
+                    )
+                if given < need - tol:
+                    parts.append(f"{what} is infeasible: {cheapest}")
+                elif gamma is None and given <= need + tol:
+                    parts.append(
+                        f"{what} leaves no room to explore: {cheapest}, and only routings "
+                        "that never call some expert meet it; give a budget above "
+                        f"{need:.6g}"
+                    )
+            else:
+                need, given = best, float(lo_ori[j])
+                tol = 1e-9 * scale
+                what = f"bound {name} >= {given:.6g} per query"
+                most = f"the most {name} any {routing} reaches is {need:.6g} per query{also}"
+                if given > need + tol:
+                    parts.append(f"{what} is infeasible: {most}")
+                elif gamma is None and given >= need - tol:
+                    parts.append(
+                        f"{what} leaves no room to explore: {most}, and only routings that "
+                        f"never call some expert meet it; give a bound below {need:.6g}"
+                    )
+        return parts
 
 
 def floored_reach(costs: FloatArray, floor: float) -> tuple[FloatArray, FloatArray]:

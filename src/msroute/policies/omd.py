@@ -93,8 +93,12 @@ class OMDApproachability(BasePolicy):
     n_runs : int, optional
     seed : int or SeedSequence, optional
     gamma : float, optional
-        Exploration floor, default ``1/(10K)`` (Section 6.2); with the decaying floor, the floor
-        of the first QP step.
+        Exploration floor; with the decaying floor, the floor of the first QP step. By default
+        it adapts to the bounds (``msroute.Problem.exploration_floor``): the paper's ``1/(10K)``
+        (Section 6.2) wherever that is feasible with slack, else half the largest floor at
+        which Assumption 1 holds, so that any bounds some routing with every share > 0 meets
+        are accepted (a budget just above the cheapest routing, a $5 expert among cheap ones).
+        A batch shares the smallest floor of its runs.
     eta : float, optional
         Proximal parameter; default ``eta_mult * sqrt(2 T K M (1/gamma + M - 1))``
         (Theorem 1's ``eta*`` scaled by ``eta_mult``).
@@ -124,8 +128,9 @@ class OMDApproachability(BasePolicy):
         realized cost over the horizon.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
-        impossible instance fails now with ``InfeasibleConstraintsError`` instead of
-        later inside a QP step.
+        impossible instance fails now with ``InfeasibleConstraintsError`` (naming the smallest
+        feasible budget) instead of later inside a QP step. False skips the LPs, and the
+        default floor is then ``1/(10K)``.
     n_contexts : int, default 1
     eta_schedule : {"fixed", "anytime"}, optional
     variant : {"model", "paper"}, optional
@@ -205,11 +210,7 @@ class OMDApproachability(BasePolicy):
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
         self.n_contexts = check_positive_int(n_contexts, "n_contexts")
-        self.gamma = check_gamma(default_gamma(k) if gamma is None else gamma, k)
-        if self.gamma <= 0.0:
-            raise InvalidValueError(
-                "gamma must be > 0: the importance weights divide by q_i >= gamma"
-            )
+        self.gamma = self._choose_gamma(gamma, check_feasible)
         self.batch_size = check_positive_int(
             self._default_batch if batch is None else batch, "batch"
         )
@@ -244,9 +245,6 @@ class OMDApproachability(BasePolicy):
         else:
             self.eta = self.eta_mult * 2.0 * float(np.sqrt(g2))  # a of Corollary 2
         self.dual_step = check_hyper(dual_step, "dual_step")
-        if check_feasible:
-            for p in dict.fromkeys(self.problem_batch.problems):
-                p.check_feasible(self.gamma)
         r, x = self.n_runs, self.n_contexts
         self._q: FloatArray = np.full((r, x, k), 1.0 / k)
         self._grad: FloatArray = np.zeros((r, x, k))
@@ -266,6 +264,31 @@ class OMDApproachability(BasePolicy):
             prior_weight=cost_prior_weight,
         )
         self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
+
+    def _choose_gamma(self, gamma: float | None, check: bool) -> float:
+        """The floor, and Assumption 1 checked with it (one LP per distinct problem).
+
+        An explicit ``gamma`` is kept, and must be feasible for every run. Without one the
+        floor adapts (`msroute.Problem.exploration_floor`): ``1/(10K)`` where that is
+        feasible with slack, else half the largest feasible floor; a batch shares the smallest
+        floor of its runs, since the QP step takes one scalar floor. ``check=False`` skips the
+        LPs and takes ``1/(10K)``.
+        """
+        k = self.n_experts
+        problems = dict.fromkeys(self.problem_batch.problems)
+        if gamma is None:
+            if not check:
+                return default_gamma(k)
+            return min(p.exploration_floor() for p in problems)
+        chosen = check_gamma(gamma, k)
+        if chosen <= 0.0:
+            raise InvalidValueError(
+                "gamma must be > 0: the importance weights divide by q_i >= gamma"
+            )
+        if check:
+            for p in problems:
+                p.check_feasible(chosen)
+        return chosen
 
     def state(self) -> dict[str, object]:
         """What the router has done so far, in the user's units, per run.

@@ -2,11 +2,10 @@
 
 Three compiled loops reproduce the order in which OpenBLAS sums numpy's cost products, so that a
 batch of runs gets the floats a single run (a live router) gets from numpy: the simulator's
-realized cost of the distinct routed experts (:data:`msroute._outcome.PAIR_COSTS`), a learned
-cost estimate's update (:func:`msroute._outcome.credit_distinct`, :func:`~msroute._outcome.
-pair_costs`) and the Lagrangian dual's penalty (:func:`msroute.policies._compiled.dual.
-penalties`). Where numpy's BLAS sums in another order, each falls back to numpy's product. This
-script measures:
+realized cost of the distinct routed experts (``msroute._outcome.PAIR_COSTS``), a learned
+cost estimate's update (``msroute._outcome.credit_distinct``, ``pair_costs``) and the
+Lagrangian dual's penalty (``msroute.policies._compiled.dual.penalties``). Where numpy's BLAS
+sums in another order, each falls back to numpy's product. This script measures:
 
 1. **the loops alone** against the numpy calls they replace (R runs, K = 50, M = 5, d = 2),
    alternated, medians of many calls;

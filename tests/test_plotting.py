@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from matplotlib.lines import Line2D
 
 from msroute.errors import DataFormatError
 from msroute.plotting import (
-    figures,
     plot_contextual,
     plot_fig1,
     plot_fig2,
@@ -487,45 +487,29 @@ def test_both_formats_are_drawn_from_one_layout(
         return real(self, figure)
 
     monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counted)
-    monkeypatch.setattr(figures, "_forked", lambda write: None)  # both formats in this process
     save_figure(fig, tmp_path / "fig", dpi=120)
     assert runs == [120]
     assert fig.get_layout_engine() is engine
 
 
-def test_the_svg_written_by_a_forked_copy_is_the_one_written_in_process(
+def test_save_figure_forks_nothing_and_starts_no_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A forked copy writes the SVG while this process writes the PNG: the same files as
-    writing both here, one after the other. When the copy fails, this process writes it."""
-    if multiprocessing.get_all_start_methods()[0] != "fork":
-        pytest.skip("processes are not forked here")
-    children: list[int | None] = []
-    real_fork = figures._forked
+    """Both formats are written in the calling thread (safe in a server or a program with
+    threads of its own), and the PNG is the bytes savefig writes for the figure alone."""
 
-    def recorded(write: Any) -> int | None:
-        children.append(real_fork(write))
-        return children[-1]
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("save_figure must not fork a process or start a thread")
 
     with monkeypatch.context() as patch:
-        patch.setattr(figures, "_forked", recorded)
-        forked = save_figure(plot_fig2(fig2_rows()), tmp_path / "forked" / "fig")
-    assert len(children) == 1 and children[0] is not None  # a copy wrote the SVG
-    with monkeypatch.context() as patch:
-        patch.setattr(figures, "_forked", lambda write: None)
-        here = save_figure(plot_fig2(fig2_rows()), tmp_path / "here" / "fig")
-    for a, b in zip(forked, here, strict=True):
-        assert a.read_bytes() == b.read_bytes(), a.name
-    parent, real = os.getpid(), figures._write_svg
-
-    def fails_in_the_copy(*args: Any) -> None:
-        if os.getpid() != parent:
-            raise OSError("disk full")
-        real(*args)
-
-    monkeypatch.setattr(figures, "_write_svg", fails_in_the_copy)
-    _, svg = save_figure(plot_fig2(fig2_rows()), tmp_path / "retried" / "fig")
-    assert svg.read_bytes() == here[1].read_bytes()
+        patch.setattr(os, "fork", refuse)
+        patch.setattr(threading.Thread, "start", refuse)
+        patch.setattr(multiprocessing.Process, "start", refuse)
+        png, svg = save_figure(plot_fig2(fig2_rows()), tmp_path / "saved" / "fig", dpi=60)
+    direct = tmp_path / "direct.png"
+    plot_fig2(fig2_rows()).savefig(direct, dpi=60, format="png")
+    assert png.read_bytes() == direct.read_bytes()
+    assert b"<svg" in svg.read_bytes()[:2000]
 
 
 @pytest.mark.parametrize(

@@ -15,32 +15,28 @@ as ``.png`` and ``.svg``.
 * ``plot_bench`` -- ``msroute bench``: reward against budget, the OPT frontier as a line and
   every run as a point (infeasible runs marked).
 
+* ``plot_frontier`` -- ``msroute bench llmrouter``: reward against spend per query.
+
 Figures are built without ``matplotlib.pyplot``: each one gets its own Agg canvas, so no
 screen is needed and no global backend is switched. This module is not imported by
 ``import msroute``; matplotlib is loaded only when it is.
 
-Every policy keeps one color across figures; OMD-Approachability (``"omd"``) is always blue and
-drawn above the other lines.
+One module per concept: ``style`` (the policies' labels and colors, the levels' and
+environments' names and order), ``canvas`` (a figure's canvas, and ``save_figure``), one module
+per figure, and ``figures`` (the figure of each experiment, by name).
 """
 
 from __future__ import annotations
 
-from msroute.plotting.figures import (
-    FIGURES,
-    LEVEL_ORDER,
-    plot_bench,
-    plot_contextual,
-    plot_fig1,
-    plot_fig2,
-    plot_fig3,
-    policy_color,
-    policy_label,
-    save_figure,
-)
-
+from msroute.plotting.bench import plot_bench
+from msroute.plotting.canvas import save_figure
+from msroute.plotting.contextual import plot_contextual
+from msroute.plotting.fig1 import plot_fig1
+from msroute.plotting.fig2 import plot_fig2
+from msroute.plotting.fig3 import plot_fig3
+from msroute.plotting.figures import FIGURES
 from msroute.plotting.frontier import plot_frontier
-
-FIGURES["frontier"] = plot_frontier
+from msroute.plotting.style import LEVEL_ORDER, policy_color, policy_label
 
 __all__ = [
     "FIGURES",

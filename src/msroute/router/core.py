@@ -401,6 +401,7 @@ class Router:
             self._reload_committed()  # from _setup: no failed write pending
             raise
         self._finish()
+        self._journal.set_sync(self.config.journal_sync)  # not allowed inside a transaction
         for line in lines:
             _log.warning("%s: configuration change applied: %s", self._journal.label, line)
         return lines
@@ -1328,7 +1329,8 @@ class Router:
             ids, costs = self._ids, self._costs
         else:  # "configure": keys that change no state but the configuration itself
             self.config = self._config_with(**payload)
-            self._journal.set_sync(self.config.journal_sync)
+            if not self._journal.in_transaction:  # replay; reconfigure() sets it after COMMIT
+                self._journal.set_sync(self.config.journal_sync)
             return
         assert policy is not None
         self._install(ids, costs, policy)

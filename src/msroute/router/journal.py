@@ -363,6 +363,11 @@ class MemoryJournal(_EventLog):
     def set_sync(self, sync: str) -> None:
         """Nothing to do."""
 
+    @property
+    def in_transaction(self) -> bool:
+        """Never: a memory journal has no transactions."""
+        return False
+
     def _store(self, event: Event, probs_seq: int | None) -> None:
         ref = event[2]
         if ref is not None:

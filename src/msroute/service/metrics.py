@@ -25,7 +25,7 @@ _DELAY_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14
 
 
 #: The statuses of a feedback (``router.feedback``'s return values).
-FEEDBACK_STATUSES = ("applied", "duplicate", "late")
+FEEDBACK_STATUSES = ("applied", "duplicate", "late", "expert_removed")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """The documentation site's code runs as written.
 
-Every ``python`` and ``bash`` block of the tutorials and how-to pages is executed, in order, in a
-fresh directory (one namespace per page); a ``bash`` block may hold only ``msroute`` commands,
-which run through the command line's entry point and must exit 0. Commands that are shown but not
-run go in ``text`` blocks. The getting-started page's Python blocks and its ``msroute`` commands
-run the same way (its install lines are what CI itself runs).
+Every ``python`` and ``bash`` block of the tutorials, the how-to pages and the library guides is
+executed, in order, in a fresh directory (one namespace per page); a ``bash`` block may hold only
+``msroute`` commands, which run through the command line's entry point and must exit 0. Commands
+that are shown but not run go in ``text`` blocks. The getting-started page's Python blocks and its
+``msroute`` commands run the same way (its install lines are what CI itself runs). The examples of
+the router and serving pages run in ``test_readme.py`` and ``test_service_readme.py``.
+
+The site's hooks are checked too: the HTTP reference is rendered from the app's OpenAPI document,
+MathJax is bundled, and no docstring holds a raw reST role (the API reference renders Markdown).
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ from msroute.cli import main
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(
     p.relative_to(DOCS).as_posix()
-    for p in [*DOCS.glob("tutorials/*.md"), *DOCS.glob("how-to/*.md"), DOCS / "getting-started.md"]
+    for p in [
+        *DOCS.glob("tutorials/*.md"),
+        *DOCS.glob("how-to/*.md"),
+        DOCS / "getting-started.md",
+        DOCS / "library.md",
+        DOCS / "budgets.md",
+    ]
 )
 SLOW = {"tutorials/reproduce.md"}
 
@@ -97,12 +107,51 @@ def test_a_failing_block_fails_the_page(tmp_path: Path, capsys: pytest.CaptureFi
     capsys.readouterr()
 
 
-def test_the_site_hook_includes_readme_sections() -> None:
+def _hooks() -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "_hooks.py")
     assert spec is not None and spec.loader is not None
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
-    page = hooks.on_page_markdown("# Reproducing\n\n<!-- readme: Reproducing the paper -->\n")
-    assert "## Figure 2" in page and "](fig2.png)" in page and "<!-- readme" not in page
-    with pytest.raises(ValueError, match="no section"):
-        hooks.readme_section("No such section")
+    return hooks
+
+
+def test_the_http_reference_is_generated_from_the_openapi_document() -> None:
+    pytest.importorskip("fastapi")
+    hooks = _hooks()
+    page = hooks.on_page_markdown("# HTTP API\n\n<!-- openapi -->\n")
+    assert "<!-- openapi -->" not in page
+    document = hooks.openapi_document()
+    for path, operations in document["paths"].items():
+        for method, op in operations.items():
+            assert f"### `{method.upper()} {path}`" in page
+            for status in op["responses"]:
+                assert f"| {status} |" in page
+    for name in document["components"]["schemas"]:
+        assert f"{{#schema-{name.lower()}}}" in page
+    # Every link to a schema has its section.
+    anchors = set(re.findall(r"\{#(schema-[\w-]+)\}", page))
+    assert set(re.findall(r"\]\(#(schema-[\w-]+)\)", page)) <= anchors
+
+
+def test_the_math_is_bundled_not_fetched() -> None:
+    hooks = _hooks()
+    files = hooks.mathjax_files()
+    assert all(path.is_file() for path in files.values())
+    config = (DOCS.parent / "mkdocs.yml").read_text()
+    assert set(files) & set(re.findall(r"^  - (\S+)", config, flags=re.M))
+    assert "://" not in config.split("extra_javascript:")[1].split("\n\n")[0]
+
+
+ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj|math|ref):`")
+
+
+def test_no_docstring_holds_a_raw_rest_role() -> None:
+    """The API reference is Markdown: a ``:class:`X``` would show as it is written."""
+    src = DOCS.parent / "src" / "msroute"
+    found = [
+        f"{path.relative_to(src)}:{n}"
+        for path in sorted(src.rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ROLE.search(line)
+    ]
+    assert not found, f"raw reST roles (write ``name`` instead): {found}"

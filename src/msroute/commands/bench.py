@@ -13,7 +13,7 @@ from msroute.errors import InvalidValueError
 
 __all__ = ["QUICK", "register"]
 
-#: Settings of ``msroute bench --quick``: a sweep of seconds (README, CI).
+#: Settings of ``msroute bench --quick``: a sweep of seconds (docs/routing.md, CI).
 QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000, "n_budgets": 4}
 
 

@@ -14,7 +14,7 @@ from msroute.errors import InvalidValueError
 
 __all__ = ["EXPERIMENTS", "available_cores", "register"]
 
-#: Settings of ``--quick``: a reduced run that finishes in seconds (README, CI).
+#: Settings of ``--quick``: a reduced run that finishes in seconds (docs/getting-started.md, CI).
 QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000}
 
 #: Experiment name -> (module, config class, runner).

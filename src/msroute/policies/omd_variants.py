@@ -75,7 +75,7 @@ Variants
 ``"paper"``: importance + fixed floor, Algorithm 1 as printed (default ``eta_mult`` 0.05).
 ``"model"``: model (``ix = 1/(2K)``) + decaying floor, ``eta_mult`` 0.001 with the fixed eta
 schedule and 0.0003 with the anytime one. Measured in ``benchmarks/bench_omd_variants.py``
-(README, "OMD variants").
+(docs/reproduction.md, "OMD variants").
 """
 
 from __future__ import annotations

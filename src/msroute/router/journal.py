@@ -31,7 +31,7 @@ One router owns a journal at a time, and SQLite enforces it: the connection runs
 ``locking_mode = EXCLUSIVE`` (set before WAL mode, so the WAL index lives in the process's
 memory, not in a shared ``-shm`` file), and keeps the file locked from its first access until
 it closes. A commit then takes no lock and touches no shared memory, which makes it cheaper
-(README, "Benchmarks"). Any other connection to the file, in this process or another (a
+(docs/benchmarks.md, "Live router"). Any other connection to the file, in this process or another (a
 second router, ``msroute journal export``, the sqlite3 shell), is refused while it is open:
 opening fails within ``BUSY_TIMEOUT_MS`` with ``JournalError`` "in use by another
 router". Read a live router's journal through the router (``Router.decisions_since``,

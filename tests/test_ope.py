@@ -124,3 +124,21 @@ def test_cli_evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = json.loads(capsys.readouterr().out)
     assert out["n"] == 450 and set(out["ips"]) == {"reward", "cost"}
     assert out["ips"]["reward"] == evaluate(tmp_path / "j.db", CANDIDATE).ips_reward.to_dict()
+
+
+def test_a_cost_reported_with_feedback_replaces_the_realized_one() -> None:
+    """The same log with every feedback reporting twice the realized cost: the cost estimates
+    double exactly (a factor of two is exact in floating point), the reward's do not move."""
+    router = logged_router(None, n=400)
+    log = router.decisions_since(0, 10_000)
+    realized = {e["ref"]: e["cost"] for e in log if e["kind"] == "decision"}
+    reported = [
+        {**e, "cost": [2.0 * c for c in realized[e["ref"]]]} if e["kind"] == "feedback" else e
+        for e in log
+    ]
+    plain, doubled = evaluate(log, CANDIDATE), evaluate(reported, CANDIDATE)
+    assert plain.ips_cost["0"].value > 0
+    for name in ("ips_cost", "snips_cost"):
+        a, b = getattr(plain, name)["0"], getattr(doubled, name)["0"]
+        assert (b.value, b.low, b.high) == (2 * a.value, 2 * a.low, 2 * a.high)
+    assert doubled.ips_reward == plain.ips_reward and doubled.snips_reward == plain.snips_reward

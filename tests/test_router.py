@@ -231,6 +231,22 @@ def test_same_decision_id_returns_the_same_decision() -> None:
     assert a == b and router.state()["seq"] == seq and router.state()["decisions"] == 1
 
 
+def test_client_ids_never_collide_with_generated_ids() -> None:
+    router = Router(CONFIG)
+    generated = router.route().decision_id
+    prefix, _, n = generated.rpartition("-")
+    assert n.isdigit()
+    before = router.state()
+    for taken in (f"{prefix}-{int(n) + 1}", f"{prefix}-{int(n) + 50}"):  # the next ones
+        with pytest.raises(InvalidFeedbackError, match="has the form of the ids this router"):
+            router.route(decision_id=taken)
+    assert router.state() == before
+    assert router.route(decision_id=generated).decision_id == generated  # a retry: the same
+    for free in (f"{prefix}-x1", f"{prefix}1-2", f"other-{n}", prefix):
+        assert router.route(decision_id=free).decision_id == free
+    assert router.route().decision_id == f"{prefix}-{int(n) + 5}"  # generated: still unique
+
+
 def test_draws_per_decision_beyond_memory_are_refused_before_allocating() -> None:
     with pytest.raises(ResourceError, match=r"M = 200000000 draws needs about .* GiB"):
         msroute.OMDApproachability(

@@ -597,6 +597,10 @@ def _read_zip(source: Path | bytes, path: str) -> tuple[dict[str, Any], dict[str
         raise PolicyFileError(
             f"{path}: unreadable policy file (truncated or corrupt?): {exc}"
         ) from exc
+    except RuntimeError as exc:  # zipfile: an entry flagged encrypted (msroute never writes one)
+        raise PolicyFileError(
+            f"{path}: unreadable policy file (damaged zip flags?): {exc}"
+        ) from exc
     if not isinstance(manifest, dict):
         raise PolicyFileError(f"{path}: manifest.json is not a JSON object")
     bad = sorted(k for k, v in arrays.items() if not isinstance(v, np.ndarray))

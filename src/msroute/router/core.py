@@ -72,7 +72,7 @@ __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
 
 _log = logging.getLogger("msroute.router")
 
-#: Configuration keys a running router cannot change (:meth:`Router.open` refuses them).
+#: Configuration keys a running router cannot change (``Router.open`` refuses them).
 _FIXED_KEYS = ("policy", "m_draws", "cost_names", "contexts", "seed", "horizon", "params")
 #: Configuration keys that change no state: a ``configure`` event sets them.
 _SETTING_KEYS = frozenset(
@@ -123,7 +123,8 @@ class RoutedDecision:
     cost : dict of str -> float
         The realized cost of the team by cost name (each distinct expert counted once).
     deadline : float
-        Unix time after which the decision expires.
+        Unix time at which the decision expires: a feedback at or after it is late (the
+        decision is expired at its deadline, not after it).
     seq : int
         The journal sequence number of the decision.
     """
@@ -190,7 +191,7 @@ class _Write:
 
 
 class Router:
-    """Route live queries with one policy; see the module docstring and the README.
+    """Route live queries with one policy; see the module docstring and docs/router.md.
 
     Parameters
     ----------
@@ -321,7 +322,7 @@ class Router:
         self, config: RouterConfig | Mapping[str, Any]
     ) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The journal events that take this router to ``config``: (kind, id, payload) in the
-        order :meth:`open` applies them (empty when nothing differs).
+        order ``open`` applies them (empty when nothing differs).
 
         Raises
         ------
@@ -368,7 +369,7 @@ class Router:
         return changes
 
     def reconfigure(self, config: RouterConfig | Mapping[str, Any]) -> list[str]:
-        """Take the router to ``config`` by journaled events (see :meth:`open`): all of them
+        """Take the router to ``config`` by journaled events (see ``open``): all of them
         in one transaction, or none. Returns one line per change applied (also logged).
 
         Raises
@@ -726,7 +727,8 @@ class Router:
         eligible : sequence of str, optional
             The expert ids this query may go to (default: all).
         decision_id : str, optional
-            The id to give the decision (default: a new one). An id already routed returns
+            The id to give the decision (default: a new one, ``<run id>-<n>``; a new client id
+            of that form is refused, so that the two never collide). An id already routed returns
             that same decision again, with no new journal row (a retried request); a context
             or an eligible set given with it must then be the original one.
 
@@ -751,6 +753,7 @@ class Router:
             known = self._lookup(decision_id, context, eligible)
             if known is not None:
                 return known
+            self._check_client_id(decision_id)
         ctx = self._context_index(context)
         mask = self._eligible_mask(eligible)
         with self._write():
@@ -764,6 +767,17 @@ class Router:
             # Unmasked decisions of a context share their distribution until the policy learns.
             self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed
+
+    def _check_client_id(self, did: str) -> None:
+        """Refuse a new client id that a generated id could equal: generated ids are
+        ``<run id>-<n>`` (the journal's run id), so a client id is refused if it has that form
+        and can therefore never collide with one."""
+        prefix = f"{self._run_id}-"
+        if did.startswith(prefix) and did[len(prefix) :].isdigit():
+            raise InvalidFeedbackError(
+                f"decision_id: {did!r} has the form of the ids this router generates "
+                f"({prefix}<n>); choose an id without the prefix {prefix!r}"
+            )
 
     def _context_index(self, context: str | None) -> int | None:
         if not self._ctx:
@@ -1136,7 +1150,8 @@ class Router:
 
     # ------------------------------------------------------------------ expiry
     def expire(self, now: float | None = None) -> int:
-        """Expire the decisions whose deadline has passed (also done inside every call).
+        """Expire the decisions whose deadline is at or before ``now`` (also done inside every
+        call).
 
         Each expired decision's missing reward is dropped, or learned as the configured
         ``on_missing`` default reward. Returns how many expired.
@@ -1253,7 +1268,7 @@ class Router:
             self._apply_change("set_bounds", None, payload, policy)
 
     def _bounds_payload(self, upper: object, lower: object) -> dict[str, dict[str, float]] | None:
-        """The full new bounds of a :meth:`set_bounds` call (None when they do not change)."""
+        """The full new bounds of a ``set_bounds`` call (None when they do not change)."""
         merged: dict[str, dict[str, float]] = {}
         for key, given, current in (
             ("upper", upper, self.config.upper),

@@ -1,0 +1,140 @@
+"""Faults a deliberate-fault audit of the live half slipped past; each test fails on its fault.
+
+- A decision expires at exactly its deadline (the rule: expired at the deadline, not after it).
+- Pending decisions restored from a snapshot are re-armed for expiry.
+- A rolled-back transaction forgets the distributions it stored for sharing.
+- ``journal_sync`` reaches SQLite as the setting it names (read back with PRAGMA synchronous).
+- A bit flip that sets a policy file's zip "encrypted" flag is a PolicyFileError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msroute.errors import PolicyFileError
+from msroute.policies.persist import load_policy, policy_bytes
+from msroute.router import Router
+from msroute.router import core as router_core
+from msroute.router.journal import Journal
+
+CONFIG: dict[str, Any] = {
+    "policy": "omd",
+    "m_draws": 2,
+    "cost_names": ["usd"],
+    "seed": 7,
+    "feedback_ttl_s": 60.0,
+    "on_missing": 0.25,
+    "snapshot_every": 10,
+    "experts": {"a": [0.03], "b": [0.002], "c": [0.01]},
+    "constraints": {"upper": {"usd": 0.04}},
+}
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The routers' clock, set by the test."""
+    now = [1e9]
+    monkeypatch.setattr(router_core, "time", types.SimpleNamespace(time=lambda: now[0]))
+    return now
+
+
+@pytest.mark.parametrize(("offset", "status"), [(-1e-6, "applied"), (0.0, "late")])
+def test_a_decision_expires_at_exactly_its_deadline(
+    clock: list[float], offset: float, status: str
+) -> None:
+    router = Router(CONFIG)
+    d = router.route()
+    assert d.deadline == clock[0] + CONFIG["feedback_ttl_s"]
+    clock[0] = d.deadline + offset
+    assert router.feedback(d.decision_id, 0.5) == status
+
+
+def test_expire_at_the_deadline_counts_it(clock: list[float]) -> None:
+    router = Router(CONFIG)
+    d = router.route()
+    assert router.expire(d.deadline - 1e-6) == 0
+    assert router.expire(d.deadline) == 1
+    assert router.state()["expired"] == 1
+
+
+def test_pending_decisions_restored_from_a_snapshot_are_rearmed(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    path = tmp_path / "j.db"
+    live = Router(CONFIG, journal=path)
+    ids = [live.route(decision_id=f"q{i}").decision_id for i in range(25)]  # no feedback
+    live.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (snap,) = db.execute("SELECT max(seq) FROM snapshots").fetchone()
+    assert snap >= 20  # the reopened router starts from a snapshot holding pending decisions
+    reopened = Router.open(path)
+    assert reopened._snap_seq == snap and reopened.state()["pending"] == len(ids)
+    twin = Router(CONFIG)  # the same decisions, never stopped
+    for i in range(25):
+        twin.route(decision_id=f"q{i}")
+    clock[0] += CONFIG["feedback_ttl_s"] + 1.0
+    assert reopened.expire() == twin.expire() == len(ids)
+    assert reopened.state()["pending"] == 0
+    # The default reward was learned for each, as in the router that never stopped.
+    assert reopened.state()["q"] == twin.state()["q"]
+    assert reopened.state()["policy_version"] == twin.state()["policy_version"] == len(ids)
+    reopened.close()
+
+
+def test_a_rollback_forgets_the_distributions_it_stored(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = Journal(path, create=True)
+    probs = np.array([0.5, 0.25, 0.25]).tobytes()
+    journal.begin()
+    assert journal.append("decision", "x", 1.0, {"n": 0}, probs, share=(None,)) == 1
+    journal.rollback()
+    journal.begin()
+    seq = journal.append("decision", "y", 2.0, {"n": 0}, probs, share=(None,))
+    again = journal.append("decision", "z", 3.0, {"n": 1}, probs, share=(None,))
+    journal.commit()
+    assert seq == 1 and again == 2
+    events = list(journal.events())
+    assert [(e[0], e[2], e[5]) for e in events] == [(1, "y", probs), (2, "z", probs)]
+    journal.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        rows = db.execute("SELECT seq, probs IS NOT NULL, probs_seq FROM events").fetchall()
+    assert rows == [(1, 1, None), (2, 0, 1)]  # the second points at the first, which exists
+
+
+@pytest.mark.parametrize(("sync", "level"), [("full", 2), ("normal", 1)])
+def test_journal_sync_reaches_sqlite(tmp_path: Path, sync: str, level: int) -> None:
+    path = tmp_path / "j.db"
+    router = Router({**CONFIG, "journal_sync": sync}, journal=path)
+    db = router._journal._db  # type: ignore[union-attr]
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == level
+    router.route()
+    router.close()
+    reopened = Router.open(path)
+    db = reopened._journal._db  # type: ignore[union-attr]
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == level
+    reopened.close()
+
+
+def test_a_policy_file_with_the_encrypted_flag_set_is_a_policy_file_error(tmp_path: Path) -> None:
+    blob = bytearray(policy_bytes(Router(CONFIG).policy))
+    with zipfile.ZipFile(io.BytesIO(bytes(blob))) as zf:
+        infos = zf.infolist()
+    assert infos
+    path = tmp_path / "p.zip"
+    start = 0
+    for _ in infos:  # each entry's flags in the central directory (the ones readers use)
+        start = blob.index(b"PK\x01\x02", start + 1)
+        flipped = bytearray(blob)
+        flipped[start + 8] |= 0x01  # general purpose flags, bit 0: encrypted
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(PolicyFileError, match="unreadable policy file"):
+            load_policy(path)

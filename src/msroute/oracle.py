@@ -1,6 +1,6 @@
 """OPT: the best fixed feasible routing policy in hindsight (eq. (3) and Section 5.2).
 
-For a recorded skill sequence ``V^(1), ..., V^(T)`` the benchmark of eq. (3) is::
+For a recorded skill sequence ``V^(1), ..., V^(T)`` the benchmark of eq. (3) is:
 
     OPT = max_q  F(q) = (1/T) sum_t Phi_t(q)
           s.t.   q in the simplex,  q >= floor,  lo <= C^T q <= hi
@@ -610,7 +610,7 @@ def contextual_opt(
     """``OPT^ctx``: the best fixed policy per context under the *aggregate* budget, certified.
 
     The comparator of Algorithm 2 (Section 5.2, Corollary 2), which keeps one ``q`` per context
-    and one shared dual, so that its constraints hold on the aggregate time-averaged cost::
+    and one shared dual, so that its constraints hold on the aggregate time-averaged cost:
 
         OPT^ctx = max_{q_1..q_X}  sum_x p_x Phi_x(q_x)
                   s.t.  q_x >= floor on the simplex,  lo <= sum_x p_x C_x^T q_x <= hi

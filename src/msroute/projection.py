@@ -1,10 +1,10 @@
 """The exact proximal step (6) of Algorithm 1: a projection onto a cut, floored simplex.
 
-Step (c) of Algorithm 1 solves the quadratic program (6)::
+Step (c) of Algorithm 1 solves the quadratic program (6):
 
     max_{q in Delta_K, q >= gamma}  q . g - eta/2 ||q - q_prev||^2   s.t.  w . (C^T q) <= h_S(w)
 
-Completing the square, it is the Euclidean projection of ``y = q_prev + g / eta`` onto::
+Completing the square, it is the Euclidean projection of ``y = q_prev + g / eta`` onto:
 
     P = {q : sum(q) = 1, q >= gamma, a . q <= b},   a = C w,  b = h_S(w).
 

@@ -3,7 +3,7 @@ by a few half-spaces.
 
 The scale-invariant approachability dual (``msroute.policies.duals``) enforces each active
 bound by its own half-space ``a_j . q <= b_j`` instead of the paper's single aggregated cut
-``(C w) . q <= h_S(w)``. The step is then the Euclidean projection of ``y`` onto::
+``(C w) . q <= h_S(w)``. The step is then the Euclidean projection of ``y`` onto:
 
     P = {q : sum(q) = 1, q >= gamma, a_j . q <= b_j for j = 1..m},
 

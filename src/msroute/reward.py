@@ -5,7 +5,7 @@ The reward of a routed subset ``A`` on skills ``V`` (N dimensions x K experts) i
 i.i.d.; its expected reward ``Phi(q) = E[r(A)]`` (the paper's ``Phi^r``) has a closed form.
 Sort one dimension's skills in decreasing order ``v(1) >= v(2) >= ... >= v(K)`` and let ``Q_j``
 be the total probability of the top ``j`` experts. The routed maximum is at least ``v(j)``
-exactly when some draw falls in the top ``j``, so with ``v(K+1) = 0``::
+exactly when some draw falls in the top ``j``, so with ``v(K+1) = 0``:
 
     Phi(q) = sum_n sum_j (v(j) - v(j+1)) * (1 - (1 - Q_j)^M)
 

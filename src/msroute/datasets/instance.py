@@ -164,7 +164,7 @@ def fit_beta_strength(hits: ArrayLike, trials: ArrayLike, groups: ArrayLike | No
     group g (``J_g`` units with a trial, ``n_g`` trials, pooled rate ``p_g``) the weighted sum
     of squares ``S_g = sum_j n_j (x_j - p_g)^2`` (``x_j = hits_j / n_j``) has expectation
     ``p_g (1 - p_g) [(J_g - 1) + rho (n_g - sum_j n_j^2 / n_g - (J_g - 1))]`` under the
-    beta-binomial model (Kleinman 1973), so, pooled over the groups::
+    beta-binomial model (Kleinman 1973), so, pooled over the groups:
 
         rho = sum_g (S_g - p_g (1 - p_g) (J_g - 1))
               / sum_g p_g (1 - p_g) (n_g - sum_j n_j^2 / n_g - (J_g - 1))

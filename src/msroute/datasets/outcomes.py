@@ -1,7 +1,7 @@
 """Recorded outcome tables: one row per prompt, each model's graded answer and its cost.
 
 This is the format LLM-evaluation harnesses and RouterBench already write (CSV, or JSON Lines
-with the same keys)::
+with the same keys):
 
     prompt_id,category,small,large,small|usd,large|usd
     p1,math,0,1,0.00012,0.0021

@@ -3,7 +3,7 @@
 A logit vector ``theta`` (one per run) is the gate. Each round routes the Gumbel-top-M team,
 the M largest entries of ``theta + xi`` with ``xi_i ~ Gumbel(0, 1)`` i.i.d. (sparse MoE's
 stochastic routing), and then takes one REINFORCE step on the aggregate reward, with the
-Lagrangian term folded into it::
+Lagrangian term folded into it:
 
     theta <- theta + lr * r_eff * (1_A - p),   r_eff = r_t + (lambda ⊙ sign)^T x_t,
     p = softmax(theta)

@@ -21,7 +21,7 @@ Gradient estimators
     least squares (ridge 1) to the rewards seen so far; its expected reward under ``q`` is exact,
     ``Phihat(q) = beta_0 + sum_i beta_i (1 - (1 - q_i)^M)``, and so is its gradient
     ``beta_i M (1 - q_i)^(M-1)``. The estimate is that exact gradient plus the importance-weighted
-    residual::
+    residual:
 
         g_i = beta_i M (1 - q_i)^(M-1) + (r_t - rhat(A_t)) count_i / (q_i + ix)
 

@@ -1,7 +1,7 @@
 """Names -> policy classes, for the CLI, experiment configs and the Router (imported lazily).
 
 Third-party packages add policies through the entry-point group ``msroute.policies``: in their
-``pyproject.toml``::
+``pyproject.toml``:
 
     [project.entry-points."msroute.policies"]
     my-policy = "my_package.module:MyPolicy"

@@ -1,6 +1,6 @@
 """The router's configuration: one TOML file or dict, every key validated by name.
 
-Format (the same one ``msroute serve`` reads)::
+Format (the same one ``msroute serve`` reads):
 
     policy = "omd"                 # any registered policy; [params] for its keyword arguments
     m_draws = 3

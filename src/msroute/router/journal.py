@@ -6,7 +6,7 @@ acknowledged event is never lost. Every ``snapshot_every`` events the router sto
 the policy in the versioned policy zip of ``msroute.policies.persist`` and the router's own
 state as JSON. Opening a journal = last snapshot + replay of the events after it.
 
-Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``)::
+Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config" (JSON), "run_id", "created"
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,

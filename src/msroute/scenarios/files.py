@@ -1,6 +1,6 @@
 """User instances from CSV files: ``--skills FILE.csv`` and ``--costs FILE.csv``.
 
-Both files have a header row and one row per expert; the first column names the expert::
+Both files have a header row and one row per expert; the first column names the expert:
 
     expert,code,math,chat          expert,usd,latency_s
     small,0.61,0.40,0.80           small,0.0002,0.4

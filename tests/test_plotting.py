@@ -543,25 +543,48 @@ def test_policy_colors_are_fixed_and_stable() -> None:
     assert policy_color("my-policy") == policy_color("my-policy")
 
 
-def test_fig2_spend_panel_is_workload_over_budget() -> None:
+def test_fig2_draws_every_bounded_cost_as_median_and_range() -> None:
+    """One spend panel per bounded cost (the workload budget and the cap on flagged experts):
+    the median run in percent of its bound, whiskers from the lowest to the highest run (never
+    below 0), the bound at 100%; a level without the bound is left out."""
     rng = np.random.default_rng(5)
     rows = [
         {
             **r,
-            "avg_workload": float(rng.uniform(0.2, 1.2)),
+            "avg_workload": float(rng.uniform(0.0, 1.2) ** 4),  # skewed: mean - std < 0
             "budget_bound": float("inf") if r["level"] == "none" else 1.0 + r["seed"],
+            "avg_experts": float(rng.uniform(0.5, 3.0)),
+            "expert_cap": float("inf") if r["level"] == "none" else 2.0,
         }
         for r in fig2_rows()
     ]
     fig = plot_fig2(as_csv(rows))
-    assert len(fig.axes) == 6  # 2 envs x (reward, feasible, spend)
-    spend_ax = fig.axes[2]
-    assert spend_ax.get_title() == "Stochastic: spend against budget"
-    heights = bar_heights(spend_ax)
-    cell = [
-        r for r in rows if (r["env"], r["level"], r["policy"]) == ("stochastic", "tight", "omd")
-    ]
-    want = np.mean([100 * r["avg_workload"] / r["budget_bound"] for r in cell])
-    np.testing.assert_allclose(heights["OMD-Approachability"][0], want)
-    assert np.isnan(heights["OMD-Approachability"][3])  # no budget when unconstrained
-    assert any(line.get_gid() == "budget" for line in spend_ax.get_lines())
+    assert len(fig.axes) == 8  # 2 envs x (reward, feasible, workload, flagged experts)
+    for ax, value, bound, title in (
+        (fig.axes[2], "avg_workload", "budget_bound", "Stochastic: workload against budget"),
+        (fig.axes[3], "avg_experts", "expert_cap", "Stochastic: flagged experts against cap"),
+    ):
+        assert ax.get_title() == title
+        assert any(line.get_gid() == bound for line in ax.get_lines())
+        assert ax.get_ylim()[0] == 0.0
+        cell = [
+            100 * r[value] / r[bound]
+            for r in rows
+            if (r["env"], r["level"], r["policy"]) == ("stochastic", "tight", "omd")
+        ]
+        heights = bar_heights(ax)
+        np.testing.assert_allclose(heights["OMD-Approachability"][0], np.median(cell))
+        assert len(heights["OMD-Approachability"]) == 3  # no bound when unconstrained
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["Tight", "Medium", "Loose"]
+        whiskers = [
+            np.asarray(seg, dtype=float).reshape(-1, 2)[:, 1]
+            for collection in ax.collections
+            for seg in getattr(collection, "get_segments", lambda: [])()
+        ]
+        lows = [float(seg.min()) for seg in whiskers if seg.size and np.all(np.isfinite(seg))]
+        assert lows and min(lows) >= 0.0
+        assert any(np.isclose(low, min(cell)) for low in lows)
+
+
+def test_fig2_without_spend_columns_has_two_panels_per_env() -> None:
+    assert len(plot_fig2(fig2_rows()).axes) == 4

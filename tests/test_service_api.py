@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from _server import ServerProcess
-from _service import ROUTER, TIMEOUT, TOKEN, served
+from _service import ROUTER, TIMEOUT, TOKEN, DeclaredStatuses, served
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -76,6 +76,7 @@ def test_every_endpoint_but_healthz_needs_the_token(
     server, client = api
     before = state(client)
     resp = httpx.request(method, server.url + path, headers=headers, json={}, timeout=TIMEOUT)
+    DeclaredStatuses(server.url)(resp)
     body = problem(resp, 401)
     assert "Authorization" in body["detail"] and TOKEN not in resp.text
     assert resp.headers["www-authenticate"].startswith("Bearer")
@@ -215,6 +216,31 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
     ("GET", "/v1/routers/llm/decisions?since=-1", None, 422, "since"),
     ("GET", "/v1/routers/llm/decisions?limit=0", None, 422, "limit"),
     ("GET", "/v1/routers/llm/decisions?limit=10001", None, 422, "limit"),
+    # Integers beyond what a journal can hold are refused before they reach SQLite.
+    ("GET", f"/v1/routers/llm/decisions?since={2**63}", None, 422, "since"),
+    ("GET", "/v1/routers/llm/decisions?since=" + "9" * 40, None, 422, "since"),
+    ("GET", "/v1/routers/llm/decisions?limit=" + "9" * 40, None, 422, "limit"),
+    # Strict types: a string, a boolean or a number where the schema says otherwise is refused.
+    ("POST", "/v1/routers/llm/decisions", {"context": 5}, 422, "context"),
+    ("POST", "/v1/routers/llm/decisions", {"context": True}, 422, "context"),
+    ("POST", "/v1/routers/llm/decisions", {**CTX, "eligible": ["small", 3]}, 422, "eligible"),
+    ("POST", "/v1/routers/llm/decisions", {**CTX, "eligible": "small"}, 422, "eligible"),
+    ("POST", "/v1/routers/llm/decisions", {**CTX, "decision_id": 17}, 422, "decision_id"),
+    ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"usd": "0.01"}}, 422, "cost"),
+    ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"usd": True}}, 422, "cost"),
+    ("POST", "/v1/routers/llm/experts", {"id": 7, "cost": {"usd": 0.01}}, 422, "id"),
+    # A lone surrogate is not a string pydantic accepts; the answer names the field.
+    ("POST", "/v1/routers/llm/decisions", b'{"context": "\\ud800"}', 422, "context"),
+    # Nesting is bounded before any parser sees the body.
+    ("POST", "/v1/routers/llm/decisions", b"[" * 1500 + b"]" * 1500, 400, "nested"),
+    (
+        "POST",
+        "/v1/routers/llm/experts",
+        b'{"id": "x", "cost": ' + b"[" * 1500 + b"]" * 1500 + b"}",
+        400,
+        "nested",
+    ),
+    ("POST", "/v1/routers/llm/decisions", b'{"context": 1' + b"0" * 5000 + b"}", 413, "limit"),
 ]
 
 
@@ -250,6 +276,14 @@ def test_feedback_errors_name_the_field(api: tuple[ServerProcess, httpx.Client])
         (b'{"reward": NaN}', 422, "reward"),
         (b'{"reward": Infinity}', 422, "reward"),
         (b'{"reward": "high"}', 422, "reward"),
+        (b'{"reward": "0.8"}', 422, "reward"),
+        (b'{"reward": " 1e0 "}', 422, "reward"),
+        (b'{"reward": true}', 422, "reward"),
+        (b'{"reward": null}', 422, "reward"),
+        (b'{"reward": [0.8]}', 422, "reward"),
+        (b'{"reward": 1.0, "cost": {"usd": "0.01"}}', 422, "cost"),
+        (b'{"reward": 1.0, "cost": {"usd": false}}', 422, "cost"),
+        (b'{"reward": ' + b"[" * 100 + b"]" * 100 + b"}", 400, "nested"),
         (b"{}", 422, "reward"),
         (b'{"reward": 1e9}', 422, "reward"),
         (b'{"reward": 1.0, "cost": {"eur": 0.1}}', 422, "eur"),

@@ -17,15 +17,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from _service import ROUTER, TOKEN, write_config
 from msroute.service.auth import BearerToken
 from msroute.service.config import load_service_config
-from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath, JSONAnswer, json_bytes
+from msroute.service.fastpath import (
+    DECISIONS,
+    FEEDBACK,
+    MAX_JSON_DEPTH,
+    FastPath,
+    JSONAnswer,
+    json_bytes,
+    json_too_deep,
+)
 from msroute.service.routers import ServedRouters
 
 Message = dict[str, Any]
+
+
+async def _unreached(request: Request) -> JSONResponse:
+    raise AssertionError("the fast path calls no endpoint")
+
+
+#: The two hot routes, as the app declares them (the fast path matches requests with them).
+HOT = {
+    "decide": Route(DECISIONS, _unreached, methods=["POST"]),
+    "feedback": Route(FEEDBACK, _unreached, methods=["POST"]),
+}
 
 
 class Inner:
@@ -95,7 +116,7 @@ async def fast_path(tmp_path: Path) -> AsyncIterator[tuple[FastPath, Inner]]:
     await routers.start()
     try:
         inner = Inner()
-        yield FastPath(inner, routers, BearerToken(TOKEN)), inner
+        yield FastPath(inner, routers, BearerToken(TOKEN), **HOT), inner
     finally:
         await routers.stop()
 
@@ -162,9 +183,8 @@ def test_other_requests_reach_fastapi_with_their_body(
         target = path.format(name="llm", decision_id="d-1")
         status, _, _ = await request(app, target, raw, headers=headers, chunks=chunks)
         assert status == 599, case
-        # A body the fast path read is replayed whole; a chunked one it never read arrives as sent.
-        first = raw[: -(-len(raw) // chunks)]
-        assert inner.seen == [(target, first)], case
+        # The body the fast path read (to bound its nesting) is replayed whole.
+        assert inner.seen == [(target, raw)], case
         assert app.routers.metrics.hot("llm").decisions._value.get() == 0
 
     run(tmp_path, body)
@@ -179,7 +199,7 @@ def test_lifespan_and_other_methods_pass_through(tmp_path: Path) -> None:
     async def body() -> None:
         config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
         routers = ServedRouters(load_service_config(config, data_dir=tmp_path))
-        app = FastPath(inner, routers, BearerToken(TOKEN))
+        app = FastPath(inner, routers, BearerToken(TOKEN), **HOT)
         for scope in ({"type": "lifespan"}, {"type": "http", "method": "GET", "path": DECISIONS}):
             await app(scope, None, None)  # type: ignore[arg-type]
 
@@ -234,3 +254,45 @@ def test_non_finite_numbers_are_refused_as_jsonresponse_refuses_them(bad: float)
         JSONResponse(content)
     with pytest.raises(ValueError, match="JSON compliant"):
         json_bytes(content)
+
+
+# --- nesting bounded before parsing ------------------------------------------------------------
+
+
+def _nested(depth: int, inner: bytes = b"1") -> bytes:
+    return b"[" * depth + inner + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    ("raw", "deep"),
+    [
+        (_nested(MAX_JSON_DEPTH), False),
+        (_nested(MAX_JSON_DEPTH + 1), True),
+        (b'{"a": ' * MAX_JSON_DEPTH + b"1" + b"}" * MAX_JSON_DEPTH, False),
+        (b'{"a": ' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1), True),
+        (b'{"context": "' + b"[" * 1000 + b'"}', False),  # brackets inside a string
+        (b'{"context": "\\"' + b"[" * 1000 + b'"}', False),  # after an escaped quote
+        (b"[" + b"[]," * 5000 + b"[]]", False),  # many brackets, shallow
+        (b"[" * 30_000, True),  # unbalanced
+    ],
+)
+def test_json_depth_is_read_without_parsing(raw: bytes, deep: bool) -> None:
+    assert json_too_deep(raw) is deep
+    if not deep and raw.count(b"[") == raw.count(b"]"):
+        json.loads(raw)  # the bound is below what the parser can take
+
+
+@pytest.mark.parametrize(
+    "path", [DECISIONS, FEEDBACK, "/v1/routers/{name}/experts", "/v1/routers/nope/decisions"]
+)
+def test_deeply_nested_bodies_are_400_before_any_parser(tmp_path: Path, path: str) -> None:
+    async def body(app: FastPath, inner: Inner) -> None:
+        target = path.format(name="llm", decision_id="d-1")
+        raw = b'{"reward": ' + _nested(20_000) + b"}"
+        status, problem, _ = await request(app, target, raw)
+        assert status == 400 and f"deeper than {MAX_JSON_DEPTH}" in problem["detail"]
+        status, problem, _ = await request(app, target, raw, chunks=4)
+        assert status == 400
+        assert inner.seen == []  # FastAPI never saw them
+
+    run(tmp_path, body)

@@ -1,11 +1,14 @@
-"""Responses leave in one write: the gathering transport, alone and under a real server.
+"""The service's connections: responses leave in one write; slow clients are cut off.
 
-In process, a recording transport shows what :class:`GatheringTransport` hands on: the writes of
-one event-loop turn as one write, in order; a close writes what is gathered first; an abort drops
-it; nothing goes to a transport that is closing. Over loopback, a real ``msroute serve`` answers
-raw HTTP/1.1 requests on one socket (keep-alive, pipelined, ``Connection: close``, a refused
-body) with complete, well-framed responses. And ``serve`` runs uvicorn with that protocol and
-with the collector set for serving.
+In process, a recording transport shows what ``GatheringTransport`` hands on: the writes of one
+event-loop turn as one write, in order; a close writes what is gathered first; an abort drops it;
+nothing goes to a transport that is closing. Over loopback, a real ``msroute serve`` answers raw
+HTTP/1.1 requests on one socket (keep-alive, pipelined, ``Connection: close``, a refused body)
+with complete, well-framed responses; connections that are silent, or send a request too slowly,
+get 408 and are closed within a bounded time while the server goes on serving; a request sent in
+pieces within the deadline is served. ``serve`` binds its socket and opens the routers before it
+runs uvicorn with the guarded protocol and the collector set for serving, and the installed
+uvicorn is in the range ``pyproject.toml`` pins.
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _server import HOST, ServerProcess
+from _server import HOST, ServerProcess, free_port
 from _service import ROUTER, TOKEN, served, write_config
-from msroute.service.transport import GatheringTransport
+from msroute.service.transport import GatheringTransport, GuardedHttpTools
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -196,31 +200,123 @@ def test_refused_body_is_answered_whole_before_the_close(server: ServerProcess) 
         assert reader.at_end()
 
 
-def test_serve_runs_uvicorn_with_the_gathering_protocol_and_a_serving_collector(
+def test_serve_opens_the_routers_then_runs_uvicorn_on_its_socket_with_the_guarded_protocol(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import uvicorn
 
     from msroute.service import load_service_config, serve
     from msroute.service.server import GC_THRESHOLD
-    from msroute.service.transport import CoalescingHttpTools
 
-    seen: list[uvicorn.Config] = []
+    seen: list[tuple[uvicorn.Config, Any, bool]] = []
+    journal = tmp_path / "llm.db"
 
     class Server:
         def __init__(self, config: uvicorn.Config) -> None:
-            seen.append(config)
+            self.config = config
 
-        def run(self) -> None:
-            pass
+        async def serve(self, sockets: list[socket.socket]) -> None:
+            (sock,) = sockets
+            seen.append((self.config, sock.getsockname(), journal.exists()))
 
     monkeypatch.setattr(uvicorn, "Server", Server)
     collector: list[Any] = []
     monkeypatch.setattr(gc, "freeze", lambda: collector.append("freeze"))
     monkeypatch.setattr(gc, "set_threshold", lambda *t: collector.append(t))
     config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
-    serve(load_service_config(config, data_dir=tmp_path), token=TOKEN)
-    (cfg,) = seen
-    assert cfg.http is CoalescingHttpTools and cfg.loop == "auto"
-    assert (cfg.host, cfg.access_log) == ("127.0.0.1", False)
+    port = free_port()
+    serve(load_service_config(config, data_dir=tmp_path), token=TOKEN, port=port)
+    ((cfg, address, opened),) = seen
+    assert issubclass(cfg.http, GuardedHttpTools)  # type: ignore[arg-type]
+    assert address == (HOST, port) and opened  # bound and routers open before uvicorn runs
+    assert cfg.access_log is False
     assert collector == ["freeze", GC_THRESHOLD]  # the app's objects frozen before serving
+
+
+def test_the_installed_uvicorn_is_in_the_pinned_range() -> None:
+    """The transport relies on uvicorn's httptools protocol (its import path, and that it is
+    constructed with keyword arguments passed through): pyproject.toml pins the range."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    (pin,) = [Requirement(r) for r in extras["serve"] if r.startswith("uvicorn")]
+    assert pin.specifier and "<" in str(pin.specifier), "uvicorn needs an upper bound"
+    assert pin.specifier.contains(version("uvicorn")), (str(pin.specifier), version("uvicorn"))
+
+
+# --- slow clients -----------------------------------------------------------------------------
+
+READ_TIMEOUT_S = 1.0
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sends before it closes the connection; fail if it is still open later."""
+    sock.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pytest.fail(f"the connection is still open after {seconds} s; got {data[:80]!r}")
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def test_slow_and_silent_clients_are_cut_off_and_the_server_goes_on(tmp_path: Path) -> None:
+    head = f"POST /v1/routers/llm/decisions HTTP/1.1\r\nHost: {HOST}\r\n".encode()
+    with served(tmp_path, service={"read_timeout_s": READ_TIMEOUT_S}) as (srv, client):
+        socks: list[socket.socket] = []
+        try:
+            started = time.monotonic()
+            for i in range(45):
+                sock = socket.create_connection((HOST, srv.port), timeout=5)
+                socks.append(sock)
+                if i % 3 == 1:  # the headers, a part at a time, never finished
+                    sock.sendall(head)
+                elif i % 3 == 2:  # the headers, then part of the body
+                    sock.sendall(
+                        head + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                    )
+                # else: connected and silent
+            dripping = socks[1]
+            for _ in range(3):  # a byte now and then does not move the deadline
+                time.sleep(READ_TIMEOUT_S / 4)
+                dripping.sendall(b"X")
+            # Meanwhile the server answers others.
+            assert (
+                client.post("/v1/routers/llm/decisions", json={"context": "tech"}).status_code
+                == 201
+            )
+            for sock in socks:
+                data = _closed_within(sock, READ_TIMEOUT_S + 10)
+                assert data == b"" or data.startswith(b"HTTP/1.1 408 "), data[:80]
+            elapsed = time.monotonic() - started
+            assert elapsed < READ_TIMEOUT_S + 10
+            assert client.get("/v1/routers/llm").status_code == 200
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_a_request_sent_in_pieces_within_the_deadline_is_served(tmp_path: Path) -> None:
+    body = b'{"context": "tech"}'
+    raw = _request("/v1/routers/llm/decisions", body)
+    with (
+        served(tmp_path, service={"read_timeout_s": READ_TIMEOUT_S}) as (srv, _),
+        _connect(srv) as sock,
+    ):
+        reader = Reader(sock)
+        for piece in (raw[:20], raw[20:-5], raw[-5:]):
+            sock.sendall(piece)
+            time.sleep(READ_TIMEOUT_S / 5)
+        assert reader.response()[0] == 201
+        # Idle between two requests of a keep-alive connection: the read deadline waits for
+        # the next request's first byte (uvicorn's keep-alive timeout governs idle time).
+        time.sleep(READ_TIMEOUT_S * 1.5)
+        sock.sendall(raw)
+        assert reader.response()[0] == 201

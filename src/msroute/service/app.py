@@ -5,10 +5,11 @@ its lifespan opens every router's journal (recovering its state) on start and cl
 shutdown. Every router call goes through the router's ``RouterOwner``, which serializes
 calls and acknowledges each only after the journal transaction holding it has committed.
 
-The endpoints are declared here, with their schemas, examples and error responses (the OpenAPI
-document). The two hot ones are served in the ordinary case by
-``FastPath``, in front of FastAPI, with the same models and the
-same operations; FastAPI serves them in every other case (and answers their errors).
+The endpoints are declared here, with their schemas, examples and every status they answer
+(the OpenAPI document; a test checks each answer of the service tests against it). The two hot
+ones are served in the ordinary case by ``FastPath``, in front of FastAPI, with the same models,
+the same route objects and the same operations; FastAPI serves them in every other case (and
+answers their errors).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi import Depends, FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp
 
@@ -43,8 +45,9 @@ from msroute.service.models import (
     Problem,
     RouterList,
 )
-from msroute.service.problems import PROBLEM_JSON, install_problem_handlers
+from msroute.service.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from msroute.service.routers import ServedRouters
+from msroute.service.transport import ReadDeadline
 
 __all__ = ["create_app"]
 
@@ -53,6 +56,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 NDJSON = "application/x-ndjson"
 RouterName = Annotated[str, PathParam(description="A router of the service config.")]
 IdParam = Annotated[str, PathParam(pattern=ID_PATTERN)]
+#: The largest sequence number a journal can hold (SQLite's INTEGER).
+MAX_SEQ = 2**63 - 1
+
+#: The statuses every endpoint with a JSON body can answer besides its own: 400 (not JSON, or
+#: nested too deeply), 413 (too long), 415 (not sent as JSON), 422 (does not match the schema).
+BODY_ERRORS = (400, 413, 415, 422)
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -80,7 +89,9 @@ class _Protected:
         return self.app.delete(path, **self._kwargs(kwargs))
 
 
-def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
+def create_app(
+    config: ServiceConfig, *, token: str | None, routers: ServedRouters | None = None
+) -> ASGIApp:
     """Build the HTTP app serving the routers of ``config``.
 
     Parameters
@@ -91,21 +102,28 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         Every endpoint but ``/healthz`` requires ``Authorization: Bearer <token>``; ``None``
         disables authentication (see ``msroute.service.auth.check_start`` for when that is
         allowed).
+    routers : ServedRouters, optional
+        The routers of ``config``, already started (``msroute.service.serve`` opens them
+        before it binds a port, so that a router that cannot open is an error on the command
+        line); by default the app's lifespan starts them.
 
     Returns
     -------
     ASGI app
         The FastAPI app behind the fast path of the two hot endpoints
-        (``FastPath``), the body limit and the request timer.
-        Its lifespan opens the journals on start and closes them on shutdown.
+        (``FastPath``), the body limit, the request timer and the read deadline's hook
+        (``msroute.service.transport.ReadDeadline``).
+        Its lifespan opens the journals on start (unless ``routers`` are already started) and
+        closes them on shutdown.
     """
-    service = ServedRouters(config)
+    service = ServedRouters(config) if routers is None else routers
     auth = BearerToken(token)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            await service.start()
+            if not service.started:
+                await service.start()
             yield
         finally:
             await service.stop()
@@ -126,10 +144,17 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
     # Every route but /healthz carries the token dependency.
     api = _Protected(app, Depends(auth))
 
-    @app.get("/healthz", response_model=Health, tags=["operations"])
-    async def healthz() -> dict[str, str]:
-        """Liveness probe; needs no token."""
-        return {"status": "ok"}
+    @app.get("/healthz", response_model=Health, tags=["operations"], responses=_problems(503))
+    async def healthz() -> Response:
+        """Health probe; needs no token. 503 while a router cannot write its journal (a full
+        disk, an I/O error): the problem's ``routers`` names each such router and why."""
+        failing = service.failures()
+        if failing:
+            detail = "; ".join(f"router {n}: {why}" for n, why in failing.items())
+            return problem_response(
+                503, f"cannot write the journal: {detail}", extra={"routers": failing}
+            )
+        return JSONResponse({"status": "ok"})
 
     @api.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:
@@ -153,7 +178,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         """The names of the routers this process serves."""
         return {"routers": sorted(service.owners)}
 
-    @api.get("/v1/routers/{name}", tags=["routers"], responses=_problems(404))
+    @api.get("/v1/routers/{name}", tags=["routers"], responses=_problems(404, 503))
     async def router_state(name: RouterName) -> dict[str, Any]:
         """The router's state: counts, time-averaged cost, bounds, routing distribution."""
         return await service.call(name, lambda r: r.state())
@@ -163,7 +188,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         status_code=201,
         response_model=DecisionResponse,
         tags=["decisions"],
-        responses=_problems(404, 422, 413, 503),
+        responses=_problems(*BODY_ERRORS, 404, 409, 503),
     )
     async def decide(name: RouterName, body: DecisionRequest) -> JSONResponse:
         """Route one query: the team to send it to (durably journaled before the answer)."""
@@ -173,12 +198,15 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         FEEDBACK,
         response_model=FeedbackResponse,
         tags=["decisions"],
-        responses=_problems(404, 422, 413, 503),
+        responses=_problems(*BODY_ERRORS, 404, 409, 503),
     )
     async def feedback(
         name: RouterName, decision_id: IdParam, body: FeedbackRequest
     ) -> JSONResponse:
-        """Report the outcome of a decision (durably journaled before the answer)."""
+        """Report the outcome of a decision (durably journaled before the answer).
+
+        A repeat of an answered feedback is validated like the first and answered
+        ``duplicate``; a repeat with another reward or cost is 409 (nothing changes)."""
         return JSONResponse({"status": await service.feedback(name, decision_id, body)})
 
     @api.get(
@@ -190,12 +218,14 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
                 "description": "Journal rows, one JSON object per line, in sequence order.",
                 "content": {NDJSON: {"schema": {"type": "string"}}},
             },
-            **_problems(404, 422),
+            **_problems(404, 422, 503),
         },
     )
     async def journal_rows(
         name: RouterName,
-        since: Annotated[int, Query(ge=0, description="Rows after this sequence number.")] = 0,
+        since: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="Rows after this sequence number.")
+        ] = 0,
         limit: int = Query(
             min(1000, config.max_rows),
             ge=1,
@@ -213,7 +243,7 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         status_code=201,
         response_model=ExpertResponse,
         tags=["experts"],
-        responses=_problems(404, 409, 422, 413, 503),
+        responses=_problems(*BODY_ERRORS, 404, 409, 503),
     )
     async def add_expert(name: RouterName, body: ExpertRequest) -> dict[str, list[str]]:
         """Add an expert; 409 if the constraints would become infeasible (nothing changes)."""
@@ -240,6 +270,18 @@ def create_app(config: ServiceConfig, *, token: str | None) -> ASGIApp:
         return {"experts": await service.call(name, apply)}
 
     # Outside FastAPI's own layers, so that the requests the fast path answers are capped and
-    # timed too.
-    hot = FastPath(app, service, auth)
-    return RequestTimer(BodyLimit(hot, config.max_body_bytes), service.metrics.latency)
+    # timed too. The fast path recognizes its two requests by these routes' own matching.
+    hot = FastPath(
+        app, service, auth, decide=_route(app, DECISIONS), feedback=_route(app, FEEDBACK)
+    )
+    timed = RequestTimer(BodyLimit(hot, config.max_body_bytes), service.metrics.latency)
+    return ReadDeadline(timed)
+
+
+def _route(app: FastAPI, path: str) -> APIRoute:
+    """The app's ``POST`` route of ``path``."""
+    return next(
+        r
+        for r in app.routes
+        if isinstance(r, APIRoute) and r.path == path and "POST" in (r.methods or ())
+    )

@@ -1,11 +1,12 @@
 """The configuration of ``msroute serve``: which routers one process owns, where their journals are.
 
 The file is TOML with one ``[routers.NAME]`` table per router, each in the Router config format
-(``msroute.router.RouterConfig``), and an optional ``[service]`` table for the HTTP layer::
+(``msroute.router.RouterConfig``), and an optional ``[service]`` table for the HTTP layer:
 
     [service]
     max_body_bytes = 65536        # larger request bodies get 413
     max_rows = 10000              # largest ``limit`` of GET .../decisions
+    read_timeout_s = 10           # a client sends a whole request within this (else 408)
 
     [routers.chat]
     policy = "omd"
@@ -40,7 +41,10 @@ __all__ = ["ROUTER_NAME", "ServiceConfig", "load_service_config"]
 #: Router names appear in URLs: letters, digits, ``_``, ``-`` and ``.``, at most 64 characters.
 ROUTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
-_SERVICE_KEYS = ("max_body_bytes", "max_rows")
+_SERVICE_KEYS = ("max_body_bytes", "max_rows", "read_timeout_s")
+_INT_KEYS = ("max_body_bytes", "max_rows")
+#: The longest ``read_timeout_s`` accepted, in seconds.
+MAX_READ_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,14 +60,29 @@ class ServiceConfig:
         Request bodies longer than this are refused with 413 before they are parsed.
     max_rows : int
         The largest ``limit`` accepted by ``GET /v1/routers/{name}/decisions``.
+    read_timeout_s : float
+        Seconds a client has to send a whole request from its first byte (and a new
+        connection its first request); slower ones get 408 and are disconnected, so that slow
+        or idle connections cannot pile up.
     """
 
     routers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_body_bytes: int = 65536
     max_rows: int = 10000
+    read_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for key in _SERVICE_KEYS:
+        timeout = self.read_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise ConfigError(
+                f"service.read_timeout_s must be a number of seconds, got {type(timeout).__name__}"
+            )
+        if not 0 < timeout <= MAX_READ_TIMEOUT_S:  # NaN fails too
+            raise ConfigError(
+                f"service.read_timeout_s == {timeout}, must be in (0, {MAX_READ_TIMEOUT_S:g}]"
+            )
+        object.__setattr__(self, "read_timeout_s", float(timeout))
+        for key in _INT_KEYS:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"service.{key} must be an integer, got {type(value).__name__}")

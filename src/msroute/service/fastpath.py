@@ -1,17 +1,24 @@
-"""The two hot endpoints, answered without FastAPI's per-request machinery.
+"""The two hot endpoints, answered without FastAPI's per-request machinery; every body's nesting
+bounded before it is parsed.
 
 ``POST /v1/routers/{name}/decisions`` and ``POST /v1/routers/{name}/decisions/{id}/feedback``
-carry nearly all the traffic, and FastAPI's layers (routing, dependency solving, its own
-middleware) cost more CPU per request than the router itself. ``FastPath`` wraps the
-FastAPI app and answers these two requests directly in the ordinary case: a served router, a
-valid decision id in the path, an accepted token, a ``Content-Length`` JSON body that the request
-model accepts. Every other request goes to the FastAPI app unchanged (a body already read is
-replayed), so there is one set of rules and one set of error bodies: the body is validated by
-the same pydantic model (``model_validate`` on the parsed JSON, as FastAPI does), the token by
-the same ``BearerToken``, and whatever either refuses is answered by
-FastAPI's handlers. The work and the answers are those of the FastAPI endpoints: the same
-``ServedRouters`` operations, the same ``JSONResponse``, the same
-problem table for the router's errors.
+carry nearly all the traffic, and FastAPI's layers (dependency solving, its own middleware) cost
+more CPU per request than the router itself. ``FastPath`` wraps the FastAPI app and answers
+these two requests directly in the ordinary case: a served router, a valid decision id in the
+path, an accepted token, a ``Content-Length`` JSON body that the request model accepts. The two
+requests are recognized by the FastAPI app's own route objects (Starlette's public
+``Route.matches``), so there is one route table. Every other request goes to the FastAPI app
+unchanged (a body already read is replayed), so there is one set of rules and one set of error
+bodies: the body is validated by the same strict pydantic model (``model_validate`` on the parsed
+JSON, as FastAPI does), the token by the same ``BearerToken``, and
+whatever either refuses is answered by FastAPI's handlers. The work and the answers are those of
+the FastAPI endpoints: the same ``ServedRouters`` operations, the
+same ``JSONResponse``, the same problem table for the router's errors.
+
+Every request body (``POST``, ``PUT``, ``PATCH``, whatever the route) is checked here before any
+JSON parser sees it: nested deeper than ``MAX_JSON_DEPTH`` arrays or objects, it is refused
+with 400. No request of the API nests deeper than three levels, and Python's parser would
+otherwise recurse once per level.
 """
 
 from __future__ import annotations
@@ -19,21 +26,24 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import to_json
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from msroute.errors import MSRouteError
 from msroute.service.auth import BearerToken
 from msroute.service.metrics import FEEDBACK_STATUSES
 from msroute.service.models import ID_PATTERN, DecisionRequest, FeedbackRequest
-from msroute.service.problems import internal_problem, msroute_problem
+from msroute.service.problems import internal_problem, msroute_problem, problem_response
 from msroute.service.routers import ServedRouters
 
-__all__ = ["DECISIONS", "FEEDBACK", "FastPath"]
+__all__ = ["DECISIONS", "FEEDBACK", "MAX_JSON_DEPTH", "FastPath", "json_too_deep"]
 
 #: The path templates of the two hot endpoints (their label in the request-latency metric).
 DECISIONS = "/v1/routers/{name}/decisions"
@@ -42,18 +52,31 @@ FEEDBACK = "/v1/routers/{name}/decisions/{decision_id}/feedback"
 _log = logging.getLogger("msroute.service")
 _ID = re.compile(ID_PATTERN)
 
-
-class _Route:
-    """What the request-latency middleware reads from ``scope["route"]``: the path template."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str) -> None:
-        self.path = path
+#: The deepest nesting of arrays and objects accepted in a request body.
+MAX_JSON_DEPTH = 32
+#: A JSON string (skipped whole) or a bracket.
+_TOKENS = re.compile(rb'"(?:[^"\\]+|\\.)*"|[\[\]{}]')
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-_DECISIONS_ROUTE = _Route(DECISIONS)
-_FEEDBACK_ROUTE = _Route(FEEDBACK)
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``body`` nests arrays and objects deeper than ``limit``, read without parsing.
+
+    Brackets inside strings do not count. A body with no more than ``limit`` opening brackets
+    in all is answered from two byte counts; others are scanned once, without recursion.
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _TOKENS.finditer(body):
+        first = match.group()[:1]
+        if first in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif first in (b"]", b"}"):
+            depth -= 1
+    return False
 
 
 #: The feedback answers, encoded once.
@@ -120,46 +143,84 @@ class FastPath:
         The routers the app serves.
     auth : BearerToken
         The app's token check.
+    decide, feedback : starlette route
+        The app's routes of ``POST`` ``DECISIONS`` and ``POST`` ``FEEDBACK``.
     """
 
-    def __init__(self, app: ASGIApp, routers: ServedRouters, auth: BearerToken) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        routers: ServedRouters,
+        auth: BearerToken,
+        *,
+        decide: BaseRoute,
+        feedback: BaseRoute,
+    ) -> None:
         self.app = app
         self.routers = routers
         self.auth = auth
+        self._hot: Sequence[tuple[BaseRoute, bool]] = ((decide, True), (feedback, False))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
-        parts = scope["path"].split("/")
-        # ["", "v1", "routers", name, "decisions"] or [..., "decisions", decision_id, "feedback"]
-        n = len(parts)
+        matched = self._match(scope)
+        if matched is None:
+            await self._app_checked(scope, receive, send)
+            return
+        route, deciding, params = matched
+        name = params["name"]
+        decision_id = params.get("decision_id", "")
         hot = (
-            (n == 5 or (n == 7 and parts[6] == "feedback" and _ID.fullmatch(parts[5]) is not None))
-            and parts[4] == "decisions"
-            and parts[1] == "v1"
-            and parts[2] == "routers"
-            and parts[0] == ""
-            and parts[3] in self.routers.owners
+            name in self.routers.owners
+            and (deciding or _ID.fullmatch(decision_id) is not None)
             and self._ordinary(scope)
         )
         if not hot:
-            await self.app(scope, receive, send)
+            await self._app_checked(scope, receive, send)
             return
         body = await self._body(receive)
         if body is None:  # the client went away
             return
+        if json_too_deep(body):
+            await _too_deep(scope, receive, send)
+            return
         try:
             content = json.loads(body)
             request: DecisionRequest | FeedbackRequest = (
-                DecisionRequest if n == 5 else FeedbackRequest
+                DecisionRequest if deciding else FeedbackRequest
             ).model_validate(content)
         except (ValueError, ValidationError):  # FastAPI answers with the problem it names
             await self.app(scope, _replay(body, receive), send)
             return
-        scope["route"] = _DECISIONS_ROUTE if n == 5 else _FEEDBACK_ROUTE
-        response = await self._answer(scope, parts, request)
+        scope["route"] = route
+        response = await self._answer(scope, name, decision_id, request)
         await response(scope, receive, send)
+
+    def _match(self, scope: Scope) -> tuple[BaseRoute, bool, dict[str, Any]] | None:
+        """The hot route the request is for (whether it decides, its path parameters)."""
+        for route, deciding in self._hot:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                return route, deciding, child["path_params"]
+        return None
+
+    async def _app_checked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The FastAPI app, once the body is known not to nest too deeply."""
+        try:
+            body = await self._body(receive)
+        except HTTPException as exc:  # a chunked body over the limit (BodyLimit)
+            detail = str(exc.detail)
+            response = problem_response(exc.status_code, detail, headers={"connection": "close"})
+            await response(scope, receive, send)
+            return
+        if body is None:
+            return
+        if json_too_deep(body):
+            await _too_deep(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
     def _ordinary(self, scope: Scope) -> bool:
         """A JSON body of declared length and an accepted token (else FastAPI answers)."""
@@ -187,15 +248,20 @@ class FastPath:
                 return b"".join(chunks)
 
     async def _answer(
-        self, scope: Scope, parts: list[str], request: DecisionRequest | FeedbackRequest
+        self, scope: Scope, name: str, decision_id: str, request: DecisionRequest | FeedbackRequest
     ) -> JSONAnswer | Response:
-        name = parts[3]
         try:
             if isinstance(request, DecisionRequest):
                 return JSONAnswer(json_bytes(await self.routers.decide(name, request)), 201)
-            return JSONAnswer(_STATUS_BODIES[await self.routers.feedback(name, parts[5], request)])
+            status = await self.routers.feedback(name, decision_id, request)
+            return JSONAnswer(_STATUS_BODIES[status])
         except MSRouteError as exc:
             return msroute_problem(exc, f"POST {scope['path']}")
         except Exception:
             _log.exception("POST %s", scope["path"])
             return internal_problem()
+
+
+async def _too_deep(scope: Scope, receive: Receive, send: Send) -> None:
+    detail = f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    await problem_response(400, detail)(scope, receive, send)

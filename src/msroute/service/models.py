@@ -1,9 +1,12 @@
 """The request and response bodies of the HTTP API; these pydantic models are its OpenAPI schema.
 
-Numbers must be finite (JSON has no NaN, and the models refuse the ``NaN``/``Infinity`` literals
-some encoders write). Unknown fields are refused, so a typo such as ``"rewrad"`` is a 422 naming
-the field rather than a silently ignored value. Ranges that depend on the router (the reward's
-range, the cost names, the expert and context names) are checked by the Router itself.
+The request models are strict: a number must be a JSON number (``"0.8"``, ``" 1e0 "`` and ``true``
+are refused, not converted), a string a JSON string, and numbers must be finite (JSON has no NaN,
+and the models refuse the ``NaN``/``Infinity`` literals some encoders write). Unknown fields are
+refused, so a typo such as ``"rewrad"`` is a 422 naming the field rather than a silently ignored
+value. What the schema says is thus exactly what is accepted. Ranges that depend on the router
+(the reward's range, the cost names, the expert and context names) are checked by the Router
+itself.
 """
 
 from __future__ import annotations
@@ -25,21 +28,20 @@ __all__ = [
     "RouterList",
 ]
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 #: Ids travel in URLs and journals: printable, no slash, bounded length.
 ID_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
 Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=ID_PATTERN)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+#: The configuration of every request model: strict types, no unknown fields.
+STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-class DecisionRequest(_Strict):
+class DecisionRequest(BaseModel):
     """Ask a router for a team."""
 
-    model_config = ConfigDict(
-        extra="forbid",
+    model_config = STRICT | ConfigDict(
         json_schema_extra={
             "examples": [
                 {"context": "code", "eligible": ["frontier-mini", "self-hosted-8b"]},
@@ -100,11 +102,10 @@ class DecisionResponse(BaseModel):
     deadline: float = Field(description="Unix time after which feedback is late.")
 
 
-class FeedbackRequest(_Strict):
+class FeedbackRequest(BaseModel):
     """The outcome of a decision."""
 
-    model_config = ConfigDict(
-        extra="forbid",
+    model_config = STRICT | ConfigDict(
         json_schema_extra={"examples": [{"reward": 0.8}, {"reward": 0.4, "cost": {"usd": 0.031}}]},
     )
 
@@ -121,14 +122,13 @@ class FeedbackResponse(BaseModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"status": "applied"}]})
 
-    status: Literal["applied", "duplicate", "late"]
+    status: Literal["applied", "duplicate", "late", "expert_removed"]
 
 
-class ExpertRequest(_Strict):
+class ExpertRequest(BaseModel):
     """A new expert and its cost vector."""
 
-    model_config = ConfigDict(
-        extra="forbid",
+    model_config = STRICT | ConfigDict(
         json_schema_extra={
             "examples": [{"id": "open-8x7b", "cost": {"usd": 0.003, "self_hosted": 0.0}}]
         },

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from msroute.errors import (
     DecisionConflictError,
     InfeasibleConstraintsError,
+    JournalError,
     MSRouteError,
     UnknownDecisionError,
     UnknownRouterError,
@@ -40,13 +41,15 @@ _log = logging.getLogger("msroute.service")
 
 #: msroute error class -> HTTP status, most specific first (only msroute's own errors are
 #: mapped: anything else is a bug and a 500). A bad value is 422 (well-formed JSON that cannot be
-#: applied); an msroute error that is not about a value (a journal that failed to commit) is 503:
-#: the request may be retried once the router is reopened.
+#: applied); a journal that cannot be written (a full disk, an I/O error: ``JournalError``) and any
+#: other msroute error that is not about a value is 503: nothing of the request was applied, and
+#: it may be retried once the disk has recovered (``/healthz`` says 503 until then).
 STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (UnknownRouterError, 404),
     (UnknownDecisionError, 404),
     (InfeasibleConstraintsError, 409),
     (DecisionConflictError, 409),
+    (JournalError, 503),
     (ValueError, 422),
     (TypeError, 422),
     (MSRouteError, 503),
@@ -59,13 +62,15 @@ def problem_response(
     *,
     errors: Sequence[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
-    """A problem+json response with the standard title of ``status``."""
+    """A problem+json response with the standard title of ``status`` (and ``extra`` members)."""
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
+        **(extra or {}),
     }
     if errors is not None:
         body["errors"] = list(errors)
@@ -119,6 +124,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body
+        detail = f"body: not valid JSON ({_message(exc.__cause__)})"
     return problem_response(exc.status_code, detail, headers=exc.headers)
 
 

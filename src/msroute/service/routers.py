@@ -9,12 +9,13 @@ count and time requests the same way.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from msroute.errors import UnknownRouterError
+from msroute.errors import ConfigError, JournalError, MSRouteError, UnknownRouterError
 from msroute.router import Router
 from msroute.service.config import ServiceConfig
 from msroute.service.metrics import DelayClock, ServiceMetrics
@@ -31,11 +32,25 @@ _DELAY_HORIZON_S = 86400.0
 
 
 def open_router(config: dict[str, Any]) -> Router:
-    """Recover the router from its journal if the file exists, else create it from ``config``."""
+    """Recover the router from its journal if the file exists, else create it from ``config``.
+
+    Raises
+    ------
+    JournalError
+        The journal (or, for a new one, its directory) cannot be written: a served router
+        journals every call, so it is refused at start rather than at the first request.
+    """
     journal = Path(config["journal"])
     if journal.exists():
-        return Router.open(journal)
-    journal.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(journal, os.R_OK | os.W_OK):
+            raise JournalError(f"journal {journal}: not readable and writable by this user")
+        return Router.open(journal, config=config)  # a changed config: journaled, or refused
+    try:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JournalError(f"journal {journal}: cannot create its directory: {exc}") from exc
+    if not os.access(journal.parent, os.W_OK | os.X_OK):
+        raise JournalError(f"journal {journal}: its directory {journal.parent} is not writable")
     return Router.from_config(config)
 
 
@@ -47,6 +62,16 @@ class ServedRouters:
         self.metrics = ServiceMetrics()
         self.owners: dict[str, RouterOwner] = {}
         self.clocks: dict[str, DelayClock] = {}
+        #: Whether ``start`` has opened the routers (and ``stop`` not yet closed them).
+        self.started = False
+
+    def failures(self) -> dict[str, str]:
+        """Each router that cannot write its journal, and why (empty when all can)."""
+        return {
+            name: owner.failure or "the last write failed"
+            for name, owner in self.owners.items()
+            if not owner.writable
+        }
 
     def owner(self, name: str) -> RouterOwner:
         """The owner of router ``name`` (UnknownRouterError naming the known ones)."""
@@ -87,28 +112,49 @@ class ServedRouters:
         return status
 
     async def start(self) -> None:
-        """Open every router (recovering its journal) and log one line per router."""
-        for name, cfg in self.config.routers.items():
-            existed = Path(cfg["journal"]).exists()
-            owner = RouterOwner(name, partial(open_router, dict(cfg)))
+        """Open every router (recovering its journal) and log one line per router.
+
+        Raises
+        ------
+        ConfigError
+            A router cannot be opened (infeasible constraints, a journal that cannot be
+            written or read back); the message names the router. The routers opened before it
+            are closed again.
+        """
+        self.started = True
+        try:
+            for name, cfg in self.config.routers.items():
+                await self._start_one(name, cfg)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_one(self, name: str, cfg: Any) -> None:
+        existed = Path(cfg["journal"]).exists()
+        owner = RouterOwner(name, partial(open_router, dict(cfg)))
+        try:
             router = await owner.start()
-            self.owners[name] = owner
-            self.clocks[name] = DelayClock(_DELAY_HORIZON_S)
-            state = await owner.call(lambda r: r.state())
-            _log.info(
-                "router %s: %s journal %s; %d experts, %d decisions, %d pending, policy version %d",
-                name,
-                "recovered from" if existed else "created",
-                cfg["journal"],
-                len(router.expert_ids),
-                state["decisions"],
-                state["pending"],
-                state["policy_version"],
-            )
+        except (MSRouteError, OSError) as exc:
+            await owner.stop()
+            raise ConfigError(f"router {name}: {exc}") from exc
+        self.owners[name] = owner
+        self.clocks[name] = DelayClock(_DELAY_HORIZON_S)
+        state = await owner.call(lambda r: r.state())
+        _log.info(
+            "router %s: %s journal %s; %d experts, %d decisions, %d pending, policy version %d",
+            name,
+            "recovered from" if existed else "created",
+            cfg["journal"],
+            len(router.expert_ids),
+            state["decisions"],
+            state["pending"],
+            state["policy_version"],
+        )
 
     async def stop(self) -> None:
-        """Finish queued calls and close every journal."""
+        """Finish queued calls and close every journal (idempotent)."""
         for name, owner in list(self.owners.items()):
             await owner.stop()
             _log.info("router %s: journal closed", name)
         self.owners.clear()
+        self.started = False

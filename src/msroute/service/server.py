@@ -1,8 +1,11 @@
-"""Run the app under uvicorn: bind, serve until SIGTERM/SIGINT, shut down cleanly.
+"""Run the app under uvicorn: bind, open the routers, serve until SIGTERM/SIGINT, shut down cleanly.
 
-On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish (up to
-``graceful_s`` seconds), then runs the app's lifespan shutdown, which drains each router's
-queue and closes its journal.
+``serve`` binds the listening socket and opens every router (recovering its journal) before
+uvicorn starts, so that whatever prevents serving (a port in use, an infeasible budget, a journal
+that cannot be written) is one error naming its cause, raised to the caller (the command line
+prints it as one line), and no port is ever half served. On SIGTERM uvicorn stops accepting
+connections, lets in-flight requests finish (up to ``graceful_s`` seconds), then runs the app's
+lifespan shutdown, which drains each router's queue and closes its journal.
 
 The process is the server's alone, so it also sets the garbage collector for serving
 (``collect_for_serving``).
@@ -10,17 +13,25 @@ The process is the server's alone, so it also sets the garbage collector for ser
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import socket
+from collections.abc import Coroutine
+from typing import Any
 
 import uvicorn
 
+from msroute.errors import ConfigError
 from msroute.service.app import create_app
 from msroute.service.auth import check_start
 from msroute.service.config import ServiceConfig
-from msroute.service.transport import CoalescingHttpTools
+from msroute.service.routers import ServedRouters
+from msroute.service.transport import guarded_http_tools
 
-__all__ = ["GC_THRESHOLD", "collect_for_serving", "serve"]
+__all__ = ["GC_THRESHOLD", "bind", "collect_for_serving", "serve"]
+
+_log = logging.getLogger("msroute.service")
 
 #: The collector's generation thresholds while serving (Python's default is (700, 10, 10)).
 GC_THRESHOLD = (50_000, 20, 20)
@@ -39,6 +50,32 @@ def collect_for_serving() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening).
+
+    Raises
+    ------
+    ConfigError
+        The port is out of range, the host does not resolve, or the address cannot be bound
+        (in use, not this machine's, a privileged port); the message names host and port.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port!r}: must be an integer in 1..65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"--host {host}: cannot listen there: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {reason}") from exc
+    return sock
 
 
 def serve(
@@ -72,27 +109,55 @@ def serve(
     ------
     InvalidValueError
         The auth settings are unsafe (see ``msroute.service.auth.check_start``).
+    ConfigError
+        The address cannot be listened on, or a router cannot be opened (the message names it);
+        nothing is served.
     """
     required = check_start(host, token, no_auth)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("msroute").setLevel(log_level.upper())
-    app = create_app(config, token=required)
-    collect_for_serving()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            # httptools (from uvicorn[standard]), one send per response; the event loop is
-            # uvloop's wherever uvloop is installed (uvicorn[standard] brings it but on Windows).
-            http=CoalescingHttpTools,
-            loop="auto",
-            log_level=log_level,
-            access_log=False,
-            timeout_graceful_shutdown=graceful_s,
-            server_header=False,
-            # No client address is used: skip the per-request X-Forwarded-* rewriting.
-            proxy_headers=False,
+    sock = bind(host, port)
+    try:
+        _run(_serve(config, sock, required, graceful_s, log_level))
+    finally:
+        sock.close()
+
+
+async def _serve(
+    config: ServiceConfig, sock: socket.socket, token: str | None, graceful_s: int, log_level: str
+) -> None:
+    routers = ServedRouters(config)
+    await routers.start()  # the app's lifespan closes them (at shutdown, or if startup fails)
+    try:
+        app = create_app(config, token=token, routers=routers)
+        collect_for_serving()
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                # httptools (from uvicorn[standard]) with one send per response and a deadline
+                # for reading each request.
+                http=guarded_http_tools(config.read_timeout_s),
+                log_level=log_level,
+                access_log=False,
+                timeout_graceful_shutdown=graceful_s,
+                server_header=False,
+                # No client address is used: skip the per-request X-Forwarded-* rewriting.
+                proxy_headers=False,
+            )
         )
-    )
-    server.run()
+        address = sock.getsockname()
+        _log.info("listening on http://%s:%d", *address[:2])
+        await server.serve(sockets=[sock])
+    finally:
+        await routers.stop()  # a no-op once the lifespan has closed them
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on uvloop's event loop where uvloop is installed (uvicorn[standard] brings
+    it but on Windows), else on asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)

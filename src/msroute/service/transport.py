@@ -1,23 +1,59 @@
-"""One ``send`` per response: uvicorn's httptools protocol over a transport that gathers writes.
+"""The service's connections: one ``send`` per response, and a deadline for reading each request.
 
-uvicorn writes a response's status line and headers as soon as the app sends
-``http.response.start``, and its body on ``http.response.body``: two ``send`` system calls and two
-TCP segments per response, and on loopback two wake-ups of the client. On the service's small
-JSON answers those system calls cost more CPU than anything else the event loop does per request.
-``CoalescingHttpTools`` is uvicorn's own httptools protocol (same parser, same rules) whose
-connections write through ``GatheringTransport``: the bytes written during one turn of the
-event loop leave together, in one ``write`` of the real transport, at the start of the next turn.
-Bytes and their order are unchanged; closing a connection first writes what is gathered.
+``GuardedHttpTools`` wraps uvicorn's httptools protocol (it holds one and forwards the
+``asyncio.Protocol`` calls to it; nothing of uvicorn is overridden) and adds two things:
+
+- **One write per response.** uvicorn writes a response's status line and headers as soon as the
+  app sends ``http.response.start``, and its body on ``http.response.body``: two ``send`` system
+  calls and two TCP segments per response, and on loopback two wake-ups of the client. On the
+  service's small JSON answers those system calls cost more CPU than anything else the event
+  loop does per request. The protocol writes through ``GatheringTransport``: the bytes
+  written during one turn of the event loop leave together, in one ``write`` of the real
+  transport, at the start of the next turn. Bytes and their order are unchanged; closing a
+  connection first writes what is gathered.
+- **Slow clients are cut off.** A client must send a whole request (headers and body) within
+  ``read_timeout_s`` of its first byte, and a new connection its first request within
+  ``read_timeout_s`` of opening; otherwise it gets ``408 Request Timeout`` and the connection is
+  closed. uvicorn closes idle keep-alive connections itself, but it has no deadline for a request
+  that arrives a byte at a time, so without this a few hundred slow connections would pile up and
+  hold the server's file descriptors and memory. Only time spent waiting for the client counts:
+  the deadline is lifted once the app has read the body (or answers without reading it), so a
+  request that waits for a slow disk is never cut off.
+
+The app tells the connection where a request stands through ``ReadDeadline``, an ASGI
+middleware: uvicorn starts each request's task inside ``data_received``, so the task inherits a
+context variable naming the connection's guard (``asyncio`` tasks copy the context they are
+created in).
+
+Relied on of uvicorn (pinned in ``pyproject.toml``, checked by ``tests/test_service_transport.py``):
+the import path of ``HttpToolsProtocol`` and that ``uvicorn.Config(http=...)`` accepts a protocol
+class, which uvicorn constructs with keyword arguments that are passed through unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["CoalescingHttpTools", "GatheringTransport"]
+__all__ = ["GatheringTransport", "GuardedHttpTools", "ReadDeadline", "guarded_http_tools"]
+
+#: The guard of the connection whose bytes are being parsed (inherited by the request's task).
+_GUARD: contextvars.ContextVar[GuardedHttpTools | None] = contextvars.ContextVar(
+    "msroute_connection_guard", default=None
+)
+
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_TIMEOUT_BODY = (
+    b'{"type":"about:blank","title":"Request Timeout","status":408,'
+    b'"detail":"request: not received in full within %gs"}'
+)
 
 
 class GatheringTransport:
@@ -61,10 +97,134 @@ class GatheringTransport:
         return getattr(self._transport, name)
 
 
-class CoalescingHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a ``GatheringTransport``."""
+class GuardedHttpTools(asyncio.Protocol):
+    """uvicorn's httptools protocol, writing through a ``GatheringTransport``, with a
+    deadline for reading each request.
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        gathering: Any = GatheringTransport(transport, self.loop)
-        self.transport = gathering
+    Parameters
+    ----------
+    read_timeout_s : float
+        Seconds a client has to send a whole request from its first byte (and a new
+        connection to send its first request).
+    **uvicorn : Any
+        What uvicorn constructs its protocol with, passed through.
+    """
+
+    def __init__(self, read_timeout_s: float, **uvicorn: Any) -> None:
+        self._inner = HttpToolsProtocol(**uvicorn)
+        self._read_timeout_s = read_timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._transport: GatheringTransport | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        #: A request of this connection has been read and is not yet answered in full.
+        self._serving = False
+
+    # asyncio.Protocol --------------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:  # uvloop's are not asyncio.Transport
+        self._transport = GatheringTransport(transport, self._loop)
+        gathering: Any = self._transport
+        self._inner.connection_made(gathering)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and not self._serving:
+            self._arm()  # the first byte of a request
+        contextvars.copy_context().run(self._feed, data)
+
+    def _feed(self, data: bytes) -> None:
+        _GUARD.set(self)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> None:
+        self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    # where the request stands (told by ReadDeadline) -------------------------------------------
+    def request_read(self) -> None:
+        """The app has the request's body (or answers without it): waiting is the server's."""
+        self._serving = True
+        self._disarm()
+
+    def response_sent(self) -> None:
+        """The response is complete: the next byte starts the next request's deadline."""
+        self._serving = False
+
+    # the deadline ------------------------------------------------------------------------------
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self._loop.call_later(self._read_timeout_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        body = _TIMEOUT_BODY % self._read_timeout_s
+        transport.write(_TIMEOUT_RESPONSE % (len(body), body))
+        transport.close()
+
+
+def guarded_http_tools(read_timeout_s: float) -> type[GuardedHttpTools]:
+    """The protocol class to give ``uvicorn.Config(http=...)``, with this read deadline."""
+
+    class Guarded(GuardedHttpTools):
+        def __init__(self, **uvicorn: Any) -> None:
+            super().__init__(read_timeout_s, **uvicorn)
+
+    return Guarded
+
+
+class ReadDeadline:
+    """ASGI middleware telling the connection's guard when its request has been read and when
+    its response is complete (a no-op for requests that do not come through a guard)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guard = _GUARD.get()
+        if guard is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        if not _has_body(scope):
+            guard.request_read()
+
+        async def receive_body() -> Message:
+            message = await receive()
+            if not message.get("more_body", False):
+                guard.request_read()
+            return message
+
+        async def send_response(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                guard.request_read()
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                guard.response_sent()
+            await send(message)
+
+        await self.app(scope, receive_body, send_response)
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request declares a body (a non-zero length, or chunks)."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if key == b"transfer-encoding":
+            return True
+    return False

@@ -1,0 +1,86 @@
+"""Health and journal failures over HTTP: a router that cannot write is a 503 everywhere.
+
+In process (the ASGI app over started routers, no server): every commit of the journal fails as
+on a full disk. The decision that needed it is a 503 problem+json naming the disk, ``/healthz``
+is 503 naming the router and why, nothing was acknowledged; once the disk takes writes again the
+next call succeeds and ``/healthz`` is 200 again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _service import AUTH, ROUTER, TOKEN, write_config
+from msroute.errors import JournalError
+from msroute.router.journal import Journal
+from msroute.service import create_app, load_service_config
+from msroute.service.problems import PROBLEM_JSON, STATUS_OF, msroute_problem
+from msroute.service.routers import ServedRouters
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_journal_error_is_503() -> None:
+    assert dict(STATUS_OF)[JournalError] == 503
+    response = msroute_problem(JournalError("j.db: database or disk is full"), "POST /x")
+    assert response.status_code == 503 and response.media_type == PROBLEM_JSON
+
+
+def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_service_config(
+        write_config(tmp_path / "s.toml", {"llm": ROUTER}), data_dir=tmp_path
+    )
+    real_commit = Journal.commit
+    full = {"disk": False}
+
+    def commit(self: Journal) -> None:
+        if full["disk"]:
+            raise sqlite3.OperationalError("database or disk is full")
+        real_commit(self)
+
+    monkeypatch.setattr(Journal, "commit", commit)
+
+    async def main() -> dict[str, Any]:
+        routers = ServedRouters(config)
+        await routers.start()
+        app = create_app(config, token=TOKEN, routers=routers)
+        out: dict[str, Any] = {}
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://test", headers=AUTH
+            ) as client:
+                decide = "/v1/routers/llm/decisions"
+                out["healthy"] = await client.get("/healthz")
+                out["before"] = (await client.get("/v1/routers/llm")).json()["decisions"]
+                full["disk"] = True
+                out["failed"] = await client.post(decide, json={"context": "tech"})
+                out["sick"] = await client.get("/healthz")
+                full["disk"] = False
+                out["after"] = (await client.get("/v1/routers/llm")).json()["decisions"]
+                out["recovered"] = await client.post(decide, json={"context": "tech"})
+                out["healthy_again"] = await client.get("/healthz")
+        finally:
+            await routers.stop()
+        return out
+
+    out = asyncio.run(main())
+    assert out["healthy"].status_code == 200 and out["healthy"].json() == {"status": "ok"}
+    failed = out["failed"]
+    assert failed.status_code == 503, failed.text
+    assert failed.headers["content-type"] == PROBLEM_JSON
+    assert "disk is full" in failed.json()["detail"]
+    sick = out["sick"]
+    assert sick.status_code == 503 and sick.headers["content-type"] == PROBLEM_JSON
+    assert set(sick.json()["routers"]) == {"llm"} and "llm" in sick.json()["detail"]
+    assert out["after"] == out["before"]  # nothing of the failed call was kept
+    assert out["recovered"].status_code == 201, out["recovered"].text
+    assert out["healthy_again"].status_code == 200

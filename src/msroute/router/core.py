@@ -164,6 +164,10 @@ class _Pending:
     decision: Decision | None  # the policy's value, valid while the expert layout is `layout`
     layout: int
     seq: int  # the journal event of the decision
+    #: Restored from the journal: the whole distribution as stored, and its expert layout
+    #: (the decision value is built from it when first needed).
+    blob: bytes | None = None
+    blob_layout: int = -1
 
 
 class _Write:
@@ -1128,7 +1132,9 @@ class Router:
             return p.decision
         cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
         probs = None
-        if p.probs is not None:
+        if p.blob is not None and p.blob_layout == self._layout:  # restored: as live holds it
+            probs = np.frombuffer(p.blob, dtype=np.float64)[None, :]
+        elif p.probs is not None:
             probs = np.zeros((1, len(self._ids)))
             probs[0, cols[0]] = p.probs
         return self._cache_decision(p, cols, probs)
@@ -1557,6 +1563,7 @@ class Router:
         ``first .. last``: the decisions among them that no feedback, expiry or expert
         removal closed. ``count``: how many the snapshot says there are."""
         pending = self._pending
+        shared = b""  # consecutive decisions mostly hold the same distribution: one copy
         for seq, kind, ref, _, payload, blob in self._journal.events(first - 1, last - first + 1):
             if kind == "decision" and ref is not None:
                 ctx = None if payload["context"] is None else self._ctx[payload["context"]]
@@ -1573,9 +1580,10 @@ class Router:
                     seq,
                 )
                 pending[ref] = p
-                if blob is not None and payload["layout"] == self._layout:
-                    cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
-                    self._cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
+                if blob is not None:
+                    if blob == shared:
+                        blob = shared
+                    p.blob, p.blob_layout, shared = blob, int(payload["layout"]), blob
             elif kind in ("feedback", "expire"):
                 pending.pop(ref or "", None)
             elif kind == "remove_expert":

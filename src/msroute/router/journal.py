@@ -1,10 +1,14 @@
 """The router's journal: an append-only SQLite file (stdlib ``sqlite3``, WAL mode).
 
-Every decision, feedback, expiry and change of the expert set is one row of ``events``,
-committed before the router's call returns (or at the end of a ``Router.group()`` block), so an
-acknowledged event is never lost. Every ``snapshot_every`` events the router stores a snapshot:
-the policy in the versioned policy zip of ``msroute.policies.persist`` and the router's own
-state as JSON. Opening a journal = last snapshot + replay of the events after it.
+Every decision, feedback, expiry, change of the expert set, of the bounds and of the
+configuration is one row of ``events``, committed before the router's call returns (or at the
+end of a ``Router.group()`` block), so an acknowledged event is never lost. Every
+``snapshot_every`` events the router stores a snapshot: the policy in the versioned policy zip of
+``msroute.policies.persist`` and the router's own state as JSON (``msroute.router.snapshots``:
+state, not history, so its size does not grow with the traffic); the last two are kept. Opening
+a journal = last snapshot + replay of the events after it. ``meta["config"]`` is the
+configuration the journal was created with; the changes since are events, so a replay from the
+start re-derives the configuration of every moment (docs/operations.md).
 
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
@@ -13,8 +17,9 @@ Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
            probs_seq INTEGER)
     snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)
 
-``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert`` or ``remove_expert``; ``ref``
-the decision id (or the expert id); ``payload`` a JSON object (floats at full precision);
+``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert``, ``remove_expert``,
+``set_bounds`` or ``configure``; ``ref`` the decision id (or the expert id; NULL for the last
+two); ``payload`` a JSON object (floats at full precision; docs/operations.md lists each kind's);
 ``probs`` the decision's full sampling distribution as little-endian float64 (or NULL). A
 distribution changes only when the policy learns (OMD: once per batch of feedbacks), so a
 decision whose distribution is byte for byte the last one stored for its context (without a

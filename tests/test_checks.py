@@ -187,8 +187,11 @@ def test_traits_are_class_attributes_read_by_experiments_and_figures() -> None:
     cls = get_policy_class("ts-bwk")
     assert cls.thompson and cls.lagrangian_dual and not cls.has_propensity
     assert get_policy_class("omd").has_propensity and not get_policy_class("omd").thompson
-    assert policy_label("ts-bwk") == cls.label == "TS-BwK"
-    assert policy_color("omd") == get_policy_class("omd").color
+    assert policy_label("ts-bwk") == "TS-BwK" and policy_color("omd") == "#1f77b4"
+    with pytest.deprecated_call(match=r"ThompsonSamplingBwK\.label is deprecated"):
+        assert cls.label == "TS-BwK"  # the old class attribute, for one release
+    with pytest.deprecated_call(match="relative_cost"):
+        assert get_policy_class("omd").relative_cost == 8.0
     variants = policy_variants(["ts-bwk", "cucb"], 3, bwk_violations=("average", "round"))
     assert variants == [
         ("ts-bwk", "ts-bwk", {"reward_scale": 3.0, "violation": "average"}),

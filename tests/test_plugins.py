@@ -51,6 +51,9 @@ def test_an_installed_plugin_is_registered_and_passes_the_kit(toy_plugin: Path) 
     cls = get_policy_class("toy-uniform")
     assert cls.__module__ == "msroute_toy_plugin" and cls.label == "Toy uniform (plugin)"
     check_policy(cls)
+    from msroute.plotting import policy_label
+
+    assert policy_label("toy-uniform") == "Toy uniform (plugin)"  # the figures read its own
 
 
 def test_msroute_run_routes_with_a_plugin(

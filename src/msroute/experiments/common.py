@@ -734,7 +734,7 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
     """The order in which the cells start: grouped by skill stream (environment and block of
     seeds, in order of appearance: a worker's cached skills then serve its next cells instead
     of being drawn again for each), the costliest policy first within each
-    (``msroute.policies.base.BasePolicy.relative_cost``, per level played), so that no long
+    (``msroute.experiments.cell_costs.relative_cost``, per level played), so that no long
     cell starts last while the other workers idle. The results do not depend on it."""
 
     def stream(spec: CellSpec) -> tuple[object, ...]:
@@ -749,8 +749,10 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
             cls = get_policy_class(spec.policy)
         except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
             return 1.0
+        from msroute.experiments.cell_costs import relative_cost
+
         # A policy that ignores the constraints plays one level for all (sweep_worker).
-        return cls.relative_cost / (len(spec.levels) if cls.ignores_constraints else 1)
+        return relative_cost(spec.policy) / (len(spec.levels) if cls.ignores_constraints else 1)
 
     return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i])))
 

@@ -72,9 +72,6 @@ class RandomPolicy(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "random"
-    label: ClassVar[str] = "Random"
-    color: ClassVar[str | None] = "#7f7f7f"
-    relative_cost: ClassVar[float] = 2.0
     ignores_constraints: ClassVar[bool] = True
 
     def __init__(
@@ -120,8 +117,6 @@ class GreedyPolicy(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "greedy"
-    label: ClassVar[str] = "Greedy"
-    color: ClassVar[str | None] = "#ff7f0e"
     ignores_constraints: ClassVar[bool] = True
 
     def __init__(
@@ -164,8 +159,6 @@ class CUCB(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "cucb"
-    label: ClassVar[str] = "CUCB"
-    color: ClassVar[str | None] = "#2ca02c"
     ignores_constraints: ClassVar[bool] = True
 
     def __init__(
@@ -210,8 +203,6 @@ class CBwK(CUCB):
     """
 
     name: ClassVar[str] = "cbwk"
-    label: ClassVar[str] = "CBwK"
-    color: ClassVar[str | None] = "#d62728"
     lagrangian_dual: ClassVar[bool] = True
 
     def __init__(
@@ -257,10 +248,7 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "ts"
-    label: ClassVar[str] = "TS"
-    color: ClassVar[str | None] = "#9467bd"
     thompson: ClassVar[bool] = True
-    relative_cost: ClassVar[float] = 5.0
     ignores_constraints: ClassVar[bool] = True
     #: The learned state beyond TeamRounds' (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
@@ -337,11 +325,8 @@ class ThompsonSamplingBwK(ThompsonSampling):
     """
 
     name: ClassVar[str] = "ts-bwk"
-    label: ClassVar[str] = "TS-BwK"
-    color: ClassVar[str | None] = "#8c564b"
     thompson: ClassVar[bool] = True
     lagrangian_dual: ClassVar[bool] = True
-    relative_cost: ClassVar[float] = 6.0
 
     def __init__(
         self,

@@ -39,6 +39,7 @@ from msroute._validation import (
     quoted,
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
+from msroute.policies._deprecated import DeprecatedPolicyAttribute
 from msroute.policies.duals import cost_scale
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
@@ -170,10 +171,11 @@ class BasePolicy:
     """
 
     name: ClassVar[str] = "base"
-    #: How figures and tables name the policy (its ``name`` when empty).
-    label: ClassVar[str] = ""
-    #: Its color in every figure (None: one from a spare palette, chosen by the name).
-    color: ClassVar[str | None] = None
+    #: Deprecated, for one release: the figures' ``msroute.plotting.policy_label`` and
+    #: ``policy_color``, the scheduler's ``msroute.experiments.cell_costs.relative_cost``.
+    label = DeprecatedPolicyAttribute()
+    color = DeprecatedPolicyAttribute()
+    relative_cost = DeprecatedPolicyAttribute()
     #: Traits that experiments, figures and tests read instead of lists of names. A Lagrangian
     #: dual on the constraints, with a ``violation`` reading (CBwK, TS-BwK):
     lagrangian_dual: ClassVar[bool] = False
@@ -191,10 +193,6 @@ class BasePolicy:
     #: A claim about the class's own code, so it is not inherited: a subclass (which may add a
     #: dual) makes it only by declaring it again (``__init_subclass__``).
     ignores_constraints: ClassVar[bool] = False
-    #: Per-round cost relative to a cheap index policy (R = 80, K = 50, as measured by
-    #: benchmarks/bench_baselines.py): a sweep starts its costliest cells first, so that no long
-    #: cell starts last while the other workers idle. A scheduling hint; no number depends on it.
-    relative_cost: ClassVar[float] = 1.0
     #: Realized costs ``update`` accepts, per cost coordinate, in units of the coordinate
     #: (``cost_scale``: the column's largest table cost, else its
     #: largest bound): finite, ``>= 0`` and at most ``cost_limit`` units. A round costing a

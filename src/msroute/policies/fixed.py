@@ -120,8 +120,6 @@ class UniformPolicy(FixedPolicy):
     """
 
     name: ClassVar[str] = "uniform"
-    label: ClassVar[str] = "Uniform"
-    color: ClassVar[str | None] = "#000000"
     has_propensity: ClassVar[bool] = True
     ignores_constraints: ClassVar[bool] = True
 

@@ -79,10 +79,7 @@ class MoEGating(TeamRounds, BasePolicy):
     """
 
     name: ClassVar[str] = "moe"
-    label: ClassVar[str] = "MoE"
-    color: ClassVar[str | None] = "#e377c2"
     _dual_in_scores: ClassVar[bool] = False
-    relative_cost: ClassVar[float] = 3.0
     #: The gate beyond TeamRounds' state (persistence; ``_gate_dual`` is ``dual`` itself).
     _state_attrs: ClassVar[tuple[str, ...]] = ("theta",)
 

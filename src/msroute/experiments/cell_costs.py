@@ -1,0 +1,52 @@
+"""How long a cell of each policy runs, relative to a cheap index policy: the sweep's scheduling
+hint.
+
+A sweep starts its costliest cells first, so that no long cell starts last while the other
+workers idle (``msroute.experiments.common.run_cells``). The costs are per round at R = 80 and
+K = 50, relative to Greedy's, as ``benchmarks/bench_baselines.py`` measures them. A hint only:
+no number of any run depends on it. It lives with the scheduler that reads it, not on the policy
+classes, whose decisions it has nothing to do with.
+"""
+
+from __future__ import annotations
+
+from msroute.errors import InvalidValueError
+from msroute.policies.registry import get_policy_class
+
+__all__ = ["RELATIVE_COSTS", "relative_cost"]
+
+#: Per-round cost of msroute's policies relative to a cheap index policy (1 when not listed).
+RELATIVE_COSTS: dict[str, float] = {
+    "omd": 8.0,
+    "omd-contextual": 8.0,
+    "ts-bwk": 6.0,
+    "ts": 5.0,
+    "moe": 3.0,
+    "random": 2.0,
+}
+
+
+def relative_cost(name: str) -> float:
+    """The relative per-round cost of the policy registered as ``name``.
+
+    msroute's own from ``RELATIVE_COSTS``; a plugin class may declare a ``relative_cost``
+    class attribute of its own; 1.0 otherwise, and for a name the registry does not know (e.g.
+    OPT's cells).
+
+    Examples
+    --------
+    >>> relative_cost("omd"), relative_cost("greedy")
+    (8.0, 1.0)
+    """
+    key = name.lower()
+    if key in RELATIVE_COSTS:
+        return RELATIVE_COSTS[key]
+    try:
+        cls = get_policy_class(name)
+    except InvalidValueError:
+        return 1.0
+    for klass in cls.__mro__:  # the class's own declaration, not a deprecated alias
+        value = vars(klass).get("relative_cost")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return 1.0

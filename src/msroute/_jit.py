@@ -1,8 +1,8 @@
 """How msroute compiles its loops with numba, and the one step several of them share.
 
 The compiled loops (``msroute.policies._compiled``, ``msroute._outcome``) are imported on
-first use, never by ``import msroute``: importing numba and loading the machine code cost a
-noticeable part of a second per process. The code is cached next to its module, or in the user's
+first use, never by ``import msroute``: importing numba and loading the machine code are a
+cost that only the processes that run the loops should pay. The code is cached next to its module, or in the user's
 cache directory when that is read-only, and compiled in memory when neither can be written.
 
 numba's cache checks only the source file of the function it compiled: a loop that inlines a

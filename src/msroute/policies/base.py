@@ -173,9 +173,9 @@ class BasePolicy:
     name: ClassVar[str] = "base"
     #: Deprecated, for one release: the figures' ``msroute.plotting.policy_label`` and
     #: ``policy_color``, the scheduler's ``msroute.experiments.cell_costs.relative_cost``.
-    label = DeprecatedPolicyAttribute()
-    color = DeprecatedPolicyAttribute()
-    relative_cost = DeprecatedPolicyAttribute()
+    label: ClassVar[str] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
+    color: ClassVar[str | None] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
+    relative_cost: ClassVar[float] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
     #: Traits that experiments, figures and tests read instead of lists of names. A Lagrangian
     #: dual on the constraints, with a ``violation`` reading (CBwK, TS-BwK):
     lagrangian_dual: ClassVar[bool] = False
@@ -203,6 +203,9 @@ class BasePolicy:
     n_contexts: int = 1
     #: The round counter and the random stream: the state every policy has.
     _state_attrs: ClassVar[tuple[str, ...]] = ("t", "streams")
+    #: The state arrays of this class that run along the expert axis, with that axis (counted
+    #: from the end): what ``resized`` carries expert by expert. A class declares only its own.
+    _expert_axes: ClassVar[dict[str, int]] = {}
     #: Keyword arguments the policy was constructed with (the problem aside).
     _init_kwargs: dict[str, Any]
 
@@ -459,6 +462,50 @@ class BasePolicy:
         from msroute.policies.persist import save_policy
 
         save_policy(self, path)
+
+    def resized(self, problem: Problem, old_index: Sequence[int | None]) -> Self:
+        """This policy over another expert set (and bounds), keeping what it learned.
+
+        A new policy of the same class is built on ``problem`` with the constructor arguments
+        of this one; each class declares in ``_expert_axes`` which of its state arrays run
+        along the expert axis, and those keep the kept experts' entries (new expert ``j`` is
+        expert ``old_index[j]`` of this policy, or new: None) while a new expert starts from
+        the fresh policy's values; the other state is carried where its shape is unchanged
+        (``msroute.policies.persist.carry_state``). Then ``_after_resize`` lets the class
+        restore its own invariants (OMD: the new experts at the exploration floor).
+
+        Parameters
+        ----------
+        problem : Problem
+            The instance over the new expert set, in the new order.
+        old_index : sequence of int or None, length K'
+            Where each new expert was in this policy.
+
+        Raises
+        ------
+        InfeasibleConstraintsError
+            The new problem cannot be routed under its bounds (this policy is unchanged).
+        InvalidValueError
+            ``old_index`` does not fit ``problem`` or this policy.
+        """
+        from msroute.policies.persist import carry_state
+
+        index = list(old_index)
+        if len(index) != problem.n_experts or any(
+            i is not None and not 0 <= i < self.n_experts for i in index
+        ):
+            raise InvalidValueError(
+                f"old_index: {len(index)} entries in [0, {self.n_experts}) or None, one per "
+                f"expert of the new problem ({problem.n_experts}), got {index!r:.120}"
+            )
+        new = type(self)(problem, **self._init_kwargs)
+        carry_state(self, new, index)
+        new._after_resize([j for j, i in enumerate(index) if i is None])
+        return new
+
+    def _after_resize(self, added: list[int]) -> None:
+        """Restore the class's invariants after ``resized`` carried the state over (``added``:
+        the new experts' indices); nothing to do by default."""
 
     # ------------------------------------------------------------------ to implement
     def _select(

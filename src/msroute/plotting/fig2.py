@@ -100,6 +100,7 @@ _SPENDS: tuple[_Spend, ...] = (
 )
 
 
+#: Reward axes of Figure 2: "differences" zooms on the bars' range, "full" starts at 0.
 REWARD_AXES: tuple[str, ...] = ("differences", "full")
 
 

@@ -544,3 +544,57 @@ def test_a_manifest_asking_for_absurd_sizes_is_a_policy_file_error(saved: Path) 
     rewrite(saved, lambda m, _: m["problems"][0].update(m_draws=10**13))
     with pytest.raises(PolicyFileError, match=str(saved)):
         load_policy(saved)
+
+
+# ---------------------------------------------------------------------- resizing
+#: A new expert set: expert 2 removed, the others reordered, one new expert (index None).
+OLD_INDEX = [4, 0, None, 1, 3, 5]
+NEW_COSTS = np.array([COSTS[i] if i is not None else [0.4, 0.4] for i in OLD_INDEX])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_policy_resizes_itself_keeping_each_experts_state(name, skills, contexts):
+    """Every array a class declares along the expert axis follows its expert; a new expert
+    gets the fresh policy's values; everything else of unchanged shape is carried."""
+    policy = make(name)
+    play(policy, skills, contexts, range(BEFORE))
+    problem = Problem(NEW_COSTS, M, PROBLEM.constraints)
+    resized = policy.resized(problem, OLD_INDEX)
+    fresh = make_policy(name, problem, **policy._init_kwargs)
+    assert type(resized) is type(policy) and resized.n_experts == len(OLD_INDEX)
+    axes = persist_module.expert_axes(policy)
+    assert bool(axes) == (name not in ("uniform", "fixed"))  # those two learn nothing per expert
+    before, after, start = state_dict(policy), state_dict(resized), state_dict(fresh)
+    for key, axis in axes.items():
+        old = np.moveaxis(np.asarray(before[key]), axis, -1)
+        new = np.moveaxis(np.asarray(after[key]), axis, -1)
+        for j, i in enumerate(OLD_INDEX):
+            if i is None:
+                want = np.moveaxis(np.asarray(start[key]), axis, -1)[..., j]
+            else:
+                want = old[..., i]
+            if key == "_q":  # OMD rescales q to the new expert set (checked below)
+                continue
+            np.testing.assert_array_equal(new[..., j], want, err_msg=f"{key}[{j}]")
+    if "_q" in axes:
+        q = np.asarray(after["_q"])
+        np.testing.assert_allclose(q.sum(axis=-1), 1.0, atol=1e-12)
+        assert np.all(q[..., 2] == pytest.approx(resized.gamma))  # the new one at the floor
+    for key, value in before.items():
+        if key in axes or key.startswith("streams") or not isinstance(value, np.ndarray):
+            continue
+        if value.shape == np.shape(after[key]) and key not in persist_module.variable_entries(
+            policy
+        ):
+            np.testing.assert_array_equal(after[key], value, err_msg=key)
+    persist_module.check_state(resized)
+    decision = resized.select(contexts[BEFORE])  # and it routes over the new set
+    assert decision.draws.max() < len(OLD_INDEX)
+
+
+def test_resized_refuses_an_index_that_does_not_fit() -> None:
+    policy = make("omd")
+    problem = Problem(NEW_COSTS, M, PROBLEM.constraints)
+    for bad in ([0, 1, 2], [0, 1, 2, 3, 4, 9], [0, 1, 2, 3, 4, -1]):
+        with pytest.raises(ValueError, match="old_index"):
+            policy.resized(problem, bad)

@@ -75,6 +75,8 @@ class CostEstimate:
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ("costs", "n_obs")
+    #: Per expert: ``costs`` (R, K, C), ``n_obs`` (R, K).
+    _expert_axes: ClassVar[dict[str, int]] = {"costs": -2, "n_obs": -1}
 
     def __init__(
         self,

@@ -82,6 +82,8 @@ class MoEGating(TeamRounds, BasePolicy):
     _dual_in_scores: ClassVar[bool] = False
     #: The gate beyond TeamRounds' state (persistence; ``_gate_dual`` is ``dual`` itself).
     _state_attrs: ClassVar[tuple[str, ...]] = ("theta",)
+    #: The gate's weight of each expert, shape (R, K).
+    _expert_axes: ClassVar[dict[str, int]] = {"theta": -1}
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ from msroute.policies.omd_variants import (
     make_estimator,
 )
 from msroute.problem import Problem, ProblemBatch, bound_report
+from msroute.projection import project_step
 
 __all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
 
@@ -176,6 +177,9 @@ class OMDApproachability(BasePolicy):
         "_n_feedback",
         "estimator",
     )
+    #: Per expert: the routing distribution and its gradient, shape (R, X, K). The reward
+    #: estimator's arrays are sized by K but are not per expert: they start afresh.
+    _expert_axes: ClassVar[dict[str, int]] = {"_q": -1, "_grad": -1}
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
     _default_eta_mult: ClassVar[float] = 0.05
@@ -348,6 +352,18 @@ class OMDApproachability(BasePolicy):
     def w(self) -> FloatArray:
         """Current approachability dual, shape (R, d) (a copy; normalized units by default)."""
         return self.dual.w.copy()
+
+    def _after_resize(self, added: list[int]) -> None:
+        """After ``resized``: the new experts at the floor gamma, the kept ones rescaled to the
+        rest of the mass, then projected onto the floored simplex (exact, no cut), so that q is
+        a routing distribution of the new expert set that keeps the learned proportions."""
+        q = self._q
+        kept = np.setdiff1d(np.arange(q.shape[-1]), added)
+        out = np.empty_like(q)
+        out[..., added] = self.gamma
+        kept_mass = q[..., kept].sum(axis=-1, keepdims=True)
+        out[..., kept] = q[..., kept] * ((1.0 - len(added) * self.gamma) / kept_mass)
+        self._q = np.ascontiguousarray(project_step(out, self.gamma))
 
     # ------------------------------------------------------------------ algorithm
     def _cell(self, context: IntArray | None) -> tuple[slice, int] | tuple[IntArray, IntArray]:

@@ -66,7 +66,7 @@ import json
 import os
 import warnings
 import zipfile
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -86,7 +86,9 @@ __all__ = [
     "FORMAT_VERSION",
     "PolicyFileError",
     "StateValue",
+    "carry_state",
     "check_state",
+    "expert_axes",
     "load_policy",
     "load_state_dict",
     "policy_bytes",
@@ -159,6 +161,63 @@ def variable_entries(obj: object) -> frozenset[str]:
         for prefix, part in _components(obj)
         for name in _declared(part, "_variable_attrs")
     )
+
+
+def expert_axes(obj: object) -> dict[str, int]:
+    """The dotted names of the state arrays that run along the expert axis, each with that axis
+    (counted from the end): declared by each class in ``_expert_axes`` (a mapping of its own
+    attribute names to the axis), collected along the MRO and through the components."""
+    out: dict[str, int] = {}
+    for prefix, part in _components(obj):
+        for cls in reversed(type(part).__mro__):
+            for name, axis in cls.__dict__.get("_expert_axes", {}).items():
+                out[prefix + name] = axis
+    return out
+
+
+def carry_state(old: object, new: object, old_index: Sequence[int | None]) -> None:
+    """Load into ``new`` (fresh, over a changed expert set) what ``old`` learned.
+
+    New expert ``j`` is old expert ``old_index[j]``, or a new one (None). Each array the classes
+    declare along the expert axis (``expert_axes``) keeps the kept experts' entries and the
+    fresh values of the new ones; every other entry whose shape did not change is carried as
+    it is; the rest (an array sized by K that is not per expert, a sparse statistic) starts
+    fresh.
+
+    Raises
+    ------
+    InvalidValueError
+        ``old`` and ``new`` are not of one class, or a declared axis does not have the length
+        of the expert set (a wrong declaration).
+    """
+    if type(old) is not type(new):
+        raise InvalidValueError(
+            f"carry_state: {type(old).__name__} into {type(new).__name__} (one class only)"
+        )
+    old_state, new_state = state_dict(old), state_dict(new)
+    axes = expert_axes(new)
+    variable = variable_entries(new)
+    new_cols = [j for j, i in enumerate(old_index) if i is not None]
+    old_cols = [i for i in old_index if i is not None]
+    for key, value in old_state.items():
+        fresh = new_state[key]
+        if key in variable:
+            continue
+        if key in axes and isinstance(value, np.ndarray) and isinstance(fresh, np.ndarray):
+            axis = axes[key]
+            if fresh.shape[axis] != len(old_index):
+                raise InvalidValueError(
+                    f"carry_state: {key!r} is declared along the expert axis {axis}, but its "
+                    f"shape is {fresh.shape} with {len(old_index)} experts"
+                )
+            out = fresh.copy()
+            np.moveaxis(out, axis, -1)[..., new_cols] = np.moveaxis(value, axis, -1)[..., old_cols]
+            new_state[key] = out
+        elif not isinstance(value, np.ndarray) or (
+            isinstance(fresh, np.ndarray) and value.shape == fresh.shape
+        ):
+            new_state[key] = value
+    load_state_dict(new, new_state)
 
 
 def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:

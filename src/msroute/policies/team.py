@@ -162,6 +162,8 @@ class SharedRewardStats:
 
     #: The learned state (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("counts", "means", "_rsqrt")
+    #: Each of them per expert, shape (R, K).
+    _expert_axes: ClassVar[dict[str, int]] = {"counts": -1, "means": -1, "_rsqrt": -1}
 
     def __init__(self, n_runs: int, n_experts: int) -> None:
         self.counts: FloatArray = np.zeros((n_runs, n_experts))
@@ -211,6 +213,8 @@ class BetaPosterior:
 
     #: The learned state (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("alpha", "beta")
+    #: Both per expert, shape (R, K).
+    _expert_axes: ClassVar[dict[str, int]] = {"alpha": -1, "beta": -1}
 
     def __init__(
         self, n_runs: int, n_experts: int, prior_alpha: float = 1.0, prior_beta: float = 1.0

@@ -47,16 +47,13 @@ from msroute.errors import (
 from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.persist import (
-    StateValue,
     load_state_dict,
     policy_bytes,
     policy_from_bytes,
     state_dict,
-    variable_entries,
 )
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
-from msroute.projection import project_step
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Event, Journal, MemoryJournal, open_journal
 from msroute.router.overlap import Overlap
@@ -1359,33 +1356,14 @@ class Router:
     def _resized_policy(
         self, ids: list[str], costs: FloatArray, constraints: Constraints | None = None
     ) -> BasePolicy:
-        """A policy over the new expert set (and bounds) carrying what the current one learned."""
-        new = self._build_policy(costs, constraints)
-        old_state, new_state = state_dict(self.policy), state_dict(new)
-        keep_new = [j for j, e in enumerate(ids) if e in self._col]
-        keep_old = [self._col[ids[j]] for j in keep_new]
-        variable = variable_entries(new)  # sparse statistics: start fresh (their keys hold K)
-        for key, value in old_state.items():
-            if key not in variable:
-                new_state[key] = _carry(value, new_state[key], keep_old, keep_new, len(self._ids))
-        load_state_dict(new, new_state)
-        if isinstance(new, OMDApproachability):
-            self._floor_new_experts(new, keep_new)
+        """A policy over the new expert set (and bounds) carrying what the current one learned
+        (the policy resizes itself: ``BasePolicy.resized``)."""
+        problem = Problem(costs, self.config.m_draws, constraints or self._constraints)
+        new = self.policy.resized(problem, [self._col.get(e) for e in ids])
+        if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
+            problem.check_feasible(0.0)
         new.streams = DecisionStreams(self.config.seed, new.streams.uniforms.block)
         return new
-
-    @staticmethod
-    def _floor_new_experts(policy: OMDApproachability, kept: list[int]) -> None:
-        """OMD's q after a change: new experts at the floor gamma, the kept ones rescaled to
-        the rest of the mass, then projected onto the floored simplex (exact, no cut)."""
-        q = policy._q
-        k = q.shape[-1]
-        added = np.setdiff1d(np.arange(k), kept)
-        out = np.empty_like(q)
-        out[..., added] = policy.gamma
-        kept_mass = q[..., kept].sum(axis=-1, keepdims=True)
-        out[..., kept] = q[..., kept] * ((1.0 - added.size * policy.gamma) / kept_mass)
-        policy._q = np.ascontiguousarray(project_step(out, policy.gamma))
 
     def _install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
         if list(ids) != self._ids:
@@ -1647,28 +1625,3 @@ def _same_set(given: object, before: list[str]) -> bool:
     if isinstance(given, str) or not isinstance(given, Sequence | set | frozenset):
         return False
     return all(isinstance(e, str) for e in given) and set(given) == set(before)
-
-
-def _carry(
-    value: StateValue, fresh: StateValue, old: list[int], new: list[int], k: int
-) -> StateValue:
-    """One state entry of a policy carried over to the policy of a changed expert set.
-
-    ``old[i]`` and ``new[i]`` are a kept expert's indices before and after; ``k`` the old K.
-    Scalars and arrays whose shape did not change are carried as they are (an expert change
-    moves K by one, so every per-expert array changes shape); an array that differs only in
-    one axis of length K (the expert axis) carries the kept experts' entries and starts the
-    new ones fresh; anything else (a buffer sized by K) starts fresh.
-    """
-    if not isinstance(value, np.ndarray) or not isinstance(fresh, np.ndarray):
-        return value
-    if value.shape == fresh.shape:
-        return value
-    if value.ndim != fresh.ndim:
-        return fresh
-    axes = [a for a in range(value.ndim) if value.shape[a] != fresh.shape[a]]
-    if len(axes) != 1 or value.shape[axes[0]] != k:
-        return fresh
-    out = fresh.copy()
-    np.moveaxis(out, axes[0], -1)[..., new] = np.moveaxis(value, axes[0], -1)[..., old]
-    return out

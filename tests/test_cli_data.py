@@ -92,7 +92,6 @@ def test_instance_sampled_from_trec(capsys: pytest.CaptureFixture[str]) -> None:
         (["data", "instance", "--workers", "10", "--dims", "0"], "n_dims == 0, must be >= 1"),
         (["data", "instance", "--workers", "10", "--flagged", "2"], "n_flagged == 2"),
         (["data", "instance", "--sample", "3", "--min-annotations", "2"], "only 2 reliable"),
-        (["data", "instance", "--sample", "1", "--seed", "-2"], "--seed -2: must be >= 0"),
         (["data", "stats", "--min-annotations", "-1"], "min_annotations == -1"),
     ],
 )

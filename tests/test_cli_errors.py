@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -153,3 +154,134 @@ def test_ctrl_c_with_jobs_stops_without_worker_tracebacks(tmp_path: Path) -> Non
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().endswith("msroute reproduce: interrupted"), err
+
+
+# --- usage errors, serve and journal: one line, exit 2 --------------------------------------
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["run", "--policy", "omd", "--seed", "-1"], "a seed is >= 0"),
+        (["run", "--policy", "omd", "--seed", "3", "-4"], "a seed is >= 0"),
+        (["data", "instance", "--sample", "3", "--seed", "-2"], "a seed is >= 0"),
+        (["serve", "--config", "s.toml", "--port", "70000"], "not a port (1..65535)"),
+        (["serve", "--config", "s.toml", "--port", "0"], "not a port"),
+        (["serve", "--config", "s.toml", "--port", "-5"], "not a port"),
+        (["serve", "--config", "s.toml", "--port", "http"], "not an integer"),
+        (["serve", "--config", "s.toml", "--bogus"], "unrecognized arguments"),
+        (["journal", "export"], "required: path"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _usage_error(argv, capsys)
+    assert named in err and "(see 'msroute" in err
+
+
+SERVICE = """
+[routers.chat]
+policy = "omd"
+m_draws = 2
+cost_names = ["usd"]
+[routers.chat.experts]
+big = [0.03]
+small = [0.02]
+[routers.chat.constraints]
+upper = { usd = %s }
+"""
+
+
+def _serve(tmp_path: Path, config: str | bytes, *extra: str) -> list[str]:
+    path = tmp_path / "service.toml"
+    if isinstance(config, bytes):
+        path.write_bytes(config)
+    else:
+        path.write_text(config)
+    return ["serve", "--config", str(path), "--no-auth", *extra]
+
+
+def test_serve_with_an_infeasible_budget_names_the_router_and_binds_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from _server import free_port
+
+    port = free_port()
+    argv = _serve(tmp_path, SERVICE % "0.001", "--data-dir", str(tmp_path), "--port", str(port))
+    err = _fails_in_one_line(argv, capsys)
+    assert "router chat:" in err and "budget usd <= 0.001" in err and "infeasible" in err
+    assert not (tmp_path / "chat.db").exists()
+    with socket.socket() as sock:  # the port was given back
+        sock.bind(("127.0.0.1", port))
+
+
+def test_serve_on_a_port_in_use_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = _serve(tmp_path, SERVICE % "0.05", "--data-dir", str(tmp_path), "--port", str(port))
+        err = _fails_in_one_line(argv, capsys)
+    assert f"--port {port}: cannot listen there" in err
+    assert not (tmp_path / "chat.db").exists()  # refused before any journal was opened
+
+
+def test_serve_with_a_data_dir_that_cannot_be_created_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = _serve(tmp_path, SERVICE % "0.05", "--data-dir", str(blocker / "journals"))
+    err = _fails_in_one_line(argv, capsys)
+    assert "router chat:" in err and "cannot create its directory" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_serve_with_a_read_only_data_dir_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "ro"
+    data.mkdir()
+    data.chmod(0o555)
+    try:
+        err = _fails_in_one_line(
+            _serve(tmp_path, SERVICE % "0.05", "--data-dir", str(data)), capsys
+        )
+    finally:
+        data.chmod(0o755)
+    assert "router chat:" in err and "not writable" in err
+
+
+def test_serve_with_a_binary_config_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _fails_in_one_line(_serve(tmp_path, bytes(range(256))), capsys)
+    assert "not valid TOML" in err
+
+
+def test_serve_with_a_non_string_context_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = (SERVICE % "0.05").replace(
+        'cost_names = ["usd"]', 'cost_names = ["usd"]\ncontexts = [7]'
+    )
+    err = _fails_in_one_line(_serve(tmp_path, config), capsys)
+    assert "routers.chat: contexts" in err
+
+
+def test_a_surrogate_in_an_id_is_quoted_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # What the shell hands Python for bytes that are not UTF-8 (os.fsdecode's surrogateescape).
+    err = _fails_in_one_line(["data", "instance", "--workers", "12\udcff", "--dims", "3"], capsys)
+    assert "not an integer worker id" in err

@@ -2,18 +2,21 @@
 
 Each subcommand lives in ``msroute.commands.<name>`` and exposes ``register(subparsers)``,
 which adds its parser and sets ``func`` to a handler ``(args) -> int``. Heavy imports happen
-inside the handlers, so ``msroute --help`` stays fast. Library errors become a one-line message
-and a non-zero exit, never a traceback.
+inside the handlers, so ``msroute --help`` stays fast. Bad input never shows a traceback: a
+usage error (a flag's value out of range, an unknown option) and a library error (an infeasible
+budget, a file that is not what it should be) are each one line on stderr and exit 2; a bug
+(any other exception) keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from msroute import _version
 from msroute.errors import MSRouteError, MSRouteWarning
@@ -22,9 +25,16 @@ from msroute.errors import MSRouteError, MSRouteWarning
 COMMANDS: tuple[str, ...] = ("reproduce", "run", "bench", "data", "journal", "serve")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (and exit 2, as argparse's do)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (exposed for tests and documentation)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="msroute",
         description="Multinomial Subset Routing: learn whom to route each query to, online, "
         "under long-term constraints.",
@@ -50,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
+    except BrokenPipeError:  # the reader of stdout went away (``| head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (MSRouteError, OSError) as exc:  # a bug (any other error) keeps its traceback
         print(f"msroute {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from msroute._validation import quoted
-from msroute.commands._args import int_arg
-from msroute.errors import DataFormatError, InvalidValueError
+from msroute.commands._args import int_arg, seed_arg
+from msroute.errors import DataFormatError
 
 __all__ = ["register"]
 
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the F most accurate workers of the pool get the expert flag "
         "(default: 10, or K if the pool is smaller)",
     )
-    inst.add_argument("--seed", type=int_arg, default=0, help="seed of --sample (default: 0)")
+    inst.add_argument("--seed", type=seed_arg, default=0, help="seed of --sample (default: 0)")
     inst.add_argument(
         "--min-annotations",
         type=int_arg,
@@ -148,8 +148,6 @@ def _instance(args: argparse.Namespace) -> int:
         inst = build_instance(data, workers, args.dims, _flagged(args, len(workers)))
         _emit(inst.to_dict())
         return 0
-    if args.seed < 0:
-        raise InvalidValueError(f"--seed {args.seed}: must be >= 0")
     inst = sample_instance(
         data,
         n_experts=args.sample,

@@ -2,9 +2,13 @@
 
 ``msroute journal replay PATH`` rebuilds the router from the journal alone (every event from
 the first, no snapshot) and re-derives every logged decision: exit 0 when all agree, exit 1 and
-the first mismatch otherwise. ``msroute journal export PATH --format jsonl|csv`` writes the
-events to stdout (or ``--out``). ``msroute journal evaluate PATH --q FILE.json`` estimates what
-a fixed candidate distribution would have earned and spent (off-policy evaluation).
+the first mismatch otherwise (a journal that cannot be read at all, e.g. one a live router holds,
+is an error, exit 2). ``msroute journal export PATH --format jsonl|csv`` writes the events as
+rows in the HTTP API's names (``msroute.router.rows``; CSV: one column per field, costs and
+propensities flattened by name) to stdout (or ``--out``); ``msroute journal schema`` prints
+the rows' JSON Schema. ``msroute journal evaluate PATH --q FILE.json`` estimates what a fixed
+candidate distribution would have earned and spent (off-policy evaluation), as JSON (an
+estimate that does not exist, such as a one-sample interval, is ``null``).
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = ["register"]
 
-#: The columns of ``export --format csv`` (the event's other fields go to ``payload``).
-CSV_COLUMNS = ("seq", "kind", "ref", "time", "payload")
+#: The first columns of ``export --format csv``; the others follow in order of first use.
+CSV_FIRST = ("seq", "kind", "time", "decision_id", "expert_id")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--out", type=Path, help="output file (default: stdout)")
     export.set_defaults(func=_export)
+    schema = actions.add_parser(
+        "schema",
+        help="the JSON Schema of the rows of export",
+        description="Print the JSON Schema (draft 2020-12) of one row of 'journal export'.",
+    )
+    schema.set_defaults(func=_schema)
     evaluate = actions.add_parser(
         "evaluate",
         help="off-policy estimate of a candidate distribution's reward and cost",
@@ -63,7 +75,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _replay(args: argparse.Namespace) -> int:
     from msroute.errors import JournalError
     from msroute.router import Router
+    from msroute.router.journal import Journal
 
+    # Opening it on its own first tells a journal that cannot be read (missing, damaged, held
+    # by a live router) from one whose replay disagrees with what it logged.
+    Journal(args.path, create=False).close()
     try:
         router = Router.open(args.path, use_snapshot=False)
     except JournalError as exc:
@@ -79,35 +95,57 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
+def _rows(path: Path) -> list[dict[str, Any]]:
     from msroute.router.journal import Journal
+    from msroute.router.rows import export_rows
 
     journal = Journal(path, create=False)
     try:
-        return [
-            {"seq": s, "kind": k, "ref": r, "time": t, **payload}
-            for s, k, r, t, payload, _ in journal.events()
-        ]
+        config = json.loads(journal.meta("config"))
+        return list(export_rows(journal.events(), config))
     finally:
         journal.close()
 
 
 def _export(args: argparse.Namespace) -> int:
-    events = _events(args.path)
+    from msroute.router.rows import flatten_row
+
+    rows = _rows(args.path)
     out: TextIO = sys.stdout if args.out is None else args.out.open("w", newline="")
     try:
         if args.format == "jsonl":
-            for e in events:
-                out.write(json.dumps(e) + "\n")
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
         else:
+            flat = [flatten_row(row) for row in rows]
+            columns = dict.fromkeys(CSV_FIRST)
+            for row in flat:
+                columns.update(dict.fromkeys(row))
             writer = csv.writer(out)
-            writer.writerow(CSV_COLUMNS)
-            for e in events:
-                rest = {k: v for k, v in e.items() if k not in CSV_COLUMNS}
-                writer.writerow([e["seq"], e["kind"], e["ref"], repr(e["time"]), json.dumps(rest)])
+            writer.writerow(columns)
+            for row in flat:
+                writer.writerow(_cell(row.get(c)) for c in columns)
     finally:
         if out is not sys.stdout:
             out.close()
+    return 0
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell: empty for None, ``true``/``false``, floats at full precision."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from msroute.router.rows import row_schema
+
+    print(json.dumps(row_schema(), indent=2))
     return 0
 
 
@@ -117,8 +155,48 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     try:
         q = json.loads(args.q.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidValueError(f"--q {args.q}: not JSON: {exc}") from exc
+    if not isinstance(q, dict):
+        raise InvalidValueError(
+            f"--q {args.q}: must be a JSON object of expert id -> probability, "
+            f"got {type(q).__name__}"
+        )
+    known = _experts(args.path)
+    named = sorted(str(e) for e, p in q.items() if e in known and p)
+    if not named:
+        shown = ", ".join(sorted(known)[:20]) + (", ..." if len(known) > 20 else "")
+        raise InvalidValueError(
+            f"--q {args.q}: gives no probability to any expert of the journal (its experts: "
+            f"{shown}); nothing could be estimated"
+        )
     result = evaluate(args.path, q, level=args.level)
-    print(json.dumps(result.to_dict(), indent=2))
+    print(json.dumps(_finite_or_none(result.to_dict()), indent=2, allow_nan=False))
     return 0
+
+
+def _experts(path: Path) -> set[str]:
+    """Every expert the journal ever had (its creation config's and those added)."""
+    from msroute.router.journal import Journal
+
+    journal = Journal(path, create=False)
+    try:
+        experts = {str(e) for e in json.loads(journal.meta("config"))["experts"]}
+        experts.update(
+            str(ref) for _, kind, ref, _, _, _ in journal.events() if kind == "add_expert"
+        )
+    finally:
+        journal.close()
+    return experts
+
+
+def _finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None: JSON has no NaN or Infinity (an
+    interval from one sample, a self-normalized estimate without weight, does not exist)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_none(v) for v in value]
+    return value

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from msroute.commands._args import int_arg
+from msroute.commands._args import int_arg, seed_arg
 from msroute.errors import InvalidValueError
 
 __all__ = ["register"]
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
         help="Table 1's constraint level, per time-averaged round (each distinct routed "
         "expert counted once): " + describe_levels().replace("%", "%%"),
     )
-    p.add_argument("--seed", type=int_arg, nargs="+", default=[0], help="one or more seeds")
+    p.add_argument("--seed", type=seed_arg, nargs="+", default=[0], help="one or more seeds (>= 0)")
     p.add_argument("--horizon", type=int_arg, default=10_000)
     p.add_argument(
         "--dataset",

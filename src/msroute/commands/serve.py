@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from msroute.commands._args import port_arg
 from msroute.errors import MSRouteError
 
 __all__ = ["register"]
@@ -29,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
     )
-    parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    parser.add_argument(
+        "--port", type=port_arg, default=8080, help="port, 1..65535 (default: 8080)"
+    )
     parser.add_argument(
         "--data-dir", default=".", metavar="DIR", help="directory of the journals (default: .)"
     )

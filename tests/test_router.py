@@ -183,6 +183,11 @@ def test_a_decision_and_its_feedback() -> None:
     assert router.state()["pending"] == 1
     assert router.feedback(d.decision_id, 0.7) == "applied"
     assert router.feedback(d.decision_id, 0.7) == "duplicate"
+    # A repeat is validated like a first feedback, and must be the first one again.
+    with pytest.raises(InvalidFeedbackError, match="eur"):
+        router.feedback(d.decision_id, 0.7, cost={"eur": 1.0})
+    with pytest.raises(DecisionConflictError, match=r"already reported with reward 0\.7"):
+        router.feedback(d.decision_id, 0.2)
     st = router.state()
     assert (st["decisions"], st["feedback_applied"], st["pending"]) == (1, 1, 0)
     assert st["policy_version"] == 1
@@ -550,11 +555,11 @@ def test_export_jsonl_and_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["journal", "export", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [json.loads(line) for line in lines]
-    assert len(rows) == n and rows[0]["kind"] == "decision" and rows[0]["ref"] == "q0"
+    assert len(rows) == n and rows[0]["kind"] == "decision" and rows[0]["decision_id"] == "q0"
     out = tmp_path / "e.csv"
     assert main(["journal", "export", str(path), "--format", "csv", "--out", str(out)]) == 0
     text = out.read_text().splitlines()
-    assert text[0] == "seq,kind,ref,time,payload" and len(text) == n + 1
+    assert text[0].startswith("seq,kind,time,decision_id,") and len(text) == n + 1
 
 
 # ---------------------------------------------------------------------- group commit

@@ -297,6 +297,38 @@ def test_feedback_errors_name_the_field(api: tuple[ServerProcess, httpx.Client])
     assert client.post(url, json={"reward": 1.0}).json() == {"status": "applied"}
 
 
+def test_a_repeated_feedback_is_validated_and_compared_with_the_first(
+    api: tuple[ServerProcess, httpx.Client],
+) -> None:
+    _, client = api
+    dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+    url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+    first = {"reward": 0.75, "cost": {"usd": 0.004}}
+    assert client.post(url, json=first).json() == {"status": "applied"}
+    before = state(client)
+    rows = len(client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text.splitlines())
+    # A bad value is refused as it would be the first time, not answered "duplicate".
+    for bad, named in (
+        ({"reward": 0.75, "cost": {"eur": 0.004}}, "eur"),
+        ({"reward": 0.75, "cost": {"usd": -0.004}}, "cost"),
+        ({"reward": 7.5}, "reward"),
+    ):
+        assert named in problem(client.post(url, json=bad), 422)["detail"]
+    # Another outcome for the same decision is a conflict: the first one stands.
+    for other in (
+        {"reward": 0.5, "cost": {"usd": 0.004}},
+        {"reward": 0.75},
+        {**first, "cost": {"usd": 0.005}},
+    ):
+        detail = problem(client.post(url, json=other), 409)["detail"]
+        assert dec["decision_id"] in detail and "0.75" in detail
+    # The same request again is a retry.
+    assert client.post(url, json=first).json() == {"status": "duplicate"}
+    assert state(client) == before
+    after = client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text.splitlines()
+    assert len(after) == rows  # nothing journaled
+
+
 def test_infeasible_removal_is_409(api: tuple[ServerProcess, httpx.Client]) -> None:
     _, client = api
     # Without the two cheap experts the budget of 0.02 per decision cannot be met.

@@ -102,8 +102,9 @@ class UnknownDecisionError(MSRouteError, LookupError):
 
 
 class DecisionConflictError(MSRouteError, ValueError):
-    """A decision id is routed again with another context or eligible set than the first time
-    (a repeated id is a retried request); the message names both, and nothing changed."""
+    """A decision id is routed again with another context or eligible set than the first time,
+    or its feedback is repeated with another reward or cost (a repeat is a retried request); the
+    message names both, and nothing changed."""
 
 
 class InvalidFeedbackError(MSRouteError, ValueError):

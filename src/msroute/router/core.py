@@ -943,7 +943,8 @@ class Router:
         Returns
         -------
         str
-            ``"applied"`` (learned), ``"duplicate"`` (already reported; nothing changes),
+            ``"applied"`` (learned), ``"duplicate"`` (already reported with this reward and
+            cost: a retried request; nothing changes),
             ``"late"`` (the decision had expired: logged, not learned) or ``"expert_removed"``
             (an expert of its team was removed before the feedback came: logged, not learned).
 
@@ -953,7 +954,10 @@ class Router:
             The router never issued this id.
         InvalidFeedbackError
             NaN/inf/out-of-range reward, unknown cost name, negative or non-finite cost
-            (nothing changed).
+            (nothing changed), for a repeat as for a first feedback.
+        DecisionConflictError
+            A repeat with another reward or cost than the first feedback (nothing changed; the
+            journal keeps one feedback per decision).
         """
         self._check_usable()
         if not isinstance(decision_id, str):
@@ -963,12 +967,13 @@ class Router:
         closed = None
         if pending is None:
             closed = self._closed_status(decision_id)
-            if closed == "duplicate":
-                return closed
             realized = np.asarray(self._decision_cost(decision_id), dtype=np.float64)
         else:
             realized = pending.cost
         c = self._check_cost(cost, realized)
+        if closed == "duplicate":  # validated like a first feedback, then compared with it
+            self._check_repeat(decision_id, r, c)
+            return closed
         if pending is not None and self._overlap is not None and not self._depth:
             now = time.time()
             heap = self._deadlines
@@ -1079,6 +1084,19 @@ class Router:
         except (RouterConfigError, InvalidValueError) as exc:
             raise InvalidFeedbackError(f"cost: {exc}") from exc
         return vec
+
+    def _check_repeat(self, did: str, reward: float, cost: FloatArray | None) -> None:
+        """A repeated feedback is a retried request: it must carry the first one's reward and
+        cost (DecisionConflictError otherwise; nothing changes, the first outcome stands)."""
+        events = self._journal.events_of(did)
+        first = next(payload for _, kind, _, _, payload, _ in events if kind == "feedback")
+        given = None if cost is None else cost.tolist()
+        if first["reward"] != reward or first["cost"] != given:
+            raise DecisionConflictError(
+                f"decision_id {did!r}: feedback already reported with reward {first['reward']!r}"
+                f" and cost {first['cost']!r}; a repeat must carry the same (got reward "
+                f"{reward!r} and cost {given!r})"
+            )
 
     def _closed_status(self, did: str) -> str:
         """For an id that is not pending: "duplicate", "late" or "expert_removed"

@@ -5,6 +5,7 @@ names the target, not the temporary file."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem, make_policy
-from msroute._atomic import atomic_path
+from msroute._atomic import atomic_path, write_text_atomic
 from msroute.experiments.output import write_csv, write_sidecar
 
 PROBLEM = Problem([[1.0], [0.0], [0.5]], 2, Constraints(upper=[1.0]))
@@ -82,3 +83,17 @@ def test_an_error_while_writing_removes_the_temporary(tmp_path: Path) -> None:
         np.savez(tmp, a=np.zeros(3))
         _ = 1 / 0
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_outputs_get_the_users_umask_not_0600(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        text = write_text_atomic(tmp_path / "a.txt", "x")
+        write_csv(tmp_path / "b.csv", [{"a": 1}])
+        with atomic_path(tmp_path / "c.npz") as tmp:
+            np.savez(tmp, a=np.zeros(3))
+    finally:
+        os.umask(old)
+    for path in (text, tmp_path / "b.csv", tmp_path / "c.npz"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path

@@ -3,6 +3,8 @@ its target. And the errors a damaged archive can raise when read.
 
 A crash or a Ctrl-C while writing therefore leaves either the old file or the complete new one,
 never a truncated file under the target's name. Errors name the target, not the temporary file.
+The file gets the permissions any new file of the user gets (``0o666`` less the umask), not the
+``0o600`` of a temporary file, so results, figures and policy files can be shared as usual.
 """
 
 from __future__ import annotations
@@ -63,7 +65,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         fd, name = tempfile.mkstemp(
             prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent
         )
-        os.close(fd)
+        try:
+            os.chmod(fd if os.chmod in os.supports_fd else name, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
     tmp = Path(name)
@@ -82,6 +87,21 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> Path:
     with atomic_path(target) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(target)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system says (Linux's
+    ``/proc/self/status``), else by setting it and setting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync(path: Path) -> None:

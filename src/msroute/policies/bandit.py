@@ -252,6 +252,8 @@ class ThompsonSampling(TeamRounds, BasePolicy):
     ignores_constraints: ClassVar[bool] = True
     #: The learned state beyond TeamRounds' (persistence).
     _state_attrs: ClassVar[tuple[str, ...]] = ("posterior", "_reward_max")
+    #: The largest reward seen is ``>= 0`` (``check_state``).
+    _state_rules: ClassVar[dict[str, str]] = {"_reward_max": "nonnegative"}
 
     def __init__(
         self,

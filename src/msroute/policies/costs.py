@@ -77,6 +77,8 @@ class CostEstimate:
     _state_attrs: ClassVar[tuple[str, ...]] = ("costs", "n_obs")
     #: Per expert: ``costs`` (R, K, C), ``n_obs`` (R, K).
     _expert_axes: ClassVar[dict[str, int]] = {"costs": -2, "n_obs": -1}
+    #: Costs and their counts are ``>= 0`` (``check_state``).
+    _state_rules: ClassVar[dict[str, str]] = {"costs": "nonnegative", "n_obs": "nonnegative"}
 
     def __init__(
         self,

@@ -108,6 +108,8 @@ class LagrangianDual:
 
     #: What changes as the dual learns (persistence; the rest comes from the constructor).
     _state_attrs: ClassVar[tuple[str, ...]] = ("lam", "_cost_sum", "n_steps")
+    #: Multipliers and realized costs are ``>= 0`` (``check_state``).
+    _state_rules: ClassVar[dict[str, str]] = {"lam": "nonnegative", "_cost_sum": "nonnegative"}
 
     def __init__(
         self,

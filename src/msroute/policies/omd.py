@@ -21,6 +21,7 @@ import numpy as np
 
 from msroute._seeding import SeedArg
 from msroute._validation import (
+    SIMPLEX_ATOL,
     BoolArray,
     FloatArray,
     IntArray,
@@ -28,7 +29,7 @@ from msroute._validation import (
     check_positive_int,
     default_gamma,
 )
-from msroute.errors import InvalidValueError
+from msroute.errors import InvalidStateError, InvalidValueError
 from msroute.policies.base import (
     BasePolicy,
     Decision,
@@ -180,6 +181,12 @@ class OMDApproachability(BasePolicy):
     #: Per expert: the routing distribution and its gradient, shape (R, X, K). The reward
     #: estimator's arrays are sized by K but are not per expert: they start afresh.
     _expert_axes: ClassVar[dict[str, int]] = {"_q": -1, "_grad": -1}
+    #: Rewards and realized costs are ``>= 0`` (``check_state``; q is checked by
+    #: ``validate_state``).
+    _state_rules: ClassVar[dict[str, str]] = {
+        "_reward_sum": "nonnegative",
+        "_cost_sum": "nonnegative",
+    }
     _default_schedule: ClassVar[EtaSchedule] = "fixed"
     _default_batch: ClassVar[int] = 10
     _default_eta_mult: ClassVar[float] = 0.05
@@ -352,6 +359,20 @@ class OMDApproachability(BasePolicy):
     def w(self) -> FloatArray:
         """Current approachability dual, shape (R, d) (a copy; normalized units by default)."""
         return self.dual.w.copy()
+
+    def validate_state(self, prefix: str) -> None:
+        """A loaded q is a routing distribution on the floored simplex: ``q >= gamma`` (for a
+        fixed floor; a decaying one, ``msroute.policies.omd_variants``, lets q go below gamma
+        while it stays positive) and each row sums to one (``msroute.policies.check_state``)."""
+        q = self._q
+        floor = self.gamma if getattr(self, "floor", "fixed") == "fixed" else 0.0
+        k = q.shape[-1]
+        worst = float(np.max(np.abs(q.sum(axis=-1) - 1.0))) if q.size else 0.0
+        if q.size and (q.min() < floor - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
+            raise InvalidStateError(
+                f"state entry {prefix + '_q'!r} is off the floored simplex (min {q.min():.6g} "
+                f"against the floor {floor:.6g}, largest deviation of a sum from one {worst:.3g})"
+            )
 
     def _after_resize(self, added: list[int]) -> None:
         """After ``resized``: the new experts at the floor gamma, the kept ones rescaled to the

@@ -4,8 +4,8 @@ A router serving real traffic must survive restarts: ``save_policy`` writes ever
 policy has learned, and ``load_policy`` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
-Format (``format_version`` 2)
------------------------------
+Format (``format_version`` 3, ``FORMAT_VERSION``)
+-------------------------------------------------
 One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
 zip tool (``unzip -p router.npz manifest.json``):
 
@@ -74,7 +74,6 @@ import numpy as np
 
 from msroute import _version
 from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
-from msroute._validation import SIMPLEX_ATOL
 from msroute.errors import InvalidStateError, InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.problem import Constraints, Problem
@@ -96,6 +95,7 @@ __all__ = [
     "save_policy",
     "state_attrs",
     "state_dict",
+    "state_rules",
     "variable_entries",
 ]
 
@@ -278,25 +278,31 @@ def state_dict(
     return out
 
 
-#: Entries (by the end of their dotted name) that must be >= 0, or > 0, beyond finiteness.
-_NONNEGATIVE = ("counts", "lam", "_reward_max", "_reward_sum", "_cost_sum", "costs", "n_obs")
-_POSITIVE = ("posterior.alpha", "posterior.beta")
-#: Entries where +inf is a value (1/sqrt(count) of an expert never routed); NaN never is.
-_INF_ALLOWED = ("_rsqrt",)
+def state_rules(obj: object) -> dict[str, str]:
+    """The rules a loaded state's entries must satisfy beyond being finite, by dotted name:
+    ``"nonnegative"``, ``"positive"`` or ``"inf_allowed"`` (+inf is a value; NaN never is),
+    declared by each class in ``_state_rules`` for its own attributes."""
+    out: dict[str, str] = {}
+    for prefix, part in _components(obj):
+        for cls in reversed(type(part).__mro__):
+            for name, rule in cls.__dict__.get("_state_rules", {}).items():
+                out[prefix + name] = rule
+    return out
 
 
 def check_state(policy: BasePolicy) -> None:
     """Check every value a policy has learned, as strictly as its constructor's arguments.
 
-    Every float array must be finite; every integer (round counter, step and visit counts)
-    ``>= 0``; counts, dual multipliers, reward sums and cost estimates ``>= 0``; Beta
-    posteriors ``> 0``; buffered uniforms in ``[0, 1)``, read positions inside their buffer;
-    generator states that can move (xoshiro256++: not all zero); a routing
-    distribution ``q`` (OMD) on the floored simplex, ``q >= gamma`` and summing to one; and
-    whatever a component checks in its ``validate_state(prefix)`` (OMD's reward-model fit:
-    symmetric co-occurrence counts consistent with the rounds they count).
-    Run after every update in debug mode (``msroute.policies.set_debug_checks``), in the
-    tests of every policy, and on every file ``load_policy`` reads.
+    The generic rules: every float array is finite, every integer (round counter, step and
+    visit counts) ``>= 0``. Then what each class declares for its own entries in
+    ``_state_rules`` (counts, multipliers, reward sums and cost estimates ``>= 0``, Beta
+    posteriors ``> 0``, entries where +inf is a value), and whatever each component checks in
+    its ``validate_state(prefix)`` (the random streams: uniforms in ``[0, 1)``, read positions
+    inside their buffer, generator states that can move; OMD: q on the floored simplex; OMD's
+    reward-model fit: symmetric co-occurrence counts consistent with the rounds they count).
+    This function knows no class's attribute names. Run after every update in debug mode
+    (``msroute.policies.set_debug_checks``), in the tests of every policy, and on every file
+    ``load_policy`` reads.
 
     Raises
     ------
@@ -304,47 +310,24 @@ def check_state(policy: BasePolicy) -> None:
         Naming the first entry that breaks a rule and how.
     """
     state = state_dict(policy)
+    rules = state_rules(policy)
     for key, value in state.items():
         if isinstance(value, bool) or value is None or isinstance(value, str | dict | list):
             continue
         arr = np.asarray(value)
-        finite = arr if not key.endswith(_INF_ALLOWED) else np.where(arr == np.inf, 0.0, arr)
+        rule = rules.get(key)
+        finite = arr if rule != "inf_allowed" else np.where(arr == np.inf, 0.0, arr)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(finite)):
             bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
             raise InvalidStateError(f"state entry {key!r} has {bad} NaN or infinite value(s)")
-        if (arr.dtype.kind in "iu" or key.endswith(_NONNEGATIVE)) and arr.size and arr.min() < 0:
+        if (arr.dtype.kind in "iu" or rule == "nonnegative") and arr.size and arr.min() < 0:
             raise InvalidStateError(f"state entry {key!r} must be >= 0, min is {arr.min()}")
-        if key.endswith(_POSITIVE) and arr.size and arr.min() <= 0:
+        if rule == "positive" and arr.size and arr.min() <= 0:
             raise InvalidStateError(f"state entry {key!r} must be > 0, min is {arr.min()}")
-    for key, value in state.items():  # random streams: uniforms, read positions, generators
-        if not isinstance(value, np.ndarray) or not value.size:
-            continue
-        if key.endswith("gamma_state") and not value.any(axis=-1).all():
-            raise InvalidStateError(
-                f"state entry {key!r} has a row of zeros, a state xoshiro256++ never leaves"
-            )
-        if key.endswith("uniforms.buffer") and not 0.0 <= value.min() <= value.max() < 1.0:
-            raise InvalidStateError(f"state entry {key!r} must hold uniforms in [0, 1)")
-        buffer = state.get(key.removesuffix(".pos") + ".buffer") if key.endswith(".pos") else None
-        if isinstance(buffer, np.ndarray) and value.max() > buffer.shape[-1]:
-            raise InvalidStateError(f"state entry {key!r} must be in [0, {buffer.shape[-1]}]")
     for prefix, part in _components(policy):  # the rules a component states for itself
         validate = getattr(part, "validate_state", None)
         if callable(validate):
             validate(prefix)
-    q = state.get("_q")
-    gamma = getattr(policy, "gamma", None)
-    if isinstance(q, np.ndarray) and isinstance(gamma, float):
-        # A decaying floor (gamma / sqrt(n), msroute.policies.omd_variants) lets q go below
-        # gamma; it stays a distribution with positive entries.
-        floor = gamma if getattr(policy, "floor", "fixed") == "fixed" else 0.0
-        k = q.shape[-1]
-        worst = float(np.max(np.abs(q.sum(axis=-1) - 1.0))) if q.size else 0.0
-        if q.size and (q.min() < floor - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
-            raise InvalidStateError(
-                f"state entry '_q' is off the floored simplex (min {q.min():.6g} against "
-                f"the floor {floor:.6g}, largest deviation of a sum from one {worst:.3g})"
-            )
 
 
 def load_state_dict(

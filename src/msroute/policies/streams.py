@@ -31,7 +31,7 @@ import numpy as np
 
 from msroute._seeding import SeedArg, child_seed, run_seed_sequences
 from msroute._validation import FloatArray, IntArray, UInt64Array, check_positive_int
-from msroute.errors import InvalidValueError
+from msroute.errors import InvalidStateError, InvalidValueError
 
 __all__ = ["BufferedStream", "GammaConstants", "RunStreams"]
 
@@ -57,6 +57,18 @@ class BufferedStream:
 
     #: The state to save and restore (see ``msroute.policies.persist``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("generators", "buffer", "pos")
+
+    def validate_state(self, prefix: str) -> None:
+        """A loaded buffer holds uniforms in ``[0, 1)`` and each read position is inside it
+        (``msroute.policies.check_state``)."""
+        if self.buffer.size and not 0.0 <= self.buffer.min() <= self.buffer.max() < 1.0:
+            raise InvalidStateError(
+                f"state entry {prefix + 'buffer'!r} must hold uniforms in [0, 1)"
+            )
+        if self.pos.size and self.pos.max() > self.buffer.shape[-1]:
+            raise InvalidStateError(
+                f"state entry {prefix + 'pos'!r} must be in [0, {self.buffer.shape[-1]}]"
+            )
 
     def __init__(self, seeds: tuple[np.random.SeedSequence, ...], key: int, block: int) -> None:
         self.generators: tuple[np.random.Generator, ...] = tuple(
@@ -167,6 +179,16 @@ class RunStreams:
 
     #: The state to save and restore (see ``msroute.policies.persist``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("uniforms", "gamma_state")
+
+    def validate_state(self, prefix: str) -> None:
+        """A loaded xoshiro256++ state has no row of zeros, a state the generator never leaves
+        (``msroute.policies.check_state``)."""
+        state = self.gamma_state
+        if state.size and not state.any(axis=-1).all():
+            raise InvalidStateError(
+                f"state entry {prefix + 'gamma_state'!r} has a row of zeros, a state "
+                "xoshiro256++ never leaves"
+            )
 
     def __init__(self, seed: SeedArg, n_runs: int, block: int = 4096) -> None:
         r = check_positive_int(n_runs, "n_runs")

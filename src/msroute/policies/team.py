@@ -164,6 +164,9 @@ class SharedRewardStats:
     _state_attrs: ClassVar[tuple[str, ...]] = ("counts", "means", "_rsqrt")
     #: Each of them per expert, shape (R, K).
     _expert_axes: ClassVar[dict[str, int]] = {"counts": -1, "means": -1, "_rsqrt": -1}
+    #: What a loaded state must satisfy (``check_state``): +inf is 1/sqrt(0) of an expert never
+    #: routed.
+    _state_rules: ClassVar[dict[str, str]] = {"counts": "nonnegative", "_rsqrt": "inf_allowed"}
 
     def __init__(self, n_runs: int, n_experts: int) -> None:
         self.counts: FloatArray = np.zeros((n_runs, n_experts))
@@ -215,6 +218,8 @@ class BetaPosterior:
     _state_attrs: ClassVar[tuple[str, ...]] = ("alpha", "beta")
     #: Both per expert, shape (R, K).
     _expert_axes: ClassVar[dict[str, int]] = {"alpha": -1, "beta": -1}
+    #: Beta parameters are positive (``check_state``).
+    _state_rules: ClassVar[dict[str, str]] = {"alpha": "positive", "beta": "positive"}
 
     def __init__(
         self, n_runs: int, n_experts: int, prior_alpha: float = 1.0, prior_beta: float = 1.0

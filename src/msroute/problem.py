@@ -393,6 +393,45 @@ class Problem:
             raise InfeasibleConstraintsError(self._infeasibility_message(None))
         return adaptive_gamma(self.n_experts, gamma_max)
 
+    def start_point(self) -> FloatArray:
+        """Where a learner starts: uniform routing, unless the floor had to adapt, and then
+        the point nearest to uniform on the segment from uniform to a routing with the
+        largest floor that meets the bounds.
+
+        Wherever the paper's floor ``1/(10K)`` is feasible with slack the start is uniform
+        routing (Algorithm 1), so nothing changes there, bit for bit (uniform routing may then
+        break a bound for the first batch: the dual corrects it). Under a budget near the
+        cheapest routing, or with an expert far costlier than the rest, uniform routing would
+        overspend by far (one call of a $5 expert is a thousand queries' worth of a $0.005
+        budget); the start meets the bounds instead, and every share stays
+        ``>= min(1/K, max_floor())``, above the adaptive floor.
+
+        Returns
+        -------
+        ndarray, shape (K,)
+
+        Raises
+        ------
+        InfeasibleConstraintsError
+            When no routing meets the bounds (as `max_floor`).
+        """
+        k = self.n_experts
+        uniform = np.full(k, 1.0 / k)
+        gamma_max = self.max_floor()  # raises when no routing meets the bounds
+        if adaptive_gamma(k, gamma_max) == self.default_gamma():
+            return uniform
+        found = self._floor_lp()
+        assert found is not None
+        witness = np.clip(found[1], 0.0, None)
+        reach, target = self.costs.T @ uniform, self.costs.T @ witness
+        lam = 0.0
+        for j, side, v in self._bound_rows():
+            over = reach[j] - v if side == "upper" else v - reach[j]
+            if over > 0:
+                lam = max(lam, min(1.0, over / abs(reach[j] - target[j])))
+        q = (1.0 - lam) * uniform + lam * witness
+        return np.asarray(q / q.sum(), dtype=np.float64)
+
     def check_feasible(self, gamma: float | None = None) -> FloatArray:
         """Decide Assumption 1: is there ``q >= gamma`` on the simplex with ``C^T q`` in ``S``?
 

@@ -125,6 +125,14 @@ class OMDApproachability(BasePolicy):
         What the dual approaches (``msroute.policies.duals``): the paper's ``C^T q`` in the
         surrogate box ``S`` (safe by the sandwich (2), and conservative), or the exact expected
         realized cost of the team in ``S_ori`` with a safety margin (spends up to the bounds).
+    budget_margin : float, optional
+        With the linear surrogate, the box ``S`` is shrunk by ``budget_margin`` standard
+        deviations of the time-averaged realized cost so far, ``z sd / (M sqrt(n))`` after
+        ``n`` rounds (at most a tenth of each bound), so that the spend of a run that converges
+        onto a bound ends at or below it rather than a hair above: a budget holds in every run,
+        not only on average over runs. Default 3.0 with more than one context (the aggregate
+        cut spends up to the bound), 0.0 without (the paper's Algorithm 1, whose linear
+        surrogate is already conservative for M >= 2).
     margin : float, default 3.0
         The exact surrogate's safety margin, in standard deviations of the time-averaged
         realized cost over the horizon.
@@ -161,10 +169,7 @@ class OMDApproachability(BasePolicy):
     """
 
     name: ClassVar[str] = "omd"
-    label: ClassVar[str] = "OMD-Approachability"
-    color: ClassVar[str | None] = "#1f77b4"
     has_propensity: ClassVar[bool] = True
-    relative_cost: ClassVar[float] = 8.0
     #: The learned state (persistence); pending decisions carry their own context and q.
     _state_attrs: ClassVar[tuple[str, ...]] = (
         "_q",
@@ -212,6 +217,7 @@ class OMDApproachability(BasePolicy):
         cost_prior_weight: float = 10.0,
         surrogate: Surrogate = "linear",
         margin: float = 3.0,
+        budget_margin: float | None = None,
         variant: str | None = None,
         estimator: str | None = None,
         floor: str | None = None,
@@ -257,7 +263,7 @@ class OMDApproachability(BasePolicy):
             self.eta = self.eta_mult * 2.0 * float(np.sqrt(g2))  # a of Corollary 2
         self.dual_step = check_hyper(dual_step, "dual_step")
         r, x = self.n_runs, self.n_contexts
-        self._q: FloatArray = np.full((r, x, k), 1.0 / k)
+        self._q: FloatArray = self._start(check_feasible)
         self._grad: FloatArray = np.zeros((r, x, k))
         self._visits: IntArray = np.zeros((r, x), dtype=np.int64)
         self._steps: IntArray = np.zeros((r, x), dtype=np.int64)
@@ -266,11 +272,16 @@ class OMDApproachability(BasePolicy):
         self._cost_sum: FloatArray = np.zeros((r, b.n_costs))
         self._n_feedback = 0
         self._scale = cost_scale(b.costs, b.lo_ori, b.hi_ori)
+        if budget_margin is None:
+            budget_margin = 3.0 if self.n_contexts > 1 else 0.0
+        self.budget_margin = float(budget_margin)
         self.dual = self._make_dual(check_construction(dual), check_surrogate(surrogate), margin)
         self._ctx0: IntArray = np.zeros(r, dtype=np.int64)  # the context of context-free runs
+        # One cost estimate per (run, context), row r X + x: the table is every context's
+        # prior, and each context learns its own prompts' costs.
         self.cost_est = CostEstimate(
-            b.costs,
-            self._scale,
+            np.repeat(b.costs, x, axis=0) if x > 1 else b.costs,
+            np.repeat(self._scale, x, axis=0) if x > 1 else self._scale,
             mode=check_cost_estimate(cost_estimate),
             prior_weight=cost_prior_weight,
         )
@@ -300,6 +311,17 @@ class OMDApproachability(BasePolicy):
             for p in problems:
                 p.check_feasible(chosen)
         return chosen
+
+    def _start(self, check: bool) -> FloatArray:
+        """The first q of every run and context, (R, X, K): uniform (Algorithm 1), or where the
+        floor had to adapt the feasible point nearest to it (`msroute.Problem.start_point`);
+        ``check=False`` starts uniform without an LP."""
+        r, x, k = self.n_runs, self.n_contexts, self.n_experts
+        if not check:
+            return np.full((r, x, k), 1.0 / k)
+        starts = {id(p): p.start_point() for p in self.problem_batch.problems}
+        rows = np.stack([starts[id(p)] for p in self.problem_batch.problems])
+        return np.repeat(rows[:, None, :], x, axis=1)
 
     def state(self) -> dict[str, object]:
         """What the router has done so far, in the user's units, per run.
@@ -343,6 +365,7 @@ class OMDApproachability(BasePolicy):
             m_draws=self.m_draws,
             horizon=self.horizon,
             margin=margin,
+            budget_margin=self.budget_margin if surrogate == "linear" else 0.0,
         )
 
     # ------------------------------------------------------------------ diagnostics
@@ -409,8 +432,45 @@ class OMDApproachability(BasePolicy):
             q = q * eligible
             q /= q.sum(axis=1, keepdims=True)
         draws = sample_multinomial(self.streams.uniform(self.m_draws), q, eligible)
-        self.dual.step(self.dual.measure(q, self.cost_est.costs))
+        self.dual.step(self.dual.measure(q, self._costs_in(context)))
         return draws, q
+
+    def _aggregate_costs(self, runs: IntArray, ctx: IntArray) -> FloatArray:
+        """Costs (R, K, d) whose cut holds the *aggregate* spend, for the runs' QP steps.
+
+        Algorithm 2's cut ``w . (C^T q_x) <= h_S(w)`` holds each context's own spend to the
+        box whenever the dual is active: one budget per context, a smaller class than the
+        contextual comparator (``msroute.oracle.contextual_opt``), whose budget is on the
+        aggregate. With the contexts' shares ``p_y`` (visits so far) and the other contexts'
+        current spend ``O = sum_{y != x} p_y C_y^T q_y``, the aggregate cut for the context
+        ``x`` being updated is ``w . (p_x C_x^T q + O) <= h_S(w)``; since ``sum q = 1`` it is
+        the paper's cut with every expert's cost row ``p_x c_{x,i} + O``. A cheap context may
+        then route to a dear expert where the others leave room; a cut out of reach is moved to
+        its reach by the projection. With the linear surrogate only (the exact one is not
+        affine in the costs).
+        """
+        r, x = self.n_runs, self.n_contexts
+        by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
+        at = self._ctx0.copy()
+        at[runs] = ctx
+        out = np.array(by_ctx[self._rows, at])
+        if self.dual.surrogate != "linear":
+            return out
+        visits = self._visits[runs].astype(np.float64)
+        share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
+        spend = np.einsum("rxk,rxkd->rxd", self._q[runs], by_ctx[runs]) * share[..., None]
+        own = np.arange(runs.shape[0])
+        others = spend.sum(axis=1) - spend[own, ctx]  # (R', d)
+        out[runs] = by_ctx[runs, ctx] * share[own, ctx][:, None, None] + others[:, None, :]
+        return out
+
+    def _costs_in(self, context: IntArray | None) -> FloatArray:
+        """The cost estimates (R, K, d) of each run's context (context 0 where None)."""
+        if self.n_contexts == 1:
+            return self.cost_est.costs
+        r, x = self.n_runs, self.n_contexts
+        by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
+        return np.asarray(by_ctx[self._rows, self._ctx0 if context is None else context])
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         q_play = decision.probs
@@ -432,7 +492,10 @@ class OMDApproachability(BasePolicy):
         )
         self._reward_sum[cell] += reward
         self._visits[cell] = visits
-        self.cost_est.update(decision.draws, cost, counts)
+        if self.n_contexts == 1:
+            self.cost_est.update(decision.draws, cost, counts)
+        else:
+            self.cost_est.update(decision.draws, cost, counts, self._rows * self.n_contexts + ctx)
         self.dual.observe(cost)
         self._cost_sum += cost
         self._n_feedback += 1
@@ -449,15 +512,16 @@ class OMDApproachability(BasePolicy):
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
         q0 = self._q[runs, ctx]
+        costs = self.cost_est.costs if self.n_contexts == 1 else self._aggregate_costs(runs, ctx)
         if self.floor == "fixed":
-            self._q[runs, ctx] = self.dual.project(y, self.gamma, self.cost_est.costs, runs, q0)
+            self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0)
         else:  # one projection per floor: the runs at the same step share theirs
             steps = self._steps[runs, ctx]
             for step in np.unique(steps):
                 sel = np.flatnonzero(steps == step)
                 gamma = floor_at(self.gamma, self.floor, int(step))
                 self._q[runs[sel], ctx[sel]] = self.dual.project(
-                    y[sel], gamma, self.cost_est.costs, runs[sel], q0[sel]
+                    y[sel], gamma, costs, runs[sel], q0[sel]
                 )
         self._grad[runs, ctx] = 0.0
         self.estimator.refit(runs, ctx)
@@ -495,8 +559,6 @@ class ContextualOMD(OMDApproachability):
     """
 
     name: ClassVar[str] = "omd-contextual"
-    label: ClassVar[str] = "Contextual OMD"
-    color: ClassVar[str | None] = "#17becf"
     has_propensity: ClassVar[bool] = True
     _default_schedule: ClassVar[EtaSchedule] = "anytime"
     _default_batch: ClassVar[int] = 1

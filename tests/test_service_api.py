@@ -329,6 +329,58 @@ def test_a_repeated_feedback_is_validated_and_compared_with_the_first(
     assert len(after) == rows  # nothing journaled
 
 
+def test_bounds_change_at_runtime(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    url = "/v1/routers/llm"
+    resp = client.patch(url, json={"upper": {"usd": 0.025}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"upper": {"usd": 0.025}, "lower": {}}
+    assert state(client)["bounds"]["upper"] == {"usd": 0.025}
+    assert (
+        'msroute_cost_bound{cost="usd",router="llm",side="upper"} 0.025'
+        in client.get("/metrics").text
+    )
+    before = state(client)
+    for body, status, named in (
+        ({"upper": {"usd": 0.0001}}, 409, "usd"),  # no routing of the experts meets it
+        ({"upper": {"eur": 0.02}}, 422, "eur"),
+        ({"upper": {"usd": "0.02"}}, 422, "upper"),
+        ({"upper": {"usd": True}}, 422, "upper"),
+        ({"upper": {"usd": 0.02}, "lower": {"usd": 0.03}}, 422, "usd"),
+        ({"budget": {"usd": 0.02}}, 422, "budget"),
+    ):
+        assert named in problem(client.patch(url, json=body), status)["detail"], body
+    assert state(client) == before
+    assert client.patch(url, json={"upper": {"usd": None}}).json()["upper"] == {}
+    assert client.patch(url, json={"upper": {"usd": ROUTER["constraints"]["upper"]["usd"]}})
+    assert state(client)["bounds"]["upper"] == ROUTER["constraints"]["upper"]
+
+
+def test_patched_bounds_are_journaled_and_the_config_file_wins_at_restart(tmp_path: Path) -> None:
+    """A PATCH is journaled and replayed; at a restart the config file's bounds are applied
+    again (docs/operations.md: a changed configuration is applied as journaled events), so a
+    change meant to last goes into the file too."""
+    data = tmp_path / "data"
+    patched = {"upper": {"usd": 0.018}}
+    with served(tmp_path, data_dir=data) as (server, client):
+        assert client.patch("/v1/routers/llm", json=patched).status_code == 200
+        client.post("/v1/routers/llm/decisions", json=CTX)
+        text = client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text
+        rows = [json.loads(line) for line in text.splitlines()]
+        assert any(r["kind"] == "set_bounds" and r["upper"] == patched["upper"] for r in rows)
+        assert server.terminate() == -15
+    # The same file again: its bound is applied again, and the log says so.
+    with served(tmp_path, data_dir=data) as (_, client):
+        assert state(client)["bounds"]["upper"] == ROUTER["constraints"]["upper"]
+    assert "configuration change applied" in (tmp_path / "server.log").read_text()
+    # The file updated to the patched bound: it stays.
+    with served(tmp_path, data_dir=data) as (_, client):
+        assert client.patch("/v1/routers/llm", json=patched).status_code == 200
+    routers = {"llm": {**ROUTER, "constraints": patched}}
+    with served(tmp_path, routers, data_dir=data) as (_, client):
+        assert state(client)["bounds"]["upper"] == patched["upper"]
+
+
 def test_infeasible_removal_is_409(api: tuple[ServerProcess, httpx.Client]) -> None:
     _, client = api
     # Without the two cheap experts the budget of 0.02 per decision cannot be met.

@@ -35,6 +35,8 @@ from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
 from msroute.service.middleware import BodyLimit, RequestTimer
 from msroute.service.models import (
     ID_PATTERN,
+    Bounds,
+    BoundsRequest,
     DecisionRequest,
     DecisionResponse,
     ExpertRequest,
@@ -87,6 +89,9 @@ class _Protected:
 
     def delete(self, path: str, **kwargs: Any) -> Callable[[F], F]:
         return self.app.delete(path, **self._kwargs(kwargs))
+
+    def patch(self, path: str, **kwargs: Any) -> Callable[[F], F]:
+        return self.app.patch(path, **self._kwargs(kwargs))
 
 
 def create_app(
@@ -182,6 +187,22 @@ def create_app(
     async def router_state(name: RouterName) -> dict[str, Any]:
         """The router's state: counts, time-averaged cost, bounds, routing distribution."""
         return await service.call(name, lambda r: r.state())
+
+    @api.patch(
+        "/v1/routers/{name}",
+        response_model=Bounds,
+        tags=["routers"],
+        responses=_problems(*BODY_ERRORS, 404, 409, 503),
+    )
+    async def set_bounds(name: RouterName, body: BoundsRequest) -> dict[str, dict[str, float]]:
+        """Change the router's bounds at runtime (journaled, so a restart keeps them); 409 if no
+        routing of its experts meets them (nothing changes). Answers the bounds now enforced."""
+
+        def apply(r: Router) -> dict[str, dict[str, float]]:
+            r.set_bounds(upper=body.upper, lower=body.lower)
+            return {"upper": dict(r.config.upper), "lower": dict(r.config.lower)}
+
+        return await service.call(name, apply)
 
     @api.post(
         DECISIONS,

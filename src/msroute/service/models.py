@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ID_PATTERN",
+    "Bounds",
+    "BoundsRequest",
     "DecisionRequest",
     "DecisionResponse",
     "ExpertRequest",
@@ -136,6 +138,35 @@ class ExpertRequest(BaseModel):
 
     id: Ident
     cost: dict[str, Finite] = Field(description="One value per cost name of the router.")
+
+
+class BoundsRequest(BaseModel):
+    """New bounds on the time-averaged realized cost, by cost name (``null`` removes a bound;
+    costs not named keep theirs)."""
+
+    model_config = STRICT | ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"upper": {"usd": 0.025}},
+                {"upper": {"usd": 0.02}, "lower": {"self_hosted": None}},
+            ]
+        },
+    )
+
+    upper: dict[str, Finite | None] | None = Field(None, max_length=1000)
+    lower: dict[str, Finite | None] | None = Field(None, max_length=1000)
+
+
+class Bounds(BaseModel):
+    """The bounds a router enforces from now on, by cost name (a cost not named is unbounded
+    on that side)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"upper": {"usd": 0.025}, "lower": {}}]}
+    )
+
+    upper: dict[str, float]
+    lower: dict[str, float]
 
 
 class ExpertResponse(BaseModel):

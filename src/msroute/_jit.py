@@ -2,8 +2,9 @@
 
 The compiled loops (``msroute.policies._compiled``, ``msroute._outcome``) are imported on
 first use, never by ``import msroute``: importing numba and loading the machine code are a
-cost that only the processes that run the loops should pay. The code is cached next to its module, or in the user's
-cache directory when that is read-only, and compiled in memory when neither can be written.
+cost that only the processes that run the loops should pay. The code is cached next to its
+module, or in the user's cache directory when that is read-only, and compiled in memory when
+neither can be written.
 
 numba's cache checks only the source file of the function it compiled: a loop that inlines a
 step from another module keeps its cached machine code when only that other module changes.

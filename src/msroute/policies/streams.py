@@ -14,13 +14,10 @@ whether it is run alone, inside a sweep of 80 runs, or resumed from a cache. Two
   numpy's ziggurat for the normals, Marsaglia and Tsang's method for the Gammas, ACM TOMS 26(3),
   2000).
   Run ``r`` reads and advances only row ``r``, in the order of its own draws and rejections,
-  so what it draws depends on its seed and its shapes alone, by construction; no buffer, no
-  per-run Python call. The 8,000 Gamma variates of a round at R = 80, K = 50 cost 60-75 µs,
-  with the top M of the samples picked in the same loop (``RunStreams.beta_top``).
-  Before, the normals came from buffered numpy streams, four per run, whose refills made a
-  third of a Thompson-sampling round. (Cheng's uniform-only methods BB and GB were measured
-  too: on Thompson sampling's posteriors they accept only 70-80% of their candidates, which
-  made them slower.)
+  so what it draws depends on its seed and its shapes alone, by construction; no buffer to
+  refill, no per-run Python call, and the top M of the samples picked in the same loop
+  (``RunStreams.beta_top``). Marsaglia and Tsang rather than Cheng's uniform-only methods BB
+  and GB: on Thompson sampling's posteriors those accept only 70-80% of their candidates.
 """
 
 from __future__ import annotations

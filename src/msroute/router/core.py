@@ -48,20 +48,17 @@ from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.persist import (
     load_state_dict,
-    policy_bytes,
-    policy_from_bytes,
     state_dict,
 )
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
+from msroute.router import recovery
 from msroute.router.config import RouterConfig, cost_vector
-from msroute.router.journal import Event, Journal, MemoryJournal, open_journal
+from msroute.router.journal import Journal, MemoryJournal, open_journal
 from msroute.router.overlap import Overlap
+from msroute.router.pending import Pending as _Pending
 from msroute.router.snapshots import (
     SNAPSHOT_RETRY_EVENTS,
-    SNAPSHOTS_KEPT,
-    check_snapshot_state,
-    snapshot_state,
 )
 from msroute.router.streams import DecisionStreams
 
@@ -146,25 +143,6 @@ class RoutedDecision:
             "cost": dict(self.cost),
             "deadline": self.deadline,
         }
-
-
-@dataclass
-class _Pending:
-    """A decision waiting for its feedback."""
-
-    n: int
-    draws: tuple[str, ...]
-    probs: tuple[float, ...] | None  # propensity of each draw
-    context: int | None
-    cost: FloatArray
-    deadline: float
-    decision: Decision | None  # the policy's value, valid while the expert layout is `layout`
-    layout: int
-    seq: int  # the journal event of the decision
-    #: Restored from the journal: the whole distribution as stored, and its expert layout
-    #: (the decision value is built from it when first needed).
-    blob: bytes | None = None
-    blob_layout: int = -1
 
 
 class _Write:
@@ -304,7 +282,7 @@ class Router:
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.meta("run_id")
-            router._load(use_snapshot)
+            recovery.load(router, use_snapshot)
         except (RouterConfigError, ValueError, KeyError, TypeError) as exc:
             journal.close()
             raise JournalError(f"{journal.label}: cannot rebuild the router: {exc}") from exc
@@ -407,29 +385,6 @@ class Router:
         for line in lines:
             _log.warning("%s: configuration change applied: %s", self._journal.label, line)
         return lines
-
-    def _load(self, use_snapshot: bool) -> None:
-        """The state of the journal's committed events: the newest readable snapshot (or
-        none), then a replay of the events after it (on a router fresh from ``_setup``).
-
-        A snapshot that cannot be read back (damaged, or its pending decisions do not match
-        the events) is logged and skipped for the one before it, or for a replay from the start.
-        """
-        journal = self._journal
-        after = 0
-        for seq, blob, raw in journal.snapshots() if use_snapshot else ():
-            label = f"{journal.label}: snapshot {seq}"
-            try:
-                self._restore(blob, check_snapshot_state(raw, label), seq)
-            except (MSRouteError, ValueError, KeyError, TypeError) as exc:
-                _log.warning("%s: not used: %s", label, exc)
-                self._setup(self._base_config)
-                continue
-            after = seq
-            break
-        for event in journal.events(after):
-            self._replay(event)
-        self._snap_seq = after
 
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the policy over the configured experts, empty state."""
@@ -627,7 +582,7 @@ class Router:
         write_error = self._write_error
         try:
             self._setup(self._base_config)
-            self._load(use_snapshot=True)
+            recovery.load(self, use_snapshot=True)
         except (MSRouteError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
             self._failed = exc
         self._write_error = write_error
@@ -660,7 +615,7 @@ class Router:
             self._attach(fresh)
             if overlap is not None:
                 overlap.close()
-            self._load(use_snapshot=True)
+            recovery.load(self, use_snapshot=True)
             self._begin()
             fresh.put_meta("checked", repr(time.time()))
             fresh.commit()
@@ -1159,16 +1114,6 @@ class Router:
         p.decision, p.layout = Decision(cols, probs, ctx, p.n), self._layout
         return p.decision
 
-    def _restore_decision(self, did: str, p: _Pending) -> None:
-        """Give a pending decision restored from a snapshot the whole distribution it was
-        drawn from, read back from its journal event, as the live router holds it: a policy
-        may learn from every expert's probability, not only the drawn ones' (OMD's model
-        estimator does). Only while the expert layout is still the decision's, as live."""
-        for _, kind, _, _, payload, blob in self._journal.events_of(did):
-            if kind == "decision" and blob is not None and payload["layout"] == self._layout:
-                cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
-                self._cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
-
     # ------------------------------------------------------------------ expiry
     def expire(self, now: float | None = None) -> int:
         """Expire the decisions whose deadline is at or before ``now`` (also done inside every
@@ -1464,7 +1409,7 @@ class Router:
         if last - self._snap_seq < self.config.snapshot_every or last < self._snap_retry:
             return
         try:
-            self._take_snapshot()
+            recovery.take_snapshot(self)
         except JournalError as exc:
             self._snap_retry = last + SNAPSHOT_RETRY_EVENTS
             _log.warning("%s (the events are durable; retried later)", exc)
@@ -1484,158 +1429,7 @@ class Router:
             self._snap_retry = 0
             self._snap_seq = -self.config.snapshot_every  # due when the group ends
             return
-        self._take_snapshot()
-
-    def _take_snapshot(self) -> None:
-        """Write a snapshot in its own transaction (outside any group)."""
-        seq = self._journal.last_seq
-        blob = policy_bytes(self.policy)
-        state = snapshot_state(
-            ids=self._ids,
-            costs=self._costs.tolist(),
-            retired=sorted(self._retired),
-            layouts=self._layouts,
-            counters={
-                "n": self._n,
-                "applied": self._applied,
-                "late": self._late,
-                "expired": self._expired,
-                "version": self._version,
-            },
-            cost_sum=self._cost_sum.tolist(),
-            config=self.config.to_dict(),
-            pending_from=min((p.seq for p in self._pending.values()), default=seq + 1),
-            pending=len(self._pending),
-        )
-        try:
-            self._journal.begin()
-            self._journal.put_snapshot(seq, blob, state, keep=SNAPSHOTS_KEPT)
-            self._journal.commit()
-        except (sqlite3.Error, OSError) as exc:
-            self._journal.rollback()
-            raise JournalError(f"{self._journal.label}: cannot store a snapshot: {exc}") from exc
-        self._snap_seq = seq
-
-    def _restore(self, blob: bytes, st: dict[str, Any], seq: int) -> None:
-        """The state of snapshot ``seq`` (``st``: checked by ``read_snapshot_state``)."""
-        self._ids = list(st["ids"])
-        self._col = {e: i for i, e in enumerate(self._ids)}
-        self._costs = np.array(st["costs"], dtype=np.float64).reshape(len(self._ids), -1)
-        self._cost_rows = self._costs.tolist()
-        self._retired = set(st["retired"])
-        self._layouts = [list(x) for x in st["layouts"]]
-        if "config" in st:  # the configuration as changed by events before the snapshot
-            self.config = RouterConfig.from_dict(st["config"])
-            self._constraints = self._constraints_of(self.config)
-        policy = policy_from_bytes(blob, f"{self._journal.label}: snapshot")
-        policy.streams = DecisionStreams(self.config.seed, policy.streams.uniforms.block)
-        self.policy = policy
-        counters = st.get("counters", st)
-        self._n, self._applied = int(counters["n"]), int(counters["applied"])
-        self._late, self._expired = int(counters["late"]), int(counters["expired"])
-        self._version = int(counters["version"])
-        self._cost_sum = np.array(st["cost_sum"], dtype=np.float64)
-        if "pending" in st and isinstance(st["pending"], dict):  # snapshots of format 1
-            for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
-                self._pending[did] = _Pending(
-                    int(n),
-                    tuple(draws),
-                    None if probs is None else tuple(probs),
-                    ctx,
-                    np.array(cost, dtype=np.float64),
-                    float(deadline),
-                    None,
-                    -1,
-                    0,
-                )
-                self._restore_decision(did, self._pending[did])
-        else:
-            self._pending_from_journal(int(st["pending_from"]), seq, int(st["pending"]))
-        for did, p in self._pending.items():  # re-armed: they expire as if never stopped
-            heapq.heappush(self._deadlines, (p.deadline, p.n, did))
-
-    def _pending_from_journal(self, first: int, last: int, count: int) -> None:
-        """The decisions pending at snapshot ``last``, found again in the journal's events
-        ``first .. last``: the decisions among them that no feedback, expiry or expert
-        removal closed. ``count``: how many the snapshot says there are."""
-        pending = self._pending
-        shared = b""  # consecutive decisions mostly hold the same distribution: one copy
-        for seq, kind, ref, _, payload, blob in self._journal.events(first - 1, last - first + 1):
-            if kind == "decision" and ref is not None:
-                ctx = None if payload["context"] is None else self._ctx[payload["context"]]
-                probs = payload["probs"]
-                p = _Pending(
-                    int(payload["n"]),
-                    tuple(payload["draws"]),
-                    None if probs is None else tuple(probs),
-                    ctx,
-                    np.array(payload["cost"], dtype=np.float64),
-                    float(payload["deadline"]),
-                    None,
-                    -1,
-                    seq,
-                )
-                pending[ref] = p
-                if blob is not None:
-                    if blob == shared:
-                        blob = shared
-                    p.blob, p.blob_layout, shared = blob, int(payload["layout"]), blob
-            elif kind in ("feedback", "expire"):
-                pending.pop(ref or "", None)
-            elif kind == "remove_expert":
-                for did in payload["expired"]:
-                    pending.pop(did, None)
-        if len(pending) != count:
-            raise JournalError(
-                f"{self._journal.label}: snapshot {last} has {count} pending decisions, its "
-                f"events give {len(pending)}"
-            )
-
-    def _replay(self, event: Event) -> None:
-        """Apply one journal event (no write); a decision is re-derived and verified."""
-        seq, kind, ref, now, payload, blob = event
-        label = self._journal.label
-        if kind in ("set_bounds", "configure"):
-            self._apply_change(kind, ref, payload, None)
-            return
-        if ref is None:
-            raise JournalError(f"{label}: event {seq} ({kind}) has no id")
-        if kind == "decision":
-            if payload["n"] != self._n:
-                raise JournalError(
-                    f"{label}: event {seq}: decision {ref!r} is number {payload['n']}, the replay "
-                    f"is at {self._n} (events missing?)"
-                )
-            ctx = self._context_index(payload["context"])
-            mask = self._eligible_mask(payload["eligible"])
-            _, redone, probs = self._decide(ref, ctx, mask, now, seq)
-            self._pending[ref].deadline = float(payload["deadline"])
-            if redone["draws"] != payload["draws"] or probs != blob:
-                raise JournalError(
-                    f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "
-                    f"as draws {redone['draws']} but the journal has {payload['draws']}"
-                    + ("" if redone["draws"] != payload["draws"] else " (propensities differ)")
-                )
-        elif kind == "feedback":
-            pending = self._pending.get(ref)
-            realized = (
-                pending.cost
-                if pending is not None
-                else np.array(self._decision_cost(ref), dtype=np.float64)
-            )
-            if (pending is None) != (payload["status"] in ("late", "expert_removed")):
-                raise JournalError(f"{label}: event {seq}: feedback status of {ref!r} disagrees")
-            cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
-            self._apply_feedback(ref, pending, float(payload["reward"]), cost, realized, False)
-        elif kind == "expire":
-            pending = self._pending.get(ref)
-            if pending is None:
-                raise JournalError(f"{label}: event {seq}: {ref!r} expires but is not pending")
-            self._apply_expire(ref, pending, payload["reward"], False)
-        elif kind in ("add_expert", "remove_expert"):
-            self._apply_change(kind, ref, payload, None)
-        else:
-            raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
+        recovery.take_snapshot(self)
 
 
 def _same_set(given: object, before: list[str]) -> bool:

@@ -7,7 +7,7 @@ was spent, so the policies use an online estimate ``C_hat`` in place of the tabl
 Only the team's total cost is observed, so each round's *residual* ``e = x_t - sum_{i in A_t}
 c_hat_i`` (per coordinate) is attributed to the routed experts in proportion to their current
 estimates (plus a small floor, so that an expert the table calls free can still be found to cost
-something), and each expert's estimate is the running mean of what it was attributed::
+something), and each expert's estimate is the running mean of what it was attributed:
 
     c_hat_i <- c_hat_i + share_i / (n0 + n_i),    share_i = e * m_i c_hat_i / sum_k m_k c_hat_k
 
@@ -104,13 +104,24 @@ class CostEstimate:
         """``C_hat^T q`` per run: q (R, K) -> (R, d)."""
         return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
 
-    def update(self, draws: IntArray, cost: FloatArray, counts: FloatArray | None = None) -> None:
+    def update(
+        self,
+        draws: IntArray,
+        cost: FloatArray,
+        counts: FloatArray | None = None,
+        rows: IntArray | None = None,
+    ) -> None:
         """Learn from one round: the draws (R, M) and the realized costs (R, d).
 
-        ``counts``: ``draw_counts`` of the draws, when the caller
-        has it already.
+        ``counts``: ``draw_counts`` of the draws, when the caller has it already. ``rows``
+        (R,): the estimate row each run's round belongs to, when the estimates have more rows
+        than runs (one per run and context: ``OMDApproachability`` learns each context's
+        costs apart, since a task's prompts can be longer or shorter than the average).
         """
         if self.mode == "table":
+            return
+        if rows is not None:
+            self._update_rows(rows, draws, cost, counts)
             return
         k = self.costs.shape[1]
         compiled = self._count_compiled(draws, cost) if self.mode == "distinct" else None
@@ -137,6 +148,29 @@ class CostEstimate:
         self.costs = np.maximum(
             self.costs + share / (self.prior_weight + self.n_obs)[:, :, None], 0.0
         )
+
+    def _update_rows(
+        self, rows: IntArray, draws: IntArray, cost: FloatArray, counts: FloatArray | None
+    ) -> None:
+        """``update`` of the estimate rows ``rows`` (one per run), in numpy."""
+        k = self.costs.shape[1]
+        if counts is None:
+            counts = draw_counts(draws, k)
+        costs = self.costs[rows]
+        if self.mode == "distinct":
+            m = np.minimum(counts, 1.0)
+            predicted = team_cost(m, costs)
+        else:
+            m = counts
+            predicted = draws_cost(draws, costs)
+        n_obs = self.n_obs[rows] + m
+        self.n_obs[rows] = n_obs
+        resid = cost - predicted
+        if not np.count_nonzero(resid):
+            return
+        weight = m[:, :, None] * (costs + self._floor[rows])
+        share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)
+        self.costs[rows] = np.maximum(costs + share / (self.prior_weight + n_obs)[:, :, None], 0.0)
 
     def _count_compiled(self, draws: IntArray, cost: FloatArray) -> tuple[bool, FloatArray] | None:
         """Mode "distinct" for a batch in one compiled loop (``msroute._outcome.

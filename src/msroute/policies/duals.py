@@ -194,6 +194,7 @@ class ApproachabilityDual:
         m_draws: int = 1,
         horizon: int = 1,
         margin: float = 3.0,
+        budget_margin: float = 0.0,
     ) -> None:
         self.construction: DualConstruction = check_construction(construction)
         self.surrogate: Surrogate = check_surrogate(surrogate)
@@ -204,6 +205,11 @@ class ApproachabilityDual:
         self.margin = float(margin)
         if not np.isfinite(self.margin) or self.margin < 0:
             raise InvalidValueError(f"margin == {margin}, must be a finite number >= 0")
+        self.budget_margin = float(budget_margin)
+        if not np.isfinite(self.budget_margin) or self.budget_margin < 0:
+            raise InvalidValueError(
+                f"budget_margin == {budget_margin}, must be a finite number >= 0"
+            )
         # Running moments of the realized cost (the exact surrogate's safety margin).
         self._n_obs = 0
         self._cost_mean: FloatArray = np.zeros_like(lo)
@@ -222,7 +228,7 @@ class ApproachabilityDual:
             self._upper_cone = _Cone(self._upper)
             # The linear surrogate's target box never moves: scale it once, not every step.
             self._box_n: tuple[FloatArray, FloatArray] | None = None
-            if self.surrogate == "linear":
+            if self.surrogate == "linear" and self.budget_margin == 0.0:
                 lo_t, hi_t = self.target()
                 self._box_n = (lo_t / scale, hi_t / scale)
         self.w: FloatArray = np.zeros_like(lo)
@@ -237,7 +243,7 @@ class ApproachabilityDual:
     def observe(self, cost: FloatArray) -> None:
         """Record a realized cost (R, d): the exact surrogate's margin follows its spread."""
 
-        if self.surrogate == "linear":
+        if self.surrogate == "linear" and self.budget_margin == 0.0:
             return
         self._n_obs += 1
         delta = cost - self._cost_mean
@@ -255,6 +261,13 @@ class ApproachabilityDual:
         if self.surrogate == "exact":
             sd = np.sqrt(self._cost_m2 / max(self._n_obs - 1, 1))
             pad = self.margin * sd / np.sqrt(self.horizon)
+            lo, hi = lo + pad, hi - pad
+        elif self.budget_margin > 0.0 and self._n_obs > 1:
+            # z sd / sqrt(n) of the time-averaged realized cost so far, in the box's per-draw
+            # units (the realized cost is at most M C^T q), capped at a tenth of each bound.
+            sd = np.sqrt(self._cost_m2 / (self._n_obs - 1))
+            pad = self.budget_margin * sd / (self.m_draws * np.sqrt(self._n_obs))
+            pad = np.minimum(pad, 0.1 * np.maximum(np.abs(hi), np.abs(lo)))
             lo, hi = lo + pad, hi - pad
         return np.where(self._lower, lo, -np.inf), np.where(self._upper, hi, np.inf)
 

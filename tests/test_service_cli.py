@@ -82,7 +82,7 @@ def test_config_journal_defaults_to_data_dir(tmp_path: Path) -> None:
     assert cfg.routers["a"]["journal"] == str((tmp_path / "data" / "a.db").resolve())
     assert cfg.routers["b"]["journal"] == str((tmp_path / "data" / "sub" / "other.db").resolve())
     assert cfg.routers["c"]["journal"] == abs_journal
-    assert cfg.max_body_bytes == 1000 and cfg.max_rows == 10000
+    assert cfg.max_body_bytes == 1000 and cfg.max_rows == 10000 and cfg.read_timeout_s == 10.0
 
 
 @pytest.mark.parametrize(
@@ -92,6 +92,11 @@ def test_config_journal_defaults_to_data_dir(tmp_path: Path) -> None:
         ("[server]\nport = 1\n", "server"),
         ("[service]\nmax_body = 1\n[routers.a]\npolicy='omd'\n", "max_body"),
         ("[service]\nmax_body_bytes = 0\n", "max_body_bytes"),
+        ("[service]\nread_timeout_s = 0\n[routers.a]\npolicy='omd'\n", "read_timeout_s == 0"),
+        ("[service]\nread_timeout_s = nan\n[routers.a]\npolicy='omd'\n", "read_timeout_s"),
+        ("[service]\nread_timeout_s = 1e9\n[routers.a]\npolicy='omd'\n", "read_timeout_s"),
+        ("[service]\nread_timeout_s = '10'\n[routers.a]\npolicy='omd'\n", "number of seconds"),
+        ("[service]\nread_timeout_s = true\n[routers.a]\npolicy='omd'\n", "number of seconds"),
         ("[routers.'a/b']\npolicy = 'omd'\n", "a/b"),
         ("[routers.a]\npolicy = 'omd'\nm_draws = 0\n", "routers.a"),
         ("routers = 3\n", "routers"),

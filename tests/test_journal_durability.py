@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -28,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from msroute.errors import JournalError
+from msroute.errors import JournalError, MSRouteError
 from msroute.router import Router
 from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
 
@@ -309,3 +310,82 @@ def test_a_router_that_cannot_read_its_journal_back_is_reopened_in_place(
 def _unreadable(*args: Any, **kwargs: Any) -> Iterator[Any]:
     raise sqlite3.OperationalError("disk I/O error")
     yield  # pragma: no cover
+
+
+# ---------------------------------------------------------------------- the service's owner
+def test_the_owner_fails_a_whole_group_on_a_full_disk_and_recovers(small_fs: Path) -> None:
+    """Through the service's owner (every call in a group): a group that cannot be written
+    fails every one of its calls with JournalError, ``writable`` says so, and once space is
+    freed ``recover()`` makes the router healthy again without waiting for traffic."""
+    from msroute.service.owner import RouterOwner
+
+    path = small_fs / "j.db"
+    acked: list[str] = []
+
+    async def main() -> None:
+        owner = RouterOwner("t", lambda: Router(CONFIG, journal=path))
+        await owner.start()
+        try:
+
+            def route(did: str) -> Any:
+                return owner.call(lambda r: r.route(decision_id=did).decision_id)
+
+            acked.extend(await asyncio.gather(*(route(f"q{i}") for i in range(20))))
+            assert owner.writable and owner.failure is None
+            filler = fill(small_fs)
+            for i in range(3000):
+                out = await asyncio.gather(
+                    *(route(f"g{i}-{j}") for j in range(8)), return_exceptions=True
+                )
+                if any(isinstance(o, BaseException) for o in out):
+                    assert all(isinstance(o, JournalError) for o in out), out
+                    break
+                acked.extend(out)
+            else:
+                pytest.fail("the disk never filled up")
+            assert not owner.writable and "full" in (owner.failure or "")
+            filler.unlink()
+            assert await owner.recover()  # a probe write: healthy again, no traffic needed
+            assert owner.writable and owner.failure is None
+            acked.append(await route("after"))
+        finally:
+            await owner.stop()
+
+    asyncio.run(main())
+    assert decision_ids(path) == acked
+
+
+class _FailingWrites:
+    """A connection whose writes (INSERT and COMMIT) fail while ``broken`` is set."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self.broken = True
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if self.broken and (sql.startswith("INSERT") or sql == "COMMIT"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_probe_reports_a_recovered_disk_without_traffic(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    assert router.probe() and router.writable
+    real = router._journal._db  # type: ignore[union-attr]
+    failing = _FailingWrites(real)
+    router._journal._db = failing  # type: ignore[union-attr]
+    with pytest.raises(JournalError):
+        router.route(decision_id="lost")
+    assert not router.writable
+    assert not router.probe() and not router.writable  # still failing: it says so
+    failing.broken = False
+    assert router.probe() and router.writable and router.failure is None
+    with router.group(), pytest.raises(MSRouteError, match="between groups"):
+        router.probe()
+    router._journal._db = real  # type: ignore[union-attr]
+    router.close()
+    assert not router.probe()
+    assert decision_ids(tmp_path / "j.db") == []

@@ -587,6 +587,38 @@ class Router:
             self._failed = exc
         self._write_error = write_error
 
+    def probe(self) -> bool:
+        """Check now that the journal takes a write, and return ``writable``.
+
+        A router whose last write failed learns this way that the disk recovered without
+        waiting for traffic (one small write: the ``checked`` meta entry); one that needs
+        reopening is reopened. Outside a group only. On a nearly full disk a small write may
+        pass where a larger one fails: the next failing call makes the router unwritable again.
+        """
+        if self._closed:
+            return False
+        if self._depth:
+            raise MSRouteError("probe() inside a group(): call it between groups")
+        if self._failed is not None:
+            try:
+                self.reopen()
+            except MSRouteError:
+                return False
+            return True
+        if self._write_error is None:
+            return True
+        journal = self._journal
+        try:
+            journal.begin()
+            journal.put_meta("checked", repr(time.time()))
+            journal.commit()
+        except (sqlite3.Error, OSError) as exc:
+            journal.rollback()
+            self._write_error = JournalError(f"{journal.label}: cannot write the journal: {exc}")
+            return False
+        self._write_error = None
+        return True
+
     def reopen(self) -> None:
         """Reopen the journal in place and rebuild the state from it, then check that it can
         be written (one small write): how a router that failed to write recovers once the

@@ -77,6 +77,7 @@ class RouterOwner:
         self.groups = 0
         self.calls = 0
         self._next_reopen = 0.0
+        self._lock = asyncio.Lock()  # held while a group is applied and committed
 
     @property
     def writable(self) -> bool:
@@ -92,10 +93,17 @@ class RouterOwner:
         return self._router.failure
 
     async def recover(self) -> bool:
-        """Try to make the router writable again now (reopening it if it needs that; not
-        rate-limited); returns ``writable``. Runs between two groups."""
-        self._next_reopen = 0.0
-        return await self.call(lambda router: router.writable)
+        """Check the router's journal now, between two groups (``Router.probe``: one small
+        write, or a reopen where the router needs one), and return ``writable``: what a health
+        check calls so that a router whose disk recovered is healthy again without waiting for
+        traffic."""
+        router = self._router
+        if router is None:
+            return False
+        async with self._lock:
+            return bool(
+                await asyncio.get_running_loop().run_in_executor(self._executor, router.probe)
+            )
 
     async def start(self) -> Router:
         """Open the router on the owner thread and start serving calls."""
@@ -138,7 +146,8 @@ class RouterOwner:
                     stopping = True
                     break
                 group.append(item)
-            outcomes = await self._apply(group)
+            async with self._lock:
+                outcomes = await self._apply(group)
             self.groups += 1
             self.calls += len(group)
             for call, (ok, value) in zip(group, outcomes, strict=True):

@@ -224,3 +224,44 @@ def test_a_five_dollar_expert_joins_a_router_under_a_tight_budget() -> None:
     assert gamma * (1 - 1e-9) <= q["premium"] <= 1e-3  # the share the budget allows
     assert float(np.array(list(q.values())) @ costs[:, 0]) <= 0.0018 * (1 + 1e-6)
     assert router.state()["avg_cost"]["usd"] <= 0.0018
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_max_floor_matches_an_independent_lp_and_the_witness_meets_the_bounds(seed) -> None:
+    """max g s.t. q >= g, sum q = 1, l <= C^T q <= u/M, written out by hand for scipy."""
+    rng = np.random.default_rng(100 + seed)
+    k, m = 7, int(rng.integers(1, 4))
+    costs = np.column_stack([10 ** rng.uniform(-3, 1, k), rng.uniform(0, 1, k)])
+    cheapest = float(costs[:, 0].min())
+    upper = [m * cheapest * rng.uniform(1.001, 3.0), None]
+    lower = [None, float(np.quantile(costs[:, 1], 0.3))]
+    p = Problem(costs, m, Constraints(upper=upper, lower=lower, names=["usd", "quality"]))
+    a_ub = np.vstack(
+        [
+            np.column_stack([-np.eye(k), np.ones(k)]),
+            np.append(costs[:, 0], 0.0)[None, :],
+            np.append(-costs[:, 1], 0.0)[None, :],
+        ]
+    )
+    b_ub = np.concatenate([np.zeros(k), [upper[0] / m, -lower[1]]])
+    a_eq = np.append(np.ones(k), 0.0)[None, :]
+    objective = np.append(np.zeros(k), -1.0)
+    res = linprog(objective, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=(0, None))
+    if res.status == 2:
+        with pytest.raises(InfeasibleConstraintsError):
+            p.max_floor()
+        return
+    want = min(-res.fun, 1 / k)
+    assert p.max_floor() == pytest.approx(want, rel=1e-6, abs=1e-12)
+    if want < 1e-9:
+        return
+    floor = p.exploration_floor()
+    assert floor == min(1 / (10 * k), p.max_floor() / 2)
+    q = p.check_feasible()
+    assert q.min() >= floor and q.sum() == pytest.approx(1.0, abs=1e-12)
+    assert m * float(q @ costs[:, 0]) <= upper[0] * (1 + 1e-7)
+    assert float(q @ costs[:, 1]) >= lower[1] * (1 - 1e-7)
+    start = p.start_point()
+    assert start.min() >= floor
+    assert m * float(start @ costs[:, 0]) <= upper[0] * (1 + 1e-7)
+    assert float(start @ costs[:, 1]) >= lower[1] * (1 - 1e-7)

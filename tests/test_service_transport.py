@@ -320,3 +320,58 @@ def test_a_request_sent_in_pieces_within_the_deadline_is_served(tmp_path: Path) 
         time.sleep(READ_TIMEOUT_S * 1.5)
         sock.sendall(raw)
         assert reader.response()[0] == 201
+
+
+class StubProtocol:
+    """Stands for uvicorn's protocol inside the guard: records what it is handed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.data: list[bytes] = []
+        self.lost = False
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+def test_the_deadline_counts_only_time_spent_waiting_for_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process, with a stand-in for uvicorn's protocol: the deadline runs from the first byte
+    of a request until the app has read it, never while the app works on it."""
+    from msroute.service import transport as module
+
+    monkeypatch.setattr(module, "HttpToolsProtocol", StubProtocol)
+    timeout = 0.05
+
+    async def main() -> tuple[Recording, StubProtocol, list[bool]]:
+        real = Recording()
+        guard = module.guarded_http_tools(timeout)(config="c", server_state="s")
+        inner: Any = guard._inner
+        assert inner.kwargs == {"config": "c", "server_state": "s"}  # passed through unchanged
+        closed: list[bool] = []
+        guard.connection_made(real)
+        guard.data_received(b"POST / HTTP/1.1\r\n")
+        guard.request_read()  # the app has the request: its own time is not limited
+        await asyncio.sleep(timeout * 4)
+        closed.append(real.closed)
+        guard.response_sent()
+        await asyncio.sleep(timeout * 4)  # idle between requests: uvicorn's keep-alive governs
+        closed.append(real.closed)
+        guard.data_received(b"POST / HT")  # the next request starts and stalls
+        await asyncio.sleep(timeout * 4)
+        closed.append(real.closed)
+        return real, inner, closed
+
+    real, inner, closed = asyncio.run(main())
+    assert closed == [False, False, True]
+    assert inner.data == [b"POST / HTTP/1.1\r\n", b"POST / HT"]
+    assert len(real.writes) == 1 and real.writes[0].startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    head, body = real.writes[0].split(b"\r\n\r\n", 1)
+    assert b"content-length: %d" % len(body) in head and b"408" in body

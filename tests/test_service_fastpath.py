@@ -167,6 +167,8 @@ HANDED_ON: list[tuple[str, str, bytes, dict[str, str], int]] = [
     ("no token", DECISIONS, b"{}", {"authorization": ""}, 1),
     ("wrong token", DECISIONS, b"{}", {"authorization": "Bearer nope"}, 1),
     ("not JSON content", DECISIONS, b"{}", {"content-type": "text/plain"}, 1),
+    ("deep, not JSON content", DECISIONS, b"[" * 100, {"content-type": "text/plain"}, 1),
+    ("deep, no content type", "/v1/routers/{name}/experts", b"[" * 100, {"content-type": ""}, 1),
     ("chunked", DECISIONS, b'{"context": "tech"}', {}, 3),
     ("unknown router", "/v1/routers/nope/decisions", b"{}", {}, 1),
     ("bad decision id", "/v1/routers/llm/decisions/a%20b/feedback", b'{"reward": 1}', {}, 1),

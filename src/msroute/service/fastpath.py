@@ -15,8 +15,8 @@ whatever either refuses is answered by FastAPI's handlers. The work and the answ
 the FastAPI endpoints: the same ``ServedRouters`` operations, the
 same ``JSONResponse``, the same problem table for the router's errors.
 
-Every request body (``POST``, ``PUT``, ``PATCH``, whatever the route) is checked here before any
-JSON parser sees it: nested deeper than ``MAX_JSON_DEPTH`` arrays or objects, it is refused
+Every JSON request body (``POST``, ``PUT``, ``PATCH``, whatever the route) is checked here before
+any JSON parser sees it: nested deeper than ``MAX_JSON_DEPTH`` arrays or objects, it is refused
 with 400. No request of the API nests deeper than three levels, and Python's parser would
 otherwise recurse once per level.
 """
@@ -217,7 +217,7 @@ class FastPath:
             return
         if body is None:
             return
-        if json_too_deep(body):
+        if _declares_json(scope) and json_too_deep(body):
             await _too_deep(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
@@ -260,6 +260,14 @@ class FastPath:
         except Exception:
             _log.exception("POST %s", scope["path"])
             return internal_problem()
+
+
+def _declares_json(scope: Scope) -> bool:
+    """Whether the request says its body is JSON (FastAPI parses no other body as JSON)."""
+    for key, value in scope["headers"]:
+        if key == b"content-type":
+            return b"json" in value.lower()
+    return False
 
 
 async def _too_deep(scope: Scope, receive: Receive, send: Send) -> None:

@@ -60,6 +60,9 @@ Gradient estimators
 
 Floor schedules
 ---------------
+``gamma`` is the policy's floor: by default ``1/(10K)``, or half the largest feasible floor
+where that is too much for the bounds (``msroute.Problem.exploration_floor``).
+
 ``"fixed"``
     ``gamma`` at every step (the paper).
 ``"decay"``

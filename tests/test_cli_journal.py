@@ -57,6 +57,7 @@ def journal(tmp_path: Path) -> Path:
     router.expire(now=1e12)  # every pending decision is past its deadline
     router.feedback(ids[2], 0.3)  # late
     router.remove_expert("big")
+    router.route(context="a", decision_id="after-remove")
     router.close()
     return path
 
@@ -89,6 +90,13 @@ def test_export_rows_use_the_api_names_and_match_the_schema(
     }
     after = next(r for r in rows if r.get("decision_id") == "after-add" and r["kind"] == "decision")
     assert "tiny" in after["propensities"]  # the layout after the expert was added
+    last = rows[-1]
+    assert last["decision_id"] == "after-remove" and set(last["propensities"]) == {
+        "mid",
+        "small",
+        "tiny",
+    }  # and after one was removed (a bounds change keeps the layout)
+    assert math.isclose(sum(last["propensities"].values()), 1.0)
     reported = next(r for r in rows if r["kind"] == "feedback" and r["decision_id"] == "q1")
     assert reported["cost"] == {"usd": 0.02, "gpu": pytest.approx(reported["cost"]["gpu"])}
     assert next(r for r in rows if r["kind"] == "add_expert")["cost"] == {"usd": 0.001, "gpu": 0.0}
@@ -187,3 +195,25 @@ def test_a_file_that_is_not_a_journal_is_one_line(
 def test_schema_action_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["journal", "schema"]) == 0
     assert _strict_json(capsys.readouterr().out) == row_schema()
+
+
+def test_a_decision_row_holds_what_the_api_answered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each decision's row has the fields of its API answer with the same values, across
+    expert and bounds changes (which change the layout a distribution is stored in)."""
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    answered = [router.route(context="a").to_dict()]
+    router.add_expert("tiny", {"usd": 0.001, "gpu": 0.0})
+    answered.append(router.route(context="b", eligible=["tiny", "mid"]).to_dict())
+    router.set_bounds(upper={"usd": 0.02})
+    answered.append(router.route(context="a").to_dict())
+    router.remove_expert("big")
+    answered += [router.route(context="b").to_dict() for _ in range(3)]
+    router.close()
+    rows = [json.loads(line) for line in _export(path, capsys).splitlines()]
+    decisions = [r for r in rows if r["kind"] == "decision"]
+    assert len(decisions) == len(answered)
+    for row, api in zip(decisions, answered, strict=True):
+        assert {key: row[key] for key in api} == api

@@ -10,7 +10,8 @@ answers it), ``draw_propensities`` aligned with ``draws``, ``cost`` by cost name
 ``msroute journal export`` writes and a test checks every row against.
 
 ``export_rows`` reads the events in order from the first (as ``msroute journal export`` does):
-the expert layouts are rebuilt from the journal's creation config and its expert changes.
+the experts of each moment are those of the journal's creation config and of the expert events
+before it, which is the layout a decision's distribution was stored in.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def export_rows(
         An event does not fit the journal (a distribution of another length than its layout).
     """
     names = [str(n) for n in config["cost_names"]]
-    layouts: list[list[str]] = [[str(e) for e in config["experts"]]]
+    experts = [str(e) for e in config["experts"]]
     for seq, kind, ref, time, payload, blob in events:
         row: dict[str, Any] = {"seq": int(seq), "kind": kind, "time": float(time)}
         if kind in _REF_NAME:
@@ -82,16 +83,16 @@ def export_rows(
         elif ref is not None:
             row["ref"] = ref
         if kind == "decision":
-            row.update(_decision(seq, payload, blob, layouts, names))
+            row.update(_decision(seq, payload, blob, experts, names))
         elif kind in ("feedback", "add_expert"):
             row.update(payload)
             row["cost"] = _by_name(payload.get("cost"), names)
         else:
             row.update(payload)
         if kind == "add_expert":
-            layouts.append([*layouts[-1], str(ref)])
+            experts = [*experts, str(ref)]
         elif kind == "remove_expert":
-            layouts.append([e for e in layouts[-1] if e != ref])
+            experts = [e for e in experts if e != ref]
         yield row
 
 
@@ -99,19 +100,18 @@ def _decision(
     seq: int,
     payload: Mapping[str, Any],
     blob: bytes | None,
-    layouts: list[list[str]],
+    experts: list[str],
     names: list[str],
 ) -> dict[str, Any]:
     propensities = None
     if blob is not None:
-        layout = layouts[int(payload.get("layout", len(layouts) - 1))]
         probs = np.frombuffer(blob, dtype=np.float64)
-        if probs.size != len(layout):
+        if probs.size != len(experts):
             raise JournalError(
-                f"event {seq}: a distribution over {probs.size} experts, but its layout has "
-                f"{len(layout)}"
+                f"event {seq}: a distribution over {probs.size} experts, but the journal had "
+                f"{len(experts)} then"
             )
-        propensities = {e: float(p) for e, p in zip(layout, probs, strict=True) if p > 0.0}
+        propensities = {e: float(p) for e, p in zip(experts, probs, strict=True) if p > 0.0}
     return {
         "n": payload["n"],
         "context": payload.get("context"),

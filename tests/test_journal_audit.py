@@ -138,3 +138,30 @@ def test_a_policy_file_with_the_encrypted_flag_set_is_a_policy_file_error(tmp_pa
         path.write_bytes(bytes(flipped))
         with pytest.raises(PolicyFileError, match="unreadable policy file"):
             load_policy(path)
+
+
+def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "j.db"
+    router = Router({**CONFIG, "feedback_ttl_s": 1e6}, journal=path)
+    for i in range(35):
+        d = router.route(decision_id=f"q{i}")
+        if i % 2:
+            router.feedback(d.decision_id, 0.5)
+    state = router.state()
+    router.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        seqs = [s for (s,) in db.execute("SELECT seq FROM snapshots ORDER BY seq")]
+        assert len(seqs) == 2
+        (raw,) = db.execute("SELECT router FROM snapshots WHERE seq = ?", (seqs[1],)).fetchone()
+        damaged = raw.replace('"applied":', '"applied":1', 1)  # a digit more, checksum kept
+        assert damaged != raw
+        db.execute("UPDATE snapshots SET router = ? WHERE seq = ?", (damaged, seqs[1]))
+        db.commit()
+    with caplog.at_level("WARNING", logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "checksum does not match" in caplog.text and "not used" in caplog.text
+    assert reopened._snap_seq == seqs[0]  # the one before it, then the events after it
+    assert reopened.state() == state
+    reopened.close()

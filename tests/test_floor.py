@@ -176,9 +176,10 @@ def test_an_unreachable_lower_bound_names_the_largest_feasible_one() -> None:
         p.check_feasible()
 
 
-def test_the_router_names_the_budget_in_its_cost_names() -> None:
+@pytest.mark.parametrize("policy", ["omd", "ts"])
+def test_the_router_names_the_budget_in_its_cost_names(policy: str) -> None:
     config = {
-        "policy": "omd",
+        "policy": policy,
         "m_draws": 1,
         "cost_names": ["usd"],
         "experts": {"a": [0.0034], "b": [0.01]},

@@ -515,6 +515,8 @@ class Problem:
         }
         if gamma is None:
             head = "no routing meets the constraints (Assumption 1 fails for every floor > 0): "
+        elif gamma == 0:
+            head = "no routing meets the constraints: "
         else:
             head = (
                 f"no routing policy q >= gamma = {gamma:.6g} meets the constraints "
@@ -572,7 +574,7 @@ class Problem:
         m = self.m_draws
         lo_ori, hi_ori = self.original_box()
         floor = 0.0 if gamma is None else gamma
-        routing = "routing" if gamma is None else f"routing with every share >= gamma = {gamma:.6g}"
+        routing = "routing" if not gamma else f"routing with every share >= gamma = {gamma:.6g}"
         also = " while meeting the other bounds" if len(rows) > 1 else ""
         parts: list[str] = []
         for i, (j, side, _) in enumerate(rows):

@@ -2,7 +2,7 @@
 
 In process (the ASGI app over started routers, no server): every commit of the journal fails as
 on a full disk. The decision that needed it is a 503 problem+json naming the disk, ``/healthz``
-is 503 naming the router and why, nothing was acknowledged; once the disk takes writes again the
+is 503 naming the router and why (and so is `/metrics`, which reads the router), nothing was acknowledged; once the disk takes writes again the
 next call succeeds and ``/healthz`` is 200 again.
 """
 
@@ -64,6 +64,7 @@ def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
                 full["disk"] = True
                 out["failed"] = await client.post(decide, json={"context": "tech"})
                 out["sick"] = await client.get("/healthz")
+                out["metrics"] = await client.get("/metrics")
                 full["disk"] = False
                 out["after"] = (await client.get("/v1/routers/llm")).json()["decisions"]
                 out["recovered"] = await client.post(decide, json={"context": "tech"})
@@ -81,6 +82,7 @@ def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
     sick = out["sick"]
     assert sick.status_code == 503 and sick.headers["content-type"] == PROBLEM_JSON
     assert set(sick.json()["routers"]) == {"llm"} and "llm" in sick.json()["detail"]
+    assert out["metrics"].status_code == 503, out["metrics"].text[:200]
     assert out["after"] == out["before"]  # nothing of the failed call was kept
     assert out["recovered"].status_code == 201, out["recovered"].text
     assert out["healthy_again"].status_code == 200

@@ -169,7 +169,10 @@ def create_app(
         "/metrics",
         tags=["operations"],
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+        responses={
+            200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
+            **_problems(503),
+        },
     )
     async def metrics() -> Response:
         """Prometheus metrics (text exposition format)."""

@@ -2,8 +2,9 @@
 
 In process (the ASGI app over started routers, no server): every commit of the journal fails as
 on a full disk. The decision that needed it is a 503 problem+json naming the disk, ``/healthz``
-is 503 naming the router and why (and so is `/metrics`, which reads the router), nothing was acknowledged; once the disk takes writes again the
-next call succeeds and ``/healthz`` is 200 again.
+is 503 naming the router and why (so is ``/metrics``, which reads the router), nothing was
+acknowledged; once the disk takes writes again the next call succeeds and ``/healthz`` is 200
+again.
 """
 
 from __future__ import annotations

@@ -389,3 +389,41 @@ def test_probe_reports_a_recovered_disk_without_traffic(tmp_path: Path) -> None:
     router.close()
     assert not router.probe()
     assert decision_ids(tmp_path / "j.db") == []
+
+
+def test_a_journal_cannot_be_created_on_a_full_disk(small_fs: Path) -> None:
+    filler = fill(small_fs)
+    with pytest.raises(JournalError, match=r"j\.db"):
+        Router(CONFIG, journal=small_fs / "j.db")
+    filler.unlink()
+    (small_fs / "j.db").unlink(missing_ok=True)
+    Router(CONFIG, journal=small_fs / "j.db").close()  # space again: it can
+
+
+class _FailingReads:
+    """A connection whose SELECTs fail (an I/O error while reading), delegating all else."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql.lstrip().startswith("SELECT"):
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_a_failed_read_is_a_journal_error(tmp_path: Path) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    d = router.route(decision_id="a")
+    assert router.feedback(d.decision_id, 0.5) == "applied"
+    real = router._journal._db  # type: ignore[union-attr]
+    router._journal._db = _FailingReads(real)  # type: ignore[union-attr]
+    with pytest.raises(JournalError, match="cannot read the journal: disk I/O error"):
+        router.feedback("a", 0.5)  # a repeated feedback reads the journal back
+    with pytest.raises(JournalError, match="cannot read the journal"):
+        router.decisions_since(0)
+    router._journal._db = real  # type: ignore[union-attr]
+    router.close()

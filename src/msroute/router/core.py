@@ -205,10 +205,17 @@ class Router:
         path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
         self._run_id = uuid.uuid4().hex[:12]
-        with self._write():
-            self._journal.put_meta("config", json.dumps(cfg.to_dict()))
-            self._journal.put_meta("run_id", self._run_id)
-            self._journal.put_meta("created", repr(time.time()))
+        log = self._journal
+        try:
+            log.begin()
+            log.put_meta("config", json.dumps(cfg.to_dict()))
+            log.put_meta("run_id", self._run_id)
+            log.put_meta("created", repr(time.time()))
+            log.commit()
+        except (sqlite3.Error, OSError) as exc:  # a full disk at the first write
+            log.rollback()
+            log.close()
+            raise JournalError(f"{log.label}: cannot create the journal: {exc}") from exc
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -321,15 +321,21 @@ class Journal(_EventLog):
         if limit is not None:
             sql += " LIMIT ?"
             args = (after, limit)
-        for seq, kind, ref, time, payload, probs in self._db.execute(sql, args):
-            yield int(seq), str(kind), ref, float(time), json.loads(payload), probs
+        try:
+            for seq, kind, ref, time, payload, probs in self._db.execute(sql, args):
+                yield int(seq), str(kind), ref, float(time), json.loads(payload), probs
+        except sqlite3.Error as exc:  # an I/O error while reading
+            raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
 
     def events_of(self, ref: str) -> list[Event]:
         """Every event about one decision (or expert) id, in order."""
-        rows = self._db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE ref = ? ORDER BY seq",
-            (ref,),
-        ).fetchall()
+        try:
+            rows = self._db.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE ref = ? ORDER BY seq",
+                (ref,),
+            ).fetchall()
+        except sqlite3.Error as exc:  # an I/O error while reading
+            raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
         return [(int(s), str(k), r, float(t), json.loads(p), b) for s, k, r, t, p, b in rows]
 
     def close(self) -> None:

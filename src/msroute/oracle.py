@@ -687,9 +687,20 @@ def contextual_opt(
     else:
         poly = _Polytope(stacked[:, bound], lo_a[bound], hi_a[bound], floor, blocks=n_ctx)
     scaled = context_scaled(v, w, x)  # (T, N, K)
-    rows = scaled.reshape(t_len * n_dims, k)
-    objective = _Grouped(rows, np.repeat(x, n_dims), n_ctx, problem.m_draws, t_len)
-    res = _solve(objective, poly, tol, max_iter)  # type: ignore[arg-type]
+    # Repeated rows (a recorded prompt drawn again) count once, scaled by their multiplicity:
+    # Phi is positively homogeneous in the skills, so c Phi(q; V) = Phi(q; c V) exactly.
+    keyed = np.column_stack([np.repeat(x, n_dims).astype(np.float64), scaled.reshape(-1, k)])
+    unique, times = np.unique(keyed, axis=0, return_counts=True)
+    rows = unique[:, 1:] * times[:, None]
+    objective = _Grouped(rows, unique[:, 0].astype(np.int64), n_ctx, problem.m_draws, t_len)
+    if problem.m_draws == 1:  # one draw: Phi is linear in q, and the program a linear one
+        grad = objective.value_and_grad(poly.center)[1]
+        q_lp = poly.repair(poly.linear_max(grad))
+        value, grad = objective.value_and_grad(q_lp)
+        gap = max(float(grad @ (poly.linear_max(grad) - q_lp)), 0.0)
+        res = OracleResult(q_lp, value, gap, 1, gap <= tol, "a linear program (M = 1)")
+    else:
+        res = _solve(objective, poly, tol, max_iter)  # type: ignore[arg-type]
     q = res.q.reshape(n_ctx, k)
     values = np.array(
         [

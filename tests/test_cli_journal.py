@@ -217,3 +217,35 @@ def test_a_decision_row_holds_what_the_api_answered(
     assert len(decisions) == len(answered)
     for row, api in zip(decisions, answered, strict=True):
         assert {key: row[key] for key in api} == api
+
+
+def test_export_rows_of_a_router_evaluate_as_its_journal(journal: Path) -> None:
+    import msroute
+
+    candidate = {"mid": 0.5, "small": 0.25, "tiny": 0.25}
+    with Router.open(journal) as router:
+        rows = router.export_rows(0, 10_000)
+        expected = msroute.evaluate(router, candidate).to_dict()
+    assert rows == list(export_rows(_events(journal), _config(journal)))
+    assert msroute.evaluate(rows, candidate).to_dict() == expected
+
+
+def _events(path: Path) -> list[Any]:
+    from msroute.router.journal import Journal
+
+    journal = Journal(path, create=False)
+    try:
+        return list(journal.events())
+    finally:
+        journal.close()
+
+
+def _config(path: Path) -> dict[str, Any]:
+    from msroute.router.journal import Journal
+
+    journal = Journal(path, create=False)
+    try:
+        config: dict[str, Any] = json.loads(journal.meta("config"))
+        return config
+    finally:
+        journal.close()

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
+import msroute
 from _server import ServerProcess
 from _service import ROUTER, TIMEOUT, TOKEN, DeclaredStatuses, served
+from msroute.router.rows import row_schema
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -157,6 +160,33 @@ def test_journal_rows_as_json_lines(api: tuple[ServerProcess, httpx.Client]) -> 
     assert len(rows) <= 10_000
     limited = client.get("/v1/routers/llm/decisions", params={"since": 0, "limit": 2})
     assert len(limited.text.splitlines()) == 2
+    # The rows of `msroute journal export`: the API's names, valid against their schema.
+    validator = jsonschema.Draft202012Validator(row_schema())
+    for row in rows:
+        validator.validate(row)
+    mine = [r for r in rows if r["kind"] == "decision" and r["decision_id"] in ids]
+    assert len(mine) == 3 and all(set(r["cost"]) == {"usd"} for r in mine)
+    since = rows[-2]["seq"]
+    tail = client.get("/v1/routers/llm/decisions", params={"since": since}).text.splitlines()
+    assert [json.loads(line) for line in tail] == rows[-1:]
+
+
+def test_journal_rows_over_http_evaluate_as_the_journal_does(tmp_path: Path) -> None:
+    candidate = {"small": 0.5, "tiny": 0.5}
+    data = tmp_path / "data"
+    with served(tmp_path, data_dir=data) as (server, client):
+        for i in range(40):
+            dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+            url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+            body: dict[str, Any] = {"reward": (i % 5) / 4}
+            if i % 3 == 0:
+                body["cost"] = {"usd": 0.001 * i}
+            assert client.post(url, json=body).status_code == 200
+        text = client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text
+        assert server.terminate() == -15
+    rows = [json.loads(line) for line in text.splitlines()]
+    over_http = msroute.evaluate(rows, candidate).to_dict()
+    assert over_http == msroute.evaluate(data / "llm.db", candidate).to_dict()
 
 
 def test_add_and_remove_expert(api: tuple[ServerProcess, httpx.Client]) -> None:

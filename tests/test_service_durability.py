@@ -158,18 +158,18 @@ def comparable_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def replay(client: httpx.Client, rows: list[dict[str, Any]]) -> None:
     """Send the journal's events to ``client`` in order: its decisions and its feedback."""
-    names = ROUTER["cost_names"]
     for row in rows:
         if row["kind"] == "decision":
-            body = {"decision_id": row["ref"], "context": row["context"]}
+            body = {"decision_id": row["decision_id"], "context": row["context"]}
             if row["eligible"] is not None:
                 body["eligible"] = row["eligible"]
             assert client.post("/v1/routers/llm/decisions", json=body).status_code == 201
         elif row["kind"] == "feedback":
             fb: dict[str, Any] = {"reward": row["reward"]}
             if row["cost"] is not None:
-                fb["cost"] = dict(zip(names, row["cost"], strict=True))
-            resp = client.post(f"/v1/routers/llm/decisions/{row['ref']}/feedback", json=fb)
+                fb["cost"] = row["cost"]
+            url = f"/v1/routers/llm/decisions/{row['decision_id']}/feedback"
+            resp = client.post(url, json=fb)
             assert resp.json() == {"status": row["status"]}
         else:  # no expiry (long TTL) and no change of experts in this test
             raise AssertionError(f"unexpected journal event {row['kind']}")

@@ -57,6 +57,7 @@ from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Journal, MemoryJournal, open_journal
 from msroute.router.overlap import Overlap
 from msroute.router.pending import Pending as _Pending
+from msroute.router.rows import export_row
 from msroute.router.snapshots import (
     SNAPSHOT_RETRY_EVENTS,
 )
@@ -1421,6 +1422,21 @@ class Router:
         return [
             {"seq": s, "kind": k, "ref": r, "time": t, **payload}
             for s, k, r, t, payload, _ in self._journal.events(int(seq), int(limit))
+        ]
+
+    def export_rows(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """The journal events after ``seq`` (at most ``limit``) as export rows: the HTTP API's
+        names and shapes (``decision_id``, ``propensities`` by expert, ``cost`` by name; see
+        ``msroute.router.rows`` and its JSON Schema), as ``GET .../decisions`` serves them."""
+        names = self.config.cost_names
+        layouts = self._layouts
+        return [
+            export_row(
+                event,
+                layouts[event[4].get("layout", self._layout)] if event[1] == "decision" else (),
+                names,
+            )
+            for event in self._journal.events(int(seq), int(limit))
         ]
 
     def close(self) -> None:

@@ -107,6 +107,7 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
     """The events and the cost names of a journal file, a Router or a list of event dicts."""
     from msroute.router.core import Router
     from msroute.router.journal import Journal
+    from msroute.router.rows import event_of_row
 
     if isinstance(source, str | os.PathLike):
         journal = Journal(Path(source), create=False)
@@ -126,10 +127,13 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
             seq = batch[-1]["seq"]
         return events, source.cost_names
     if isinstance(source, Iterable):
-        events = [dict(e) for e in source]
-        first = next((e for e in events if e.get("kind") == "decision"), None)
-        d = 0 if first is None else len(first["cost"])
-        return events, [str(j) for j in range(d)]
+        rows = [dict(e) for e in source]
+        first = next((e for e in rows if e.get("kind") == "decision"), None)
+        cost = None if first is None else first["cost"]
+        if isinstance(cost, Mapping):  # export rows (GET .../decisions): costs by name
+            names = [str(name) for name in cost]
+            return [event_of_row(row, names) for row in rows], names
+        return rows, [str(j) for j in range(0 if cost is None else len(cost))]
     raise InvalidTypeError(
         "evaluate() takes a journal path, a Router or a list of events, got "
         f"{type(source).__name__}"
@@ -167,7 +171,8 @@ def evaluate(
     ----------
     journal_or_log : path, Router or list of event dicts
         A journal file, a live ``Router``, or events as returned by
-        ``Router.decisions_since``.
+        ``Router.decisions_since`` or as export rows (``Router.export_rows``,
+        ``GET /v1/routers/{name}/decisions``).
     candidate_q : mapping of expert id -> probability
         The distribution q' to evaluate (M i.i.d. draws per decision, as the log's policy).
     level : float, default 0.95

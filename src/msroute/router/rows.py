@@ -25,7 +25,7 @@ import numpy as np
 
 from msroute.errors import JournalError
 
-__all__ = ["ROW_KINDS", "export_rows", "flatten_row", "row_schema"]
+__all__ = ["ROW_KINDS", "event_of_row", "export_row", "export_rows", "flatten_row", "row_schema"]
 
 #: The kinds of event a journal holds, each with its own row fields.
 ROW_KINDS = (
@@ -76,24 +76,63 @@ def export_rows(
     """
     names = [str(n) for n in config["cost_names"]]
     experts = [str(e) for e in config["experts"]]
-    for seq, kind, ref, time, payload, blob in events:
-        row: dict[str, Any] = {"seq": int(seq), "kind": kind, "time": float(time)}
-        if kind in _REF_NAME:
-            row[_REF_NAME[kind]] = ref
-        elif ref is not None:
-            row["ref"] = ref
-        if kind == "decision":
-            row.update(_decision(seq, payload, blob, experts, names))
-        elif kind in ("feedback", "add_expert"):
-            row.update(payload)
-            row["cost"] = _by_name(payload.get("cost"), names)
-        else:
-            row.update(payload)
+    for event in events:
+        yield export_row(event, experts, names)
+        kind, ref = event[1], event[2]
         if kind == "add_expert":
             experts = [*experts, str(ref)]
         elif kind == "remove_expert":
             experts = [e for e in experts if e != ref]
-        yield row
+
+
+def export_row(
+    event: Sequence[Any], experts: Sequence[str], cost_names: Sequence[str]
+) -> dict[str, Any]:
+    """The export row of one journal event.
+
+    Parameters
+    ----------
+    event : journal event
+        ``(seq, kind, ref, time, payload, blob)``.
+    experts : sequence of str
+        The expert ids in the order the router held them when the event was written (the
+        columns of a decision's stored distribution).
+    cost_names : sequence of str
+        The router's cost names, in order.
+    """
+    seq, kind, ref, time, payload, blob = event
+    names = list(cost_names)
+    row: dict[str, Any] = {"seq": int(seq), "kind": kind, "time": float(time)}
+    if kind in _REF_NAME:
+        row[_REF_NAME[kind]] = ref
+    elif ref is not None:
+        row["ref"] = ref
+    if kind == "decision":
+        row.update(_decision(seq, payload, blob, list(experts), names))
+    elif kind in ("feedback", "add_expert"):
+        row.update(payload)
+        row["cost"] = _by_name(payload.get("cost"), names)
+    else:
+        row.update(payload)
+    return row
+
+
+def event_of_row(row: Mapping[str, Any], cost_names: Sequence[str]) -> dict[str, Any]:
+    """An export row back in the journal's own names (``ref``, ``probs`` of the draws, costs
+    as lists in ``cost_names`` order), as ``Router.decisions_since`` gives events; a row
+    already in those names is returned as it is."""
+    out = dict(row)
+    for key in ("decision_id", "expert_id"):
+        if key in out:
+            out["ref"] = out.pop(key)
+    if out.get("kind") == "decision" and "draw_propensities" in out:
+        out["probs"] = out.pop("draw_propensities")
+        out.pop("propensities", None)
+        out["version"] = out.pop("policy_version")
+    cost = out.get("cost")
+    if isinstance(cost, Mapping):
+        out["cost"] = [float(cost[name]) for name in cost_names]
+    return out
 
 
 def _decision(

@@ -257,8 +257,10 @@ def create_app(
             description="At most this many rows.",
         ),
     ) -> Response:
-        """Journal rows as JSON lines (decisions, feedback), for off-policy evaluation, audits."""
-        rows = await service.call(name, lambda r: r.decisions_since(since, limit))
+        """Journal rows as JSON lines, in sequence order, in the API's names (the rows of
+        ``msroute journal export``; their fields are on the HTTP API page), for off-policy
+        evaluation (``msroute.evaluate`` takes them) and audits."""
+        rows = await service.call(name, lambda r: r.export_rows(since, limit))
         text = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
         return Response(text, media_type=NDJSON)
 

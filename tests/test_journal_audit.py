@@ -165,3 +165,62 @@ def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
     assert reopened._snap_seq == seqs[0]  # the one before it, then the events after it
     assert reopened.state() == state
     reopened.close()
+
+
+def test_the_newest_snapshot_is_used_whatever_closed_the_pending_decisions(
+    tmp_path: Path, clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Decisions closed by a feedback, an expiry and an expert's removal before the snapshot:
+    recovery finds exactly the pending ones again from the newest snapshot (a wrong count
+    would fall back to an older snapshot, hiding the fault behind a slower recovery)."""
+    path = tmp_path / "j.db"
+    config = {**CONFIG, "experts": {**CONFIG["experts"], "d": [0.005]}, "snapshot_every": 1000}
+    live = Router(config, journal=path)
+    for i in range(12):
+        d = live.route(decision_id=f"q{i}")
+        if i % 4 == 1:
+            live.feedback(d.decision_id, 0.5)
+    clock[0] += CONFIG["feedback_ttl_s"] + 1.0
+    routed = [live.route(decision_id=f"r{i}") for i in range(6)]  # expires the q's
+    live.route(decision_id="held", eligible=["d"])
+    live.remove_expert("d")  # closes "held" (and any r that drew d)
+    fresh = [d.decision_id for d in routed if "d" not in d.team]
+    live.snapshot()
+    state = live.state()
+    assert fresh and state["pending"] == len(fresh) and state["expired"] > 0
+    live.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (newest,) = db.execute("SELECT max(seq) FROM snapshots").fetchone()
+    with caplog.at_level("WARNING", logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "not used" not in caplog.text
+    assert reopened._snap_seq == newest and reopened.state() == state
+    assert reopened.feedback("held", 0.5) == "expert_removed"
+    assert reopened.feedback("q0", 0.5) == "late"
+    assert reopened.feedback(fresh[0], 0.5) == "applied"
+    reopened.close()
+
+
+def test_a_decision_that_expired_before_an_older_one_is_not_found_pending(
+    tmp_path: Path, clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a shorter feedback_ttl_s configured in between, a newer decision expires before
+    an older one: the newest snapshot still finds exactly the older one pending."""
+    path = tmp_path / "j.db"
+    live = Router({**CONFIG, "snapshot_every": 1000}, journal=path)
+    live.route(decision_id="old")  # deadline in 60 s
+    live.reconfigure({**CONFIG, "snapshot_every": 1000, "feedback_ttl_s": 10.0})
+    live.route(decision_id="new")  # deadline in 10 s
+    clock[0] += 20.0
+    assert live.expire() == 1
+    live.snapshot()
+    state = live.state()
+    assert state["pending"] == 1
+    live.close()
+    with caplog.at_level("WARNING", logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "not used" not in caplog.text and reopened._snap_seq > 0
+    assert reopened.state() == state
+    assert reopened.feedback("new", 0.5) == "late"
+    assert reopened.feedback("old", 0.5) == "applied"
+    reopened.close()

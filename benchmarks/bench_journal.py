@@ -68,7 +68,9 @@ def main() -> None:
         size = path.stat().st_size
         with contextlib.closing(sqlite3.connect(path)) as db:
             events = db.execute("SELECT count(*) FROM events").fetchone()[0]
-            snaps = db.execute("SELECT count(*), sum(length(policy) + length(router)) FROM snapshots")
+            snaps = db.execute(
+                "SELECT count(*), sum(length(policy) + length(router)) FROM snapshots"
+            )
             n_snaps, snap_bytes = snaps.fetchone()
             payload = db.execute(
                 "SELECT sum(length(payload)), sum(coalesce(length(probs), 0)) FROM events"

@@ -10,7 +10,14 @@ expired decision is logged ("late"), not learned.
 
 Every state change is one journal event committed before the call returns (or at the end of a
 ``Router.group`` block); the state can always be rebuilt from the last snapshot plus the
-events after it (``Router.open``).
+events after it (``Router.open``, module ``msroute.router.recovery``). A call that cannot be
+journaled (a full disk, an I/O error) raises ``JournalError`` and changes nothing, in memory
+or on disk, and a group is all or nothing; bounds and settings change by journaled events too
+(``Router.set_bounds``, ``Router.open(config=...)``). docs/operations.md states each guarantee.
+
+This module is the live layer: each call validates its input, journals its event and applies
+it through the same transition that replay uses (``_decide``, ``_apply_feedback``,
+``_apply_expire``, ``_apply_change``), so that no transition is written twice.
 """
 
 from __future__ import annotations
@@ -85,16 +92,17 @@ _SETTING_KEYS = frozenset(
 #: The policy state that learning from a feedback never changes (left out of an undo point).
 _NOT_LEARNED = ("streams",)
 
-#: OMD's step schedule in a router, which does not know its horizon: Corollary 2's anytime eta
-#: ``a sqrt(n)`` with the multiplier chosen by ``benchmarks/bench_router.py --schedule`` (TREC
-#: pools, K = 20, M = 3, tight budget, 5,000 rounds: 0.1 gave the highest reward, feasible).
-#: That choice was measured for Algorithm 1's estimator, so a router keeps ``variant="paper"``
-#: until the model variant (``msroute.policies.omd_variants``) is measured under the anytime
-#: schedule and with experts added and removed.
+#: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
+#: the model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
+#: decaying floor) with the multiplier that ``benchmarks/bench_router_defaults.py`` found best
+#: through the Router on both its workloads (real LLM answers with 14 task contexts, and TREC
+#: pools), and a budget margin of 3 standard deviations of the time-averaged realized cost, so
+#: that a budget holds in every run rather than on average over runs.
 DEFAULT_OMD_PARAMS: dict[str, Any] = {
     "eta_schedule": "anytime",
-    "eta_mult": 0.1,
-    "variant": "paper",
+    "eta_mult": 0.001,
+    "variant": "model",
+    "budget_margin": 3.0,
 }
 
 

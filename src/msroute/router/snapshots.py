@@ -29,7 +29,7 @@ __all__ = [
     "snapshot_state",
 ]
 
-#: Version of the router state's layout (format 1 copied every pending decision into it).
+#: Version of the router state's layout (format 1, still read, holds every pending decision).
 SNAPSHOT_FORMAT = 2
 
 #: How many snapshots a journal keeps (older ones are deleted in the transaction that stores

@@ -189,6 +189,9 @@ def test_usage_errors_are_one_line(
     assert named in err and "(see 'msroute" in err
 
 
+#: A serve command that wrongly starts would serve for ever: each such test has a time cap.
+SERVE_CAP = pytest.mark.timeout(60)
+
 SERVICE = """
 [routers.chat]
 policy = "omd"
@@ -211,6 +214,7 @@ def _serve(tmp_path: Path, config: str | bytes, *extra: str) -> list[str]:
     return ["serve", "--config", str(path), "--no-auth", *extra]
 
 
+@SERVE_CAP
 def test_serve_with_an_infeasible_budget_names_the_router_and_binds_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -225,6 +229,7 @@ def test_serve_with_an_infeasible_budget_names_the_router_and_binds_nothing(
         sock.bind(("127.0.0.1", port))
 
 
+@SERVE_CAP
 def test_serve_on_a_port_in_use_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -238,6 +243,7 @@ def test_serve_on_a_port_in_use_is_one_line(
     assert not (tmp_path / "chat.db").exists()  # refused before any journal was opened
 
 
+@SERVE_CAP
 def test_serve_with_a_data_dir_that_cannot_be_created_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -249,6 +255,7 @@ def test_serve_with_a_data_dir_that_cannot_be_created_is_one_line(
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+@SERVE_CAP
 def test_serve_with_a_read_only_data_dir_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -264,6 +271,7 @@ def test_serve_with_a_read_only_data_dir_is_one_line(
     assert "router chat:" in err and "not writable" in err
 
 
+@SERVE_CAP
 def test_serve_with_a_binary_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -271,6 +279,7 @@ def test_serve_with_a_binary_config_is_one_line(
     assert "not valid TOML" in err
 
 
+@SERVE_CAP
 def test_serve_with_a_non_string_context_names_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

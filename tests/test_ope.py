@@ -35,6 +35,9 @@ def logged_router(tmp_path: Path | None, n: int = 3000) -> Router:
         "seed": 11,
         "experts": {e: [c] for e, c in zip(IDS, COSTS, strict=True)},
         "constraints": {"upper": {"usd": 0.03}},
+        # A logging policy that keeps exploring (Algorithm 1's estimator, a fixed floor): the
+        # width asserted below is that of its importance weights.
+        "params": {"variant": "paper", "eta_mult": 0.1},
     }
     router = Router(config, journal=None if tmp_path is None else tmp_path / "j.db")
     for i in range(n):

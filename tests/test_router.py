@@ -315,7 +315,9 @@ def test_every_registered_policy_routes() -> None:
 
 # ---------------------------------------------------------------------- experts
 def test_add_and_remove_experts() -> None:
-    router = Router(CONFIG)
+    # Algorithm 1's fixed floor, so that every kept share stays above the floor and the
+    # learned proportions carry over exactly (a decayed floor is raised back to gamma).
+    router = Router(cfg(params={"variant": "paper", "eta_mult": 0.1}))
     traffic(router, 60)
     q_before = router.state()["q"]
     learned = router.policy.cost_est.costs.copy()  # type: ignore[attr-defined]

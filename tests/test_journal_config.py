@@ -98,7 +98,12 @@ def test_set_bounds_is_journaled_and_replayed_bit_for_bit(tmp_path: Path) -> Non
 
 def test_set_bounds_moves_the_spend(tmp_path: Path) -> None:
     """A tighter budget set at runtime is what the policy then routes to."""
-    loose = cfg(constraints={"upper": {"usd": 0.05}}, snapshot_every=1000)
+    # Algorithm 1's exploring step, so that 600 rounds are enough to reach either budget.
+    loose = cfg(
+        constraints={"upper": {"usd": 0.05}},
+        snapshot_every=1000,
+        params={"variant": "paper", "eta_mult": 0.1, "budget_margin": 0.0},
+    )
     tight, same = Router(loose), Router(loose)
     traffic(tight, 30)
     traffic(same, 30)

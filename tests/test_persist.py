@@ -598,3 +598,27 @@ def test_resized_refuses_an_index_that_does_not_fit() -> None:
     for bad in ([0, 1, 2], [0, 1, 2, 3, 4, 9], [0, 1, 2, 3, 4, -1]):
         with pytest.raises(ValueError, match="old_index"):
             policy.resized(problem, bad)
+
+
+@pytest.mark.parametrize("name", ["omd", "cbwk", "ts-bwk"])
+def test_resized_under_other_bounds_restarts_the_dual_only(name, skills, contexts):
+    policy = make(name)
+    play(policy, skills, contexts, range(BEFORE))
+    same = list(range(K))
+    other = Problem(COSTS, M, Constraints(upper=[0.8, 1.2], lower=[0.2, None]))
+    resized = policy.resized(other, same)
+    fresh = make_policy(name, other, **policy._init_kwargs)
+    before, after, start = state_dict(policy), state_dict(resized), state_dict(fresh)
+    duals = [k for k in before if k.startswith("dual.")]
+    assert duals
+    for key, value in before.items():
+        want = start[key] if key.startswith("dual.") else value
+        if key == "_q" or key.startswith("streams"):
+            continue
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[key], want, err_msg=key)
+        else:
+            assert after[key] == want, key
+    kept = policy.resized(PROBLEM, same)  # the same bounds: the dual is kept too
+    for key in duals:
+        np.testing.assert_array_equal(np.asarray(state_dict(kept)[key]), np.asarray(before[key]))

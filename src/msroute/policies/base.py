@@ -206,6 +206,9 @@ class BasePolicy:
     #: The state arrays of this class that run along the expert axis, with that axis (counted
     #: from the end): what ``resized`` carries expert by expert. A class declares only its own.
     _expert_axes: ClassVar[dict[str, int]] = {}
+    #: The state of this class that is about the constraints (a dual): what ``resized`` starts
+    #: afresh when the bounds change. A class declares only its own.
+    _constraint_attrs: ClassVar[tuple[str, ...]] = ()
     #: Keyword arguments the policy was constructed with (the problem aside).
     _init_kwargs: dict[str, Any]
 
@@ -471,8 +474,10 @@ class BasePolicy:
         along the expert axis, and those keep the kept experts' entries (new expert ``j`` is
         expert ``old_index[j]`` of this policy, or new: None) while a new expert starts from
         the fresh policy's values; the other state is carried where its shape is unchanged
-        (``msroute.policies.persist.carry_state``). Then ``_after_resize`` lets the class
-        restore its own invariants (OMD: the new experts at the exploration floor).
+        (``msroute.policies.persist.carry_state``), except, when the bounds change, what the
+        class declares in ``_constraint_attrs`` (its dual: learned about the old bounds).
+        Then ``_after_resize`` lets the class restore its own invariants (OMD: the new experts
+        at the exploration floor).
 
         Parameters
         ----------
@@ -499,7 +504,11 @@ class BasePolicy:
                 f"expert of the new problem ({problem.n_experts}), got {index!r:.120}"
             )
         new = type(self)(problem, **self._init_kwargs)
-        carry_state(self, new, index)
+        before = [p.constraints.to_dict() for p in self.problem_batch.problems]
+        after = [p.constraints.to_dict() for p in new.problem_batch.problems]
+        # Another constraint set: what the class learned about the old one starts afresh.
+        fresh = _declared_names(type(self), "_constraint_attrs") if before != after else ()
+        carry_state(self, new, index, fresh)
         new._after_resize([j for j, i in enumerate(index) if i is None])
         return new
 
@@ -516,6 +525,14 @@ class BasePolicy:
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         raise NotImplementedError
+
+
+def _declared_names(cls: type, attr: str) -> tuple[str, ...]:
+    """The names ``cls`` and its bases declare in ``attr`` (along the MRO)."""
+    names: dict[str, None] = {}
+    for c in reversed(cls.__mro__):
+        names.update(dict.fromkeys(c.__dict__.get(attr, ())))
+    return tuple(names)
 
 
 def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None = None) -> IntArray:

@@ -186,6 +186,8 @@ class OMDApproachability(BasePolicy):
     #: Per expert: the routing distribution and its gradient, shape (R, X, K). The reward
     #: estimator's arrays are sized by K but are not per expert: they start afresh.
     _expert_axes: ClassVar[dict[str, int]] = {"_q": -1, "_grad": -1}
+    #: The approachability dual is learned against the bounds: it restarts when they change.
+    _constraint_attrs: ClassVar[tuple[str, ...]] = ("dual",)
     #: Rewards and realized costs are ``>= 0`` (``check_state``; q is checked by
     #: ``validate_state``).
     _state_rules: ClassVar[dict[str, str]] = {

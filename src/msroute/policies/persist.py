@@ -175,14 +175,16 @@ def expert_axes(obj: object) -> dict[str, int]:
     return out
 
 
-def carry_state(old: object, new: object, old_index: Sequence[int | None]) -> None:
+def carry_state(
+    old: object, new: object, old_index: Sequence[int | None], fresh: Collection[str] = ()
+) -> None:
     """Load into ``new`` (fresh, over a changed expert set) what ``old`` learned.
 
     New expert ``j`` is old expert ``old_index[j]``, or a new one (None). Each array the classes
     declare along the expert axis (``expert_axes``) keeps the kept experts' entries and the
     fresh values of the new ones; every other entry whose shape did not change is carried as
     it is; the rest (an array sized by K that is not per expert, a sparse statistic) starts
-    fresh.
+    fresh, and so do the attributes of ``new`` named in ``fresh`` (with their components).
 
     Raises
     ------
@@ -199,22 +201,25 @@ def carry_state(old: object, new: object, old_index: Sequence[int | None]) -> No
     variable = variable_entries(new)
     new_cols = [j for j, i in enumerate(old_index) if i is not None]
     old_cols = [i for i in old_index if i is not None]
+    restart = tuple(fresh)
     for key, value in old_state.items():
-        fresh = new_state[key]
+        if key.split(".", 1)[0] in restart:
+            continue
+        fresh_value = new_state[key]
         if key in variable:
             continue
-        if key in axes and isinstance(value, np.ndarray) and isinstance(fresh, np.ndarray):
+        if key in axes and isinstance(value, np.ndarray) and isinstance(fresh_value, np.ndarray):
             axis = axes[key]
-            if fresh.shape[axis] != len(old_index):
+            if fresh_value.shape[axis] != len(old_index):
                 raise InvalidValueError(
                     f"carry_state: {key!r} is declared along the expert axis {axis}, but its "
-                    f"shape is {fresh.shape} with {len(old_index)} experts"
+                    f"shape is {fresh_value.shape} with {len(old_index)} experts"
                 )
-            out = fresh.copy()
+            out = fresh_value.copy()
             np.moveaxis(out, axis, -1)[..., new_cols] = np.moveaxis(value, axis, -1)[..., old_cols]
             new_state[key] = out
         elif not isinstance(value, np.ndarray) or (
-            isinstance(fresh, np.ndarray) and value.shape == fresh.shape
+            isinstance(fresh_value, np.ndarray) and value.shape == fresh_value.shape
         ):
             new_state[key] = value
     load_state_dict(new, new_state)

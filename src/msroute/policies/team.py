@@ -295,6 +295,8 @@ class TeamRounds:
     _dual_in_scores: ClassVar[bool] = True
     #: The learned state (persistence): the shared statistics and the dual (None without one).
     _state_attrs: ClassVar[tuple[str, ...]] = ("stats", "dual", "cost_est")
+    #: The Lagrangian dual is learned against the bounds: it restarts when they change.
+    _constraint_attrs: ClassVar[tuple[str, ...]] = ("dual",)
 
     warmup: int
     stats: SharedRewardStats

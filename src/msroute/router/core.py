@@ -1269,8 +1269,8 @@ class Router:
 
         Notes
         -----
-        The policy keeps what it learned; its constraint state restarts only where the set of
-        bounded costs changes shape (OMD's dual weights when a bound is added or removed).
+        The policy keeps what it learned about the experts; its dual, learned against the old
+        bounds, restarts (``BasePolicy.resized``).
         """
         self._check_usable()
         payload = self._bounds_payload(upper, lower)

@@ -270,6 +270,9 @@ def run_outcome_bench(
         tasks += [
             ("opt", table, cfg, m, b, si, j) for b in budgets for si in range(len(cfg.seed_list))
         ]
+    # The longest cells first (OMD's, then the nonlinear oracles of teams), so that the last
+    # cells to finish are short ones.
+    tasks.sort(key=lambda t: (t[0] != "policy" or t[4] != "omd", t[0] != "opt" or t[3] == 1))
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     with progress.track(f"bench {name}", len(tasks)):
         if jobs > 1:
@@ -355,9 +358,9 @@ def _tidy(
             opt[(t[3], t[4], t[5])] = r
     rows: list[dict[str, Any]] = []
     n_seeds = cfg.seeds
-    for t, r in zip(tasks, results, strict=True):
-        if t[0] != "policy" or r is None:
-            continue
+    played = [(t, r) for t, r in zip(tasks, results, strict=True) if t[0] == "policy" and r]
+    played.sort(key=lambda tr: (tr[0][3], cfg.policies.index(tr[0][4])))
+    for t, r in played:
         m, policy = t[3], t[4]
         for li, (level, b) in enumerate(zip(levels, budgets, strict=True)):
             for si, seed in enumerate(cfg.seed_list):
@@ -399,7 +402,7 @@ def summarize(rows: Sequence[dict[str, Any]], cost: str) -> list[tuple[Any, ...]
                 policy,
                 round(float(np.mean([g["avg_reward"] for g in grp])), 4),
                 f"{np.mean([g[f'avg_{cost}'] for g in grp]):.3g}",
-                round(100.0 * float(np.mean([g["feasible"] for g in grp])), 1),
+                f"{100.0 * float(np.mean([g['feasible'] for g in grp])):.0f}",
                 round(float(np.mean([g["opt_reward"] for g in grp])), 4),
                 round(float(np.mean([g["opt_flat_reward"] for g in grp])), 4),
                 round(float(np.nanmean([g["best_single"] for g in grp])), 4),

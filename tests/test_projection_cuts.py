@@ -59,6 +59,49 @@ def test_matches_a_general_solver_and_certifies_kkt() -> None:
     assert binding[2] + binding[3] > 20  # the test exercises several binding cuts at once
 
 
+#: Rows met by the Router's default OMD with 3 contexts and a binding budget (K = 5, one cut):
+#: step 2's semismooth iteration cycles on both (a free set of one coordinate with the cut
+#: binding is singular), and the second was left 1e-9 short of its optimum by step 3's Newton
+#: ascent before the one-cut search.
+CYCLING_ROWS = [
+    (
+        [15.10711985, 0.2, 7.65355992, 7.65355992, 7.65355992],
+        0.02,
+        [0.8634604, 0.70341734, 0.6197135, 1.0, 0.78123573],
+        0.63709869,
+    ),
+    (
+        [
+            -3.8497789388951955,
+            -4.853054960090246,
+            9.410555701024954,
+            2.666002693261672,
+            21.849522219408797,
+        ],
+        0.014142135623730949,
+        [0.8473733535224224, 0.668474089304548, 0.5749082902794383, 1.0, 0.7554610121241566],
+        0.5886498550670587,
+    ),
+]
+
+
+@pytest.mark.parametrize("row", range(len(CYCLING_ROWS)))
+def test_rows_where_the_active_set_cycles_are_solved_exactly(row: int) -> None:
+    y, gamma, a, b = (np.array(v, dtype=float) for v in CYCLING_ROWS[row])
+    q, mu = solve_cuts(y[None], float(gamma), a[None, None], b[None, None])
+    q, mu = q[0], mu[0]
+    ref = reference(y, float(gamma), a[None], b[None])
+    assert abs(q.sum() - 1) < 1e-12 and q.min() >= gamma - 1e-15
+    assert a @ q - b <= 1e-12 and mu[0] > 0 and abs(a @ q - b) <= 1e-12  # the cut binds
+    best = np.sum((ref - y) ** 2)
+    assert np.sum((q - y) ** 2) <= best * (1 + 1e-12)
+    z = y - mu[0] * a
+    free = q > gamma + 1e-12
+    tau = float(np.mean((z - q)[free]))
+    np.testing.assert_allclose(q[free], (z - tau)[free], atol=1e-9)
+    assert np.all(z[~free] - tau <= gamma + 1e-9)
+
+
 def test_one_cut_is_project_step() -> None:
     rng = np.random.default_rng(1)
     for _ in range(100):

@@ -17,9 +17,11 @@ bind) and a threshold ``tau`` fixing ``sum(q) = 1``. It is solved exactly:
    conditions are ``|J| + 1`` linear equations in ``(mu_J, tau)``; solve them, update
    ``F = {z > gamma}`` and ``J = {mu_j + (a_j . q - b_j) > 0}`` and stop as soon as the point
    meets every KKT condition (so it is the exact solution, up to rounding);
-3. rows that do not settle (cycling on degenerate data, or a singular system) run a projected
-   Newton ascent on the concave, piecewise quadratic dual ``D(mu)`` with backtracking, and
-   stop as soon as the equations of step 2 at the point reached certify the KKT conditions.
+3. rows that do not settle (cycling on degenerate data, or a singular system; a row whose
+   next guess is one it has just had leaves step 2 at once) run a projected Newton ascent on
+   the concave, piecewise quadratic dual ``D(mu)`` with backtracking, and stop as soon as the
+   equations of step 2 at the point reached certify the KKT conditions; with a single cut, a
+   safeguarded Newton search on its multiplier runs first (``_one_cut``).
 
 With ``m = 1`` it gives the projection of ``msroute.project_step``.
 """
@@ -214,6 +216,8 @@ def _active_set(
     fm, am = free.astype(np.float64), act.astype(np.float64)
     asum = a.sum(axis=-1)
     ymax = np.abs(y).max(axis=-1)
+    stuck: list[np.ndarray] = []
+    prev: tuple[FloatArray, FloatArray] | None = None
     for _ in range(_MAX_ACTIVE_SET_STEPS):
         a_t = a[todo]
         z, m_, _, regular = _kkt_point(y[todo], gamma, a_t, b[todo], fm, am, asum[todo])
@@ -227,11 +231,26 @@ def _active_set(
         q[todo[good]], mu[todo[good]] = qq[good], m_[good]
         keep = ~good
         if not keep.any():
-            return q, mu
+            todo = todo[keep]
+            break
         new_act = (m_ + gap > 0.0) & regular[:, None] | ((am > 0.5) & ~regular[:, None])
+        # A singular guess has too few free coordinates for its equations (one above the floor
+        # and a binding cut): kept as it was, it would repeat until step 3. Its ``z`` is ``y``
+        # (mu = tau = 0), so it grows F by the coordinates of ``y`` above the floor.
         new_free = np.where(regular[:, None], z > gamma, fb)
-        todo, fm, am = todo[keep], new_free[keep].astype(np.float64), new_act[keep].astype(float)
-    q[todo], mu[todo] = _dual_newton(y[todo], gamma, a[todo], b[todo], tol[todo])
+        nfm, nam = new_free.astype(np.float64), new_act.astype(np.float64)
+        # The iteration is deterministic: a row whose next guess is its current or previous one
+        # repeats those guesses until the last step, so it goes to step 3 at once.
+        seen = np.all(nfm == fm, axis=-1) & np.all(nam == am, axis=-1)
+        if prev is not None:
+            seen |= np.all(nfm == prev[0], axis=-1) & np.all(nam == prev[1], axis=-1)
+        stuck.append(todo[keep & seen])
+        keep &= ~seen
+        prev = (fm[keep], am[keep])
+        todo, fm, am = todo[keep], nfm[keep], nam[keep]
+    rest = np.sort(np.concatenate([todo, *stuck]))
+    if rest.size:
+        q[rest], mu[rest] = _dual_newton(y[rest], gamma, a[rest], b[rest], tol[rest])
     return q, mu
 
 
@@ -271,6 +290,77 @@ def _dual_value(
     return float(0.5 * np.sum((q0 - y) ** 2) + mu @ (a @ q0 - b)), q0, free[0]
 
 
+def _certified(
+    y: FloatArray,
+    gamma: float,
+    a: FloatArray,
+    b: FloatArray,
+    tol: FloatArray,
+    free: np.ndarray,
+    act: np.ndarray,
+) -> tuple[FloatArray, FloatArray, bool]:
+    """The KKT point ``(q, mu)`` of the guess ``(F, J) = (free, act)`` of one row, and whether
+    it meets every KKT condition (the test of step 2)."""
+    zz, mm, _, regular = _kkt_point(
+        y[None], gamma, a[None], b[None], free[None].astype(float), act[None] * 1.0
+    )
+    qq = np.maximum(zz[0], gamma)
+    slack = 64.0 * _EPS * (np.abs(y).max() + np.abs(zz).max() + 1.0)
+    ok = bool(
+        regular[0]
+        and np.all(np.where(free, zz[0] >= gamma - slack, zz[0] <= gamma + slack))
+        and np.all(a @ qq - b <= tol)
+        and np.all(mm[0] >= 0.0)
+    )
+    return qq, mm[0], ok
+
+
+def _one_cut(
+    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, tol: FloatArray
+) -> tuple[FloatArray, FloatArray] | None:
+    """One violated cut (m = 1): a safeguarded Newton search on its multiplier, certified as
+    in step 2.
+
+    ``q(mu)``, the floored-simplex projection of ``y - mu a``, has a cut value ``a . q(mu)``
+    that does not increase with ``mu``, linear between breakpoints; the solution is
+    ``q(mu*)`` at its root. The search keeps a bracket of the root; at each ``mu`` it solves
+    step 2's equations for the free set of ``q(mu)`` with the cut binding, stops if they
+    certify the KKT conditions, and else moves to the multiplier they give (the root of that
+    linear piece) when it lies in the bracket, to the bracket's middle otherwise. Step 2's
+    semismooth step can cycle on such a row (it overshoots the free set to a single
+    coordinate, whose system is singular). None if the search finds no certified point (step
+    3's Newton ascent then runs as before).
+    """
+    act = np.ones(1, dtype=bool)
+
+    def cut_at(mu: float) -> tuple[float, np.ndarray]:
+        qm, free, _ = _floored_simplex((y - mu * a[0])[None], gamma)
+        return float(a[0] @ qm[0] - b[0]), free[0]
+
+    lo, hi = 0.0, 1.0
+    for _ in range(64):  # bracket the root: a . q(hi) <= b
+        if cut_at(hi)[0] <= 0.0:
+            break
+        lo, hi = hi, 4.0 * hi
+    else:
+        return None
+    mu = 0.5 * (lo + hi)
+    for _ in range(200):
+        value, free = cut_at(mu)
+        if value > 0.0:
+            lo = mu
+        else:
+            hi = mu
+        qq, mm, ok = _certified(y, gamma, a, b, tol, free, act)
+        if ok:
+            return qq, mm
+        guess = float(mm[0])
+        mu = guess if lo < guess < hi else 0.5 * (lo + hi)
+        if not lo < mu < hi:
+            break
+    return None
+
+
 def _dual_newton(
     y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, tol: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
@@ -288,6 +378,11 @@ def _dual_newton(
     q = np.empty_like(y)
     for r in range(n):
         yr, ar, br, mr = y[r], a[r], b[r], np.zeros(m)
+        if m == 1:
+            found = _one_cut(yr, gamma, ar, br, tol[r])
+            if found is not None:
+                q[r], mu[r] = found
+                continue
         val, qr, free = _dual_value(yr, gamma, ar, br, mr)
         for _ in range(_MAX_SWEEPS):
             gap = ar @ qr - br

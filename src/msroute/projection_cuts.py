@@ -120,6 +120,20 @@ def solve_cuts(
     rows = np.flatnonzero(viol.any(axis=1))
     if rows.size == 0:
         return q, mu
+    # A cut that misses the floored simplex on its own: no point of step 2 or 3 can meet it
+    # (step 3 ends with this test on the point it reaches, always beyond ``reach``), so raise
+    # before searching (the dual's caller then moves the cut to its reach).
+    k = y.shape[1]
+    sub = an[rows]
+    reach = gamma * sub.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * sub.min(axis=-1)
+    out = reach - bn[rows] > 1e3 * tol[rows]
+    if np.any(out):
+        i = int(np.argwhere(out)[0, 0])
+        raise EmptyFeasibleSetError(
+            f"the cuts of row {int(rows[i])} do not meet on the floored simplex (gamma = "
+            f"{gamma:.6g}): no q >= gamma satisfies all of them together; check the "
+            "constraints (Problem.check_feasible)"
+        )
     qr, mr = _active_set(y[rows], gamma, an[rows], bn[rows], free[rows], viol[rows], tol[rows])
     q[rows], mu[rows] = qr, mr
     return q, mu / safe

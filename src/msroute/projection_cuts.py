@@ -139,6 +139,39 @@ def solve_cuts(
     return q, mu / safe
 
 
+def surely_empty(gamma: float, a: FloatArray, b: FloatArray, margin: float = 1e-6) -> bool:
+    """Whether some row's cuts ``a`` (n, m, K), ``b`` (n, m) miss the floored simplex together
+    by more than ``margin`` (in the units of cuts scaled to ``max |a_j| = 1``).
+
+    One LP per row with two or more cuts: the least ``s`` with ``a_j . q - b_j <= s`` for
+    every cut, ``q`` on the floored simplex. When it is above ``margin``, ``solve_cuts`` can
+    only raise ``EmptyFeasibleSetError`` (its last test allows ``1e3`` times its rounding
+    tolerance, far below ``margin``), after searching for a point that does not exist; a
+    caller that would then fall back can do so at once. False when no row is surely empty.
+    """
+    from scipy.optimize import linprog  # scipy loads only when an LP is solved
+
+    n, m, k = a.shape
+    if m < 2:
+        return False
+    scale = _abs_max(a)
+    safe = np.where(scale > 0.0, scale, 1.0)
+    an, bn = a / safe[:, :, None], b / safe
+    bounds = [(gamma, None)] * k + [(None, None)]
+    objective = np.zeros(k + 1)
+    objective[k] = 1.0
+    a_eq = np.ones((1, k + 1))
+    a_eq[0, k] = 0.0
+    for r in range(n):
+        a_ub = np.hstack([an[r], -np.ones((m, 1))])
+        res = linprog(
+            objective, A_ub=a_ub, b_ub=bn[r], A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs"
+        )
+        if res.status == 0 and float(res.x[k]) > margin:
+            return True
+    return False
+
+
 def _abs_max(a: FloatArray) -> FloatArray:
     """``max |a|`` over the last axis. A maximum is exact in any order, so it is taken on a
     C-ordered copy when the last axis is not contiguous (the dual's cuts come as a transposed

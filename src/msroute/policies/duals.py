@@ -65,7 +65,7 @@ from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.problem import support_box, support_point_box, surrogate_cost
 from msroute.projection import _project_step_unchecked
-from msroute.projection_cuts import solve_cuts
+from msroute.projection_cuts import solve_cuts, surely_empty
 
 __all__ = [
     "DUAL_CONSTRUCTIONS",
@@ -381,6 +381,8 @@ class ApproachabilityDual:
         width = np.abs(a).max(axis=-1)
         b = np.maximum(b, _reach(a, gamma) + 1e-9 * width)
         try:
+            if surely_empty(gamma, a, b):  # what solve_cuts would raise after a long search
+                raise EmptyFeasibleSetError("the moved cuts miss the floored simplex together")
             return solve_cuts(y, gamma, a, b)[0]
         except EmptyFeasibleSetError:
             q0 = solve_cuts(y, gamma, a[:, :0], b[:, :0])[0]

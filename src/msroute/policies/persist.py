@@ -61,6 +61,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -128,8 +129,15 @@ _SCALARS = (bool, int, float, str)
 # ---------------------------------------------------------------------- the state walk
 def _declared(obj: object, attr: str) -> tuple[str, ...]:
     """The names ``obj``'s classes declare in ``attr``, bases first (along the MRO)."""
+    return _declared_by(type(obj), attr)
+
+
+@functools.cache
+def _declared_by(kind: type, attr: str) -> tuple[str, ...]:
+    """``_declared`` of a class: a class's declarations are fixed, so each is walked once
+    (``check_state`` runs after every update in debug mode)."""
     names: dict[str, None] = {}
-    for cls in reversed(type(obj).__mro__):
+    for cls in reversed(kind.__mro__):
         names.update(dict.fromkeys(cls.__dict__.get(attr, ())))
     return tuple(names)
 
@@ -232,9 +240,12 @@ def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:
 
 def _is_component(value: object) -> bool:
     """An instance whose class declares ``_state_attrs`` (possibly empty: a stateless piece)."""
-    return not isinstance(value, type) and any(
-        "_state_attrs" in vars(cls) for cls in type(value).__mro__
-    )
+    return not isinstance(value, type) and _declares_state(type(value))
+
+
+@functools.cache
+def _declares_state(kind: type) -> bool:
+    return any("_state_attrs" in vars(cls) for cls in kind.__mro__)
 
 
 def state_dict(

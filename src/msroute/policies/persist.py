@@ -61,7 +61,6 @@ True
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
@@ -129,17 +128,20 @@ _SCALARS = (bool, int, float, str)
 # ---------------------------------------------------------------------- the state walk
 def _declared(obj: object, attr: str) -> tuple[str, ...]:
     """The names ``obj``'s classes declare in ``attr``, bases first (along the MRO)."""
-    return _declared_by(type(obj), attr)
+    kind = type(obj)
+    found = _DECLARED.get((kind, attr))
+    if found is None:  # a class's declarations are fixed: each is walked once
+        names: dict[str, None] = {}
+        for cls in reversed(kind.__mro__):
+            names.update(dict.fromkeys(cls.__dict__.get(attr, ())))
+        found = _DECLARED[(kind, attr)] = tuple(names)
+    return found
 
 
-@functools.cache
-def _declared_by(kind: type, attr: str) -> tuple[str, ...]:
-    """``_declared`` of a class: a class's declarations are fixed, so each is walked once
-    (``check_state`` runs after every update in debug mode)."""
-    names: dict[str, None] = {}
-    for cls in reversed(kind.__mro__):
-        names.update(dict.fromkeys(cls.__dict__.get(attr, ())))
-    return tuple(names)
+#: ``_declared`` per (class, attribute) (``check_state`` runs after every update in debug mode).
+_DECLARED: dict[tuple[type, str], tuple[str, ...]] = {}
+#: ``_is_component`` per class.
+_DECLARES_STATE: dict[type, bool] = {}
 
 
 def state_attrs(obj: object) -> tuple[str, ...]:
@@ -240,12 +242,13 @@ def _is_generators(value: object) -> TypeGuard[tuple[np.random.Generator, ...]]:
 
 def _is_component(value: object) -> bool:
     """An instance whose class declares ``_state_attrs`` (possibly empty: a stateless piece)."""
-    return not isinstance(value, type) and _declares_state(type(value))
-
-
-@functools.cache
-def _declares_state(kind: type) -> bool:
-    return any("_state_attrs" in vars(cls) for cls in kind.__mro__)
+    if isinstance(value, type):
+        return False
+    kind = type(value)
+    found = _DECLARES_STATE.get(kind)
+    if found is None:
+        found = _DECLARES_STATE[kind] = any("_state_attrs" in vars(c) for c in kind.__mro__)
+    return found
 
 
 def state_dict(

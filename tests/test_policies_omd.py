@@ -77,7 +77,9 @@ def best_feasible_value(problem: Problem, skills: np.ndarray) -> float:
 
 def test_omd_feasible_and_near_optimal_under_binding_packing_and_covering() -> None:
     problem = binding_problem()
-    horizon, runs = 20_000, 4
+    # 5,000 rounds meet every bound below with the margins of 20,000 (final reward within
+    # 3e-4 of OPT at both, time-averaged surrogate cost 0.3988 and 0.3993 against 0.402).
+    horizon, runs = 5_000, 4
     batch = ProblemBatch(problem, runs)
     pol = OMDApproachability(problem, horizon=horizon, n_runs=runs, seed=3, eta_mult=0.05)
     _, costs, phis, surrogate = run_fixed_skills(pol, batch, SKILLS, horizon)

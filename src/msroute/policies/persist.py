@@ -301,12 +301,32 @@ def state_rules(obj: object) -> dict[str, str]:
     """The rules a loaded state's entries must satisfy beyond being finite, by dotted name:
     ``"nonnegative"``, ``"positive"`` or ``"inf_allowed"`` (+inf is a value; NaN never is),
     declared by each class in ``_state_rules`` for its own attributes."""
+    return _rules_of_parts(_components(obj))
+
+
+def _rules_of_parts(parts: list[tuple[str, object]]) -> dict[str, str]:
+    """``state_rules`` of the components ``parts`` (``_components``' list)."""
     out: dict[str, str] = {}
-    for prefix, part in _components(obj):
-        for cls in reversed(type(part).__mro__):
-            for name, rule in cls.__dict__.get("_state_rules", {}).items():
-                out[prefix + name] = rule
+    for prefix, part in parts:
+        for name, rule in _rules_by(type(part)).items():
+            out[prefix + name] = rule
     return out
+
+
+def _rules_by(kind: type) -> dict[str, str]:
+    """The ``_state_rules`` a class and its bases declare (bases first, a subclass wins),
+    walked once per class (kept in ``_RULES``)."""
+    found = _RULES.get(kind)
+    if found is None:
+        found = {}
+        for cls in reversed(kind.__mro__):
+            found.update(cls.__dict__.get("_state_rules", {}))
+        _RULES[kind] = found
+    return found
+
+
+#: ``_rules_by`` per class.
+_RULES: dict[type, dict[str, str]] = {}
 
 
 def check_state(policy: BasePolicy) -> None:
@@ -329,7 +349,8 @@ def check_state(policy: BasePolicy) -> None:
         Naming the first entry that breaks a rule and how.
     """
     state = state_dict(policy)
-    rules = state_rules(policy)
+    parts = _components(policy)
+    rules = _rules_of_parts(parts)
     for key, value in state.items():
         if isinstance(value, bool) or value is None or isinstance(value, str | dict | list):
             continue
@@ -343,7 +364,7 @@ def check_state(policy: BasePolicy) -> None:
             raise InvalidStateError(f"state entry {key!r} must be >= 0, min is {arr.min()}")
         if rule == "positive" and arr.size and arr.min() <= 0:
             raise InvalidStateError(f"state entry {key!r} must be > 0, min is {arr.min()}")
-    for prefix, part in _components(policy):  # the rules a component states for itself
+    for prefix, part in parts:  # the rules a component states for itself
         validate = getattr(part, "validate_state", None)
         if callable(validate):
             validate(prefix)

@@ -22,10 +22,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -278,8 +277,9 @@ def run_outcome_bench(
         if jobs > 1:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = {pool.submit(_call, t): i for i, t in enumerate(tasks)}
-                preload_plotting() if plot else None
-                for fut in _as_completed(futures):
+                if plot:
+                    preload_plotting()
+                for fut in as_completed(futures):
                     i = futures[fut]
                     results[i] = fut.result()
                     progress.advance(_label(tasks[i]))
@@ -328,12 +328,6 @@ def run_outcome_bench(
     if not quiet:
         print(headline(rows, cost))
     return rows
-
-
-def _as_completed(futures: dict[Any, int]) -> Any:
-    from concurrent.futures import as_completed
-
-    return as_completed(futures)
 
 
 def _label(task: tuple[Any, ...]) -> str:
@@ -431,8 +425,3 @@ def headline(rows: Sequence[dict[str, Any]], cost: str, policy: str = "omd") -> 
         f"{reward:.1f}% accuracy{'' if ok else ' (over budget in some runs)'}; the best single "
         f"model within that budget reaches {single:.1f}%"
     )
-
-
-def default_jobs() -> int:
-    """The cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1

@@ -3,7 +3,9 @@
 The packaged LLM table (9 models, 14 tasks), M = 1, a budget of $0.0001 per query, 5,000 queries
 through ``simulate``; the policy's own time per round (select + update, the simulator's
 ``wall_time``), alternated three times so that a noisy machine hits both alike. Prints each
-run's microseconds per round and the ratio of the medians.
+run's microseconds per round and the ratios of the medians. One context is run twice: at its
+defaults (no budget margin) and with the budget margin that contexts turn on by default
+(``budget_margin=3``), so that the second ratio is what the contexts alone cost.
 Usage: ``python benchmarks/bench_contexts.py``.
 """
 
@@ -20,13 +22,13 @@ from msroute.simulate import simulate_summary
 T = 5000
 
 
-def per_round(n_contexts: int, seed: int) -> float:
+def per_round(n_contexts: int, seed: int, **options: float) -> float:
     table = load_llmrouter()
     env = OutcomeEnv(table, horizon=T, seed=seed)
     problem = Problem(
         table.mean_costs(), 1, Constraints(upper=[1e-4, None], names=table.cost_names)
     )
-    pol = make_policy("omd", problem, horizon=T, n_contexts=n_contexts, seed=seed)
+    pol = make_policy("omd", problem, horizon=T, n_contexts=n_contexts, seed=seed, **options)
     if n_contexts == 1:  # the same prompts, their categories not shown
         ctx = np.zeros((T, 1), dtype=np.int64)
         run = simulate_summary(
@@ -39,13 +41,25 @@ def per_round(n_contexts: int, seed: int) -> float:
 
 def main() -> None:
     per_round(14, 99)  # compile the kernels first
-    times: dict[int, list[float]] = {1: [], 14: []}
+    runs = {
+        "1 context": {"n_contexts": 1},
+        "1 context, budget_margin 3": {"n_contexts": 1, "budget_margin": 3.0},
+        "14 contexts": {"n_contexts": 14},
+    }
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(3):
-        for x in (1, 14):
-            times[x].append(per_round(x, rep))
-            print(f"contexts {x:2d}, pass {rep}: {times[x][-1]:7.1f} us a round", flush=True)
-    one, many = float(np.median(times[1])), float(np.median(times[14]))
-    print(f"median: 1 context {one:.1f} us, 14 contexts {many:.1f} us, ratio {many / one:.2f}")
+        for name, options in runs.items():
+            n = int(options["n_contexts"])
+            extra = {k: v for k, v in options.items() if k != "n_contexts"}
+            times[name].append(per_round(n, rep, **extra))
+            print(f"{name:27s} pass {rep}: {times[name][-1]:7.1f} us a round", flush=True)
+    med = {name: float(np.median(v)) for name, v in times.items()}
+    many = med["14 contexts"]
+    print("median: " + ", ".join(f"{name} {v:.1f} us" for name, v in med.items()))
+    print(
+        f"ratio 14 contexts / 1 context: {many / med['1 context']:.2f} at the defaults, "
+        f"{many / med['1 context, budget_margin 3']:.2f} with the same margin"
+    )
 
 
 if __name__ == "__main__":

@@ -221,3 +221,51 @@ def test_update_with_scaled_realized_costs_moves_the_policy() -> None:
         pol.update(d, batch_sum_max_reward(skills[t], mask), 100.0 * batch.realized_cost(mask))
     assert not np.array_equal(pol.q, ref.q)
     assert np.all(pol.cost_est.costs[:, :, 0] > 10 * USD)
+
+
+def test_a_cut_out_of_reach_is_met_at_its_cheapest_vertex() -> None:
+    """One cut below its reach (learned costs above the bound), beside an inactive one: the
+    step is the floored vertex on the cut's cheapest expert, which a general solver finds as
+    the limit of the projection onto the cut moved just above its reach."""
+    from scipy.optimize import minimize
+
+    from msroute.policies.duals import _reach
+
+    gamma, k = 0.02, 5
+    y = np.array([[0.1, 0.9, 0.3, -0.2, 0.4]])
+    a = np.zeros((1, 2, k))
+    a[0, 0] = [3.0, 2.0, 0.5, 4.0, 1.0]  # cheapest expert: 2
+    b = np.array([[0.1, 0.0]])  # reach = gamma * 10.5 + 0.9 * 0.5 = 0.66 > 0.1
+    assert b[0, 0] < _reach(a, gamma)[0, 0]
+    q = ApproachabilityDual._project_unreachable(y, gamma, a, b)
+    want = np.full(k, gamma)
+    want[2] = 1 - (k - 1) * gamma
+    np.testing.assert_allclose(q[0], want, rtol=0, atol=1e-15)
+    # The general solver on the cut moved to reach + 1e-6 lands next to it.
+    bound = _reach(a, gamma)[0, 0] + 1e-6
+    res = minimize(
+        lambda v: 0.5 * np.sum((v - y[0]) ** 2),
+        np.full(k, 1 / k),
+        jac=lambda v: v - y[0],
+        bounds=[(gamma, 1)] * k,
+        constraints=[
+            {"type": "eq", "fun": lambda v: v.sum() - 1},
+            {"type": "ineq", "fun": lambda v: bound - a[0, 0] @ v},
+        ],
+        method="SLSQP",
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
+    np.testing.assert_allclose(res.x, q[0], atol=1e-5)
+
+
+def test_a_cut_out_of_reach_with_a_tied_cheapest_expert_is_solved_numerically() -> None:
+    """Two experts tie for the cheapest: the face has a segment, and the moved cut's
+    projection picks the point of it nearest to y (not a vertex)."""
+    gamma, k = 0.02, 4
+    y = np.array([[0.0, 0.7, 0.6, 0.0]])
+    a = np.zeros((1, 1, k))
+    a[0, 0] = [3.0, 1.0, 1.0, 4.0]
+    b = np.array([[0.1]])
+    q = ApproachabilityDual._project_unreachable(y, gamma, a, b)
+    np.testing.assert_allclose(q[0, [0, 3]], gamma, atol=1e-7)
+    np.testing.assert_allclose(q[0, 1] - q[0, 2], 0.1, atol=1e-6)  # y's split, shifted equally

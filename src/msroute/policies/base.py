@@ -445,12 +445,13 @@ class BasePolicy:
         ctx = np.asarray(context)
         if ctx.ndim == 0:
             ctx = np.full(self.n_runs, ctx)
-        if ctx.shape != (self.n_runs,) or not np.issubdtype(ctx.dtype, np.integer):
+        if ctx.shape != (self.n_runs,) or ctx.dtype.kind not in "iu":  # signed or unsigned
             raise InvalidValueError(
                 f"context must be integers of shape (R,) = ({self.n_runs},), "
                 f"got {ctx.dtype} {ctx.shape}"
             )
-        if ctx.min() < 0 or ctx.max() >= self.n_contexts:
+        lo, hi = (int(ctx[0]),) * 2 if ctx.size == 1 else (int(ctx.min()), int(ctx.max()))
+        if lo < 0 or hi >= self.n_contexts:
             raise InvalidValueError(
                 f"context values must be in [0, {self.n_contexts - 1}] "
                 f"({self.n_contexts} context(s)), got {sorted(set(ctx.tolist()))}"

@@ -152,25 +152,29 @@ class CostEstimate:
     def _update_rows(
         self, rows: IntArray, draws: IntArray, cost: FloatArray, counts: FloatArray | None
     ) -> None:
-        """``update`` of the estimate rows ``rows`` (one per run), in numpy."""
+        """``update`` of the estimate rows ``rows`` (one per run), in numpy; one row (a live
+        router's run) by basic indexing, whose views read and write in place."""
         k = self.costs.shape[1]
+        at: IntArray | slice = rows
+        if rows.size == 1:
+            at = slice(int(rows[0]), int(rows[0]) + 1)
         if counts is None:
             counts = draw_counts(draws, k)
-        costs = self.costs[rows]
+        costs = self.costs[at]
         if self.mode == "distinct":
             m = np.minimum(counts, 1.0)
             predicted = team_cost(m, costs)
         else:
             m = counts
             predicted = draws_cost(draws, costs)
-        n_obs = self.n_obs[rows] + m
-        self.n_obs[rows] = n_obs
+        n_obs = self.n_obs[at] + m
+        self.n_obs[at] = n_obs
         resid = cost - predicted
         if not np.count_nonzero(resid):
             return
-        weight = m[:, :, None] * (costs + self._floor[rows])
+        weight = m[:, :, None] * (costs + self._floor[at])
         share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)
-        self.costs[rows] = np.maximum(costs + share / (self.prior_weight + n_obs)[:, :, None], 0.0)
+        self.costs[at] = np.maximum(costs + share / (self.prior_weight + n_obs)[:, :, None], 0.0)
 
     def _count_compiled(self, draws: IntArray, cost: FloatArray) -> tuple[bool, FloatArray] | None:
         """Mode "distinct" for a batch in one compiled loop (``msroute._outcome.

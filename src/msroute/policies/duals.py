@@ -226,6 +226,10 @@ class ApproachabilityDual:
             self._upper = np.asarray(has_upper, dtype=bool)
             self._lower_cone = _Cone(self._lower)
             self._upper_cone = _Cone(self._upper)
+            # The margin's cap (a tenth of each bound) and the open sides never move.
+            self._pad_cap = 0.1 * np.maximum(np.abs(hi), np.abs(lo))
+            self._open_lo = _OpenSide(self._lower, -np.inf)
+            self._open_hi = _OpenSide(self._upper, np.inf)
             # The linear surrogate's target box never moves: scale it once, not every step.
             self._box_n: tuple[FloatArray, FloatArray] | None = None
             if self.surrogate == "linear" and self.budget_margin == 0.0:
@@ -267,9 +271,9 @@ class ApproachabilityDual:
             # units (the realized cost is at most M C^T q), capped at a tenth of each bound.
             sd = np.sqrt(self._cost_m2 / (self._n_obs - 1))
             pad = self.budget_margin * sd / (self.m_draws * np.sqrt(self._n_obs))
-            pad = np.minimum(pad, 0.1 * np.maximum(np.abs(hi), np.abs(lo)))
+            pad = np.minimum(pad, self._pad_cap)
             lo, hi = lo + pad, hi - pad
-        return np.where(self._lower, lo, -np.inf), np.where(self._upper, hi, np.inf)
+        return self._open_lo(lo), self._open_hi(hi)
 
     # ------------------------------------------------------------------ the dual's step
     def step(self, u: FloatArray) -> None:
@@ -377,13 +381,29 @@ class ApproachabilityDual:
         ``project`` does with the paper's single cut), which routes as much as the floor
         allows toward meeting it; if the bounds still conflict, the cut of the bound broken
         most (in its own units) is kept alone.
+
+        A row with one cut out of reach whose cheapest expert is unique has a single point
+        that meets it as nearly as the floor allows, the vertex ``gamma`` everywhere and the
+        rest of the mass on that expert: where the other cuts hold there, that vertex is the
+        step (the limit of the projection as the moved cut tends to its reach). Solving the
+        moved cut numerically instead is a nearly degenerate QP, whose multiplier grows as
+        the inverse of the distance to the reach.
         """
         width = np.abs(a).max(axis=-1)
-        b = np.maximum(b, _reach(a, gamma) + 1e-9 * width)
+        reach = _reach(a, gamma)
+        out_of_reach = b < reach
+        b = np.maximum(b, reach + 1e-9 * width)
+        vertex = _cheapest_vertex(a, gamma, out_of_reach, b)
+        if vertex is not None and bool(np.all(np.isfinite(vertex[:, 0]))):
+            return vertex
         try:
             if surely_empty(gamma, a, b):  # what solve_cuts would raise after a long search
                 raise EmptyFeasibleSetError("the moved cuts miss the floored simplex together")
-            return solve_cuts(y, gamma, a, b)[0]
+            q = solve_cuts(y, gamma, a, b)[0]
+            if vertex is not None:  # the rows the vertex settles keep it
+                done = np.isfinite(vertex[:, 0])
+                q[done] = vertex[done]
+            return q
         except EmptyFeasibleSetError:
             q0 = solve_cuts(y, gamma, a[:, :0], b[:, :0])[0]
             gap = (np.einsum("rjk,rk->rj", a, q0) - b) / np.where(width > 0, width, 1.0)
@@ -396,11 +416,53 @@ class ApproachabilityDual:
         return np.sign(self.w).astype(np.int64)
 
 
+def _cheapest_vertex(
+    a: FloatArray, gamma: float, out_of_reach: BoolArray, b: FloatArray
+) -> FloatArray | None:
+    """Per row (R', K), the floored simplex's vertex on the cheapest expert of its one cut out
+    of reach, where that expert is unique and every cut holds there (``b``: the moved
+    bounds); NaN rows elsewhere, None when no row has one."""
+    one = out_of_reach.sum(axis=-1) == 1
+    if not one.any():
+        return None
+    k = a.shape[-1]
+    rows = np.arange(a.shape[0])
+    cut = a[rows, out_of_reach.argmax(axis=-1)]  # (R', K): each row's cut out of reach
+    cheapest = cut.argmin(axis=-1)
+    unique = (cut == cut[rows, cheapest][:, None]).sum(axis=-1) == 1
+    q = np.full(cut.shape, gamma)
+    q[rows, cheapest] += max(1.0 - k * gamma, 0.0)
+    holds = np.all(np.einsum("rjk,rk->rj", a, q) <= b, axis=-1)
+    ok = one & unique & holds
+    if not ok.any():
+        return None
+    q[~ok] = np.nan
+    return q
+
+
 def _reach(a: FloatArray, gamma: float) -> FloatArray:
     """The smallest ``a . q`` over the floored simplex, per cut: ``a`` (..., K) -> (...)."""
     k = a.shape[-1]
     out = gamma * a.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * a.min(axis=-1)
     return np.asarray(out, dtype=np.float64)
+
+
+class _OpenSide:
+    """``x -> where(bounded, x, fill)`` for a fixed mask of bounded coordinates: ``x`` itself
+    where every coordinate is bounded, one constant array where none is (the common cases)."""
+
+    def __init__(self, bounded: BoolArray, fill: float) -> None:
+        self.bounded = bounded
+        self.fill = fill
+        self.every = bool(bounded.all())
+        self.open: FloatArray | None = None if bounded.any() else np.full(bounded.shape, fill)
+
+    def __call__(self, x: FloatArray) -> FloatArray:
+        if self.every:
+            return x
+        if self.open is not None:
+            return self.open
+        return np.where(self.bounded, x, self.fill)
 
 
 class _Cone:

@@ -472,7 +472,11 @@ class OMDApproachability(BasePolicy):
             return self.cost_est.costs
         r, x = self.n_runs, self.n_contexts
         by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
-        return np.asarray(by_ctx[self._rows, self._ctx0 if context is None else context])
+        if context is None:
+            return np.asarray(by_ctx[:, 0])
+        if r == 1:  # basic indexing: a view, not a gathered copy
+            return np.asarray(by_ctx[:, int(context[0])])
+        return np.asarray(by_ctx[self._rows, context])
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         q_play = decision.probs

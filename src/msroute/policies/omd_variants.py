@@ -241,7 +241,12 @@ class _AdditiveModel(ABC):
         """``M (1 - q)^(M-1)`` (R, K), the gradient of each expert's hit probability.
 
         ``q`` moves only at QP steps, so the last value is kept and reused while the played
-        ``q`` is the same (the same floats: the power is the costliest piece of a round)."""
+        ``q`` is the same (the same floats: the power is the costliest piece of a round). With
+        M = 1 the slope is 1 whatever ``q`` (``(1 - q)^0``), so one array of ones serves."""
+        if self.m_draws == 1:
+            if self._slope_at is None or self._slope_at[1].shape != q.shape:
+                self._slope_at = (q[:0], np.ones(q.shape))
+            return self._slope_at[1]
         if self._slope_at is None or not np.array_equal(q, self._slope_at[0]):
             m = self.m_draws
             self._slope_at = (q.copy(), m * (1.0 - q) ** (m - 1))

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import itertools
 import json
 import math
 import re
 import sqlite3
-import threading
 import time
 import types
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -638,48 +635,20 @@ def test_a_live_journal_is_refused_to_any_other_connection_at_once(
     Router.open(path).close()  # closed: the lock is released
 
 
-# ---------------------------------------------------------------------- learning during the commit
+# ---------------------------------------------------------------------- failed commits
 class _FailingCommits:
-    """A connection whose COMMIT fails (a full disk, an I/O error), delegating all else; it
-    fails once ``ready`` is set (or at once without it)."""
+    """A connection whose COMMIT fails (a full disk, an I/O error), delegating all else."""
 
-    def __init__(self, db: sqlite3.Connection, ready: threading.Event | None = None) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._ready = ready
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if sql == "COMMIT":
-            if self._ready is not None:
-                assert self._ready.wait(30), "the helper never learned"
             raise sqlite3.OperationalError("disk I/O error")
         return self._db.execute(sql, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
-
-
-def _learners(router: Router, learned: threading.Event | None = None) -> list[str]:
-    """Record the thread each policy update of ``router`` runs on (and set ``learned``)."""
-    threads: list[str] = []
-    learn = router.policy.update_trusted
-
-    def recorded(*args: Any) -> None:
-        threads.append(threading.current_thread().name)
-        learn(*args)
-        if learned is not None:
-            learned.set()
-
-    router.policy.update_trusted = recorded  # type: ignore[method-assign]
-    return threads
-
-
-def _stall_helper(router: Router) -> None:
-    """Give a new router a helper thread that never runs: every feedback takes its work back."""
-    assert router._overlap is not None
-    ended = threading.Thread()
-    ended.start()
-    ended.join()
-    router._overlap._thread = ended  # its place taken by an ended thread: nobody reads the queue
 
 
 def _assert_same_policy_state(a: Router, b: Router) -> None:
@@ -690,42 +659,29 @@ def _assert_same_policy_state(a: Router, b: Router) -> None:
         assert same if same is not None else value == sb[key], key
 
 
-@pytest.mark.parametrize("stalled", [False, True])
-def test_feedback_learns_during_the_commit_exactly_as_in_memory(
-    tmp_path: Path, stalled: bool
-) -> None:
-    durable = Router(CONFIG, journal=tmp_path / "j.db")  # synchronous=FULL: learns in overlap
-    if stalled:
-        _stall_helper(durable)
-    threads = _learners(durable)
+def test_a_durable_router_learns_exactly_as_in_memory(tmp_path: Path) -> None:
+    durable = Router(CONFIG, journal=tmp_path / "j.db")  # synchronous=FULL
     memory = Router(CONFIG)
     for r in (durable, memory):
         traffic(r, 120, seed=5)
-    assert ("msroute-overlap" in threads) != stalled  # where it learned, by construction ...
-    assert comparable(durable.state()) == comparable(memory.state())  # ... changes nothing
+    assert comparable(durable.state()) == comparable(memory.state())
     _assert_same_policy_state(durable, memory)
     durable.close()
 
 
-@pytest.mark.parametrize("stalled", [False, True])
-def test_a_failed_commit_undoes_the_overlapped_learning(tmp_path: Path, stalled: bool) -> None:
+def test_a_failed_feedback_commit_changes_nothing_until_the_disk_recovers(
+    tmp_path: Path,
+) -> None:
     router = Router(CONFIG, journal=tmp_path / "j.db")
-    if stalled:
-        _stall_helper(router)
     twin = Router(CONFIG)  # the same calls, without the failed one
     for r in (router, twin):
         traffic(r, 30)
         r.route(decision_id="last")
-    learned = threading.Event()
-    threads = _learners(router, learned)
     before = router.state()
     real = router._journal._db  # type: ignore[union-attr]
-    fail = _FailingCommits(real, None if stalled else learned)
-    router._journal._db = fail  # type: ignore[union-attr]
+    router._journal._db = _FailingCommits(real)  # type: ignore[union-attr]
     with pytest.raises(JournalError, match="cannot commit the journal: disk I/O error"):
         router.feedback("last", 0.7)
-    # The helper learned (unless it never started) while the commit failed; that was undone.
-    assert threads == ([] if stalled else ["msroute-overlap"])
     assert router.state() == before
     assert comparable(router.state()) == comparable(twin.state())
     _assert_same_policy_state(router, twin)
@@ -791,28 +747,6 @@ def test_an_error_while_learning_reaches_the_caller(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="learning failed"):
         router.feedback(d.decision_id, 0.5)
     router.close()
-
-
-def test_the_helper_thread_ends_with_close_or_with_its_router(tmp_path: Path) -> None:
-    def started(path: Path) -> tuple[Router, threading.Thread]:
-        router = Router(CONFIG, journal=path)
-        d = router.route()
-        router.feedback(d.decision_id, 0.5)
-        assert router._overlap is not None and router._overlap._thread is not None
-        return router, router._overlap._thread
-
-    closed, first = started(tmp_path / "a.db")
-    closed.close()
-    assert not first.is_alive()
-    dropped, second = started(tmp_path / "b.db")
-    alive = weakref.ref(dropped)
-    del dropped
-    for _ in range(100):  # the helper lets go of its last piece of work as it waits for more
-        gc.collect()
-        second.join(0.1)
-        if alive() is None and not second.is_alive():
-            break
-    assert alive() is None and not second.is_alive()
 
 
 def test_feedback_cost_beyond_the_policys_limit_is_refused_and_changes_nothing() -> None:

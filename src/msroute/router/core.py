@@ -31,7 +31,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,16 +53,11 @@ from msroute.errors import (
 )
 from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.omd import OMDApproachability
-from msroute.policies.persist import (
-    load_state_dict,
-    state_dict,
-)
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
 from msroute.router import recovery
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Journal, MemoryJournal, open_journal
-from msroute.router.overlap import Overlap
 from msroute.router.pending import Pending as _Pending
 from msroute.router.rows import export_row
 from msroute.router.snapshots import (
@@ -88,9 +83,6 @@ _SETTING_KEYS = frozenset(
         "name",
     }
 )
-
-#: The policy state that learning from a feedback never changes (left out of an undo point).
-_NOT_LEARNED = ("streams",)
 
 #: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
 #: the model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
@@ -445,10 +437,8 @@ class Router:
         )
 
     def _attach(self, journal: Journal | MemoryJournal) -> None:
-        """Use this journal; at synchronous=FULL feedback learns while the commit waits."""
+        """Use this journal."""
         self._journal: Journal | MemoryJournal = journal
-        flushes = journal.path is not None and self.config.journal_sync == "full"
-        self._overlap = Overlap() if flushes else None
 
     def _build_policy(
         self, costs: FloatArray, constraints: Constraints | None = None
@@ -657,12 +647,9 @@ class Router:
         except JournalError as exc:
             self._failed = exc
             raise
-        overlap = self._overlap
         try:
             self._setup(self._base_config)
             self._attach(fresh)
-            if overlap is not None:
-                overlap.close()
             recovery.load(self, use_snapshot=True)
             self._begin()
             fresh.put_meta("checked", repr(time.time()))
@@ -977,11 +964,6 @@ class Router:
         if closed == "duplicate":  # validated like a first feedback, then compared with it
             self._check_repeat(decision_id, r, c)
             return closed
-        if pending is not None and self._overlap is not None and not self._depth:
-            now = time.time()
-            heap = self._deadlines
-            if not heap or heap[0][0] > now:  # nothing expires in this call
-                return self._feedback_overlapped(decision_id, pending, r, c, now)
         with self._write():
             now = time.time()
             self._expire_due(now)
@@ -1000,64 +982,6 @@ class Router:
             "status": status,
         }
         self._append("feedback", did, now, payload, None)
-
-    def _feedback_overlapped(
-        self, did: str, pending: _Pending, reward: float, cost: FloatArray | None, now: float
-    ) -> str:
-        """An applied feedback, learned on the helper thread while the commit waits for the disk.
-
-        The row is written first, so the journal's order is that of ``feedback``; the
-        policy learns exactly what it would have learned before the commit. If the commit
-        fails, the learning is undone (the call changed no state) and the router is failed.
-        Only a feedback that learns and expires nothing comes here (one whose call also
-        expires decisions takes the plain path, where a failed commit reloads the committed
-        state instead).
-        """
-        self._begin()
-        try:
-            self._log_feedback(did, "applied", reward, cost, now)
-        except BaseException:
-            self._finish()
-            raise
-        undo: list[Callable[[], None]] = []
-
-        def learn() -> None:
-            undo.append(self._undo_point(did, pending))
-            self._apply_feedback(did, pending, reward, cost, pending.cost)
-
-        overlap = self._overlap
-        assert overlap is not None
-        overlap.start(learn)
-        try:
-            self._finish(reload=False)  # the helper may be learning: undone below instead
-        except BaseException:
-            try:
-                overlap.finish()  # the helper may be learning: let it end, then undo
-            finally:
-                if undo:
-                    undo[0]()
-            raise
-        if not overlap.finish():  # the helper never got a core in time: learn here
-            self._apply_feedback(did, pending, reward, cost, pending.cost)
-        self._maybe_snapshot()
-        return "applied"
-
-    def _undo_point(self, did: str, pending: _Pending) -> Callable[[], None]:
-        """What undoes ``_apply_feedback`` of a pending decision: the counters, the cost sum,
-        the pending entry and the policy's learned state (learning never draws randomness, so
-        the random streams are left out)."""
-        policy = self.policy
-        learned = state_dict(policy, exclude=_NOT_LEARNED)
-        counters = (self._applied, self._version)
-        cost_sum = self._cost_sum.copy()
-
-        def undo() -> None:
-            load_state_dict(policy, learned, exclude=_NOT_LEARNED)
-            self._applied, self._version = counters
-            self._cost_sum = cost_sum
-            self._pending[did] = pending
-
-        return undo
 
     def _check_reward(self, reward: object) -> float:
         if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
@@ -1452,8 +1376,6 @@ class Router:
         if not self._closed:
             self._closed = True
             self._journal.close()
-            if self._overlap is not None:
-                self._overlap.close()
 
     def __enter__(self) -> Router:
         return self

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from msroute.experiments.common import CellSpec, build_batch, params_items, policy_seeds
+from msroute.experiments.cells import CellSpec, build_batch, params_items, policy_seeds
 from msroute.policies.registry import make_policy
 from msroute.policies.streams import GammaConstants, RunStreams
 from msroute.simulate import simulate

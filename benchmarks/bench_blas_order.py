@@ -150,7 +150,7 @@ def _plain_penalty(costs: np.ndarray, weights: np.ndarray, out: np.ndarray) -> N
 
 def plain_order() -> None:
     cfg = Fig2Config(horizon=1)
-    from msroute.experiments.common import build_batch
+    from msroute.experiments.cells import build_batch
 
     spec = sweep_specs(cfg, "bench")[0][1]
     batch = build_batch(spec).batch

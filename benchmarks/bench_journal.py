@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute.experiments.common import paper_instance
+from msroute.experiments.protocol import paper_instance
 from msroute.router import Router
 
 M = 3

@@ -36,7 +36,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the oracle's SLSQP (see ms
 
 import numpy as np
 
-from msroute.experiments.common import CellSpec, build_batch, params_items, policy_seeds
+from msroute.experiments.cells import CellSpec, build_batch, params_items, policy_seeds
 from msroute.metrics import feasible, time_averaged
 from msroute.oracle import best_fixed_policy_for
 from msroute.policies.omd import OMDApproachability

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import msroute
-from msroute.experiments.common import level_constraints, paper_instance
+from msroute.experiments.protocol import level_constraints, paper_instance
 from msroute.router import Router
 
 M = 3

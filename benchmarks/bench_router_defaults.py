@@ -21,7 +21,7 @@ import numpy as np
 
 import msroute
 from msroute.datasets.outcomes import load_llmrouter
-from msroute.experiments.common import level_constraints, paper_instance
+from msroute.experiments.protocol import level_constraints, paper_instance
 from msroute.outcome_env import OutcomeEnv
 from msroute.router import DEFAULT_OMD_PARAMS, Router
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from msroute.experiments.common import CellSpec, params_items
+from msroute.experiments.cells import CellSpec, params_items
 from msroute.experiments.fig1 import Fig1Config, run_fig1
 from msroute.experiments.fig2 import Fig2Config, run_fig2
 from msroute.experiments.fig3 import Fig3Config, run_fig3

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import msroute
-from msroute.experiments.common import CellSpec, params_items
+from msroute.experiments.cells import CellSpec, params_items
 from msroute.experiments.sweep import sweep_worker
 from msroute.scenarios import load_costs_csv, load_skills_csv
 

@@ -20,7 +20,7 @@ from msroute.experiments.bench import (
     resolve_levels,
     run_bench,
 )
-from msroute.experiments.common import build_batch
+from msroute.experiments.cells import build_batch
 from msroute.experiments.sweep import sweep_worker
 from msroute.policies.registry import POLICIES
 from msroute.reward import expected_reward

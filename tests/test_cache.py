@@ -15,9 +15,10 @@ import msroute
 from msroute._build import tree_digest
 from msroute.cli import main
 from msroute.errors import CacheWarning
-from msroute.experiments import common
+from msroute.experiments import cellcache
 from msroute.experiments import fig2 as fig2_module
-from msroute.experiments.common import CellSpec, _cell_path, load_cell, save_cell
+from msroute.experiments.cellcache import cell_path, load_cell, save_cell
+from msroute.experiments.cells import CellSpec
 from msroute.experiments.fig2 import Fig2Config, run_fig2
 
 SPEC = CellSpec(
@@ -71,15 +72,15 @@ def test_a_saved_cell_loads_back_exactly(tmp_path: Path) -> None:
         assert loaded[k].dtype == v.dtype
         np.testing.assert_array_equal(loaded[k], v)
     # Written atomically: no temporary file is left next to it.
-    assert [p.name for p in _cell_path(tmp_path, SPEC).parent.iterdir()] == [
-        _cell_path(tmp_path, SPEC).name
+    assert [p.name for p in cell_path(tmp_path, SPEC).parent.iterdir()] == [
+        cell_path(tmp_path, SPEC).name
     ]
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_cell_is_rejected_with_one_warning(tmp_path: Path, damage: str) -> None:
     save_cell(tmp_path, SPEC, RESULT)
-    path = _cell_path(tmp_path, SPEC)
+    path = cell_path(tmp_path, SPEC)
     DAMAGES[damage](path)
     with pytest.warns(CacheWarning, match="damaged.*recomputing") as record:
         assert load_cell(tmp_path, SPEC) is None
@@ -91,13 +92,13 @@ def test_a_stale_or_foreign_cell_is_recomputed_silently(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     save_cell(tmp_path, SPEC, RESULT)
-    path = _cell_path(tmp_path, SPEC)
+    path = cell_path(tmp_path, SPEC)
     monkeypatch.setattr(msroute._version, "__version__", "0.0.0-other")
     assert load_cell(tmp_path, SPEC) is None  # no warning: pytest turns one into an error
     monkeypatch.undo()
     assert load_cell(tmp_path, SPEC) is not None
     # The same version, other code (a development checkout that changed a stream): stale too.
-    monkeypatch.setattr(common, "code_digest", lambda: "0123456789abcdef")
+    monkeypatch.setattr(cellcache, "code_digest", lambda: "0123456789abcdef")
     assert load_cell(tmp_path, SPEC) is None
     # A cell in the format of an older msroute (a bare stamp, no manifest) is stale, not damaged.
     monkeypatch.undo()

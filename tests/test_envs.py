@@ -397,7 +397,7 @@ def test_doctests_of_the_module() -> None:
 # ---------------------------------------------------------------------------- stacked
 def _stacked_pair(cache_chunks: int = 4) -> tuple[Any, list[Any]]:
     """A stacked (stochastic, regime) pair of 3 and 2 runs, and fresh copies of its parts."""
-    from msroute.experiments.common import StackedEnv
+    from msroute.env_layouts import StackedEnv
 
     base = np.random.default_rng(0).random((3, 5))
 

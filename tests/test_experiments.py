@@ -14,14 +14,14 @@ import pytest
 
 import msroute
 from msroute.cli import build_parser, main
-from msroute.experiments import common
+from msroute.experiments import cells, schedule
 from msroute.experiments import fig2 as fig2_module
 from msroute.experiments import sweep as sweep_module
-from msroute.experiments.common import LEVELS, level_constraints, paper_instance
 from msroute.experiments.contextual import ContextualConfig, run_contextual
 from msroute.experiments.fig1 import Fig1Config, run_fig1
 from msroute.experiments.fig2 import Fig2Config, run_fig2
 from msroute.experiments.fig3 import Fig3Config, run_fig3
+from msroute.experiments.protocol import LEVELS, level_constraints, paper_instance
 from msroute.policies.registry import get_policy_class
 
 SMALL = {"seeds": 2, "horizon": 150}
@@ -171,18 +171,18 @@ def test_forked_workers_use_the_skills_drawn_ahead_by_the_driver(
     """With worker processes forked from the driver, each environment is drawn once, in the
     driver, for the whole sweep (not once per worker), and the numbers are the serial ones."""
     built = tmp_path / "built.txt"
-    real = common.make_env
+    real = cells.make_env
 
     def logging(*args, **kwargs):  # type: ignore[no-untyped-def]
         with built.open("a") as fh:
             fh.write(f"{os.getpid()}\n")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(common, "make_env", logging)
+    monkeypatch.setattr(cells, "make_env", logging)
     cfg = Fig2Config(policies=("greedy", "omd", "random"), levels=("tight",), **SMALL)
     parallel = run_fig2(cfg, tmp_path / "parallel", jobs=2, plot=False, quiet=True)
     assert built.read_text().split() == [str(os.getpid())] * len(cfg.envs)
-    assert common._cached_env.cache_info().currsize == 0  # the driver lets them go after
+    assert cells.cached_env.cache_info().currsize == 0  # the driver lets them go after
     assert run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True) == parallel
 
 
@@ -420,14 +420,14 @@ def test_when_free_runs_once_while_the_last_cell_runs(tmp_path: Path) -> None:
     def free() -> None:
         calls.append(len(list(out[0].rglob("*.npz"))))  # cells of this run stored so far
 
-    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
+    schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
     assert calls == [len(specs) - 1]
-    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
-    common.run_cells(specs, fig2_module.sweep_worker, tmp_path / "one", jobs=1, when_free=free)
+    schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
+    schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "one", jobs=1, when_free=free)
     assert calls == [len(specs) - 1]
     # More workers than cells: a core is free from the first cell stored on; still once.
     out[0] = tmp_path / "four"
-    common.run_cells(specs, fig2_module.sweep_worker, out[0], jobs=4, when_free=free)
+    schedule.run_cells(specs, fig2_module.sweep_worker, out[0], jobs=4, when_free=free)
     assert calls == [len(specs) - 1, 1]
 
 
@@ -449,7 +449,7 @@ def test_a_policy_that_ignores_the_constraints_plays_one_level_for_all(
     specs = dict(fig2_module.sweep_specs(cfg, "sweep", ("rewards",)))
     for name in ("random", "greedy", "cucb", "ts"):
         spec = specs[name]
-        runs = len(common.env_kinds(spec)) * len(spec.levels) * len(spec.seeds)
+        runs = len(cells.env_kinds(spec)) * len(spec.levels) * len(spec.seeds)
         played.clear()
         shared = sweep_module.sweep_worker(spec)
         with monkeypatch.context() as patch:

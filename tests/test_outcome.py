@@ -181,7 +181,7 @@ def test_simulate_records_the_public_functions(n_costs: int, cost_count: str) ->
 
 
 def test_compile_ahead_loads_the_round_for_the_workers() -> None:
-    from msroute.experiments.common import compile_ahead
+    from msroute.experiments.schedule import compile_ahead
 
     blas_pairs_order.cache_clear()
     compile_ahead()

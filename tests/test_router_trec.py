@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import msroute
-from msroute.experiments.common import level_constraints, paper_instance
+from msroute.experiments.protocol import level_constraints, paper_instance
 from msroute.router import Router
 
 K, M, N, T = 20, 3, 3, 5000

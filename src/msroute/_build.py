@@ -1,5 +1,5 @@
 """The fingerprint of the msroute code that is running, for what must not mix results of
-different code: the cell cache (``msroute.experiments.common``) and the Ray backend's
+different code: the cell cache (``msroute.experiments.cellcache``) and the Ray backend's
 check of its nodes (``msroute.experiments.backends``).
 
 The version string alone is not enough: the code between two releases (a development

@@ -145,7 +145,7 @@ def _check_fraction(value: float, name: str, *, low_open: bool) -> float:
 class ChunkCache(OrderedDict[int, FloatArray]):
     """The most recently used chunks of skills (index -> rounds, read-only), at most ``size``:
     the least recently used one goes first. Shared by the Beta environments and a batch that
-    stacks them (``msroute.experiments.common.StackedEnv``)."""
+    stacks them (``msroute.env_layouts.StackedEnv``)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -280,7 +280,7 @@ class _BetaEnv:
     def fill_chunk(self, c: int, out: FloatArray) -> None:
         """Write the first ``len(out)`` rounds of chunk ``c`` into ``out`` (rounds, R, N, K),
         without caching them: for a batch that keeps its runs' chunks side by side in one
-        array (``msroute.experiments.common.StackedEnv``). A cached chunk is copied."""
+        array (``msroute.env_layouts.StackedEnv``). A cached chunk is copied."""
         n, k = self.n_dims, self.n_experts
         length = out.shape[0]
         if out.shape[1:] != (self.n_runs, n, k) or not 0 < length <= self.chunk_length(c):

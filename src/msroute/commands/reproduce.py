@@ -37,7 +37,7 @@ def available_cores() -> int:
 def register(subparsers: Any) -> None:
     """Add the ``reproduce`` subcommand."""
     from msroute.datasets.crowd import DATASETS
-    from msroute.experiments.common import describe_levels
+    from msroute.experiments.protocol import describe_levels
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "reproduce",

@@ -31,7 +31,7 @@ def _param(text: str) -> tuple[str, Any]:
 def register(subparsers: Any) -> None:
     """Add the ``run`` subcommand."""
     from msroute.datasets.crowd import DATASETS, DEFAULT_DATASET
-    from msroute.experiments.common import ENVIRONMENTS, LEVELS, describe_levels
+    from msroute.experiments.protocol import ENVIRONMENTS, LEVELS, describe_levels
     from msroute.policies.registry import POLICIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the cell and print its summary."""
     import numpy as np
 
-    from msroute.experiments.common import CellSpec, params_items
+    from msroute.experiments.cells import CellSpec, params_items
     from msroute.experiments.output import peak_memory_mb
     from msroute.experiments.sweep import sweep_worker
     from msroute.problem import bound_report

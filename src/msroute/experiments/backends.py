@@ -1,7 +1,7 @@
 """Where the cells of a sweep run: worker processes on this machine, or Ray tasks.
 
 A backend runs the cells that are not cached yet and hands each finished result back to the
-driver (``msroute.experiments.common.run_cells``), which stores it in the cache and
+driver (``msroute.experiments.schedule.run_cells``), which stores it in the cache and
 advances the progress bar; the cache and the resume therefore work the same on every backend.
 A cell's result is a pure function of its specification, so every backend gives the same
 numbers, bit for bit.

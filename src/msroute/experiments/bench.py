@@ -24,16 +24,16 @@ from typing import Any
 import numpy as np
 
 from msroute.errors import InvalidValueError
-from msroute.experiments.common import (
+from msroute.experiments.cells import (
     CellResult,
     CellSpec,
     build_batch,
     params_items,
-    run_cells,
     scenario_instance,
 )
 from msroute.experiments.config import check_policies
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
+from msroute.experiments.schedule import run_cells
 from msroute.experiments.sweep import policy_variants, sweep_worker
 from msroute.policies.registry import POLICIES
 from msroute.scenarios import Scenario, ScenarioInstance, get_scenario, parse_budget

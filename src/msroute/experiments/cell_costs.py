@@ -2,7 +2,7 @@
 hint.
 
 A sweep starts its costliest cells first, so that no long cell starts last while the other
-workers idle (``msroute.experiments.common.run_cells``). The costs are per round at R = 80 and
+workers idle (``msroute.experiments.schedule.run_cells``). The costs are per round at R = 80 and
 K = 50, relative to Greedy's, as ``benchmarks/bench_baselines.py`` measures them. A hint only:
 no number of any run depends on it. It lives with the scheduler that reads it, not on the policy
 classes, whose decisions it has nothing to do with.

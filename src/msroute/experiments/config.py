@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from msroute._validation import quoted
 from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
 from msroute.errors import ConfigError, InvalidTypeError, InvalidValueError
-from msroute.experiments.common import ENVIRONMENTS, LEVELS
+from msroute.experiments.protocol import ENVIRONMENTS, LEVELS
 from msroute.policies.registry import POLICIES
 
 __all__ = ["RANGES", "ExperimentConfig", "check_schema", "load_toml", "with_overrides"]

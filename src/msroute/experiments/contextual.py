@@ -23,17 +23,11 @@ import numpy as np
 
 from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend
-from msroute.experiments.common import (
-    CellResult,
-    CellSpec,
-    build_batch,
-    params_items,
-    policy_seeds,
-    run_cells,
-    stream,
-)
+from msroute.experiments.cells import CellResult, CellSpec, build_batch, params_items, policy_seeds
 from msroute.experiments.config import ExperimentConfig, check_levels
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
+from msroute.experiments.protocol import CONTEXT_STREAM, stream
+from msroute.experiments.schedule import run_cells
 from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.costs import check_cost_estimate
@@ -43,7 +37,6 @@ from msroute.simulate import simulate
 
 __all__ = ["ContextualConfig", "contextual_worker", "run_contextual"]
 
-_CONTEXT_STREAM = 3
 QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000}
 
 
@@ -114,7 +107,7 @@ def contextual_worker(spec: CellSpec) -> CellResult:
     batch = cell.batch
     contexts = np.stack(
         [
-            np.random.default_rng(stream(s, _CONTEXT_STREAM)).integers(0, n_ctx, spec.horizon)
+            np.random.default_rng(stream(s, CONTEXT_STREAM)).integers(0, n_ctx, spec.horizon)
             for s in spec.seeds
         ],
         axis=1,

@@ -24,16 +24,10 @@ import numpy as np
 
 from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend
-from msroute.experiments.common import (
-    CellResult,
-    CellSpec,
-    build_batch,
-    params_items,
-    policy_seeds,
-    run_cells,
-)
+from msroute.experiments.cells import CellResult, CellSpec, build_batch, params_items, policy_seeds
 from msroute.experiments.config import ExperimentConfig, check_levels
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
+from msroute.experiments.schedule import run_cells
 from msroute.metrics import (
     constraint_regret,
     feasible,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from msroute.experiments.backends import Backend
-from msroute.experiments.common import ENV_JOIN, CellResult, CellSpec, params_items, run_cells
+from msroute.experiments.cells import CellResult, CellSpec, params_items
 from msroute.experiments.config import (
     ExperimentConfig,
     check_envs,
@@ -35,6 +35,8 @@ from msroute.experiments.config import (
     check_policies,
 )
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
+from msroute.experiments.protocol import ENV_JOIN
+from msroute.experiments.schedule import run_cells
 from msroute.experiments.sweep import (
     merge_seed_blocks,
     policy_variants,

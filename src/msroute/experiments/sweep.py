@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute.experiments.common import CellResult, CellSpec, build_batch, policy_seeds
+from msroute.experiments.cells import CellResult, CellSpec, build_batch, policy_seeds
 from msroute.metrics import feasible, regret_of_averages
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.simulate import simulate_summary

@@ -1,0 +1,168 @@
+"""The sweep driver: run (or load from the cache) every cell, costliest first, in parallel.
+
+The results do not depend on the order, the backend or the number of workers (each cell's
+numbers depend on its specification only, ``msroute.experiments.cells``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from msroute.env_layouts import StackedEnv
+from msroute.errors import InvalidValueError
+from msroute.experiments.backends import Backend, LocalBackend
+from msroute.experiments.cellcache import load_cell, save_cell
+from msroute.experiments.cells import (
+    CellResult,
+    CellSpec,
+    build_batch,
+    cached_env,
+    check_cell_memory,
+    instance_key,
+)
+from msroute.experiments.output import Progress
+from msroute.policies.registry import get_policy_class
+
+__all__ = ["compile_ahead", "draw_ahead", "run_cells"]
+
+
+def run_cells(
+    specs: Sequence[CellSpec],
+    worker: Callable[[CellSpec], CellResult],
+    out_dir: Path,
+    *,
+    jobs: int = 1,
+    backend: Backend | None = None,
+    progress: Progress | None = None,
+    title: str = "cells",
+    drop: tuple[str, ...] = (),
+    when_free: Callable[[], None] | None = None,
+) -> list[CellResult]:
+    """Run (or load from the cache) every cell; results in the order of ``specs``.
+
+    Parameters
+    ----------
+    specs : sequence of CellSpec
+    worker : callable
+        A module-level function ``spec -> result`` (picklable, for process parallelism).
+    out_dir : Path
+        Results directory; finished cells are cached under ``out_dir/cells`` and reused, so
+        an interrupted sweep resumes where it stopped.
+    jobs : int, default 1
+        Worker processes of the default backend; 1 runs serially in this process.
+    backend : Backend, optional
+        Where the cells run (``msroute.experiments.backends``); default
+        ``LocalBackend(jobs)``. Whatever the backend, this process stores each finished cell.
+    progress : Progress, optional
+        Shows a bar over the cells (none by default).
+    title : str
+        The bar's label.
+    drop : tuple of str, optional
+        Outputs to leave out of the returned results (they stay in the cache), so that a
+        sweep of many cells holds only what its caller reads.
+    when_free : callable, optional
+        Called once, in this process, as soon as fewer cells are left running than ``jobs``:
+        a core is then free until the last cell ends, and the caller's next step can start
+        its fixed costs there (e.g. ``msroute.experiments.output.preload_plotting``)
+        instead of after the last cell. Not called when no cell runs in parallel.
+    """
+    bar = progress or Progress(enabled=False)
+
+    def kept(result: CellResult | None) -> CellResult | None:
+        return None if result is None else {k: v for k, v in result.items() if k not in drop}
+
+    results: list[CellResult | None] = [kept(load_cell(out_dir, s)) for s in specs]
+    todo = [i for i, r in enumerate(results) if r is None]
+    for i in todo:  # before any work
+        check_cell_memory(specs[i])
+    with bar.track(title, len(specs)):
+        for i, r in enumerate(results):
+            if r is not None:
+                bar.advance(_label(specs[i]) + " (cached)")
+
+        running, freed = len(todo), when_free is None
+
+        def done(i: int, result: CellResult) -> None:
+            nonlocal running, freed
+            save_cell(out_dir, specs[i], result)
+            results[i] = kept(result)
+            bar.advance(_label(specs[i]))
+            running -= 1
+            if not freed and 0 < running < jobs and when_free is not None:
+                freed = True  # once: the first time a worker has no cell left to start
+                when_free()
+
+        if todo:
+            runner = backend or LocalBackend(jobs)
+            order = _costliest_first(specs, todo)
+            if isinstance(runner, LocalBackend) and runner.forks(len(todo)):
+                with ThreadPoolExecutor(max_workers=1) as loader:
+                    # Loading the machine code is Python work under the GIL; the draws run
+                    # without it: the two overlap instead of following each other.
+                    loaded = loader.submit(compile_ahead)
+                    draw_ahead(specs[order[0]], runner.jobs)
+                    loaded.result()
+            try:
+                runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
+            finally:
+                cached_env.cache_clear()  # the workers are done with what was drawn ahead
+    return [r for r in results if r is not None]
+
+
+def draw_ahead(spec: CellSpec, threads: int) -> None:
+    """Draw the skills of a cell's environment(s) into this process's cache, one environment
+    per thread (up to ``threads``), before worker processes are forked from it: the workers
+    then share these pages instead of each drawing every environment again (the same values:
+    the stream is a pure function of the cell's specification). Nothing is drawn when the
+    environments would not keep every chunk (a long horizon): each cell then draws its own."""
+    env = build_batch(spec).env
+    if env.cache_chunks * env.chunk_size < spec.horizon:
+        return
+    if isinstance(env, StackedEnv):
+        env.draw_ahead(spec.horizon, threads)
+        return
+    for start in range(0, spec.horizon, env.chunk_size):
+        env.skills(start, min(start + env.chunk_size, spec.horizon))
+
+
+def compile_ahead() -> None:
+    """Load the simulator's compiled round (``msroute._outcome``) in this process before
+    worker processes are forked from it: they share it instead of each loading it from numba's
+    cache (about 0.4 s of CPU) or compiling it (about 2 s) again."""
+    from msroute._outcome import blas_pairs_order
+
+    blas_pairs_order()
+
+
+def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
+    """The order in which the cells start: grouped by skill stream (environment and block of
+    seeds, in order of appearance: a worker's cached skills then serve its next cells instead
+    of being drawn again for each), the costliest policy first within each
+    (``msroute.experiments.cell_costs.relative_cost``, per level played), so that no long
+    cell starts last while the other workers idle. The results do not depend on it."""
+
+    def stream(spec: CellSpec) -> tuple[object, ...]:
+        return (spec.env, spec.seeds, spec.horizon, spec.env_params, instance_key(spec))
+
+    envs: dict[tuple[object, ...], int] = {}
+    for i in todo:
+        envs.setdefault(stream(specs[i]), len(envs))
+
+    def cost(spec: CellSpec) -> float:
+        try:
+            cls = get_policy_class(spec.policy)
+        except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
+            return 1.0
+        from msroute.experiments.cell_costs import relative_cost
+
+        # A policy that ignores the constraints plays one level for all (sweep_worker).
+        return relative_cost(spec.policy) / (len(spec.levels) if cls.ignores_constraints else 1)
+
+    return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i])))
+
+
+def _label(spec: CellSpec) -> str:
+    seeds = f"seed {spec.seeds[0]}" if len(spec.seeds) == 1 else f"{len(spec.seeds)} seeds"
+    return f"{spec.env}/{spec.policy} N={spec.n_dims} {seeds}"

@@ -14,7 +14,7 @@ import pytest
 
 from _policy_sim import beta_skills
 from msroute import Constraints, Problem
-from msroute.errors import InvalidStateError, InvalidValueError
+from msroute.errors import InvalidStateError, InvalidValueError, JournalError
 from msroute.policies import PolicyFileError, load_policy
 from msroute.policies.base import draw_counts
 from msroute.policies.omd import OMDApproachability
@@ -29,7 +29,7 @@ from msroute.problem import ProblemBatch
 from msroute.router import Router
 from test_persist import MEANS, lockstep, make, play, rewrite
 from test_policies_omd import COSTS, SKILLS, M, run_fixed_skills
-from test_router import _assert_same_policy_state, cfg, traffic
+from test_router import _assert_same_policy_state, _FailingCommits, cfg, traffic
 
 RUNS, CONTEXTS = 3, 2
 
@@ -310,8 +310,9 @@ def sparse_router(**changes: Any) -> Router:
     return Router(cfg(params={"variant": "model", "model_fit": "sparse"}, **changes))
 
 
-def test_a_router_with_the_sparse_fit_undoes_a_failed_commit(tmp_path: Path) -> None:
-    """The undo point restores pair arrays shorter than the ones learning made."""
+def test_a_router_with_the_sparse_fit_recovers_from_a_failed_commit(tmp_path: Path) -> None:
+    """A failed feedback commit leaves the sparse fit as committed: its pair arrays, which
+    the feedback's learning would have grown, are back to their committed length."""
     router = Router(
         cfg(params={"variant": "model", "model_fit": "sparse"}), journal=tmp_path / "j.db"
     )
@@ -322,11 +323,15 @@ def test_a_router_with_the_sparse_fit_undoes_a_failed_commit(tmp_path: Path) -> 
     policy = router.policy
     assert isinstance(policy, OMDApproachability)
     assert isinstance(policy.estimator, SparseModelGradient)
-    undo = router._undo_point("last", router._pending["last"])
-    size = policy.estimator.pair_key.size
-    router._apply_feedback("last", router._pending["last"], 0.7, None, router._pending["last"].cost)
-    undo()
-    assert policy.estimator.pair_key.size == size
+    real = router._journal._db  # type: ignore[union-attr]
+    router._journal._db = _FailingCommits(real)  # type: ignore[union-attr]
+    with pytest.raises(JournalError, match="disk I/O error"):
+        router.feedback("last", 0.7)
+    router._journal._db = real  # type: ignore[union-attr]
+    estimator = router.policy.estimator  # the policy as committed (reloaded)
+    assert isinstance(estimator, SparseModelGradient)
+    assert isinstance(twin.policy, OMDApproachability)
+    assert estimator.pair_key.size == twin.policy.estimator.pair_key.size  # type: ignore[union-attr]
     _assert_same_policy_state(router, twin)
     assert router.feedback("last", 0.7) == twin.feedback("last", 0.7) == "applied"
     _assert_same_policy_state(router, twin)

@@ -205,6 +205,7 @@ class _AdditiveModel(ABC):
         self.coef: FloatArray = np.zeros((n_runs, n_contexts, p))
         # (q, M (1 - q)^(M-1)) of the last q played: derived, not learned state.
         self._slope_at: tuple[FloatArray, FloatArray] | None = None
+        self._unit_slope: FloatArray = np.ones((0, n_experts))  # M = 1: derived, not state
 
     def estimate(
         self,
@@ -244,9 +245,9 @@ class _AdditiveModel(ABC):
         ``q`` is the same (the same floats: the power is the costliest piece of a round). With
         M = 1 the slope is 1 whatever ``q`` (``(1 - q)^0``), so one array of ones serves."""
         if self.m_draws == 1:
-            if self._slope_at is None or self._slope_at[1].shape != q.shape:
-                self._slope_at = (q[:0], np.ones(q.shape))
-            return self._slope_at[1]
+            if self._unit_slope.shape != q.shape:
+                self._unit_slope = np.ones(q.shape)
+            return self._unit_slope
         if self._slope_at is None or not np.array_equal(q, self._slope_at[0]):
             m = self.m_draws
             self._slope_at = (q.copy(), m * (1.0 - q) ** (m - 1))

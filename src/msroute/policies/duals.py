@@ -455,7 +455,10 @@ class _OpenSide:
         self.bounded = bounded
         self.fill = fill
         self.every = bool(bounded.all())
-        self.open: FloatArray | None = None if bounded.any() else np.full(bounded.shape, fill)
+        self.open: FloatArray | None = None
+        if not bounded.any():  # shared by every call: read-only, so no caller can change it
+            self.open = np.full(bounded.shape, fill)
+            self.open.setflags(write=False)
 
     def __call__(self, x: FloatArray) -> FloatArray:
         if self.every:

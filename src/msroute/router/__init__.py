@@ -8,8 +8,9 @@ Layering: ``problem/reward/projection`` <- ``policies`` <- ``router`` <- ``servi
 from __future__ import annotations
 
 from msroute.router.config import RouterConfig
-from msroute.router.core import DEFAULT_OMD_PARAMS, RoutedDecision, Router
+from msroute.router.core import Router
 from msroute.router.ope import Estimate, OPEResult, evaluate
+from msroute.router.state import DEFAULT_OMD_PARAMS, RoutedDecision
 
 __all__ = [
     "DEFAULT_OMD_PARAMS",

@@ -15,15 +15,13 @@ journaled (a full disk, an I/O error) raises ``JournalError`` and changes nothin
 or on disk, and a group is all or nothing; bounds and settings change by journaled events too
 (``Router.set_bounds``, ``Router.open(config=...)``). docs/operations.md states each guarantee.
 
-This module is the live layer: each call validates its input, journals its event and applies
-it through the same transition that replay uses (``_decide``, ``_apply_feedback``,
-``_apply_expire``, ``_apply_change``), so that no transition is written twice.
+This module is the live layer: each call validates its input, applies its event with
+``msroute.router.state.apply`` (the one transition function, which replay uses too) and journals
+it, inside a transaction that commits, or rolls back both journal and memory.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
 import json
 import logging
 import math
@@ -33,39 +31,44 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray
+from msroute._validation import FloatArray
 from msroute.errors import (
     DecisionConflictError,
-    InfeasibleConstraintsError,
     InvalidFeedbackError,
     InvalidValueError,
     JournalError,
     MSRouteError,
-    ResourceError,
     RouterConfigError,
     UnknownDecisionError,
 )
-from msroute.policies.base import BasePolicy, Decision
+from msroute.policies.base import BasePolicy
 from msroute.policies.omd import OMDApproachability
-from msroute.policies.registry import get_policy_class, make_policy
-from msroute.problem import Constraints, Problem
 from msroute.router import recovery
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Journal, MemoryJournal, open_journal
-from msroute.router.pending import Pending as _Pending
 from msroute.router.rows import export_row
-from msroute.router.snapshots import (
-    SNAPSHOT_RETRY_EVENTS,
+from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
+from msroute.router.state import (
+    DEFAULT_OMD_PARAMS,
+    AddExpert,
+    Configure,
+    Decide,
+    Expire,
+    Feedback,
+    Given,
+    RemoveExpert,
+    RoutedDecision,
+    RouterState,
+    SetBounds,
+    apply,
 )
-from msroute.router.streams import DecisionStreams
 
-__all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]
+__all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
 
 _log = logging.getLogger("msroute.router")
 
@@ -83,67 +86,6 @@ _SETTING_KEYS = frozenset(
         "name",
     }
 )
-
-#: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
-#: the model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
-#: decaying floor) with the multiplier that ``benchmarks/bench_router_defaults.py`` found best
-#: through the Router on both its workloads (real LLM answers with 14 task contexts, and TREC
-#: pools), and a budget margin of 3 standard deviations of the time-averaged realized cost, so
-#: that a budget holds in every run rather than on average over runs.
-DEFAULT_OMD_PARAMS: dict[str, Any] = {
-    "eta_schedule": "anytime",
-    "eta_mult": 0.001,
-    "variant": "model",
-    "budget_margin": 3.0,
-}
-
-
-@dataclass(frozen=True)
-class RoutedDecision:
-    """One routed query.
-
-    Attributes
-    ----------
-    decision_id : str
-        The id to send feedback with.
-    team : list of str
-        The distinct routed experts, in draw order.
-    draws : list of str
-        The M draws (ids; a multinomial policy may draw an expert more than once).
-    propensities : dict of str -> float, or None
-        The distribution the draws were sampled from (after the eligibility mask; experts with
-        probability 0 left out), or None for policies without a closed form.
-    policy_version : int
-        How many times the policy had learned (or changed experts) before this decision.
-    cost : dict of str -> float
-        The realized cost of the team by cost name (each distinct expert counted once).
-    deadline : float
-        Unix time at which the decision expires: a feedback at or after it is late (the
-        decision is expired at its deadline, not after it).
-    seq : int
-        The journal sequence number of the decision.
-    """
-
-    decision_id: str
-    team: list[str]
-    draws: list[str]
-    propensities: dict[str, float] | None
-    policy_version: int
-    cost: dict[str, float]
-    deadline: float
-    seq: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: decision_id, team, draws, propensities, policy_version, cost, deadline."""
-        return {
-            "decision_id": self.decision_id,
-            "team": list(self.team),
-            "draws": list(self.draws),
-            "propensities": None if self.propensities is None else dict(self.propensities),
-            "policy_version": self.policy_version,
-            "cost": dict(self.cost),
-            "deadline": self.deadline,
-        }
 
 
 class _Write:
@@ -323,11 +265,12 @@ class Router:
             for key in _FIXED_KEYS
             if getattr(cur, key) != getattr(new, key)
         ]
+        state = self._state
         for eid, vec in new.experts.items():
-            if eid in self._col and tuple(self._cost_rows[self._col[eid]]) != tuple(vec):
-                was = self._cost_rows[self._col[eid]]
+            if eid in state.col and tuple(state.cost_rows[state.col[eid]]) != tuple(vec):
+                was = state.cost_rows[state.col[eid]]
                 refused.append(f"experts.{eid} (cost {was} -> {list(vec)}: use a new id)")
-            elif eid in self._retired:
+            elif eid in state.retired:
                 refused.append(f"experts.{eid} (removed earlier; ids are never reused)")
         if refused:
             raise RouterConfigError(
@@ -338,11 +281,11 @@ class Router:
         changes: list[tuple[str, str | None, dict[str, Any]]] = [
             ("add_expert", eid, {"cost": list(vec)})
             for eid, vec in new.experts.items()
-            if eid not in self._col
+            if eid not in state.col
         ]
         if new.upper != cur.upper or new.lower != cur.lower:
             changes.append(("set_bounds", None, {"upper": new.upper, "lower": new.lower}))
-        changes += [("remove_expert", e, {}) for e in self._ids if e not in new.experts]
+        changes += [("remove_expert", e, {}) for e in state.ids if e not in new.experts]
         settings = {
             key: value
             for key, value in new.to_dict().items()
@@ -378,12 +321,10 @@ class Router:
         self._begin()
         try:
             for kind, ref, payload in changes:
-                if kind == "remove_expert":
-                    payload = {"expired": [d for d, p in self._pending.items() if ref in p.draws]}
-                policy = self._policy_after(kind, ref, payload)
-                self._append(kind, ref, time.time(), payload, None)
-                self._apply_change(kind, ref, payload, policy)
-                lines.append(f"{kind} {ref or ''} {payload}".replace("  ", " "))
+                event = self._event_of(kind, ref, payload)
+                policy = None if isinstance(event, Configure) else self._state.policy_after(event)
+                self._commit_event(event, time.time(), policy)
+                lines.append(f"{kind} {ref or ''} {event.payload()}".replace("  ", " "))
         except BaseException:
             self._journal.rollback()
             self._reload_committed()  # from _setup: no failed write pending
@@ -394,31 +335,22 @@ class Router:
             _log.warning("%s: configuration change applied: %s", self._journal.label, line)
         return lines
 
+    def _event_of(
+        self, kind: str, ref: str | None, payload: dict[str, Any]
+    ) -> AddExpert | RemoveExpert | SetBounds | Configure:
+        """The event of one of ``config_changes``' entries (a removal closes the decisions
+        pending on the expert when it is applied)."""
+        if kind == "add_expert":
+            return AddExpert(str(ref), list(payload["cost"]))
+        if kind == "remove_expert":
+            return self._removal(str(ref))
+        if kind == "set_bounds":
+            return SetBounds(dict(payload["upper"]), dict(payload["lower"]))
+        return Configure(dict(payload))
+
     def _setup(self, cfg: RouterConfig) -> None:
-        """Everything but the journal: the policy over the configured experts, empty state."""
-        self.config = cfg
-        self._ids: list[str] = list(cfg.experts)
-        self._col: dict[str, int] = {e: i for i, e in enumerate(self._ids)}
-        self._costs: FloatArray = np.array([cfg.experts[e] for e in self._ids], dtype=np.float64)
-        self._cost_rows: list[list[float]] = self._costs.tolist()
-        self._retired: set[str] = set()
-        self._layouts: list[list[str]] = [list(self._ids)]
-        cls = get_policy_class(cfg.policy)
-        self._omd = issubclass(cls, OMDApproachability)
-        # Every policy takes contexts: the OMD family learns one routing per context (shared
-        # dual), a context-free policy one routing for all; both journal each decision's context.
-        self._ctx: dict[str, int] = {c: i for i, c in enumerate(cfg.contexts or ())}
-        self._ctx_arrays = [np.array([i], dtype=np.int64) for i in range(len(self._ctx))]
-        self._constraints = self._constraints_of(cfg)
-        self.policy: BasePolicy = self._build_policy(self._costs)
-        self._n = 0  # decisions made
-        self._applied = 0
-        self._late = 0
-        self._expired = 0
-        self._version = 0
-        self._cost_sum: FloatArray = np.zeros(len(cfg.cost_names))
-        self._pending: dict[str, _Pending] = {}
-        self._deadlines: list[tuple[float, int, str]] = []  # heap of (deadline, n, id)
+        """Everything but the journal: the state before any event, no transaction."""
+        self._state = RouterState.initial(cfg)
         self._depth = 0  # group() nesting
         self._failed: BaseException | None = None  # state unknown: reopen() needed
         self._txn_error: BaseException | None = None  # a write of the open transaction failed
@@ -428,40 +360,19 @@ class Router:
         self._snap_seq = 0
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
 
-    @staticmethod
-    def _constraints_of(cfg: RouterConfig) -> Constraints:
-        return Constraints(
-            upper=[cfg.upper.get(n) for n in cfg.cost_names],
-            lower=[cfg.lower.get(n) for n in cfg.cost_names],
-            names=cfg.cost_names,
-        )
+    @property
+    def config(self) -> RouterConfig:
+        """The configuration the router runs now (as changed by its journaled events)."""
+        return self._state.config
+
+    @property
+    def policy(self) -> BasePolicy:
+        """The policy (R = 1) that routes the queries."""
+        return self._state.policy
 
     def _attach(self, journal: Journal | MemoryJournal) -> None:
         """Use this journal."""
         self._journal: Journal | MemoryJournal = journal
-
-    def _build_policy(
-        self, costs: FloatArray, constraints: Constraints | None = None
-    ) -> BasePolicy:
-        """The policy over these experts under these bounds (default: the current ones);
-        InfeasibleConstraintsError, ... when impossible."""
-        cfg = self.config
-        problem = Problem(costs, cfg.m_draws, constraints or self._constraints)
-        kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
-        if self._omd:
-            kwargs.update(DEFAULT_OMD_PARAMS)
-            kwargs["n_contexts"] = max(1, len(self._ctx))
-        kwargs.update(cfg.params)
-        try:
-            policy = make_policy(cfg.policy, problem, **kwargs)
-        except (InfeasibleConstraintsError, ResourceError):  # they name the cost, or M
-            raise
-        except (TypeError, ValueError) as exc:  # a bad [params] value, or K too small
-            raise RouterConfigError(f"params: {exc}") from exc
-        if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
-            problem.check_feasible(0.0)
-        policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
-        return policy
 
     # ------------------------------------------------------------------ properties
     @property
@@ -477,12 +388,12 @@ class Router:
     @property
     def expert_ids(self) -> list[str]:
         """The current experts' ids."""
-        return list(self._ids)
+        return list(self._state.ids)
 
     @property
     def context_names(self) -> list[str]:
         """The context names (empty for a context-free router)."""
-        return list(self._ctx)
+        return list(self._state.contexts)
 
     @property
     def journal_path(self) -> Path | None:
@@ -745,14 +656,16 @@ class Router:
             if known is not None:
                 return known
             self._check_client_id(decision_id)
-        ctx = self._context_index(context)
-        mask = self._eligible_mask(eligible)
+        state = self._state
+        ctx = state.context_index(context)
+        mask = state.eligible_mask(eligible)
         with self._write():
             now = time.time()
             self._expire_due(now)
-            did = f"{self._run_id}-{self._n}" if decision_id is None else decision_id
-            seq = self._journal.last_seq + 1
-            routed, payload, blob = self._decide(did, ctx, mask, now, seq)
+            did = f"{self._run_id}-{state.n}" if decision_id is None else decision_id
+            decided = apply(state, Decide(did, ctx, mask, now, self._journal.last_seq + 1))
+            assert decided is not None
+            routed, payload, blob = decided
             payload["context"] = context
             payload["eligible"] = None if eligible is None else list(eligible)
             # Unmasked decisions of a context share their distribution until the policy learns.
@@ -769,99 +682,6 @@ class Router:
                 f"decision_id: {did!r} has the form of the ids this router generates "
                 f"({prefix}<n>); choose an id without the prefix {prefix!r}"
             )
-
-    def _context_index(self, context: str | None) -> int | None:
-        if not self._ctx:
-            if context is not None:
-                raise InvalidFeedbackError(f"context: this router has no contexts, got {context!r}")
-            return None
-        if context not in self._ctx:
-            raise InvalidFeedbackError(
-                f"context: unknown context {context!r}; known: {list(self._ctx)}"
-            )
-        return self._ctx[context]
-
-    def _eligible_mask(self, eligible: Sequence[str] | None) -> np.ndarray | None:
-        if eligible is None:
-            return None
-        if isinstance(eligible, str) or not isinstance(eligible, Sequence | set | frozenset):
-            raise InvalidFeedbackError(f"eligible: must be a list of expert ids, got {eligible!r}")
-        if len(eligible) == 0:
-            raise InvalidFeedbackError("eligible: empty; give at least one expert id")
-        mask = np.zeros((1, len(self._ids)), dtype=bool)
-        for e in eligible:
-            col = self._col.get(e) if isinstance(e, str) else None
-            if col is None:
-                raise InvalidFeedbackError(f"eligible: unknown expert id {e!r}")
-            mask[0, col] = True
-        return None if mask.all() else mask  # all eligible: the unmasked path, as select() does
-
-    def _decide(
-        self, did: str, ctx: int | None, mask: np.ndarray | None, now: float, seq: int
-    ) -> tuple[RoutedDecision, dict[str, Any], bytes | None]:
-        """Decision ``n = self._n`` (mutates the policy and the router's state)."""
-        n = self._n
-        streams = self.policy.streams
-        assert isinstance(streams, DecisionStreams)
-        streams.start(n)
-        dec = self.policy.select_trusted(None if ctx is None else self._ctx_arrays[ctx], mask)
-        cols = dec.draws[0].tolist()
-        ids = self._ids
-        draws = [ids[c] for c in cols]
-        team_cols = list(dict.fromkeys(cols))
-        team = [ids[c] for c in team_cols]
-        cost = self._team_cost(team_cols)
-        drawn = propensities = None
-        if dec.probs is not None:
-            probs = dec.probs[0].tolist()
-            drawn = tuple(probs[c] for c in cols)
-            # The support only: with a mask, or a policy that puts no mass on some experts.
-            propensities = (
-                dict(zip(ids, probs, strict=True))
-                if min(probs) > 0.0
-                else {e: p for e, p in zip(ids, probs, strict=True) if p > 0.0}
-            )
-        deadline = now + self.config.feedback_ttl_s
-        cost_list = cost.tolist()
-        routed = RoutedDecision(
-            decision_id=did,
-            team=team,
-            draws=draws,
-            propensities=propensities,
-            policy_version=self._version,
-            cost=dict(zip(self.config.cost_names, cost_list, strict=True)),
-            deadline=deadline,
-            seq=seq,
-        )
-        layout = self._layout
-        self._pending[did] = _Pending(n, tuple(draws), drawn, ctx, cost, deadline, dec, layout, seq)
-        heapq.heappush(self._deadlines, (deadline, n, did))
-        self._cost_sum += cost
-        self._n = n + 1
-        payload: dict[str, Any] = {
-            "n": n,
-            "draws": draws,
-            "team": team,
-            "probs": None if drawn is None else list(drawn),
-            "cost": cost_list,
-            "deadline": deadline,
-            "version": routed.policy_version,
-            "layout": layout,
-        }
-        return routed, payload, None if dec.probs is None else dec.probs[0].tobytes()
-
-    def _team_cost(self, team_cols: list[int]) -> FloatArray:
-        """The team's cost vector, each distinct expert once: the same floats as
-        ``costs[team_cols].sum(axis=0)`` (which adds the rows in order), in Python."""
-        rows = self._cost_rows
-        total = rows[team_cols[0]]
-        for col in team_cols[1:]:
-            total = [a + b for a, b in zip(total, rows[col], strict=True)]
-        return np.array(total, dtype=np.float64)
-
-    @property
-    def _layout(self) -> int:
-        return len(self._layouts) - 1
 
     def _lookup(
         self, did: str, context: str | None, eligible: Sequence[str] | None
@@ -894,7 +714,7 @@ class Router:
     def _routed_from_event(
         self, did: str, seq: int, payload: dict[str, Any], blob: bytes | None
     ) -> RoutedDecision:
-        layout = self._layouts[payload["layout"]]
+        layout = self._state.layouts[payload["layout"]]
         props = None
         if blob is not None:
             probs = np.frombuffer(blob, dtype=np.float64).tolist()
@@ -953,11 +773,11 @@ class Router:
         if not isinstance(decision_id, str):
             raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
         r = self._check_reward(reward)
-        pending = self._pending.get(decision_id)
+        pending = self._state.pending.get(decision_id)
         closed = None
         if pending is None:
             closed = self._closed_status(decision_id)
-            realized = np.asarray(self._decision_cost(decision_id), dtype=np.float64)
+            realized = self._decision_cost(decision_id)
         else:
             realized = pending.cost
         c = self._check_cost(cost, realized)
@@ -967,21 +787,15 @@ class Router:
         with self._write():
             now = time.time()
             self._expire_due(now)
-            pending = self._pending.get(decision_id)  # it may just have expired
+            pending = self._state.pending.get(decision_id)  # it may just have expired
             status = "applied" if pending is not None else closed or "late"
-            self._log_feedback(decision_id, status, r, c, now)
-            self._apply_feedback(decision_id, pending, r, c, realized)
+            self._commit_event(Feedback(decision_id, r, c, realized, status), now)
         return status
 
-    def _log_feedback(
-        self, did: str, status: str, reward: float, cost: FloatArray | None, now: float
-    ) -> None:
-        payload = {
-            "reward": reward,
-            "cost": None if cost is None else cost.tolist(),
-            "status": status,
-        }
-        self._append("feedback", did, now, payload, None)
+    def _commit_event(self, event: Given, now: float, policy: BasePolicy | None = None) -> None:
+        """Journal an event other than a decision, then apply it (inside a transaction)."""
+        self._append(event.kind, event.ref, now, event.payload(), None)
+        apply(self._state, event, policy=policy)
 
     def _check_reward(self, reward: object) -> float:
         if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
@@ -1040,51 +854,12 @@ class Router:
             return "duplicate"  # applied, or already logged late or for a removed expert
         return "late" if "expire" in kinds else "expert_removed"
 
-    def _decision_cost(self, did: str) -> list[float]:
+    def _decision_cost(self, did: str) -> FloatArray:
+        """The routed team's cost of a decision that is no longer pending (from the journal)."""
         for _, kind, _, _, payload, _ in self._journal.events_of(did):
             if kind == "decision":
-                return list(payload["cost"])
+                return np.array(payload["cost"], dtype=np.float64)
         raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
-
-    def _apply_feedback(
-        self,
-        did: str,
-        pending: _Pending | None,
-        reward: float,
-        cost: FloatArray | None,
-        realized: FloatArray,
-        trusted: bool = True,
-    ) -> None:
-        """Learn a feedback; ``trusted=False`` (a journal's event) re-checks it in the policy."""
-        if cost is not None:
-            self._cost_sum += cost - realized
-        if pending is None:
-            self._late += 1
-            return
-        del self._pending[did]
-        learned = pending.cost if cost is None else cost
-        learn = self.policy.update_trusted if trusted else self.policy.update
-        learn(self._decision_of(pending), np.array([reward]), learned[None, :])
-        self._applied += 1
-        self._version += 1
-
-    def _decision_of(self, p: _Pending) -> Decision:
-        """The policy's decision value for the current expert layout."""
-        if p.decision is not None and p.layout == self._layout:
-            return p.decision
-        cols = np.array([[self._col[e] for e in p.draws]], dtype=np.int64)
-        probs = None
-        if p.blob is not None and p.blob_layout == self._layout:  # restored: as live holds it
-            probs = np.frombuffer(p.blob, dtype=np.float64)[None, :]
-        elif p.probs is not None:
-            probs = np.zeros((1, len(self._ids)))
-            probs[0, cols[0]] = p.probs
-        return self._cache_decision(p, cols, probs)
-
-    def _cache_decision(self, p: _Pending, cols: IntArray, probs: FloatArray | None) -> Decision:
-        ctx = None if p.context is None else self._ctx_arrays[p.context]
-        p.decision, p.layout = Decision(cols, probs, ctx, p.n), self._layout
-        return p.decision
 
     # ------------------------------------------------------------------ expiry
     def expire(self, now: float | None = None) -> int:
@@ -1098,30 +873,12 @@ class Router:
             return self._expire_due(time.time() if now is None else float(now))
 
     def _expire_due(self, now: float) -> int:
-        count = 0
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, _, did = heapq.heappop(heap)
-            pending = self._pending.get(did)
-            if pending is None:
-                continue
-            default = self.config.on_missing
-            reward = None if default == "drop" else float(default)
-            self._append("expire", did, now, {"reward": reward}, None)
-            self._apply_expire(did, pending, reward)
-            count += 1
-        return count
-
-    def _apply_expire(
-        self, did: str, pending: _Pending, reward: float | None, trusted: bool = True
-    ) -> None:
-        del self._pending[did]
-        self._expired += 1
-        if reward is not None:
-            decision = self._decision_of(pending)
-            learn = self.policy.update_trusted if trusted else self.policy.update
-            learn(decision, np.array([reward]), pending.cost[None, :])
-            self._version += 1
+        default = self.config.on_missing
+        reward = None if default == "drop" else float(default)
+        due = self._state.due(now)
+        for did in due:
+            self._commit_event(Expire(did, reward), now)
+        return len(due)
 
     # ------------------------------------------------------------------ experts
     def add_expert(self, expert_id: str, cost: Mapping[str, float] | Sequence[float]) -> None:
@@ -1131,11 +888,12 @@ class Router:
         exploration floor (OMD), with fresh statistics (the baselines).
         """
         self._check_usable()
+        state = self._state
         if not isinstance(expert_id, str) or not expert_id:
             raise InvalidFeedbackError(f"expert_id: must be a non-empty string, got {expert_id!r}")
-        if expert_id in self._col:
+        if expert_id in state.col:
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is already an expert")
-        if expert_id in self._retired:
+        if expert_id in state.retired:
             raise InvalidFeedbackError(
                 f"expert_id: {expert_id!r} was removed; ids are never reused (pick a new one)"
             )
@@ -1143,11 +901,7 @@ class Router:
             vec = cost_vector(cost, self.config.cost_names, "cost")
         except RouterConfigError as exc:
             raise InvalidFeedbackError(str(exc)) from exc
-        payload = {"cost": list(vec)}
-        policy = self._policy_after("add_expert", expert_id, payload)  # raises before any change
-        with self._write():
-            self._append("add_expert", expert_id, time.time(), payload, None)
-            self._apply_change("add_expert", expert_id, payload, policy)
+        self._change(AddExpert(expert_id, list(vec)))
 
     def remove_expert(self, expert_id: str) -> None:
         """Remove an expert; its id is never reused.
@@ -1157,16 +911,23 @@ class Router:
         ``"expert_removed"`` and is logged, not learned.
         """
         self._check_usable()
-        if not isinstance(expert_id, str) or expert_id not in self._col:
+        if not isinstance(expert_id, str) or expert_id not in self._state.col:
             raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r:.80}")
-        if len(self._ids) == 1:
+        if len(self._state.ids) == 1:
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
-        gone = [d for d, p in self._pending.items() if expert_id in p.draws]
-        payload: dict[str, Any] = {"expired": gone}
-        policy = self._policy_after("remove_expert", expert_id, payload)
+        self._change(self._removal(expert_id))
+
+    def _removal(self, expert_id: str) -> RemoveExpert:
+        """The removal of an expert, closing the pending decisions that routed to it."""
+        gone = [d for d, p in self._state.pending.items() if expert_id in p.draws]
+        return RemoveExpert(expert_id, gone)
+
+    def _change(self, event: AddExpert | RemoveExpert | SetBounds) -> None:
+        """An expert or bounds change in its own transaction; its policy is built (and the
+        change checked) before anything is written."""
+        policy = self._state.policy_after(event)  # raises before any change
         with self._write():
-            self._append("remove_expert", expert_id, time.time(), payload, None)
-            self._apply_change("remove_expert", expert_id, payload, policy)
+            self._commit_event(event, time.time(), policy)
 
     # ------------------------------------------------------------------ bounds and configuration
     def set_bounds(
@@ -1197,21 +958,15 @@ class Router:
         bounds, restarts (``BasePolicy.resized``).
         """
         self._check_usable()
-        payload = self._bounds_payload(upper, lower)
-        if payload is None:
-            return
-        policy = self._policy_after("set_bounds", None, payload)  # raises before any change
-        with self._write():
-            self._append("set_bounds", None, time.time(), payload, None)
-            self._apply_change("set_bounds", None, payload, policy)
+        event = self._bounds_event(upper, lower)
+        if event is not None:
+            self._change(event)
 
-    def _bounds_payload(self, upper: object, lower: object) -> dict[str, dict[str, float]] | None:
+    def _bounds_event(self, upper: object, lower: object) -> SetBounds | None:
         """The full new bounds of a ``set_bounds`` call (None when they do not change)."""
+        cur = self.config
         merged: dict[str, dict[str, float]] = {}
-        for key, given, current in (
-            ("upper", upper, self.config.upper),
-            ("lower", lower, self.config.lower),
-        ):
+        for key, given, current in (("upper", upper, cur.upper), ("lower", lower, cur.lower)):
             out = dict(current)
             if given is not None:
                 if not isinstance(given, Mapping):
@@ -1220,125 +975,50 @@ class Router:
                     )
                 for name, value in given.items():
                     if value is None:
-                        if name not in self.config.cost_names:
+                        if name not in cur.cost_names:
                             raise InvalidFeedbackError(
-                                f"{key}.{name}: unknown cost name; known: "
-                                f"{list(self.config.cost_names)}"
+                                f"{key}.{name}: unknown cost name; known: {list(cur.cost_names)}"
                             )
                         out.pop(name, None)
                     else:
                         out[name] = value
             merged[key] = out
         try:
-            cfg = self._config_with(constraints=merged)
+            cfg = self._state.config_with(constraints=merged)
         except RouterConfigError as exc:
             raise InvalidFeedbackError(str(exc).replace("constraints.", "")) from exc
-        if cfg.upper == self.config.upper and cfg.lower == self.config.lower:
+        if cfg.upper == cur.upper and cfg.lower == cur.lower:
             return None
-        return {"upper": dict(cfg.upper), "lower": dict(cfg.lower)}
-
-    def _config_with(self, **changes: Any) -> RouterConfig:
-        """The current configuration with some keys changed (validated)."""
-        return RouterConfig.from_dict({**self.config.to_dict(), **changes})
-
-    def _policy_after(
-        self, kind: str, ref: str | None, payload: dict[str, Any]
-    ) -> BasePolicy | None:
-        """The policy after an expert or bounds change (carrying what the current one
-        learned), or None for a change that keeps the policy. Raises (InfeasibleConstraints-
-        Error, ...) before anything changes."""
-        if kind == "add_expert":
-            ids = [*self._ids, str(ref)]
-            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
-            return self._resized_policy(ids, costs)
-        if kind == "remove_expert":
-            keep = [i for i, e in enumerate(self._ids) if e != ref]
-            return self._resized_policy([self._ids[i] for i in keep], self._costs[keep])
-        if kind == "set_bounds":
-            cfg = self._config_with(constraints=payload)
-            return self._resized_policy(self._ids, self._costs, self._constraints_of(cfg))
-        return None
-
-    def _apply_change(
-        self, kind: str, ref: str | None, payload: dict[str, Any], policy: BasePolicy | None
-    ) -> None:
-        """Apply an expert, bounds or configuration change: the one transition that live
-        calls (with the policy they checked) and replay (``policy`` None: built here) share."""
-        if policy is None:
-            policy = self._policy_after(kind, ref, payload)
-        if kind == "add_expert":
-            ids = [*self._ids, str(ref)]
-            costs = np.vstack([self._costs, np.array(payload["cost"], dtype=np.float64)[None, :]])
-        elif kind == "remove_expert":
-            keep = [i for i, e in enumerate(self._ids) if e != ref]
-            ids, costs = [self._ids[i] for i in keep], self._costs[keep]
-            for did in payload["expired"]:
-                del self._pending[did]
-                self._expired += 1
-            self._retired.add(str(ref))
-        elif kind == "set_bounds":
-            self.config = self._config_with(constraints=payload)
-            self._constraints = self._constraints_of(self.config)
-            ids, costs = self._ids, self._costs
-        else:  # "configure": keys that change no state but the configuration itself
-            self.config = self._config_with(**payload)
-            if not self._journal.in_transaction:  # replay; reconfigure() sets it after COMMIT
-                self._journal.set_sync(self.config.journal_sync)
-            return
-        assert policy is not None
-        self._install(ids, costs, policy)
-
-    def _resized_policy(
-        self, ids: list[str], costs: FloatArray, constraints: Constraints | None = None
-    ) -> BasePolicy:
-        """A policy over the new expert set (and bounds) carrying what the current one learned
-        (the policy resizes itself: ``BasePolicy.resized``)."""
-        problem = Problem(costs, self.config.m_draws, constraints or self._constraints)
-        new = self.policy.resized(problem, [self._col.get(e) for e in ids])
-        if not self._omd:  # OMD checked Assumption 1 with its floor; the others route teams
-            problem.check_feasible(0.0)
-        new.streams = DecisionStreams(self.config.seed, new.streams.uniforms.block)
-        return new
-
-    def _install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
-        if list(ids) != self._ids:
-            experts = {e: tuple(row) for e, row in zip(ids, costs.tolist(), strict=True)}
-            self.config = dataclasses.replace(self.config, experts=experts)
-        self._ids = list(ids)
-        self._col = {e: i for i, e in enumerate(self._ids)}
-        self._costs = costs
-        self._cost_rows = costs.tolist()
-        self._layouts.append(list(self._ids))
-        self.policy = policy
-        self._version += 1
+        return SetBounds(dict(cfg.upper), dict(cfg.lower))
 
     # ------------------------------------------------------------------ reports
     def state(self) -> dict[str, Any]:
         """A JSON-ready summary of the router (counters, averages, bounds, q)."""
+        st = self._state
         names = self.config.cost_names
-        avg = self._cost_sum / self._n if self._n else np.zeros(len(names))
+        avg = st.cost_sum / st.n if st.n else np.zeros(len(names))
         out: dict[str, Any] = {
             "name": self.name,
             "policy": self.config.policy,
-            "decisions": self._n,
-            "feedback_applied": self._applied,
-            "feedback_late": self._late,
-            "pending": len(self._pending),
-            "expired": self._expired,
-            "policy_version": self._version,
-            "experts": list(self._ids),
+            "decisions": st.n,
+            "feedback_applied": st.applied,
+            "feedback_late": st.late,
+            "pending": len(st.pending),
+            "expired": st.expired,
+            "policy_version": st.version,
+            "experts": list(st.ids),
             "cost_names": list(names),
-            "contexts": list(self._ctx),
+            "contexts": list(st.contexts),
             "avg_cost": dict(zip(names, avg.tolist(), strict=True)),
             "bounds": {"upper": dict(self.config.upper), "lower": dict(self.config.lower)},
             "q": None,
             "seq": self._journal.last_seq,
         }
         if isinstance(self.policy, OMDApproachability):
-            q = self.policy.q.reshape(len(self._ctx) or 1, len(self._ids))  # R = 1
-            tables = [dict(zip(self._ids, row.tolist(), strict=True)) for row in q]
-            if self._ctx:
-                out["q_by_context"] = dict(zip(self._ctx, tables, strict=True))
+            q = self.policy.q.reshape(len(st.contexts) or 1, len(st.ids))  # R = 1
+            tables = [dict(zip(st.ids, row.tolist(), strict=True)) for row in q]
+            if st.contexts:
+                out["q_by_context"] = dict(zip(st.contexts, tables, strict=True))
             else:
                 out["q"] = tables[0]
         return out
@@ -1361,11 +1041,11 @@ class Router:
         names and shapes (``decision_id``, ``propensities`` by expert, ``cost`` by name; see
         ``msroute.router.rows`` and its JSON Schema), as ``GET .../decisions`` serves them."""
         names = self.config.cost_names
-        layouts = self._layouts
+        layouts, current = self._state.layouts, self._state.layout
         return [
             export_row(
                 event,
-                layouts[event[4].get("layout", self._layout)] if event[1] == "decision" else (),
+                layouts[event[4].get("layout", current)] if event[1] == "decision" else (),
                 names,
             )
             for event in self._journal.events(int(seq), int(limit))

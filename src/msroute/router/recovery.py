@@ -2,10 +2,10 @@
 
 ``load`` rebuilds a router from its journal (the newest readable snapshot, then a replay of the
 events after it), ``take_snapshot`` writes a snapshot, ``replay`` applies one logged event. A
-replayed event goes through the same transition as the live call that logged it (the router's
-``_decide``, ``_apply_feedback``, ``_apply_expire``, ``_apply_change``); replay adds only the
-checks that the journal agrees with itself (a decision re-derives as logged, a feedback's status
-matches the pending set). What a snapshot holds: ``msroute.router.snapshots``.
+replayed event is read back into its ``msroute.router.state`` event and goes through the same
+``apply`` as the live call that logged it; replay adds only the checks that the journal agrees
+with itself (a decision re-derives as logged, a feedback's status matches the pending set).
+What a snapshot holds: ``msroute.router.snapshots``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,21 @@ import numpy as np
 from msroute.errors import JournalError, MSRouteError
 from msroute.policies.persist import policy_bytes, policy_from_bytes
 from msroute.router.config import RouterConfig
-from msroute.router.journal import Event
-from msroute.router.pending import Pending as _Pending
+from msroute.router.journal import Event as JournalEvent
+from msroute.router.pending import Pending
 from msroute.router.snapshots import SNAPSHOTS_KEPT, check_snapshot_state, snapshot_state
+from msroute.router.state import (
+    AddExpert,
+    Configure,
+    Decide,
+    EventMismatch,
+    Expire,
+    Feedback,
+    RemoveExpert,
+    RouterState,
+    SetBounds,
+    apply,
+)
 from msroute.router.streams import DecisionStreams
 
 if TYPE_CHECKING:
@@ -45,7 +57,7 @@ def load(router: Router, use_snapshot: bool) -> None:
     for seq, blob, raw in journal.snapshots() if use_snapshot else ():
         label = f"{journal.label}: snapshot {seq}"
         try:
-            _restore(router, blob, check_snapshot_state(raw, label), seq)
+            router._state = _restore(router, blob, check_snapshot_state(raw, label), seq)
         except (MSRouteError, ValueError, KeyError, TypeError) as exc:
             _log.warning("%s: not used: %s", label, exc)
             router._setup(router._base_config)
@@ -57,70 +69,66 @@ def load(router: Router, use_snapshot: bool) -> None:
     router._snap_seq = after
 
 
-def _restore_decision(router: Router, did: str, p: _Pending) -> None:
-    """Give a pending decision restored from a snapshot the whole distribution it was
-    drawn from, read back from its journal event, as the live router holds it: a policy
-    may learn from every expert's probability, not only the drawn ones' (OMD's model
-    estimator does). Only while the expert layout is still the decision's, as live."""
-    for _, kind, _, _, payload, blob in router._journal.events_of(did):
-        if kind == "decision" and blob is not None and payload["layout"] == router._layout:
-            cols = np.array([[router._col[e] for e in p.draws]], dtype=np.int64)
-            router._cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
-
-
 def take_snapshot(router: Router) -> None:
     """Write a snapshot in its own transaction (outside any group)."""
-    seq = router._journal.last_seq
-    blob = policy_bytes(router.policy)
-    state = snapshot_state(
-        ids=router._ids,
-        costs=router._costs.tolist(),
-        retired=sorted(router._retired),
-        layouts=router._layouts,
+    journal, state = router._journal, router._state
+    seq = journal.last_seq
+    blob = policy_bytes(state.policy)
+    fields = snapshot_state(
+        ids=state.ids,
+        costs=state.costs.tolist(),
+        retired=sorted(state.retired),
+        layouts=state.layouts,
         counters={
-            "n": router._n,
-            "applied": router._applied,
-            "late": router._late,
-            "expired": router._expired,
-            "version": router._version,
+            "n": state.n,
+            "applied": state.applied,
+            "late": state.late,
+            "expired": state.expired,
+            "version": state.version,
         },
-        cost_sum=router._cost_sum.tolist(),
-        config=router.config.to_dict(),
-        pending_from=min((p.seq for p in router._pending.values()), default=seq + 1),
-        pending=len(router._pending),
+        cost_sum=state.cost_sum.tolist(),
+        config=state.config.to_dict(),
+        pending_from=min((p.seq for p in state.pending.values()), default=seq + 1),
+        pending=len(state.pending),
     )
     try:
-        router._journal.begin()
-        router._journal.put_snapshot(seq, blob, state, keep=SNAPSHOTS_KEPT)
-        router._journal.commit()
+        journal.begin()
+        journal.put_snapshot(seq, blob, fields, keep=SNAPSHOTS_KEPT)
+        journal.commit()
     except (sqlite3.Error, OSError) as exc:
-        router._journal.rollback()
-        raise JournalError(f"{router._journal.label}: cannot store a snapshot: {exc}") from exc
+        journal.rollback()
+        raise JournalError(f"{journal.label}: cannot store a snapshot: {exc}") from exc
     router._snap_seq = seq
 
 
-def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> None:
-    """The state of snapshot ``seq`` (``st``: checked by ``read_snapshot_state``)."""
-    router._ids = list(st["ids"])
-    router._col = {e: i for i, e in enumerate(router._ids)}
-    router._costs = np.array(st["costs"], dtype=np.float64).reshape(len(router._ids), -1)
-    router._cost_rows = router._costs.tolist()
-    router._retired = set(st["retired"])
-    router._layouts = [list(x) for x in st["layouts"]]
-    if "config" in st:  # the configuration as changed by events before the snapshot
-        router.config = RouterConfig.from_dict(st["config"])
-        router._constraints = router._constraints_of(router.config)
+def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> RouterState:
+    """The state of snapshot ``seq`` (``st``: checked by ``check_snapshot_state``), with its
+    pending decisions found again and re-armed: they expire as if never stopped."""
+    fresh = router._state
+    # The configuration as changed by the events before the snapshot (format 1 has none).
+    cfg = RouterConfig.from_dict(st["config"]) if "config" in st else fresh.config
     policy = policy_from_bytes(blob, f"{router._journal.label}: snapshot")
-    policy.streams = DecisionStreams(router.config.seed, policy.streams.uniforms.block)
-    router.policy = policy
+    policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
+    ids = list(st["ids"])
     counters = st.get("counters", st)
-    router._n, router._applied = int(counters["n"]), int(counters["applied"])
-    router._late, router._expired = int(counters["late"]), int(counters["expired"])
-    router._version = int(counters["version"])
-    router._cost_sum = np.array(st["cost_sum"], dtype=np.float64)
+    state = RouterState(
+        config=cfg,
+        policy=policy,
+        ids=ids,
+        costs=np.array(st["costs"], dtype=np.float64).reshape(len(ids), -1),
+        contexts=fresh.contexts,
+        retired=set(st["retired"]),
+        layouts=[list(x) for x in st["layouts"]],
+        n=int(counters["n"]),
+        applied=int(counters["applied"]),
+        late=int(counters["late"]),
+        expired=int(counters["expired"]),
+        version=int(counters["version"]),
+        cost_sum=np.array(st["cost_sum"], dtype=np.float64),
+    )
     if "pending" in st and isinstance(st["pending"], dict):  # snapshots of format 1
         for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
-            router._pending[did] = _Pending(
+            state.pending[did] = Pending(
                 int(n),
                 tuple(draws),
                 None if probs is None else tuple(probs),
@@ -131,24 +139,39 @@ def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> None:
                 -1,
                 0,
             )
-            _restore_decision(router, did, router._pending[did])
+            _restore_decision(router, state, did)
     else:
-        _pending_from_journal(router, int(st["pending_from"]), seq, int(st["pending"]))
-    for did, p in router._pending.items():  # re-armed: they expire as if never stopped
-        heapq.heappush(router._deadlines, (p.deadline, p.n, did))
+        _pending_from_journal(router, state, int(st["pending_from"]), seq, int(st["pending"]))
+    for did, p in state.pending.items():
+        heapq.heappush(state.deadlines, (p.deadline, p.n, did))
+    return state
 
 
-def _pending_from_journal(router: Router, first: int, last: int, count: int) -> None:
+def _restore_decision(router: Router, state: RouterState, did: str) -> None:
+    """Give a pending decision restored from a snapshot the whole distribution it was
+    drawn from, read back from its journal event, as the live router holds it: a policy
+    may learn from every expert's probability, not only the drawn ones' (OMD's model
+    estimator does). Only while the expert layout is still the decision's, as live."""
+    p = state.pending[did]
+    for _, kind, _, _, payload, blob in router._journal.events_of(did):
+        if kind == "decision" and blob is not None and payload["layout"] == state.layout:
+            cols = np.array([[state.col[e] for e in p.draws]], dtype=np.int64)
+            state.cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
+
+
+def _pending_from_journal(
+    router: Router, state: RouterState, first: int, last: int, count: int
+) -> None:
     """The decisions pending at snapshot ``last``, found again in the journal's events
     ``first .. last``: the decisions among them that no feedback, expiry or expert
     removal closed. ``count``: how many the snapshot says there are."""
-    pending = router._pending
+    pending = state.pending
     shared = b""  # consecutive decisions mostly hold the same distribution: one copy
     for seq, kind, ref, _, payload, blob in router._journal.events(first - 1, last - first + 1):
         if kind == "decision" and ref is not None:
-            ctx = None if payload["context"] is None else router._ctx[payload["context"]]
+            ctx = None if payload["context"] is None else state.contexts[payload["context"]]
             probs = payload["probs"]
-            p = _Pending(
+            p = Pending(
                 int(payload["n"]),
                 tuple(payload["draws"]),
                 None if probs is None else tuple(probs),
@@ -176,48 +199,60 @@ def _pending_from_journal(router: Router, first: int, last: int, count: int) -> 
         )
 
 
-def replay(router: Router, event: Event) -> None:
+def replay(router: Router, event: JournalEvent) -> None:
     """Apply one journal event (no write); a decision is re-derived and verified."""
-    seq, kind, ref, now, payload, blob = event
+    seq, kind, ref, _, payload, _ = event
     label = router._journal.label
-    if kind in ("set_bounds", "configure"):
-        router._apply_change(kind, ref, payload, None)
-        return
+    state = router._state
+    try:
+        if kind == "decision":
+            _replay_decision(router, event)
+        elif kind == "configure":
+            apply(state, Configure(dict(payload)))
+            if not router._journal.in_transaction:  # reconfigure() sets it after its COMMIT
+                router._journal.set_sync(state.config.journal_sync)
+        elif kind == "set_bounds":
+            apply(state, SetBounds(dict(payload["upper"]), dict(payload["lower"])), trusted=False)
+        elif ref is None:
+            raise JournalError(f"{label}: event {seq} ({kind}) has no id")
+        elif kind == "feedback":
+            pending = state.pending.get(ref)
+            realized = pending.cost if pending is not None else router._decision_cost(ref)
+            cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
+            fed = Feedback(ref, float(payload["reward"]), cost, realized, payload["status"])
+            apply(state, fed, trusted=False)
+        elif kind == "expire":
+            apply(state, Expire(ref, payload["reward"]), trusted=False)
+        elif kind == "add_expert":
+            apply(state, AddExpert(ref, list(payload["cost"])), trusted=False)
+        elif kind == "remove_expert":
+            apply(state, RemoveExpert(ref, list(payload["expired"])), trusted=False)
+        else:
+            raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
+    except EventMismatch as exc:
+        raise JournalError(f"{label}: event {seq}: {exc}") from exc
+
+
+def _replay_decision(router: Router, event: JournalEvent) -> None:
+    """Re-derive a logged decision and check that it comes out as logged."""
+    seq, _, ref, now, payload, blob = event
+    label = router._journal.label
+    state = router._state
     if ref is None:
-        raise JournalError(f"{label}: event {seq} ({kind}) has no id")
-    if kind == "decision":
-        if payload["n"] != router._n:
-            raise JournalError(
-                f"{label}: event {seq}: decision {ref!r} is number {payload['n']}, the replay "
-                f"is at {router._n} (events missing?)"
-            )
-        ctx = router._context_index(payload["context"])
-        mask = router._eligible_mask(payload["eligible"])
-        _, redone, probs = router._decide(ref, ctx, mask, now, seq)
-        router._pending[ref].deadline = float(payload["deadline"])
-        if redone["draws"] != payload["draws"] or probs != blob:
-            raise JournalError(
-                f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "
-                f"as draws {redone['draws']} but the journal has {payload['draws']}"
-                + ("" if redone["draws"] != payload["draws"] else " (propensities differ)")
-            )
-    elif kind == "feedback":
-        pending = router._pending.get(ref)
-        realized = (
-            pending.cost
-            if pending is not None
-            else np.array(router._decision_cost(ref), dtype=np.float64)
+        raise JournalError(f"{label}: event {seq} (decision) has no id")
+    if payload["n"] != state.n:
+        raise JournalError(
+            f"{label}: event {seq}: decision {ref!r} is number {payload['n']}, the replay "
+            f"is at {state.n} (events missing?)"
         )
-        if (pending is None) != (payload["status"] in ("late", "expert_removed")):
-            raise JournalError(f"{label}: event {seq}: feedback status of {ref!r} disagrees")
-        cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
-        router._apply_feedback(ref, pending, float(payload["reward"]), cost, realized, False)
-    elif kind == "expire":
-        pending = router._pending.get(ref)
-        if pending is None:
-            raise JournalError(f"{label}: event {seq}: {ref!r} expires but is not pending")
-        router._apply_expire(ref, pending, payload["reward"], False)
-    elif kind in ("add_expert", "remove_expert"):
-        router._apply_change(kind, ref, payload, None)
-    else:
-        raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
+    ctx = state.context_index(payload["context"])
+    mask = state.eligible_mask(payload["eligible"])
+    decided = apply(state, Decide(ref, ctx, mask, now, seq, float(payload["deadline"])))
+    assert decided is not None
+    _, redone, probs = decided
+    if redone["draws"] != payload["draws"] or probs != blob:
+        raise JournalError(
+            f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "
+            f"as draws {redone['draws']} but the journal has {payload['draws']}"
+            + ("" if redone["draws"] != payload["draws"] else " (propensities differ)")
+        )

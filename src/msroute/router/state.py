@@ -1,0 +1,582 @@
+"""A router's state and its one transition function, ``apply(state, event)``.
+
+docs/architecture.md, "The router and the journal": a router is a state machine over the events
+of its journal. ``RouterState`` is everything the events determine (the experts and their
+layouts, the policy, the pending decisions, the counters and the realized cost); ``apply`` moves
+it by one event. Nothing here reads the clock or touches the journal: the live layer
+(``msroute.router.core``) validates a call, applies its event and journals it, and recovery
+(``msroute.router.recovery``) applies the journal's events to rebuild the state, so each
+transition exists once and a replayed journal gives the state of a router that never stopped.
+
+The events, one class per journal kind: ``Decide`` ("decision"), ``Feedback``, ``Expire``,
+``AddExpert``, ``RemoveExpert``, ``SetBounds`` and ``Configure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.errors import (
+    InfeasibleConstraintsError,
+    InvalidFeedbackError,
+    ResourceError,
+    RouterConfigError,
+)
+from msroute.policies.base import BasePolicy, Decision
+from msroute.policies.omd import OMDApproachability
+from msroute.policies.registry import get_policy_class, make_policy
+from msroute.problem import Constraints, Problem
+from msroute.router.config import RouterConfig
+from msroute.router.pending import Pending
+from msroute.router.streams import DecisionStreams
+
+__all__ = [
+    "DEFAULT_OMD_PARAMS",
+    "AddExpert",
+    "Configure",
+    "Decide",
+    "Event",
+    "EventMismatch",
+    "Expire",
+    "Feedback",
+    "Given",
+    "RemoveExpert",
+    "RoutedDecision",
+    "RouterState",
+    "SetBounds",
+    "apply",
+]
+
+#: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
+#: the model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
+#: decaying floor) with the multiplier that ``benchmarks/bench_router_defaults.py`` found best
+#: through the Router on both its workloads (real LLM answers with 14 task contexts, and TREC
+#: pools), and a budget margin of 3 standard deviations of the time-averaged realized cost, so
+#: that a budget holds in every run rather than on average over runs.
+DEFAULT_OMD_PARAMS: dict[str, Any] = {
+    "eta_schedule": "anytime",
+    "eta_mult": 0.001,
+    "variant": "model",
+    "budget_margin": 3.0,
+}
+
+
+@dataclass(frozen=True)
+class RoutedDecision:
+    """One routed query.
+
+    Attributes
+    ----------
+    decision_id : str
+        The id to send feedback with.
+    team : list of str
+        The distinct routed experts, in draw order.
+    draws : list of str
+        The M draws (ids; a multinomial policy may draw an expert more than once).
+    propensities : dict of str -> float, or None
+        The distribution the draws were sampled from (after the eligibility mask; experts with
+        probability 0 left out), or None for policies without a closed form.
+    policy_version : int
+        How many times the policy had learned (or changed experts) before this decision.
+    cost : dict of str -> float
+        The realized cost of the team by cost name (each distinct expert counted once).
+    deadline : float
+        Unix time at which the decision expires: a feedback at or after it is late (the
+        decision is expired at its deadline, not after it).
+    seq : int
+        The journal sequence number of the decision.
+    """
+
+    decision_id: str
+    team: list[str]
+    draws: list[str]
+    propensities: dict[str, float] | None
+    policy_version: int
+    cost: dict[str, float]
+    deadline: float
+    seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: decision_id, team, draws, propensities, policy_version, cost, deadline."""
+        return {
+            "decision_id": self.decision_id,
+            "team": list(self.team),
+            "draws": list(self.draws),
+            "propensities": None if self.propensities is None else dict(self.propensities),
+            "policy_version": self.policy_version,
+            "cost": dict(self.cost),
+            "deadline": self.deadline,
+        }
+
+
+# ---------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """Route query ``n = state.n`` (context and eligible set already resolved by
+    ``RouterState.context_index`` and ``RouterState.eligible_mask``); ``deadline`` None is
+    ``now + feedback_ttl_s``, a replayed decision gives the journaled one."""
+
+    kind: ClassVar[str] = "decision"
+    ref: str
+    context: int | None
+    mask: np.ndarray | None
+    now: float
+    seq: int
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """The outcome of decision ``ref``: learned while it is pending (``status`` "applied"),
+    else only counted ("late", "expert_removed", and a journaled "duplicate" never
+    exists). ``cost`` (None: the routed team's) replaces ``realized`` in the averages."""
+
+    kind: ClassVar[str] = "feedback"
+    ref: str
+    reward: float
+    cost: FloatArray | None
+    realized: FloatArray
+    status: str
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        cost = None if self.cost is None else self.cost.tolist()
+        return {"reward": self.reward, "cost": cost, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Pending decision ``ref`` reached its deadline; ``reward`` None drops its missing
+    reward, a number is learned in its place (``on_missing``)."""
+
+    kind: ClassVar[str] = "expire"
+    ref: str
+    reward: float | None
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return {"reward": self.reward}
+
+
+@dataclass(frozen=True, slots=True)
+class AddExpert:
+    """A new expert with this cost vector (in cost-name order)."""
+
+    kind: ClassVar[str] = "add_expert"
+    ref: str
+    cost: list[float]
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return {"cost": list(self.cost)}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveExpert:
+    """Remove expert ``ref``; ``expired``: the pending decisions that routed to it, closed."""
+
+    kind: ClassVar[str] = "remove_expert"
+    ref: str
+    expired: list[str]
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return {"expired": list(self.expired)}
+
+
+@dataclass(frozen=True, slots=True)
+class SetBounds:
+    """The whole new bounds on the time-averaged realized costs, by cost name."""
+
+    kind: ClassVar[str] = "set_bounds"
+    upper: dict[str, float]
+    lower: dict[str, float]
+    ref: None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return {"upper": dict(self.upper), "lower": dict(self.lower)}
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """New values of configuration keys that change no other state (``feedback_ttl_s``,
+    ``on_missing``...; None removes a key)."""
+
+    kind: ClassVar[str] = "configure"
+    settings: dict[str, Any]
+    ref: None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return dict(self.settings)
+
+
+Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
+#: The events that the live layer journals as given (a decision's fields are derived).
+Given = Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
+#: The events that change the expert set or the bounds, and with them the policy.
+Change = AddExpert | RemoveExpert | SetBounds
+
+
+# ---------------------------------------------------------------------- state
+@dataclass(eq=False)
+class RouterState:
+    """What a router's events determine; build the initial one with ``initial``."""
+
+    config: RouterConfig
+    policy: BasePolicy
+    ids: list[str]
+    costs: FloatArray
+    contexts: dict[str, int]
+    retired: set[str] = field(default_factory=set)
+    layouts: list[list[str]] = field(default_factory=list)
+    n: int = 0  # decisions made
+    applied: int = 0
+    late: int = 0
+    expired: int = 0
+    version: int = 0
+    cost_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
+    pending: dict[str, Pending] = field(default_factory=dict)
+    deadlines: list[tuple[float, int, str]] = field(default_factory=list)  # (deadline, n, id)
+
+    def __post_init__(self) -> None:
+        self.col = {e: i for i, e in enumerate(self.ids)}
+        self.cost_rows: list[list[float]] = self.costs.tolist()
+        self.ctx_arrays = [np.array([i], dtype=np.int64) for i in range(len(self.contexts))]
+        self.constraints = constraints_of(self.config)
+        if not self.layouts:
+            self.layouts = [list(self.ids)]
+        if not len(self.cost_sum):
+            self.cost_sum = np.zeros(len(self.config.cost_names))
+
+    @classmethod
+    def initial(cls, cfg: RouterConfig) -> RouterState:
+        """The state before any event: the policy over the configured experts.
+
+        Raises
+        ------
+        InfeasibleConstraintsError, ResourceError, RouterConfigError
+            The experts cannot meet the bounds, or a ``params`` value is invalid.
+        """
+        ids = list(cfg.experts)
+        costs = np.array([cfg.experts[e] for e in ids], dtype=np.float64)
+        # Every policy takes contexts: the OMD family learns one routing per context (shared
+        # dual), a context-free policy one routing for all; both journal each decision's context.
+        contexts = {c: i for i, c in enumerate(cfg.contexts or ())}
+        policy = build_policy(cfg, costs, constraints_of(cfg), len(contexts))
+        return cls(cfg, policy, ids, costs, contexts)
+
+    @property
+    def layout(self) -> int:
+        """The index of the current expert layout (it changes with every expert change)."""
+        return len(self.layouts) - 1
+
+    @property
+    def omd(self) -> bool:
+        """Whether the policy is of the OMD family (it keeps one routing per context)."""
+        return isinstance(self.policy, OMDApproachability)
+
+    def context_index(self, context: str | None) -> int | None:
+        """The index of a context name (InvalidFeedbackError if unknown, or given to a
+        router without contexts)."""
+        if not self.contexts:
+            if context is not None:
+                raise InvalidFeedbackError(f"context: this router has no contexts, got {context!r}")
+            return None
+        if context not in self.contexts:
+            raise InvalidFeedbackError(
+                f"context: unknown context {context!r}; known: {list(self.contexts)}"
+            )
+        return self.contexts[context]
+
+    def eligible_mask(self, eligible: Sequence[str] | None) -> np.ndarray | None:
+        """The (1, K) mask of an eligible set, None for all experts (InvalidFeedbackError for
+        an empty set or an unknown id)."""
+        if eligible is None:
+            return None
+        if isinstance(eligible, str) or not isinstance(eligible, Sequence | set | frozenset):
+            raise InvalidFeedbackError(f"eligible: must be a list of expert ids, got {eligible!r}")
+        if len(eligible) == 0:
+            raise InvalidFeedbackError("eligible: empty; give at least one expert id")
+        mask = np.zeros((1, len(self.ids)), dtype=bool)
+        for e in eligible:
+            col = self.col.get(e) if isinstance(e, str) else None
+            if col is None:
+                raise InvalidFeedbackError(f"eligible: unknown expert id {e!r}")
+            mask[0, col] = True
+        return None if mask.all() else mask  # all eligible: the unmasked path, as select() does
+
+    def team_cost(self, team_cols: list[int]) -> FloatArray:
+        """The team's cost vector, each distinct expert once: the same floats as
+        ``costs[team_cols].sum(axis=0)`` (which adds the rows in order), in Python."""
+        rows = self.cost_rows
+        total = rows[team_cols[0]]
+        for col in team_cols[1:]:
+            total = [a + b for a, b in zip(total, rows[col], strict=True)]
+        return np.array(total, dtype=np.float64)
+
+    def decision_of(self, p: Pending) -> Decision:
+        """The policy's decision value of a pending decision, for the current expert layout."""
+        if p.decision is not None and p.layout == self.layout:
+            return p.decision
+        cols = np.array([[self.col[e] for e in p.draws]], dtype=np.int64)
+        probs = None
+        if p.blob is not None and p.blob_layout == self.layout:  # restored: as live holds it
+            probs = np.frombuffer(p.blob, dtype=np.float64)[None, :]
+        elif p.probs is not None:
+            probs = np.zeros((1, len(self.ids)))
+            probs[0, cols[0]] = p.probs
+        return self.cache_decision(p, cols, probs)
+
+    def cache_decision(self, p: Pending, cols: IntArray, probs: FloatArray | None) -> Decision:
+        """Give ``p`` this decision value for the current layout."""
+        ctx = None if p.context is None else self.ctx_arrays[p.context]
+        p.decision, p.layout = Decision(cols, probs, ctx, p.n), self.layout
+        return p.decision
+
+    def due(self, now: float) -> list[str]:
+        """The pending decisions whose deadline is at or before ``now``, oldest first (taken
+        off the deadline heap, which skips the decisions already closed)."""
+        out = []
+        heap = self.deadlines
+        while heap and heap[0][0] <= now:
+            did = heapq.heappop(heap)[2]
+            if did in self.pending:
+                out.append(did)
+        return out
+
+    def config_with(self, **changes: Any) -> RouterConfig:
+        """The current configuration with some keys changed (validated)."""
+        return RouterConfig.from_dict({**self.config.to_dict(), **changes})
+
+    def policy_after(self, event: Change) -> BasePolicy:
+        """The policy after an expert or bounds change, carrying what the current one learned
+        (the policy resizes itself: ``BasePolicy.resized``). Raises (InfeasibleConstraints-
+        Error, ...) before anything changes."""
+        constraints = self.constraints
+        if isinstance(event, SetBounds):
+            constraints = constraints_of(self.config_with(constraints=event.payload()))
+        ids, costs = self._experts_after(event)
+        problem = Problem(costs, self.config.m_draws, constraints)
+        new = self.policy.resized(problem, [self.col.get(e) for e in ids])
+        if not self.omd:  # OMD checked Assumption 1 with its floor; the others route teams
+            problem.check_feasible(0.0)
+        new.streams = DecisionStreams(self.config.seed, new.streams.uniforms.block)
+        return new
+
+    def _experts_after(self, event: Change) -> tuple[list[str], FloatArray]:
+        if isinstance(event, AddExpert):
+            row = np.array(event.cost, dtype=np.float64)[None, :]
+            return [*self.ids, event.ref], np.vstack([self.costs, row])
+        if isinstance(event, RemoveExpert):
+            keep = [i for i, e in enumerate(self.ids) if e != event.ref]
+            return [self.ids[i] for i in keep], self.costs[keep]
+        return self.ids, self.costs
+
+    def install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
+        """Route over this expert set with this policy: a new layout."""
+        if list(ids) != self.ids:
+            experts = {e: tuple(row) for e, row in zip(ids, costs.tolist(), strict=True)}
+            self.config = dataclasses.replace(self.config, experts=experts)
+        self.ids = list(ids)
+        self.col = {e: i for i, e in enumerate(self.ids)}
+        self.costs = costs
+        self.cost_rows = costs.tolist()
+        self.layouts.append(list(self.ids))
+        self.policy = policy
+        self.version += 1
+
+
+def constraints_of(cfg: RouterConfig) -> Constraints:
+    """The bounds of a configuration, in cost-name order."""
+    return Constraints(
+        upper=[cfg.upper.get(n) for n in cfg.cost_names],
+        lower=[cfg.lower.get(n) for n in cfg.cost_names],
+        names=cfg.cost_names,
+    )
+
+
+def build_policy(
+    cfg: RouterConfig, costs: FloatArray, constraints: Constraints, n_contexts: int
+) -> BasePolicy:
+    """A fresh policy over these experts under these bounds, with one decision stream per
+    decision (``DecisionStreams``); InfeasibleConstraintsError, ... when impossible."""
+    omd = issubclass(get_policy_class(cfg.policy), OMDApproachability)
+    problem = Problem(costs, cfg.m_draws, constraints)
+    kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
+    if omd:
+        kwargs.update(DEFAULT_OMD_PARAMS)
+        kwargs["n_contexts"] = max(1, n_contexts)
+    kwargs.update(cfg.params)
+    try:
+        policy = make_policy(cfg.policy, problem, **kwargs)
+    except (InfeasibleConstraintsError, ResourceError):  # they name the cost, or M
+        raise
+    except (TypeError, ValueError) as exc:  # a bad [params] value, or K too small
+        raise RouterConfigError(f"params: {exc}") from exc
+    if not omd:  # OMD checked Assumption 1 with its floor; the others route teams
+        problem.check_feasible(0.0)
+    policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
+    return policy
+
+
+# ---------------------------------------------------------------------- transitions
+class EventMismatch(ValueError):
+    """An event disagrees with the state it is applied to (a journal that does not agree
+    with itself: recovery reports it as ``JournalError``)."""
+
+
+def apply(
+    state: RouterState,
+    event: Event,
+    *,
+    trusted: bool = True,
+    policy: BasePolicy | None = None,
+) -> tuple[RoutedDecision, dict[str, Any], bytes | None] | None:
+    """Move ``state`` by one event.
+
+    Parameters
+    ----------
+    state : RouterState
+        Changed in place.
+    event : Event
+    trusted : bool, default True
+        Whether the event's values were validated by the live layer; False (a journal's
+        event) has the policy check them again as it learns.
+    policy : BasePolicy, optional
+        For an expert or bounds change: the policy ``state.policy_after(event)`` built (the
+        live layer builds it first, so that an infeasible change raises before anything
+        changes); built here when not given.
+
+    Returns
+    -------
+    tuple or None
+        For a ``Decide``: the routed decision, the journal event's fields and its stored
+        distribution (the probabilities' bytes, None for a policy without one). None otherwise.
+
+    Raises
+    ------
+    EventMismatch
+        A ``Feedback`` whose status disagrees with the pending set, or an ``Expire`` of a
+        decision that is not pending.
+    """
+    if isinstance(event, Decide):
+        return _decide(state, event)
+    if isinstance(event, Feedback):
+        _feedback(state, event, trusted)
+    elif isinstance(event, Expire):
+        _expire(state, event, trusted)
+    elif isinstance(event, Configure):
+        state.config = state.config_with(**event.settings)
+    else:
+        _change(state, event, state.policy_after(event) if policy is None else policy)
+    return None
+
+
+def _decide(
+    state: RouterState, event: Decide
+) -> tuple[RoutedDecision, dict[str, Any], bytes | None]:
+    n = state.n
+    streams = state.policy.streams
+    assert isinstance(streams, DecisionStreams)
+    streams.start(n)
+    ctx = event.context
+    dec = state.policy.select_trusted(None if ctx is None else state.ctx_arrays[ctx], event.mask)
+    cols = dec.draws[0].tolist()
+    ids = state.ids
+    draws = [ids[c] for c in cols]
+    team_cols = list(dict.fromkeys(cols))
+    team = [ids[c] for c in team_cols]
+    cost = state.team_cost(team_cols)
+    drawn = propensities = None
+    if dec.probs is not None:
+        probs = dec.probs[0].tolist()
+        drawn = tuple(probs[c] for c in cols)
+        # The support only: with a mask, or a policy that puts no mass on some experts.
+        propensities = (
+            dict(zip(ids, probs, strict=True))
+            if min(probs) > 0.0
+            else {e: p for e, p in zip(ids, probs, strict=True) if p > 0.0}
+        )
+    deadline = event.now + state.config.feedback_ttl_s if event.deadline is None else event.deadline
+    cost_list = cost.tolist()
+    routed = RoutedDecision(
+        decision_id=event.ref,
+        team=team,
+        draws=draws,
+        propensities=propensities,
+        policy_version=state.version,
+        cost=dict(zip(state.config.cost_names, cost_list, strict=True)),
+        deadline=deadline,
+        seq=event.seq,
+    )
+    layout = state.layout
+    state.pending[event.ref] = Pending(
+        n, tuple(draws), drawn, ctx, cost, deadline, dec, layout, event.seq
+    )
+    heapq.heappush(state.deadlines, (deadline, n, event.ref))
+    state.cost_sum += cost
+    state.n = n + 1
+    payload: dict[str, Any] = {
+        "n": n,
+        "draws": draws,
+        "team": team,
+        "probs": None if drawn is None else list(drawn),
+        "cost": cost_list,
+        "deadline": deadline,
+        "version": routed.policy_version,
+        "layout": layout,
+    }
+    return routed, payload, None if dec.probs is None else dec.probs[0].tobytes()
+
+
+def _feedback(state: RouterState, event: Feedback, trusted: bool) -> None:
+    pending = state.pending.get(event.ref)
+    if (pending is None) != (event.status != "applied"):
+        raise EventMismatch(
+            f"feedback status {event.status!r} of {event.ref!r} disagrees: the decision is "
+            f"{'not ' if pending is None else ''}pending"
+        )
+    if event.cost is not None:
+        state.cost_sum += event.cost - event.realized
+    if pending is None:
+        state.late += 1
+        return
+    del state.pending[event.ref]
+    learned = pending.cost if event.cost is None else event.cost
+    learn = state.policy.update_trusted if trusted else state.policy.update
+    learn(state.decision_of(pending), np.array([event.reward]), learned[None, :])
+    state.applied += 1
+    state.version += 1
+
+
+def _expire(state: RouterState, event: Expire, trusted: bool) -> None:
+    pending = state.pending.pop(event.ref, None)
+    if pending is None:
+        raise EventMismatch(f"{event.ref!r} expires but is not pending")
+    state.expired += 1
+    if event.reward is not None:
+        learn = state.policy.update_trusted if trusted else state.policy.update
+        learn(state.decision_of(pending), np.array([event.reward]), pending.cost[None, :])
+        state.version += 1
+
+
+def _change(state: RouterState, event: Change, policy: BasePolicy) -> None:
+    ids, costs = state._experts_after(event)
+    if isinstance(event, RemoveExpert):
+        for did in event.expired:
+            del state.pending[did]
+            state.expired += 1
+        state.retired.add(event.ref)
+    elif isinstance(event, SetBounds):
+        state.config = state.config_with(constraints=event.payload())
+        state.constraints = constraints_of(state.config)
+    state.install(ids, costs, policy)

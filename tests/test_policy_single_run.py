@@ -19,7 +19,8 @@ from msroute.policies import base
 from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.persist import state_dict
-from msroute.router import Router
+from msroute.router import RouterConfig
+from msroute.router.state import RouterState
 
 K, M, D = 9, 3, 2
 ROUNDS = 400
@@ -152,15 +153,14 @@ def test_the_routers_team_cost_adds_the_rows_as_numpy_does() -> None:
     """The router sums a team's cost rows in Python: the floats of ``costs[team].sum(axis=0)``."""
     rng = np.random.default_rng(2)
     costs = rng.standard_normal((40, 3)) * 10.0 ** rng.integers(-6, 6, (40, 3))
-    router = Router(
-        {
-            "policy": "omd",
-            "m_draws": 3,
-            "cost_names": ["a", "b", "c"],
-            "experts": {f"e{i}": np.abs(row).tolist() for i, row in enumerate(costs)},
-        }
-    )
-    router._cost_rows = costs.tolist()
+    config = {
+        "policy": "omd",
+        "m_draws": 3,
+        "cost_names": ["a", "b", "c"],
+        "experts": {f"e{i}": np.abs(row).tolist() for i, row in enumerate(costs)},
+    }
+    state = RouterState.initial(RouterConfig.from_dict(config))
+    state.cost_rows = costs.tolist()  # signed rows too: the sum's rounding is what is tested
     for _ in range(2000):
         team = list(dict.fromkeys(rng.integers(0, 40, 3).tolist()))
-        assert_bitwise(router._team_cost(team), costs[team].sum(axis=0), str(team))
+        assert_bitwise(state.team_cost(team), costs[team].sum(axis=0), str(team))

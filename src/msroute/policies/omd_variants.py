@@ -46,17 +46,12 @@ Gradient estimators
       of the experts ``q`` keeps routing), solved by a Jacobi-preconditioned conjugate gradient
       on the experts ever routed, warm-started from the previous coefficients, to a relative
       residual of 1e-8: the same least-squares solution up to that tolerance, at a cost per
-      QP step that grows with the pairs seen, not with K (``benchmarks/bench_scale.py``'s
-      instance at K = 10,000: about 2 new pairs per round, 40,816 after 20,000 rounds, where
-      a refit takes 1.3 ms, about 17 iterations of a sparse product).
+      QP step that grows with the pairs seen, not with K.
 
-    The threshold of 80 experts was measured with ``benchmarks/bench_scale.py``'s instance
-    (M = 5, 1,500 rounds; CPU µs per round, dense against sparse, load average 4-5): R = 1
-    run, 221 against 267 at K = 50 and 246 against 263 at K = 80; R = 20 runs, 424 against
-    1,042 and 472 against 1,109. From K = 100 on, the dense solve's cost depends on the BLAS
-    threading (R = 1: 254 µs with one OpenBLAS thread, 676-1,402 with two on the loaded
-    2-core machine) while the sparse fit's does not (253-297 µs); the threshold stays below.
-    The paper's experiments (K = 50) keep the dense exact fit, bit for bit.
+    The threshold of 80 experts is where the dense solve stops being the cheaper one, and
+    above it the dense solve's cost depends on the BLAS threading while the sparse fit's does
+    not (measured with ``benchmarks/bench_scale.py``: docs/benchmarks.md, "The model fit's
+    threshold"). The paper's experiments (K = 50) keep the dense exact fit, bit for bit.
 
 Floor schedules
 ---------------

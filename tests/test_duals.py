@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -269,3 +270,89 @@ def test_a_cut_out_of_reach_with_a_tied_cheapest_expert_is_solved_numerically() 
     q = ApproachabilityDual._project_unreachable(y, gamma, a, b)
     np.testing.assert_allclose(q[0, [0, 3]], gamma, atol=1e-7)
     np.testing.assert_allclose(q[0, 1] - q[0, 2], 0.1, atol=1e-6)  # y's split, shifted equally
+
+
+def _numpy_step(w, u, scale, lo, hi, pad_sd, pad_den, m2, n_obs, cap, lower, upper, tol, step):
+    """The invariant dual's step written with numpy's array operations (the reference)."""
+    if pad_sd > 0.0:
+        pad = np.minimum(pad_sd * np.sqrt(m2 / (n_obs - 1)) / pad_den, cap)
+        lo, hi = lo + pad, hi - pad
+    u, lo, hi = u / scale, lo / scale, hi / scale
+    grad = u - np.where(w > 0, hi, np.where(w < 0, lo, u.clip(lo, hi)))
+    grad[(w == 0.0) & (np.abs(grad) <= tol)] = 0.0
+    v = w + step * grad
+    v = np.where(lower, v, np.maximum(v, 0.0))
+    v = np.where(upper, v, np.minimum(v, 0.0))
+    return v / np.maximum(np.sqrt((v * v).sum(axis=1, keepdims=True)), 1.0)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 7, 8, 9, 17, 64, 128])
+@pytest.mark.parametrize("margin", [False, True])
+def test_the_step_gives_numpys_floats_in_python_and_compiled(d: int, margin: bool) -> None:
+    from msroute.policies._approach_rows import observe_rows, step_rows
+    from msroute.policies._compiled.dual import approach_step, observe_cost
+
+    rng = np.random.default_rng(d + 100 * margin)
+    for _ in range(40):
+        r = int(rng.integers(1, 5))
+        w = rng.standard_normal((r, d)) * (rng.random((r, d)) < 0.7)  # zeros: the clip branch
+        w /= max(1.0, float(np.abs(w).max()))
+        scale = 10.0 ** rng.integers(-4, 4, (r, d)).astype(float)
+        u = rng.random((r, d)) * scale * 2
+        lower, upper = rng.random((r, d)) < 0.5, rng.random((r, d)) < 0.7
+        w = np.where(lower, w, np.maximum(w, 0.0))  # in the cone, as the dual keeps it
+        w = np.where(upper, w, np.minimum(w, 0.0))
+        lo = np.where(lower, rng.random((r, d)) * scale * 0.5, -np.inf)
+        hi = np.where(upper, lo.clip(0) + rng.random((r, d)) * scale, np.inf)
+        m2, n_obs = rng.random((r, d)) * scale**2 * 50, int(rng.integers(2, 500))
+        cap = 0.1 * np.maximum(np.abs(np.where(upper, hi, 0)), np.abs(np.where(lower, lo, 0)))
+        pad = (3.0, 2 * math.sqrt(n_obs)) if margin else (0.0, 1.0)
+        args = (scale, lo, hi, *pad, m2, n_obs, cap, lower, upper, 1e-12, 0.3)
+        want = _numpy_step(w, u, *args)
+        got = np.empty_like(w)
+        approach_step(w, u, *args, got)
+        assert_bitwise(got, want, "compiled")
+        out = [[0.0] * d for _ in range(r)]
+        step_rows(
+            w.tolist(),
+            u.tolist(),
+            *(x.tolist() if isinstance(x, np.ndarray) else x for x in args),
+            out,
+        )
+        assert_bitwise(np.array(out), want, "python")
+        # The realized cost's running moments, as numpy's Welford step gives them.
+        cost, mean = rng.random((r, d)) * scale, rng.random((r, d)) * scale
+        delta = cost - mean
+        mean_np = mean + delta / n_obs
+        m2_np = m2 + delta * (cost - mean_np)
+        mean_c, m2_c = np.empty_like(mean), np.empty_like(m2)
+        observe_cost(cost, mean, m2, n_obs, mean_c, m2_c)
+        mean_l, m2_l = [[0.0] * d for _ in range(r)], [[0.0] * d for _ in range(r)]
+        observe_rows(cost.tolist(), mean.tolist(), m2.tolist(), n_obs, mean_l, m2_l)
+        for a, b in (
+            (mean_c, mean_np),
+            (m2_c, m2_np),
+            (np.array(mean_l), mean_np),
+            (np.array(m2_l), m2_np),
+        ):
+            assert_bitwise(a, b, "moments")
+
+
+def test_more_than_128_cost_coordinates_are_refused() -> None:
+    d = 129
+    with pytest.raises(msroute.errors.InvalidValueError, match="at most 128 cost coordinates"):
+        ApproachabilityDual(
+            np.zeros((1, d)),
+            np.ones((1, d)),
+            0.1,
+            1e-12,
+            construction="invariant",
+            scale=np.ones((1, d)),
+            has_lower=np.zeros((1, d), bool),
+            has_upper=np.ones((1, d), bool),
+        )
+
+
+def assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, what
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes(), what

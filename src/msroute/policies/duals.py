@@ -57,12 +57,14 @@ surrogate cost is inside ``S``, and a cost within ``tol`` of the box counts as i
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal, get_args
 
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
+from msroute.policies._approach_rows import observe_rows, step_rows
 from msroute.problem import support_box, support_point_box, surrogate_cost
 from msroute.projection import _project_step_unchecked
 from msroute.projection_cuts import solve_cuts, surely_empty
@@ -226,15 +228,27 @@ class ApproachabilityDual:
             self._upper = np.asarray(has_upper, dtype=bool)
             self._lower_cone = _Cone(self._lower)
             self._upper_cone = _Cone(self._upper)
+            if lo.shape[-1] > 128:
+                raise InvalidValueError(
+                    f"the invariant dual takes at most 128 cost coordinates, got {lo.shape[-1]}"
+                )
             # The margin's cap (a tenth of each bound) and the open sides never move.
             self._pad_cap = 0.1 * np.maximum(np.abs(hi), np.abs(lo))
             self._open_lo = _OpenSide(self._lower, -np.inf)
             self._open_hi = _OpenSide(self._upper, np.inf)
-            # The linear surrogate's target box never moves: scale it once, not every step.
-            self._box_n: tuple[FloatArray, FloatArray] | None = None
-            if self.surrogate == "linear" and self.budget_margin == 0.0:
-                lo_t, hi_t = self.target()
-                self._box_n = (lo_t / scale, hi_t / scale)
+            # What the step reads, as (R, d) arrays, and for one run as lists (``step_rows``).
+            self._step_args = tuple(
+                np.ascontiguousarray(np.broadcast_to(x, lo.shape))
+                for x in (
+                    scale,
+                    self._open_lo(lo),
+                    self._open_hi(hi),
+                    self._pad_cap,
+                    self._lower,
+                    self._upper,
+                )
+            )
+            self._step_lists = tuple(x.tolist() for x in self._step_args)
         self.w: FloatArray = np.zeros_like(lo)
 
     # ------------------------------------------------------------------ what it approaches
@@ -250,9 +264,23 @@ class ApproachabilityDual:
         if self.surrogate == "linear" and self.budget_margin == 0.0:
             return
         self._n_obs += 1
-        delta = cost - self._cost_mean
-        self._cost_mean = self._cost_mean + delta / self._n_obs
-        self._cost_m2 = self._cost_m2 + delta * (cost - self._cost_mean)
+        mean, m2 = self._cost_mean, self._cost_m2
+        if mean.shape[0] == 1:  # one run: Python floats (a live router imports no numba)
+            mean_l, m2_l = [[0.0] * mean.shape[1]], [[0.0] * mean.shape[1]]
+            observe_rows(cost.tolist(), mean.tolist(), m2.tolist(), self._n_obs, mean_l, m2_l)
+            self._cost_mean, self._cost_m2 = np.array(mean_l), np.array(m2_l)
+            return
+        from msroute.policies._compiled.dual import observe_cost  # numba, on first use
+
+        self._cost_mean, self._cost_m2 = np.empty_like(mean), np.empty_like(m2)
+        observe_cost(
+            np.ascontiguousarray(cost, dtype=np.float64),
+            mean,
+            m2,
+            self._n_obs,
+            self._cost_mean,
+            self._cost_m2,
+        )
 
     def target(self) -> tuple[FloatArray, FloatArray]:
         """The box the dual currently approaches, in the user's units (margin included).
@@ -278,25 +306,72 @@ class ApproachabilityDual:
     # ------------------------------------------------------------------ the dual's step
     def step(self, u: FloatArray) -> None:
         """One ascent step for every run with surrogate costs ``u`` (R, d), in the user's units."""
-        if self.construction == "paper":
-            lo, hi = self.lo, self.hi
-        else:
-            u = u / self.scale
-            if self._box_n is None:
-                lo_t, hi_t = self.target()
-                lo, hi = lo_t / self.scale, hi_t / self.scale
-            else:
-                lo, hi = self._box_n
+        if self.construction == "invariant":
+            self._step_invariant(u)
+            return
         w = self.w
-        grad = u - support_point_box(w, u, lo, hi)
+        grad = u - support_point_box(w, u, self.lo, self.hi)
         grad[(w == 0.0) & (np.abs(grad) <= self.tol)] = 0.0
         w = w + self.step_size * grad
-        if self.construction == "invariant":
-            # The cone of Lemma 4's maximisers: no weight against a missing bound.
-            w = self._lower_cone(w, np.maximum)
-            w = self._upper_cone(w, np.minimum)
         norm = np.sqrt((w * w).sum(axis=1, keepdims=True))
         self.w = w / np.maximum(norm, 1.0)  # inside the ball: w / 1.0, which is w exactly
+
+    def _step_invariant(self, u: FloatArray) -> None:
+        """The invariant construction's step (``msroute.policies._approach_rows``): in Python
+        floats for one run, compiled for a batch; the target box is the step's own (margin
+        included)."""
+        scale, lo, hi, cap, lower, upper = self._step_args
+        pad_sd, pad_den = 0.0, 1.0
+        if self.surrogate == "exact":
+            lo, hi = self.target()
+        elif self.budget_margin > 0.0 and self._n_obs > 1:
+            pad_sd, pad_den = self.budget_margin, self.m_draws * math.sqrt(self._n_obs)
+        w = self.w
+        if w.shape[0] == 1:  # one run: Python floats (a live router imports no numba)
+            scale_l, lo_l, hi_l, cap_l, lower_l, upper_l = self._step_lists
+            if self.surrogate == "exact":
+                lo_l, hi_l = lo.tolist(), hi.tolist()
+            out = [[0.0] * w.shape[1]]
+            step_rows(
+                w.tolist(),
+                u.tolist(),
+                scale_l,
+                lo_l,
+                hi_l,
+                pad_sd,
+                pad_den,
+                self._cost_m2.tolist(),
+                self._n_obs,
+                cap_l,
+                lower_l,
+                upper_l,
+                self.tol,
+                self.step_size,
+                out,
+            )
+            self.w = np.array(out)
+            return
+        from msroute.policies._compiled.dual import approach_step  # numba, on first use
+
+        out_a = np.empty_like(w)
+        approach_step(
+            w,
+            np.ascontiguousarray(u, dtype=np.float64),
+            scale,
+            np.ascontiguousarray(np.broadcast_to(lo, w.shape)),
+            np.ascontiguousarray(np.broadcast_to(hi, w.shape)),
+            pad_sd,
+            pad_den,
+            self._cost_m2,
+            self._n_obs,
+            cap,
+            lower,
+            upper,
+            self.tol,
+            self.step_size,
+            out_a,
+        )
+        self.w = out_a
 
     # ------------------------------------------------------------------ the cut(s)
     def halfspace(self, costs: FloatArray, runs: IntArray) -> tuple[FloatArray, FloatArray]:

@@ -1,7 +1,9 @@
-"""The Lagrangian dual of a batch, compiled (numba): its subgradient step and its penalty.
+"""The duals of a batch, compiled (numba): the Lagrangian dual's subgradient step and
+penalty, and the approachability dual's step and realized-cost moments.
 
-Both give the floats of ``msroute.policies.lagrangian.LagrangianDual``'s numpy form: the
-step with the same operations, the penalty in the order OpenBLAS sums numpy's product.
+Each gives the floats of its numpy form (``msroute.policies.lagrangian.LagrangianDual``,
+``msroute.policies.duals.ApproachabilityDual``): the same operations, and sums in the order
+numpy (or OpenBLAS, for the penalty's product) adds them.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from numba.extending import intrinsic
 
 from msroute._jit import compiled
 from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.policies._approach_rows import observe_rows, step_rows
 
-__all__ = ["dual_step", "penalties"]
+__all__ = ["approach_step", "dual_step", "observe_cost", "penalties"]
 
 
 @compiled
@@ -86,3 +89,9 @@ def penalties(costs: FloatArray, weights: FloatArray, out: FloatArray) -> None:
         w0, w1 = weights[r, 0], weights[r, 1]
         for i in range(costs.shape[1]):
             out[r, i] = _fma(costs[r, i, 0], w0, costs[r, i, 1] * w1)
+
+
+#: ``msroute.policies._approach_rows``' two functions compiled: the approachability dual's step
+#: and realized-cost moments of a batch (one run calls them in Python).
+approach_step = compiled(step_rows)
+observe_cost = compiled(observe_rows)

@@ -467,6 +467,13 @@ class BasePolicy:
 
         save_policy(self, path)
 
+    @classmethod
+    def _legacy_kwargs(cls, format_version: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments of a policy saved in an older file format version, as
+        that policy ran: a class whose default changed since gives it its old value where the
+        file does not name it (``msroute.policies.persist``). Here: unchanged."""
+        return kwargs
+
     def resized(self, problem: Problem, old_index: Sequence[int | None]) -> Self:
         """This policy over another expert set (and bounds), keeping what it learned.
 

@@ -171,6 +171,17 @@ class ApproachabilityDual:
         Units of the coordinates (``cost_scale``); required with ``"invariant"``.
     has_lower, has_upper : ndarray of bool, shape (R, d), optional
         Which coordinates have a lower / upper bound (required with ``"invariant"``).
+    surrogate : {"linear", "exact"}, default "linear"
+        What the dual approaches: ``C^T q`` in ``S``, or the team's expected realized cost
+        (``lo, hi`` then the original bounds).
+    m_draws, horizon : int
+        M, and T for the exact surrogate's margin over the horizon.
+    margin : float, default 3.0
+        That margin, in standard deviations (used when ``budget_margin`` is 0).
+    budget_margin : float, default 0.0
+        The anytime margin: ``budget_margin`` standard deviations of the time-averaged
+        realized cost so far (per draw for the linear surrogate), at most a tenth of each
+        finite bound (``target``).
 
     Attributes
     ----------
@@ -208,6 +219,7 @@ class ApproachabilityDual:
         if not np.isfinite(self.margin) or self.margin < 0:
             raise InvalidValueError(f"margin == {margin}, must be a finite number >= 0")
         self.budget_margin = float(budget_margin)
+        self._units = m_draws if self.surrogate == "linear" else 1  # the margin's divisor
         if not np.isfinite(self.budget_margin) or self.budget_margin < 0:
             raise InvalidValueError(
                 f"budget_margin == {budget_margin}, must be a finite number >= 0"
@@ -232,8 +244,12 @@ class ApproachabilityDual:
                 raise InvalidValueError(
                     f"the invariant dual takes at most 128 cost coordinates, got {lo.shape[-1]}"
                 )
-            # The margin's cap (a tenth of each bound) and the open sides never move.
-            self._pad_cap = 0.1 * np.maximum(np.abs(hi), np.abs(lo))
+            # The margin's cap (a tenth of each finite bound) and the open sides never move.
+            finite_hi, finite_lo = (
+                np.where(np.isfinite(hi), hi, 0.0),
+                np.where(np.isfinite(lo), lo, 0.0),
+            )
+            self._pad_cap = 0.1 * np.maximum(np.abs(finite_hi), np.abs(finite_lo))
             self._open_lo = _OpenSide(self._lower, -np.inf)
             self._open_hi = _OpenSide(self._upper, np.inf)
             # What the step reads, as (R, d) arrays, and for one run as lists (``step_rows``).
@@ -290,16 +306,18 @@ class ApproachabilityDual:
         if self.construction == "paper":
             return self.lo, self.hi
         lo, hi = self.lo, self.hi
-        if self.surrogate == "exact":
+        if self.budget_margin > 0.0:
+            if self._n_obs > 1:
+                # z sd / sqrt(n) of the time-averaged realized cost so far, in the box's units
+                # (per draw for the linear surrogate: the realized cost is at most M C^T q),
+                # capped at a tenth of each finite bound.
+                sd = np.sqrt(self._cost_m2 / (self._n_obs - 1))
+                pad = self.budget_margin * sd / (self._units * np.sqrt(self._n_obs))
+                pad = np.minimum(pad, self._pad_cap)
+                lo, hi = lo + pad, hi - pad
+        elif self.surrogate == "exact":
             sd = np.sqrt(self._cost_m2 / max(self._n_obs - 1, 1))
             pad = self.margin * sd / np.sqrt(self.horizon)
-            lo, hi = lo + pad, hi - pad
-        elif self.budget_margin > 0.0 and self._n_obs > 1:
-            # z sd / sqrt(n) of the time-averaged realized cost so far, in the box's per-draw
-            # units (the realized cost is at most M C^T q), capped at a tenth of each bound.
-            sd = np.sqrt(self._cost_m2 / (self._n_obs - 1))
-            pad = self.budget_margin * sd / (self.m_draws * np.sqrt(self._n_obs))
-            pad = np.minimum(pad, self._pad_cap)
             lo, hi = lo + pad, hi - pad
         return self._open_lo(lo), self._open_hi(hi)
 
@@ -322,14 +340,15 @@ class ApproachabilityDual:
         included)."""
         scale, lo, hi, cap, lower, upper = self._step_args
         pad_sd, pad_den = 0.0, 1.0
-        if self.surrogate == "exact":
+        if self.budget_margin > 0.0:
+            if self._n_obs > 1:
+                pad_sd, pad_den = self.budget_margin, self._units * math.sqrt(self._n_obs)
+        elif self.surrogate == "exact":  # the margin over the horizon
             lo, hi = self.target()
-        elif self.budget_margin > 0.0 and self._n_obs > 1:
-            pad_sd, pad_den = self.budget_margin, self.m_draws * math.sqrt(self._n_obs)
         w = self.w
         if w.shape[0] == 1:  # one run: Python floats (a live router imports no numba)
             scale_l, lo_l, hi_l, cap_l, lower_l, upper_l = self._step_lists
-            if self.surrogate == "exact":
+            if self.surrogate == "exact" and self.budget_margin == 0.0:
                 lo_l, hi_l = lo.tolist(), hi.tolist()
             out = [[0.0] * w.shape[1]]
             step_rows(
@@ -382,14 +401,20 @@ class ApproachabilityDual:
         return np.asarray(a, dtype=np.float64), b
 
     def cuts(
-        self, costs: FloatArray, runs: IntArray, q0: FloatArray | None = None
+        self,
+        costs: FloatArray,
+        runs: IntArray,
+        q0: FloatArray | None = None,
+        aggregate: tuple[FloatArray, FloatArray] | None = None,
     ) -> tuple[FloatArray, FloatArray]:
         """One cut per active bound of some runs: ``a`` (R', d, K), ``b`` (R', d).
 
         Linear surrogate: row ``j`` is ``C_j . q <= hi_j`` where ``w_j > 0``,
         ``-C_j . q <= -lo_j`` where ``w_j < 0`` and the empty cut ``0 . q <= 0`` where
         ``w_j = 0``. Exact surrogate: the same with ``e_j`` replaced by its tangent at ``q0``
-        (R', K), the routing before the step, and the box shrunk by the margin.
+        (R', K), the routing before the step, and the box shrunk by the margin; with
+        ``aggregate = (p, O)`` (the context's share (R',) and the other contexts' expected
+        spend (R', d)) the bound holds the aggregate ``p e(q) + O`` instead of ``e(q)``.
         """
         w = self.w[runs]
         sign = np.sign(w)  # (R', d)
@@ -406,6 +431,10 @@ class ApproachabilityDual:
             offset = np.einsum("rjk,rk->rj", normal, q0) - expected_team_cost(
                 q0, costs[runs], self.m_draws
             )
+            if aggregate is not None:  # p (e(q0) + g . (q - q0)) + O <= bound
+                share, others = aggregate
+                normal = normal * share[:, None, None]
+                offset = offset * share[:, None] - others
             lo, hi = lo + offset, hi + offset
         a = normal * sign[:, :, None]
         with np.errstate(invalid="ignore"):  # an open side (inf) is never selected
@@ -419,6 +448,7 @@ class ApproachabilityDual:
         costs: FloatArray,
         runs: IntArray,
         q0: FloatArray | None = None,
+        aggregate: tuple[FloatArray, FloatArray] | None = None,
     ) -> FloatArray:
         """The QP (6) of some runs: the projection of ``y`` (R', K) under the current cut(s).
 
@@ -431,6 +461,8 @@ class ApproachabilityDual:
         runs : ndarray of int, shape (R',)
         q0 : ndarray, shape (R', K), optional
             The routing before the step (the exact surrogate linearizes there).
+        aggregate : (ndarray (R',), ndarray (R', d)), optional
+            The exact surrogate's aggregate over contexts (``cuts``).
         """
         if self.construction == "paper":
             a1, b1 = self.halfspace(costs, runs)
@@ -438,7 +470,7 @@ class ApproachabilityDual:
                 return _project_step_unchecked(y, gamma, a1, b1)
             except EmptyFeasibleSetError:  # the cut at its reach: the face nearest to it
                 return _project_step_unchecked(y, gamma, a1, np.maximum(b1, _reach(a1, gamma)))
-        a, b = self.cuts(costs, runs, q0)
+        a, b = self.cuts(costs, runs, q0, aggregate)
         try:
             return solve_cuts(y, gamma, a, b)[0]
         except EmptyFeasibleSetError:

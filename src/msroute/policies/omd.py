@@ -15,7 +15,7 @@ The contextual form keeps one ``q`` per context and one shared dual (Remark 2).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from msroute.policies.duals import (
     check_construction,
     check_surrogate,
     cost_scale,
+    expected_team_cost,
 )
 from msroute.policies.omd_variants import (
     ESTIMATORS,
@@ -121,21 +122,25 @@ class OMDApproachability(BasePolicy):
         draw, and use the estimates in ``C``; "table" uses the table only (the paper).
     cost_prior_weight : float, default 10.0
         How many calls the table counts for in the estimates.
-    surrogate : {"linear", "exact"}, default "linear"
+    surrogate : {"linear", "exact"}, optional
         What the dual approaches (``msroute.policies.duals``): the paper's ``C^T q`` in the
         surrogate box ``S`` (safe by the sandwich (2), and conservative), or the exact expected
         realized cost of the team in ``S_ori`` with a safety margin (spends up to the bounds).
+        Default "linear" (Algorithms 1 and 2), except with more than one context, M >= 2 and
+        the invariant dual: "exact". There the aggregate cut holds the contexts' total expected spend, and the
+        linear surrogate's ``C^T q <= u / M`` keeps a team of M to a fraction of its budget
+        (0.67-0.83 of it on the packaged LLM table at M = 2, docs/llm-routing.md).
     budget_margin : float, optional
-        With the linear surrogate, the box ``S`` is shrunk by ``budget_margin`` standard
-        deviations of the time-averaged realized cost so far, ``z sd / (M sqrt(n))`` after
-        ``n`` rounds (at most a tenth of each bound), so that the spend of a run that converges
-        onto a bound ends at or below it rather than a hair above: a budget holds in every run,
-        not only on average over runs. Default 3.0 with more than one context (the aggregate
-        cut spends up to the bound), 0.0 without (the paper's Algorithm 1, whose linear
-        surrogate is already conservative for M >= 2).
+        The box is shrunk by ``budget_margin`` standard deviations of the time-averaged
+        realized cost so far, ``z sd / sqrt(n)`` after ``n`` rounds (divided by M in the linear
+        surrogate's per-draw units; at most a tenth of each finite bound), so that the spend of
+        a run that converges onto a bound ends at or below it rather than a hair above: a
+        budget holds in every run, not only on average over runs. Default 3.0 with more than
+        one context (the aggregate cut spends up to the bound), 0.0 without (the paper's
+        Algorithm 1, whose linear surrogate is already conservative for M >= 2).
     margin : float, default 3.0
-        The exact surrogate's safety margin, in standard deviations of the time-averaged
-        realized cost over the horizon.
+        The exact surrogate's safety margin when ``budget_margin`` is 0, in standard deviations
+        of the time-averaged realized cost over the horizon.
     check_feasible : bool, default True
         Check Assumption 1 for every run at construction (an LP per distinct problem), so an
         impossible instance fails now with ``InfeasibleConstraintsError`` (naming the smallest
@@ -198,6 +203,9 @@ class OMDApproachability(BasePolicy):
     _default_batch: ClassVar[int] = 10
     _default_eta_mult: ClassVar[float] = 0.05
     _default_variant: ClassVar[str] = "model"
+    #: The surrogate when none is given; None: "exact" with contexts, M >= 2 and the invariant
+    #: dual, else "linear".
+    _default_surrogate: ClassVar[Surrogate | None] = None
 
     def __init__(
         self,
@@ -217,7 +225,7 @@ class OMDApproachability(BasePolicy):
         dual: DualConstruction = "invariant",
         cost_estimate: CostEstimateMode = "distinct",
         cost_prior_weight: float = 10.0,
-        surrogate: Surrogate = "linear",
+        surrogate: Surrogate | None = None,
         margin: float = 3.0,
         budget_margin: float | None = None,
         variant: str | None = None,
@@ -277,6 +285,13 @@ class OMDApproachability(BasePolicy):
         if budget_margin is None:
             budget_margin = 3.0 if self.n_contexts > 1 else 0.0
         self.budget_margin = float(budget_margin)
+        if surrogate is None:
+            surrogate = self._default_surrogate
+        if surrogate is None:  # contexts spend on the aggregate; a team's cost is nonlinear
+            aggregate = self.n_contexts > 1 and m > 1 and dual == "invariant"
+            surrogate = "exact" if aggregate else "linear"
+        # Saved with the policy, so that a file resumes with the surrogate it ran.
+        self._init_kwargs.setdefault("surrogate", surrogate)
         self.dual = self._make_dual(check_construction(dual), check_surrogate(surrogate), margin)
         self._ctx0: IntArray = np.zeros(r, dtype=np.int64)  # the context of context-free runs
         # One cost estimate per (run, context), row r X + x: the table is every context's
@@ -343,6 +358,14 @@ class OMDApproachability(BasePolicy):
             "enforced": self.dual.active().tolist(),
         }
 
+    @classmethod
+    def _legacy_kwargs(cls, format_version: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Files before format version 4 ran the linear surrogate in every case (the default
+        then), and name no surrogate."""
+        if format_version < 4 and "surrogate" not in kwargs:
+            return {**kwargs, "surrogate": "linear"}
+        return kwargs
+
     def _make_dual(
         self, construction: DualConstruction, surrogate: Surrogate, margin: float
     ) -> ApproachabilityDual:
@@ -367,7 +390,7 @@ class OMDApproachability(BasePolicy):
             m_draws=self.m_draws,
             horizon=self.horizon,
             margin=margin,
-            budget_margin=self.budget_margin if surrogate == "linear" else 0.0,
+            budget_margin=self.budget_margin,
         )
 
     # ------------------------------------------------------------------ diagnostics
@@ -466,6 +489,25 @@ class OMDApproachability(BasePolicy):
         out[runs] = by_ctx[runs, ctx] * share[own, ctx][:, None, None] + others[:, None, :]
         return out
 
+    def _aggregate_spend(self, runs: IntArray, ctx: IntArray) -> tuple[FloatArray, FloatArray]:
+        """The exact surrogate's aggregate cut for the runs' QP steps: the context's share
+        ``p_x`` (R',) and the other contexts' expected spend ``O = sum_{y != x} p_y e_y(q_y)``
+        (R', d), so that the cut holds ``p_x e_x(q) + O`` (the aggregate that
+        ``_aggregate_costs`` holds for the linear surrogate, which is affine in the costs)."""
+        r, x = self.n_runs, self.n_contexts
+        k, d = self.cost_est.costs.shape[1:]
+        by_ctx = self.cost_est.costs.reshape(r, x, k, d)[runs]
+        visits = self._visits[runs].astype(np.float64)
+        share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
+        spend = (
+            expected_team_cost(
+                self._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d), self.m_draws
+            ).reshape(runs.shape[0], x, d)
+            * share[..., None]
+        )
+        own = np.arange(runs.shape[0])
+        return share[own, ctx], spend.sum(axis=1) - spend[own, ctx]
+
     def _costs_in(self, context: IntArray | None) -> FloatArray:
         """The cost estimates (R, K, d) of each run's context (context 0 where None)."""
         if self.n_contexts == 1:
@@ -519,15 +561,19 @@ class OMDApproachability(BasePolicy):
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
         q0 = self._q[runs, ctx]
         costs = self.cost_est.costs if self.n_contexts == 1 else self._aggregate_costs(runs, ctx)
+        aggregate = None
+        if self.n_contexts > 1 and self.dual.surrogate == "exact":
+            aggregate = self._aggregate_spend(runs, ctx)
         if self.floor == "fixed":
-            self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0)
+            self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs
             steps = self._steps[runs, ctx]
             for step in np.unique(steps):
                 sel = np.flatnonzero(steps == step)
                 gamma = floor_at(self.gamma, self.floor, int(step))
+                part = None if aggregate is None else (aggregate[0][sel], aggregate[1][sel])
                 self._q[runs[sel], ctx[sel]] = self.dual.project(
-                    y[sel], gamma, costs, runs[sel], q0[sel]
+                    y[sel], gamma, costs, runs[sel], q0[sel], part
                 )
         self._grad[runs, ctx] = 0.0
         self.estimator.refit(runs, ctx)
@@ -570,3 +616,4 @@ class ContextualOMD(OMDApproachability):
     _default_batch: ClassVar[int] = 1
     _default_eta_mult: ClassVar[float] = 1.0
     _default_variant: ClassVar[str] = "paper"
+    _default_surrogate: ClassVar[Surrogate | None] = "linear"  # Algorithm 2 as printed

@@ -105,8 +105,10 @@ __all__ = [
 #: sampling draws from one xoshiro256++ generator per run (``streams.gamma_state``) instead of
 #: three buffered numpy streams (``streams.normals``, ``streams.spare_uniforms``,
 #: ``streams.spare_normals``); older files load with those dropped and the generator seeded
-#: afresh (a Thompson policy warns that its draws restart).
-FORMAT_VERSION = 3
+#: afresh (a Thompson policy warns that its draws restart). Version 4: a policy's
+#: constructor arguments may be completed for older files by the class
+#: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value).
+FORMAT_VERSION = 4
 _OLD_STREAMS = tuple(
     f"streams.{stream}.{part}"
     for stream in ("normals", "spare_uniforms", "spare_normals")
@@ -712,7 +714,7 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
     ]
     runs = [problems[i] for i in manifest["problem_of_run"]]
     kwargs: dict[str, Any] = {k: _decode_kwarg(v) for k, v in manifest["kwargs"].items()}
-    policy = cls(runs, **kwargs)
+    policy = cls(runs, **cls._legacy_kwargs(version, kwargs))
     state: dict[str, StateValue] = dict(manifest["state"])
     for key in manifest["arrays"]:
         state[key] = arrays[f"state.{key}"]

@@ -66,6 +66,8 @@ from msroute.router.state import (
     RouterState,
     SetBounds,
     apply,
+    legacy_policy_kwargs,
+    policy_kwargs,
 )
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
@@ -144,6 +146,7 @@ class Router:
     ) -> None:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
         self._base_config = cfg
+        self._policy_kwargs = policy_kwargs(cfg)
         self._setup(cfg)
         path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
@@ -152,6 +155,9 @@ class Router:
         try:
             log.begin()
             log.put_meta("config", json.dumps(cfg.to_dict()))
+            # The policy's constructor arguments, defaults resolved: a journal re-derives its
+            # decisions with these, whatever a later msroute's defaults.
+            log.put_meta("policy_kwargs", json.dumps(self.policy._init_kwargs))
             log.put_meta("run_id", self._run_id)
             log.put_meta("created", repr(time.time()))
             log.commit()
@@ -229,6 +235,7 @@ class Router:
             journal.set_sync(cfg.journal_sync)
             router = cls.__new__(cls)
             router._base_config = cfg
+            router._policy_kwargs = journal_policy_kwargs(journal, cfg)
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.meta("run_id")
@@ -350,7 +357,7 @@ class Router:
 
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the state before any event, no transaction."""
-        self._state = RouterState.initial(cfg)
+        self._state = RouterState.initial(cfg, self._policy_kwargs)
         self._depth = 0  # group() nesting
         self._failed: BaseException | None = None  # state unknown: reopen() needed
         self._txn_error: BaseException | None = None  # a write of the open transaction failed
@@ -1095,6 +1102,19 @@ class Router:
             self._snap_seq = -self.config.snapshot_every  # due when the group ends
             return
         recovery.take_snapshot(self)
+
+
+def journal_policy_kwargs(journal: Journal, cfg: RouterConfig) -> dict[str, Any]:
+    """The policy's constructor arguments a journal recorded (a JSON object), or for a journal
+    that recorded none those it ran with (``legacy_policy_kwargs``)."""
+    try:
+        raw = journal.meta("policy_kwargs")
+    except JournalError:
+        return legacy_policy_kwargs(cfg)
+    kwargs = json.loads(raw)
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"the policy_kwargs entry is not a JSON object: {raw[:80]!r}")
+    return kwargs
 
 
 def _same_set(given: object, before: list[str]) -> bool:

@@ -52,6 +52,9 @@ __all__ = [
     "RouterState",
     "SetBounds",
     "apply",
+    "build_policy",
+    "legacy_policy_kwargs",
+    "policy_kwargs",
 ]
 
 #: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
@@ -258,8 +261,10 @@ class RouterState:
             self.cost_sum = np.zeros(len(self.config.cost_names))
 
     @classmethod
-    def initial(cls, cfg: RouterConfig) -> RouterState:
-        """The state before any event: the policy over the configured experts.
+    def initial(cls, cfg: RouterConfig, kwargs: dict[str, Any] | None = None) -> RouterState:
+        """The state before any event: the policy over the configured experts, built with
+        ``kwargs`` (a journal's recorded constructor arguments; default:
+        ``policy_kwargs(cfg)``).
 
         Raises
         ------
@@ -271,7 +276,8 @@ class RouterState:
         # Every policy takes contexts: the OMD family learns one routing per context (shared
         # dual), a context-free policy one routing for all; both journal each decision's context.
         contexts = {c: i for i, c in enumerate(cfg.contexts or ())}
-        policy = build_policy(cfg, costs, constraints_of(cfg), len(contexts))
+        given = policy_kwargs(cfg) if kwargs is None else kwargs
+        policy = build_policy(cfg, costs, constraints_of(cfg), given)
         return cls(cfg, policy, ids, costs, contexts)
 
     @property
@@ -404,25 +410,41 @@ def constraints_of(cfg: RouterConfig) -> Constraints:
     )
 
 
-def build_policy(
-    cfg: RouterConfig, costs: FloatArray, constraints: Constraints, n_contexts: int
-) -> BasePolicy:
-    """A fresh policy over these experts under these bounds, with one decision stream per
-    decision (``DecisionStreams``); InfeasibleConstraintsError, ... when impossible."""
-    omd = issubclass(get_policy_class(cfg.policy), OMDApproachability)
-    problem = Problem(costs, cfg.m_draws, constraints)
+def policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
+    """The policy's constructor arguments for a configuration: its horizon, one run, its
+    seed, for the OMD family ``DEFAULT_OMD_PARAMS`` and the number of contexts, then the
+    ``params`` of the configuration (which override them)."""
     kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
-    if omd:
+    if issubclass(get_policy_class(cfg.policy), OMDApproachability):
         kwargs.update(DEFAULT_OMD_PARAMS)
-        kwargs["n_contexts"] = max(1, n_contexts)
+        kwargs["n_contexts"] = max(1, len(cfg.contexts or ()))
     kwargs.update(cfg.params)
+    return kwargs
+
+
+def legacy_policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
+    """``policy_kwargs`` for a journal that recorded none (created before journals recorded
+    them): the OMD family then ran the linear surrogate in every case."""
+    kwargs = policy_kwargs(cfg)
+    if issubclass(get_policy_class(cfg.policy), OMDApproachability):
+        kwargs.setdefault("surrogate", "linear")
+    return kwargs
+
+
+def build_policy(
+    cfg: RouterConfig, costs: FloatArray, constraints: Constraints, kwargs: dict[str, Any]
+) -> BasePolicy:
+    """A fresh policy over these experts under these bounds, constructed with ``kwargs``, with
+    one decision stream per decision (``DecisionStreams``); InfeasibleConstraintsError, ...
+    when impossible."""
+    problem = Problem(costs, cfg.m_draws, constraints)
     try:
         policy = make_policy(cfg.policy, problem, **kwargs)
     except (InfeasibleConstraintsError, ResourceError):  # they name the cost, or M
         raise
     except (TypeError, ValueError) as exc:  # a bad [params] value, or K too small
         raise RouterConfigError(f"params: {exc}") from exc
-    if not omd:  # OMD checked Assumption 1 with its floor; the others route teams
+    if not isinstance(policy, OMDApproachability):  # OMD checked Assumption 1 with its floor
         problem.check_feasible(0.0)
     policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
     return policy

@@ -127,9 +127,10 @@ class OMDApproachability(BasePolicy):
         surrogate box ``S`` (safe by the sandwich (2), and conservative), or the exact expected
         realized cost of the team in ``S_ori`` with a safety margin (spends up to the bounds).
         Default "linear" (Algorithms 1 and 2), except with more than one context, M >= 2 and
-        the invariant dual: "exact". There the aggregate cut holds the contexts' total expected spend, and the
-        linear surrogate's ``C^T q <= u / M`` keeps a team of M to a fraction of its budget
-        (0.67-0.83 of it on the packaged LLM table at M = 2, docs/llm-routing.md).
+        the invariant dual: "exact". There the aggregate cut holds the contexts' total
+        expected spend, and the linear surrogate's ``C^T q <= u / M`` keeps a team of M to a
+        fraction of its budget (0.68-0.82 of it on the packaged LLM table at M = 2,
+        docs/llm-routing.md).
     budget_margin : float, optional
         The box is shrunk by ``budget_margin`` standard deviations of the time-averaged
         realized cost so far, ``z sd / sqrt(n)`` after ``n`` rounds (divided by M in the linear

@@ -12,7 +12,8 @@ start re-derives the configuration of every moment (docs/operations.md).
 
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
-    meta(key TEXT PRIMARY KEY, value TEXT)             -- "config" (JSON), "run_id", "created"
+    meta(key TEXT PRIMARY KEY, value TEXT)             -- "config", "policy_kwargs" (JSON),
+                                                       -- "run_id", "created"
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
            probs_seq INTEGER)
     snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)

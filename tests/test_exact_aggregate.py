@@ -179,3 +179,21 @@ def test_a_journal_that_recorded_no_policy_arguments_replays_the_linear_default(
     with Router.open(path, use_snapshot=False) as reopened:  # every decision re-derived
         assert reopened.policy.dual.surrogate == "linear"
         assert reopened.state()["q_by_context"] == want["q_by_context"]
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [("[1, 2]", "not a JSON object"), ("{", "not JSON"), ('{"eta_mult": "x"}', "rebuild")],
+)
+def test_damaged_policy_arguments_are_refused(tmp_path: Path, value: str, match: str) -> None:
+    from msroute.errors import JournalError
+
+    path = tmp_path / "j.db"
+    with Router(ROUTER, journal=path) as router:
+        _traffic(router, 5)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'policy_kwargs'", (value,))
+    db.commit()
+    db.close()
+    with pytest.raises(JournalError, match=match):
+        Router.open(path)

@@ -1111,9 +1111,14 @@ def journal_policy_kwargs(journal: Journal, cfg: RouterConfig) -> dict[str, Any]
         raw = journal.meta("policy_kwargs")
     except JournalError:
         return legacy_policy_kwargs(cfg)
-    kwargs = json.loads(raw)
+    try:
+        kwargs = json.loads(raw)
+    except ValueError as exc:
+        raise JournalError(f"{journal.label}: the policy_kwargs entry is not JSON: {exc}") from exc
     if not isinstance(kwargs, dict):
-        raise ValueError(f"the policy_kwargs entry is not a JSON object: {raw[:80]!r}")
+        raise JournalError(
+            f"{journal.label}: the policy_kwargs entry is not a JSON object: {raw[:80]!r}"
+        )
     return kwargs
 
 

@@ -67,7 +67,7 @@ def test_the_aggregate_cut_is_the_tangent_of_the_contexts_total_spend() -> None:
     pol.dual.w = np.array([[0.4, 0.0], [0.3, 0.0]])  # the budget's cut active in both runs
     q0 = pol._q[runs, ctx]
     own = costs[runs, ctx]
-    a, b = pol.dual.cuts(pol._aggregate_costs(runs, ctx), runs, q0, (share, others))
+    a, b = pol.dual.cuts(pol._context_costs(runs, ctx), runs, q0, (share, others))
     rng = np.random.default_rng(2)
     _, hi = pol.dual.target()
     for _ in range(20):  # any routing q of the context: a . q - b is the tangent's excess
@@ -197,3 +197,30 @@ def test_damaged_policy_arguments_are_refused(tmp_path: Path, value: str, match:
     db.close()
     with pytest.raises(JournalError, match=match):
         Router.open(path)
+
+
+def test_the_linear_aggregate_cut_holds_the_contexts_total_surrogate_spend() -> None:
+    pol = played(
+        OMDApproachability(
+            PROBLEM, horizon=400, n_runs=R, seed=6, n_contexts=X, surrogate="linear"
+        ),
+        150,
+    )
+    runs, ctx = np.array([0, 1]), np.array([1, 2])
+    share, others = pol._aggregate_spend(runs, ctx)
+    costs = pol.cost_est.costs.reshape(R, X, K, 2)
+    visits = pol._visits.astype(float)
+    for i, (r, x) in enumerate(zip(runs, ctx, strict=True)):
+        p = visits[r] / visits[r].sum()
+        spend = [p[y] * pol._q[r, y] @ costs[r, y] for y in range(X)]
+        np.testing.assert_allclose(others[i], sum(spend) - spend[x], rtol=1e-12)
+    pol.dual.w = np.array([[0.5, 0.0], [0.2, 0.0]])
+    a, b = pol.dual.cuts(pol._context_costs(runs, ctx), runs, pol._q[runs, ctx], (share, others))
+    _, hi = pol.dual.target()
+    rng = np.random.default_rng(7)
+    for q in rng.dirichlet(np.ones(K), (10, R)):
+        for i in range(R):  # the paper's cut with every expert's row p c_i + O, on the simplex
+            rows = share[i] * costs[runs[i], ctx[i]][:, 0] + others[i, 0]
+            assert a[i, 0] @ q[i] - b[i, 0] == pytest.approx(
+                rows @ q[i] - hi[runs[i], 0], abs=1e-12
+            )

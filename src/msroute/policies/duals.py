@@ -412,9 +412,9 @@ class ApproachabilityDual:
         Linear surrogate: row ``j`` is ``C_j . q <= hi_j`` where ``w_j > 0``,
         ``-C_j . q <= -lo_j`` where ``w_j < 0`` and the empty cut ``0 . q <= 0`` where
         ``w_j = 0``. Exact surrogate: the same with ``e_j`` replaced by its tangent at ``q0``
-        (R', K), the routing before the step, and the box shrunk by the margin; with
-        ``aggregate = (p, O)`` (the context's share (R',) and the other contexts' expected
-        spend (R', d)) the bound holds the aggregate ``p e(q) + O`` instead of ``e(q)``.
+        (R', K), the routing before the step. The box is shrunk by the margin. With
+        ``aggregate = (p, O)`` (a context's share (R',) and the other contexts' spend
+        (R', d)) the bound holds the contexts' aggregate ``p u(q) + O`` instead of ``u(q)``.
         """
         w = self.w[runs]
         sign = np.sign(w)  # (R', d)
@@ -422,6 +422,10 @@ class ApproachabilityDual:
         lo, hi = lo[runs], hi[runs]
         if self.surrogate == "linear":
             normal = np.swapaxes(costs[runs], 1, 2)
+            if aggregate is not None:  # p C . q + O <= bound
+                share, others = aggregate
+                normal = normal * share[:, None, None]
+                lo, hi = lo - others, hi - others
         else:
             if q0 is None:
                 raise InvalidValueError("the exact surrogate's cuts need q0, the current routing")
@@ -462,7 +466,7 @@ class ApproachabilityDual:
         q0 : ndarray, shape (R', K), optional
             The routing before the step (the exact surrogate linearizes there).
         aggregate : (ndarray (R',), ndarray (R', d)), optional
-            The exact surrogate's aggregate over contexts (``cuts``).
+            The aggregate over contexts (``cuts``).
         """
         if self.construction == "paper":
             a1, b1 = self.halfspace(costs, runs)

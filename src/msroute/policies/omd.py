@@ -45,7 +45,6 @@ from msroute.policies.duals import (
     check_construction,
     check_surrogate,
     cost_scale,
-    expected_team_cost,
 )
 from msroute.policies.omd_variants import (
     ESTIMATORS,
@@ -461,51 +460,35 @@ class OMDApproachability(BasePolicy):
         self.dual.step(self.dual.measure(q, self._costs_in(context)))
         return draws, q
 
-    def _aggregate_costs(self, runs: IntArray, ctx: IntArray) -> FloatArray:
-        """Costs (R, K, d) whose cut holds the *aggregate* spend, for the runs' QP steps.
-
-        Algorithm 2's cut ``w . (C^T q_x) <= h_S(w)`` holds each context's own spend to the
-        box whenever the dual is active: one budget per context, a smaller class than the
-        contextual comparator (``msroute.oracle.contextual_opt``), whose budget is on the
-        aggregate. With the contexts' shares ``p_y`` (visits so far) and the other contexts'
-        current spend ``O = sum_{y != x} p_y C_y^T q_y``, the aggregate cut for the context
-        ``x`` being updated is ``w . (p_x C_x^T q + O) <= h_S(w)``; since ``sum q = 1`` it is
-        the paper's cut with every expert's cost row ``p_x c_{x,i} + O``. A cheap context may
-        then route to a dear expert where the others leave room; a cut out of reach is moved to
-        its reach by the projection. With the linear surrogate only (the exact one is not
-        affine in the costs).
-        """
+    def _context_costs(self, runs: IntArray, ctx: IntArray) -> FloatArray:
+        """Costs (R, K, d): each run's estimates for the context of its QP step (context 0 for
+        the runs without one)."""
         r, x = self.n_runs, self.n_contexts
         by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
         at = self._ctx0.copy()
         at[runs] = ctx
-        out = np.array(by_ctx[self._rows, at])
-        if self.dual.surrogate != "linear":
-            return out
-        visits = self._visits[runs].astype(np.float64)
-        share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
-        spend = np.einsum("rxk,rxkd->rxd", self._q[runs], by_ctx[runs]) * share[..., None]
-        own = np.arange(runs.shape[0])
-        others = spend.sum(axis=1) - spend[own, ctx]  # (R', d)
-        out[runs] = by_ctx[runs, ctx] * share[own, ctx][:, None, None] + others[:, None, :]
-        return out
+        return np.asarray(by_ctx[self._rows, at])
 
     def _aggregate_spend(self, runs: IntArray, ctx: IntArray) -> tuple[FloatArray, FloatArray]:
-        """The exact surrogate's aggregate cut for the runs' QP steps: the context's share
-        ``p_x`` (R',) and the other contexts' expected spend ``O = sum_{y != x} p_y e_y(q_y)``
-        (R', d), so that the cut holds ``p_x e_x(q) + O`` (the aggregate that
-        ``_aggregate_costs`` holds for the linear surrogate, which is affine in the costs)."""
+        """The aggregate cut of the runs' QP steps: the context's share ``p_x`` (R',) and the
+        other contexts' spend ``O = sum_{y != x} p_y u_y(q_y)`` (R', d), ``u`` what the dual
+        measures (``C^T q``, or the team's expected cost ``e(q)``).
+
+        Algorithm 2's cut ``w . u_x(q) <= h_S(w)`` holds each context's own spend to the box
+        whenever the dual is active: one budget per context, a smaller class than the
+        contextual comparator (``msroute.oracle.contextual_opt``), whose budget is on the
+        aggregate. With the contexts' shares ``p_y`` (visits so far), the cut for the context
+        ``x`` being updated holds ``p_x u_x(q) + O`` instead (``ApproachabilityDual.cuts``): a
+        cheap context may then route to a dear expert where the others leave room; a cut out
+        of reach is moved to its reach by the projection.
+        """
         r, x = self.n_runs, self.n_contexts
         k, d = self.cost_est.costs.shape[1:]
         by_ctx = self.cost_est.costs.reshape(r, x, k, d)[runs]
         visits = self._visits[runs].astype(np.float64)
         share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
-        spend = (
-            expected_team_cost(
-                self._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d), self.m_draws
-            ).reshape(runs.shape[0], x, d)
-            * share[..., None]
-        )
+        measured = self.dual.measure(self._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d))
+        spend = measured.reshape(runs.shape[0], x, d) * share[..., None]
         own = np.arange(runs.shape[0])
         return share[own, ctx], spend.sum(axis=1) - spend[own, ctx]
 
@@ -561,10 +544,9 @@ class OMDApproachability(BasePolicy):
             eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
         q0 = self._q[runs, ctx]
-        costs = self.cost_est.costs if self.n_contexts == 1 else self._aggregate_costs(runs, ctx)
-        aggregate = None
-        if self.n_contexts > 1 and self.dual.surrogate == "exact":
-            aggregate = self._aggregate_spend(runs, ctx)
+        costs, aggregate = self.cost_est.costs, None
+        if self.n_contexts > 1:
+            costs, aggregate = self._context_costs(runs, ctx), self._aggregate_spend(runs, ctx)
         if self.floor == "fixed":
             self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs

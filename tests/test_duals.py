@@ -356,3 +356,57 @@ def test_more_than_128_cost_coordinates_are_refused() -> None:
 def assert_bitwise(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert got.shape == want.shape and got.dtype == want.dtype, what
     assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes(), what
+
+
+def test_a_cut_kept_alone_at_its_reach_with_tied_cheapest_experts_is_met_on_their_face() -> None:
+    """The case a live router at M = 5 met: an expert cap's tangent cut out of reach, its
+    cheapest experts tied (cost 0), beside an inactive cut. The moved cut is within the
+    solver's tolerance of its reach, so the step is the limit of the projection: the
+    projection of y onto the face of the tied experts, which a general solver confirms."""
+    from scipy.optimize import minimize
+
+    gamma, k = 0.0009622504486493762, 20
+    y = np.array(
+        [
+            [
+                -0.10852724693913578,
+                1.2608916144846236,
+                2.065974683254075,
+                0.9068203615283131,
+                0.876303200670587,
+                0.5676364839384052,
+                0.3264285267120061,
+                0.250681612417936,
+                -0.42068500891268074,
+                0.6729404164818352,
+                0.06512883676405086,
+                0.04370514871011571,
+                -0.5495187043510308,
+                -0.5016871889574702,
+                -0.0950606321408964,
+                0.7733353718268267,
+                0.8639912539298645,
+                0.4875036846049326,
+                -0.02015112649218348,
+                -0.2625432080589877,
+            ]
+        ]
+    )
+    a = np.zeros((1, 2, k))
+    a[0, 1, [0, 2, 3, 4, 5, 6, 7, 16, 18]] = 4.980417213787329
+    a[0, 1, 1] = 6.024454511834346e-07
+    b = np.array([[0.0, -0.10008577540432817]])
+    q = ApproachabilityDual._project_unreachable(y, gamma, a, b)
+    tied = a[0, 1] == 0.0
+    np.testing.assert_allclose(q[0, ~tied], gamma, atol=1e-15)
+    assert q.sum() == pytest.approx(1.0, abs=1e-12)
+    res = minimize(
+        lambda v: 0.5 * np.sum((v - y[0, tied]) ** 2),
+        np.full(tied.sum(), (1 - (k - tied.sum()) * gamma) / tied.sum()),
+        jac=lambda v: v - y[0, tied],
+        bounds=[(gamma, 1)] * int(tied.sum()),
+        constraints=[{"type": "eq", "fun": lambda v: v.sum() - (1 - (k - tied.sum()) * gamma)}],
+        method="SLSQP",
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
+    np.testing.assert_allclose(q[0, tied], res.x, atol=1e-7)

@@ -498,7 +498,9 @@ class ApproachabilityDual:
         rest of the mass on that expert: where the other cuts hold there, that vertex is the
         step (the limit of the projection as the moved cut tends to its reach). Solving the
         moved cut numerically instead is a nearly degenerate QP, whose multiplier grows as
-        the inverse of the distance to the reach.
+        the inverse of the distance to the reach. Where the cut kept alone is still too close
+        to its reach for the solver (cheapest experts tied), the step is that limit on the
+        face of the tied experts (``_cheapest_face``).
         """
         width = np.abs(a).max(axis=-1)
         reach = _reach(a, gamma)
@@ -520,7 +522,11 @@ class ApproachabilityDual:
             gap = (np.einsum("rjk,rk->rj", a, q0) - b) / np.where(width > 0, width, 1.0)
             keep = gap.argmax(axis=-1)
             rows = np.arange(y.shape[0])
-            return solve_cuts(y, gamma, a[rows, keep][:, None], b[rows, keep][:, None])[0]
+            single, bound = a[rows, keep][:, None], b[rows, keep][:, None]
+            try:
+                return solve_cuts(y, gamma, single, bound)[0]
+            except EmptyFeasibleSetError:  # within the solver's tolerance of its reach
+                return _cheapest_face(y, single[:, 0], gamma)
 
     def active(self) -> np.ndarray:
         """Which bounds the dual currently enforces: (R, d) ints, +1 upper, -1 lower, 0 none."""
@@ -549,6 +555,30 @@ def _cheapest_vertex(
         return None
     q[~ok] = np.nan
     return q
+
+
+def _cheapest_face(y: FloatArray, cut: FloatArray, gamma: float) -> FloatArray:
+    """Per row, the projection of ``y`` (R', K) onto the face of the floored simplex where the
+    cut ``cut`` (R', K) is at its reach: ``gamma`` off the experts of least cost, and the rest
+    of the mass on those (the projection of their ``y`` onto the simplex of that mass). The
+    limit of the projection under the cut as its bound tends to its reach."""
+    k = y.shape[1]
+    mass = max(1.0 - k * gamma, 0.0)
+    q = np.full(y.shape, gamma)
+    for r in range(y.shape[0]):
+        tied = np.flatnonzero(cut[r] == cut[r].min())
+        q[r, tied] += _simplex_projection(y[r, tied] - gamma, mass)
+    return q
+
+
+def _simplex_projection(v: FloatArray, mass: float) -> FloatArray:
+    """The Euclidean projection of ``v`` (n,) onto ``{p >= 0, sum p = mass}`` (sorting)."""
+    if mass <= 0.0:
+        return np.zeros_like(v)
+    u = np.sort(v)[::-1]
+    excess = np.cumsum(u) - mass
+    rho = int(np.flatnonzero(u - excess / np.arange(1, v.size + 1) > 0)[-1])
+    return np.asarray(np.maximum(v - excess[rho] / (rho + 1), 0.0), dtype=np.float64)
 
 
 def _reach(a: FloatArray, gamma: float) -> FloatArray:

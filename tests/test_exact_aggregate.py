@@ -224,3 +224,15 @@ def test_the_linear_aggregate_cut_holds_the_contexts_total_surrogate_spend() -> 
             assert a[i, 0] @ q[i] - b[i, 0] == pytest.approx(
                 rows @ q[i] - hi[runs[i], 0], abs=1e-12
             )
+
+
+@pytest.mark.parametrize(
+    ("m", "params", "want"),
+    [(2, {}, "exact"), (1, {}, "linear"), (2, {"surrogate": "linear"}, "linear")],
+)
+def test_a_router_routing_teams_runs_the_exact_surrogate(
+    m: int, params: dict[str, Any], want: str
+) -> None:
+    cfg = {**ROUTER, "contexts": None, "m_draws": m, "params": params}
+    with Router(cfg) as router:
+        assert router.policy.dual.surrogate == want

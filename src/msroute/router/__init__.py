@@ -10,10 +10,11 @@ from __future__ import annotations
 from msroute.router.config import RouterConfig
 from msroute.router.core import Router
 from msroute.router.ope import Estimate, OPEResult, evaluate
-from msroute.router.state import DEFAULT_OMD_PARAMS, RoutedDecision
+from msroute.router.state import DEFAULT_OMD_PARAMS, TEAM_OMD_PARAMS, RoutedDecision
 
 __all__ = [
     "DEFAULT_OMD_PARAMS",
+    "TEAM_OMD_PARAMS",
     "Estimate",
     "OPEResult",
     "RoutedDecision",

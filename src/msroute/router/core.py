@@ -17,7 +17,8 @@ or on disk, and a group is all or nothing; bounds and settings change by journal
 
 This module is the live layer: each call validates its input, applies its event with
 ``msroute.router.state.apply`` (the one transition function, which replay uses too) and journals
-it, inside a transaction that commits, or rolls back both journal and memory.
+it, inside a transaction that commits, or rolls back both journal and memory (the base class,
+``msroute.router.transactions.Transactional``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ from msroute.policies.base import BasePolicy
 from msroute.policies.omd import OMDApproachability
 from msroute.router import recovery
 from msroute.router.config import RouterConfig, cost_vector
-from msroute.router.journal import Journal, MemoryJournal, open_journal
+from msroute.router.journal import Journal, open_journal
 from msroute.router.rows import export_row
 from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
 from msroute.router.state import (
@@ -69,6 +69,7 @@ from msroute.router.state import (
     legacy_policy_kwargs,
     policy_kwargs,
 )
+from msroute.router.transactions import Transactional
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
 
@@ -90,31 +91,7 @@ _SETTING_KEYS = frozenset(
 )
 
 
-class _Write:
-    """The context manager of ``Router._write`` (a class: a generator-based one costs a few
-    microseconds a call, a noticeable share of a route + feedback pair)."""
-
-    __slots__ = ("owns", "router")
-
-    def __init__(self, router: Router) -> None:
-        self.router = router
-        self.owns = False
-
-    def __enter__(self) -> None:
-        router = self.router
-        router._check_usable()
-        if not router._depth:
-            router._begin()
-            self.owns = True
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if self.owns:
-            self.router._finish(raising=kind is None)  # never hides the call's own error
-            if kind is None:
-                self.router._maybe_snapshot()
-
-
-class Router:
+class Router(Transactional):
     """Route live queries with one policy; see the module docstring and docs/router.md.
 
     Parameters
@@ -358,12 +335,7 @@ class Router:
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the state before any event, no transaction."""
         self._state = RouterState.initial(cfg, self._policy_kwargs)
-        self._depth = 0  # group() nesting
-        self._failed: BaseException | None = None  # state unknown: reopen() needed
-        self._txn_error: BaseException | None = None  # a write of the open transaction failed
-        self._write_error: BaseException | None = None  # the last transaction failed
-        self._txn_start = 0
-        self._closed = False
+        self._reset_transactions()
         self._snap_seq = 0
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
 
@@ -377,9 +349,11 @@ class Router:
         """The policy (R = 1) that routes the queries."""
         return self._state.policy
 
-    def _attach(self, journal: Journal | MemoryJournal) -> None:
-        """Use this journal."""
-        self._journal: Journal | MemoryJournal = journal
+    def _rebuild(self) -> None:
+        """The state of the journal's committed events: the last snapshot, then the events
+        after it (``msroute.router.recovery``)."""
+        self._setup(self._base_config)
+        recovery.load(self, use_snapshot=True)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -406,219 +380,6 @@ class Router:
     def journal_path(self) -> Path | None:
         """The journal file (None for an in-memory router)."""
         return self._journal.path
-
-    # ------------------------------------------------------------------ transactions
-    @property
-    def writable(self) -> bool:
-        """Whether the router's last write reached the journal: False from a failed write or
-        commit until a later transaction commits (or ``reopen`` succeeds), and for a closed
-        router. A service reports a router that is not writable as unhealthy."""
-        return not self._closed and self._failed is None and self._write_error is None
-
-    @property
-    def needs_reopen(self) -> bool:
-        """Whether the router refuses calls until ``reopen`` succeeds: a write failed and
-        the journal could not be read back either, so the in-memory state is unknown."""
-        return not self._closed and self._failed is not None
-
-    @property
-    def failure(self) -> str | None:
-        """Why the router is not writable (the last journal error), or None."""
-        if self._closed:
-            return "the router is closed"
-        error = self._failed if self._failed is not None else self._write_error
-        return None if error is None else str(error)
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise MSRouteError("the router is closed")
-        if self._failed is not None:
-            raise JournalError(
-                f"the router failed to write its journal and could not read it back "
-                f"({self._failed}); call Router.reopen() once the disk is writable again "
-                "(or close it, then reopen the journal with Router.open())"
-            )
-        if self._txn_error is not None:
-            raise JournalError(
-                f"{self._journal.label}: an earlier write of this group failed "
-                f"({self._txn_error}); the group is rolled back when it ends"
-            )
-
-    def _begin(self) -> None:
-        try:
-            self._journal.begin()
-        except sqlite3.Error as exc:
-            raise JournalError(f"{self._journal.label}: cannot start a transaction: {exc}") from exc
-        self._txn_start = self._journal.last_seq
-
-    def _write(self) -> _Write:
-        """One transaction around a call, unless inside ``group`` (which owns it)."""
-        return _Write(self)
-
-    def _finish(self, *, reload: bool = True, raising: bool = True) -> None:
-        """Commit the open transaction; on failure roll everything of it back and raise.
-
-        A transaction fails when its COMMIT fails or when one of its writes failed earlier
-        (SQLite may already have rolled it back then). Either way it is rolled back and, unless
-        ``reload`` is False (a caller that undoes its own changes), the in-memory state is
-        rebuilt from the journal's committed events: the calls of the failed transaction change
-        nothing, in the journal or in memory, and ``JournalError`` is raised (unless
-        ``raising`` is False: the caller's own error is already on its way). The router stays
-        usable: the next call tries the disk again, and ``writable`` is False until a
-        transaction commits.
-        """
-        error: BaseException
-        if self._txn_error is None:
-            try:
-                self._journal.commit()
-            except (sqlite3.Error, OSError) as exc:
-                error = JournalError(f"{self._journal.label}: cannot commit the journal: {exc}")
-                error.__cause__ = exc
-            except BaseException:  # an interrupt during COMMIT: the outcome is unknown
-                self._roll_back(reload)
-                raise
-            else:
-                if self._journal.last_seq != self._txn_start:  # something reached the disk
-                    self._write_error = None
-                return
-        else:
-            error = JournalError(
-                f"{self._journal.label}: the transaction is rolled back: a write failed "
-                f"({self._txn_error})"
-            )
-            error.__cause__ = self._txn_error
-        self._txn_error = None
-        self._write_error = error
-        _log.error("%s", error)
-        self._roll_back(reload)
-        if raising:
-            raise error
-
-    def _roll_back(self, reload: bool) -> None:
-        self._journal.rollback()
-        if reload:
-            self._reload_committed()
-
-    def _reload_committed(self) -> None:
-        """The in-memory state of the committed events, after a failed transaction. If the
-        journal cannot be read either, the router is failed (calls raise until
-        ``reopen`` succeeds)."""
-        write_error = self._write_error
-        try:
-            self._setup(self._base_config)
-            recovery.load(self, use_snapshot=True)
-        except (MSRouteError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
-            self._failed = exc
-        self._write_error = write_error
-
-    def probe(self) -> bool:
-        """Check now that the journal takes a write, and return ``writable``.
-
-        A router whose last write failed learns this way that the disk recovered without
-        waiting for traffic (one small write: the ``checked`` meta entry); one that needs
-        reopening is reopened. Outside a group only. On a nearly full disk a small write may
-        pass where a larger one fails: the next failing call makes the router unwritable again.
-        """
-        if self._closed:
-            return False
-        if self._depth:
-            raise MSRouteError("probe() inside a group(): call it between groups")
-        if self._failed is not None:
-            try:
-                self.reopen()
-            except MSRouteError:
-                return False
-            return True
-        if self._write_error is None:
-            return True
-        journal = self._journal
-        try:
-            journal.begin()
-            journal.put_meta("checked", repr(time.time()))
-            journal.commit()
-        except (sqlite3.Error, OSError) as exc:
-            journal.rollback()
-            self._write_error = JournalError(f"{journal.label}: cannot write the journal: {exc}")
-            return False
-        self._write_error = None
-        return True
-
-    def reopen(self) -> None:
-        """Reopen the journal in place and rebuild the state from it, then check that it can
-        be written (one small write): how a router that failed to write recovers once the
-        disk is writable again.
-
-        Raises
-        ------
-        JournalError
-            The journal still cannot be opened, read or written (the router stays failed).
-        """
-        if self._closed:
-            raise MSRouteError("the router is closed")
-        journal = self._journal
-        if journal.path is None:  # a memory journal never fails to write
-            self._failed = self._write_error = None
-            return
-        journal.close()
-        try:
-            fresh = Journal(journal.path, self._base_config.journal_sync, create=False)
-        except JournalError as exc:
-            self._failed = exc
-            raise
-        try:
-            self._setup(self._base_config)
-            self._attach(fresh)
-            recovery.load(self, use_snapshot=True)
-            self._begin()
-            fresh.put_meta("checked", repr(time.time()))
-            fresh.commit()
-        except (MSRouteError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
-            fresh.rollback()
-            error = exc if isinstance(exc, JournalError) else JournalError(f"{fresh.label}: {exc}")
-            self._failed = error
-            raise error from exc
-        _log.info("%s: reopened, %d events", fresh.label, fresh.last_seq)
-
-    @contextmanager
-    def group(self) -> Iterator[Router]:
-        """Commit every call inside the block in one transaction (group commit); re-entrant.
-
-        Each call validates first: one that raises changed no state and wrote no row, and the
-        others proceed. On exit one COMMIT makes them all durable; only then may they be
-        acknowledged. If that COMMIT fails, or a write inside the block failed (later calls
-        of the block then raise ``JournalError``), the whole block is rolled back, in the
-        journal and in memory, and the block raises ``JournalError``: none of its calls
-        may be acknowledged.
-        """
-        self._check_usable()
-        if self._depth == 0:
-            self._begin()
-        self._depth += 1
-        ok = False
-        try:
-            yield self
-            ok = True
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self._finish(raising=ok)
-        if self._depth == 0:
-            self._maybe_snapshot()
-
-    def _append(
-        self,
-        kind: str,
-        ref: str | None,
-        now: float,
-        payload: dict[str, Any],
-        blob: bytes | None,
-        share: tuple[int | None] | None = None,
-    ) -> int:
-        try:
-            return self._journal.append(kind, ref, now, payload, blob, share)
-        except (sqlite3.Error, OSError) as exc:
-            self._txn_error = exc
-            raise JournalError(f"{self._journal.label}: cannot write the journal: {exc}") from exc
 
     # ------------------------------------------------------------------ routing
     def route(
@@ -1057,18 +818,6 @@ class Router:
             )
             for event in self._journal.events(int(seq), int(limit))
         ]
-
-    def close(self) -> None:
-        """Close the journal (idempotent); an unfinished group's writes are rolled back."""
-        if not self._closed:
-            self._closed = True
-            self._journal.close()
-
-    def __enter__(self) -> Router:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:

@@ -18,6 +18,7 @@ from msroute.errors import InvalidValueError
 from msroute.policies import base
 from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.omd import OMDApproachability
+from msroute.policies.omd_variants import _AdditiveModel
 from msroute.policies.persist import state_dict
 from msroute.router import RouterConfig
 from msroute.router.state import RouterState
@@ -26,9 +27,15 @@ K, M, D = 9, 3, 2
 ROUNDS = 400
 
 COSTS = np.random.default_rng(7).uniform(0.0, 1.0, (K, D))
-PROBLEM = Problem(
-    COSTS, M, Constraints(upper=[0.9 * float(COSTS[:, 0].mean()) * M, None], lower=[None, 0.6])
-)
+
+
+def _problem(m: int) -> Problem:
+    bounds = Constraints(
+        upper=[0.9 * float(COSTS[:, 0].mean()) * m, None], lower=[None, 0.6 * m / M]
+    )
+    return Problem(COSTS, m, bounds)
+
+
 
 CONFIGS: list[dict[str, Any]] = [
     {"variant": "paper"},
@@ -45,10 +52,12 @@ def _gathered_cell(self: OMDApproachability, context: Any) -> tuple[Any, Any]:
 
 @contextmanager
 def general_paths() -> Iterator[None]:
-    """The batched code for a single run: gathered state, the batched CDF comparison."""
+    """The batched code for a single run: gathered state, the batched CDF comparison, the
+    model estimator's numpy form."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(base, "_sample_row", base._sample_rows)
         mp.setattr(OMDApproachability, "_cell", _gathered_cell)
+        mp.setattr(_AdditiveModel, "estimate", _AdditiveModel._estimate_rows)
         yield
 
 
@@ -61,14 +70,15 @@ def assert_bitwise(a: object, b: object, what: str) -> None:
         assert a == b, what
 
 
+@pytest.mark.parametrize("m", [1, M])
 @pytest.mark.parametrize("n_contexts", [1, 3])
 @pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "-".join(map(str, p.values())))
 def test_the_single_run_paths_are_the_general_ones_bit_for_bit(
-    params: dict[str, Any], n_contexts: int
+    params: dict[str, Any], n_contexts: int, m: int
 ) -> None:
     kwargs = {"horizon": ROUNDS, "n_runs": 1, "seed": 11, "n_contexts": n_contexts, **params}
-    fast = OMDApproachability(PROBLEM, **kwargs)
-    general = OMDApproachability(PROBLEM, **kwargs)
+    fast = OMDApproachability(_problem(m), **kwargs)
+    general = OMDApproachability(_problem(m), **kwargs)
     rng = np.random.default_rng(3)
     pending: list[tuple[Decision, Decision]] = []
     for t in range(ROUNDS):

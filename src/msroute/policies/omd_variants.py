@@ -214,6 +214,21 @@ class _AdditiveModel(ABC):
     ) -> FloatArray:
         """See ``GradientEstimator``; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""
+        if rows.size == 1 and self.m_draws == 1:
+            return self._estimate_one(int(rows[0]), int(ctx[0]), q, int(draws[0, 0]), reward)
+        return self._estimate_rows(rows, ctx, q, draws, counts, reward)
+
+    def _estimate_rows(
+        self,
+        rows: IntArray,
+        ctx: IntArray,
+        q: FloatArray,
+        draws: IntArray,
+        counts: FloatArray,
+        reward: FloatArray,
+        baseline: FloatArray | None = None,
+    ) -> FloatArray:
+        """``estimate`` of a batch, in numpy (``baseline``: not used)."""
         coef = self.coef[rows, ctx]
         x = np.empty_like(coef)
         x[:, 0] = 1.0
@@ -232,6 +247,31 @@ class _AdditiveModel(ABC):
         np.add(draws, 1, out=idx[:, 1:])
         self._accumulate(rows, ctx, idx, reward)
         return np.asarray(model_grad + weighted, dtype=np.float64)
+
+    def _estimate_one(
+        self, run: int, ctx: int, q: FloatArray, drawn: int, reward: FloatArray
+    ) -> FloatArray:
+        """``estimate`` of one run with one draw (a live router's round at M = 1), in Python
+        floats: the same floats as the batched form.
+
+        With ``x = (1, e_a)`` the model's prediction has two nonzero terms, so every order of
+        the batched form's sum gives ``fl(beta_0 + beta_a)``; the slope is 1, the count 1, and
+        the batched form's additions of 0.0 are kept (``-0.0 + 0.0`` is ``+0.0``)."""
+        coef = self.coef[run, ctx]
+        c_a = float(coef[drawn + 1])
+        predicted = float(coef[0]) + c_a
+        out = coef[1:] + 0.0
+        out[drawn] = c_a * 1.0 + (float(reward[0]) - predicted) * 1.0 / (
+            float(q[0, drawn]) + self.ix
+        )
+        self._accumulate_one(run * self.n_contexts + ctx, drawn + 1, float(reward[0]))
+        return out[None, :]
+
+    def _accumulate_one(self, cell: int, feature: int, reward: float) -> None:
+        """``_accumulate`` of one round whose features are the intercept and ``feature``."""
+        idx = np.array([[0, feature]], dtype=np.int64)
+        run, ctx = divmod(cell, self.n_contexts)
+        self._accumulate(np.array([run]), np.array([ctx]), idx, np.array([reward]))
 
     def _slope(self, q: FloatArray) -> FloatArray:
         """``M (1 - q)^(M-1)`` (R, K), the gradient of each expert's hit probability.
@@ -375,6 +415,20 @@ class ModelGradient(_AdditiveModel):
         at = (cell * p)[:, None] + idx  # the features' rows of the cell's Gram matrix
         self.gram.reshape(-1)[at[:, :, None] * p + idx[:, None, :]] += 1.0
         self._add_moment(at, reward)
+
+    def _accumulate_one(self, cell: int, feature: int, reward: float) -> None:
+        """``_accumulate`` of one round with the features 0 and ``feature``, entry by entry."""
+        if not (self.gram.flags.c_contiguous and self.moment.flags.c_contiguous):
+            super()._accumulate_one(cell, feature, reward)
+            return
+        p = self.coef.shape[-1]
+        gram, moment = self.gram.reshape(-1, p, p)[cell], self.moment.reshape(-1, p)[cell]
+        gram[0, 0] += 1.0
+        gram[0, feature] += 1.0
+        gram[feature, 0] += 1.0
+        gram[feature, feature] += 1.0
+        moment[0] += reward
+        moment[feature] += reward
 
     def validate_state(self, prefix: str) -> None:
         """See ``_AdditiveModel._check_pairs``: ``gram - ridge I`` holds the counts."""

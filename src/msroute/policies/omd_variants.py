@@ -257,10 +257,10 @@ class _AdditiveModel(ABC):
         With ``x = (1, e_a)`` the model's prediction has two nonzero terms, so every order of
         the batched form's sum gives ``fl(beta_0 + beta_a)``; the slope is 1, the count 1, and
         the batched form's additions of 0.0 are kept (``-0.0 + 0.0`` is ``+0.0``)."""
-        coef = self.coef[run, ctx]
+        coef: FloatArray = self.coef[run, ctx]
         c_a = float(coef[drawn + 1])
         predicted = float(coef[0]) + c_a
-        out = coef[1:] + 0.0
+        out: FloatArray = coef[1:] + 0.0
         out[drawn] = c_a * 1.0 + (float(reward[0]) - predicted) * 1.0 / (
             float(q[0, drawn]) + self.ix
         )

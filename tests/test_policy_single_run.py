@@ -17,6 +17,7 @@ from msroute import Constraints, Problem
 from msroute.errors import InvalidValueError
 from msroute.policies import base
 from msroute.policies.base import Decision, sample_multinomial
+from msroute.policies.costs import CostEstimate
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.omd_variants import _AdditiveModel
 from msroute.policies.persist import state_dict
@@ -36,7 +37,6 @@ def _problem(m: int) -> Problem:
     return Problem(COSTS, m, bounds)
 
 
-
 CONFIGS: list[dict[str, Any]] = [
     {"variant": "paper"},
     {"variant": "model"},
@@ -50,14 +50,22 @@ def _gathered_cell(self: OMDApproachability, context: Any) -> tuple[Any, Any]:
     return (self._rows, self._ctx0 if context is None else context)
 
 
+def _batched_costs(
+    self: CostEstimate, draws: Any, cost: Any, counts: Any = None, rows: Any = None
+) -> None:
+    if self.mode != "table":
+        self._update_batch(draws, cost, counts, rows)
+
+
 @contextmanager
 def general_paths() -> Iterator[None]:
     """The batched code for a single run: gathered state, the batched CDF comparison, the
-    model estimator's numpy form."""
+    model estimator's and the cost estimates' numpy forms."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(base, "_sample_row", base._sample_rows)
         mp.setattr(OMDApproachability, "_cell", _gathered_cell)
         mp.setattr(_AdditiveModel, "estimate", _AdditiveModel._estimate_rows)
+        mp.setattr(CostEstimate, "update", _batched_costs)
         yield
 
 

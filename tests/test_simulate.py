@@ -102,6 +102,45 @@ def test_bad_contexts_are_named(kwargs: dict[str, object], match: str) -> None:
         simulate({"r": RandomPolicy(batch, horizon=10)}, env, batch, 10, **kwargs)  # type: ignore[arg-type]
 
 
+def test_contexts_skip_the_per_round_checks_with_the_same_decisions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With contexts, a package policy decides through ``select_trusted`` (its contexts
+    validated once), never through ``select``; a spied ``select`` (a policy with a ``select``
+    of its own) takes the checked path: the same runs."""
+    env = StochasticEnv(np.full((3, 4), 0.6), seed=[5])
+    batch = ProblemBatch(problem(), 1)
+    contexts = np.random.default_rng(4).integers(0, 3, 300)
+    weights = np.ones((3, 3))
+
+    def run(pol: OMDApproachability) -> tuple[np.ndarray, np.ndarray]:
+        traj = simulate({"omd": pol}, env, batch, 300, contexts=contexts, context_weights=weights)
+        return traj["omd"].rewards, traj["omd"].costs
+
+    checked_pol = OMDApproachability(batch, horizon=300, seed=3, n_contexts=3)
+    seen = _spying(checked_pol)
+    checked = run(checked_pol)
+    assert len(seen) == 300
+
+    def refuse(*_: object) -> Decision:
+        raise AssertionError("select() called: the checks ran every round")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(BasePolicy, "select", refuse)
+        trusted = run(OMDApproachability(batch, horizon=300, seed=3, n_contexts=3))
+    np.testing.assert_array_equal(trusted[0], checked[0])
+    np.testing.assert_array_equal(trusted[1], checked[1])
+
+
+def test_a_context_beyond_the_policys_range_is_named() -> None:
+    env = SequenceEnv(np.ones((10, 3, 4)), n_runs=1)
+    batch = ProblemBatch(problem(), 1)
+    pol = OMDApproachability(batch, horizon=10, seed=0, n_contexts=2)
+    contexts = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+    with pytest.raises(ValueError, match=r"context values must be in \[0, 1\]"):
+        simulate({"omd": pol}, env, batch, 10, contexts=contexts, context_weights=np.ones((3, 3)))
+
+
 def test_mismatched_runs_are_refused() -> None:
     env = SequenceEnv(np.ones((10, 3, 4)), n_runs=3)
     batch = ProblemBatch(problem(), 2)

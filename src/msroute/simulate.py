@@ -32,7 +32,7 @@ from msroute._validation import FloatArray, IntArray, check_contexts, check_posi
 from msroute.envs import SkillEnv
 from msroute.errors import InvalidValueError
 from msroute.outcome_env import OutcomeEnv
-from msroute.policies.base import BasePolicy, draw_counts, draws_to_mask
+from msroute.policies.base import BasePolicy, Decision, Policy, draw_counts, draws_to_mask
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import context_scaled, expected_reward
 from msroute.streaming import PairwiseSum
@@ -168,6 +168,27 @@ class _Sums:
         self.running = running[n]
         if self.rewards is not None:
             self.rewards[first:done] = rewards
+
+
+def _selector(
+    pol: BasePolicy | Policy, contexts: IntArray | None
+) -> Callable[[IntArray | None], Decision]:
+    """How ``_play`` asks ``pol`` for a decision in context ``contexts[t]`` (or None).
+
+    The simulator validated every round's context (``check_contexts``); a policy that keeps
+    ``BasePolicy.select`` and whose contexts all lie in its range then skips ``select``'s
+    per-round checks (``BasePolicy.select_trusted``, the same decisions). Any other policy (one
+    with a ``select`` of its own), or contexts out of the policy's range, goes through
+    ``select``, which raises at the first bad round."""
+    if (
+        not isinstance(pol, BasePolicy)
+        or type(pol).select is not BasePolicy.select
+        or "select" in vars(pol)
+        or contexts is None
+        or (pol.n_contexts > 1 and int(contexts.max()) >= pol.n_contexts)
+    ):
+        return pol.select
+    return lambda ctx: pol.select_trusted(ctx, None)
 
 
 def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
@@ -479,6 +500,7 @@ def _play(
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     every_run = np.arange(r, dtype=np.int64)
     names = list(policies)
+    select = {n: _selector(policies[n], ctx_all) for n in names}
     recorders = {n: recorder(t_total, r, d) for n in names}
     # Filled for the policies whose decisions carry their distribution (known at the first).
     expected: dict[str, FloatArray] = {}
@@ -504,7 +526,7 @@ def _play(
             for name in names:
                 pol = policies[name]
                 tic = time.perf_counter()
-                decision = pol.select(ctx)
+                decision = select[name](ctx)
                 draws = decision.draws
                 if track_expected and decision.probs is not None:
                     if name not in q_buf:

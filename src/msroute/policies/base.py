@@ -118,6 +118,10 @@ def _indices_below(draws: IntArray, n: int) -> bool:
 def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
     """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
     r = draws.shape[0]
+    if draws.shape == (1, 1) and 0 <= draws[0, 0] < n_experts:  # one run, one draw: one-hot
+        out = np.zeros((1, n_experts))
+        out[0, draws[0, 0]] = 1.0
+        return out
     flat = draws.ravel() if r == 1 else (draws + (np.arange(r) * n_experts)[:, None]).ravel()
     return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 

@@ -120,6 +120,37 @@ class CostEstimate:
         """
         if self.mode == "table":
             return
+        if draws.shape == (1, 1):
+            self._update_one(0 if rows is None else int(rows[0]), int(draws[0, 0]), cost)
+            return
+        self._update_batch(draws, cost, counts, rows)
+
+    def _update_one(self, row: int, drawn: int, cost: FloatArray) -> None:
+        """``update`` of one round with one draw (a live router's round at M = 1) on the
+        estimate row ``row``: the batched form's floats, on the drawn expert's entries only.
+
+        The mask is one-hot, so the prediction is the drawn expert's estimate (a sum with one
+        nonzero term), its weight is its estimate plus the floor, the weights' sum is that
+        weight, and every other expert's share is a zero that leaves its estimate as it is."""
+        self.n_obs[row, drawn] += 1.0
+        est = self.costs[row, drawn]
+        resid = cost[0] - est
+        if not np.count_nonzero(resid):
+            return
+        weight = est + self._floor[row, 0]
+        share = resid * weight / weight
+        self.costs[row, drawn] = np.maximum(
+            est + share / (self.prior_weight + self.n_obs[row, drawn]), 0.0
+        )
+
+    def _update_batch(
+        self,
+        draws: IntArray,
+        cost: FloatArray,
+        counts: FloatArray | None = None,
+        rows: IntArray | None = None,
+    ) -> None:
+        """``update`` of any batch, in numpy (or a compiled loop)."""
         if rows is not None:
             self._update_rows(rows, draws, cost, counts)
             return

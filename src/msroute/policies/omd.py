@@ -496,12 +496,13 @@ class OMDApproachability(BasePolicy):
         """The cost estimates (R, K, d) of each run's context (context 0 where None)."""
         if self.n_contexts == 1:
             return self.cost_est.costs
+        if self.n_runs == 1 and context is not None:  # basic indexing: row x, a view
+            x = int(context[0])
+            return self.cost_est.costs[x : x + 1]
         r, x = self.n_runs, self.n_contexts
         by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
         if context is None:
             return np.asarray(by_ctx[:, 0])
-        if r == 1:  # basic indexing: a view, not a gathered copy
-            return np.asarray(by_ctx[:, int(context[0])])
         return np.asarray(by_ctx[self._rows, context])
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
@@ -527,7 +528,8 @@ class OMDApproachability(BasePolicy):
         if self.n_contexts == 1:
             self.cost_est.update(decision.draws, cost, counts)
         else:
-            self.cost_est.update(decision.draws, cost, counts, self._rows * self.n_contexts + ctx)
+            rows = ctx if self.n_runs == 1 else self._rows * self.n_contexts + ctx  # row r X + x
+            self.cost_est.update(decision.draws, cost, counts, rows)
         self.dual.observe(cost)
         self._cost_sum += cost
         self._n_feedback += 1

@@ -463,6 +463,9 @@ class OMDApproachability(BasePolicy):
     def _context_costs(self, runs: IntArray, ctx: IntArray) -> FloatArray:
         """Costs (R, K, d): each run's estimates for the context of its QP step (context 0 for
         the runs without one)."""
+        if self.n_runs == 1:  # basic indexing: the context's row, a view
+            x = int(ctx[0])
+            return self.cost_est.costs[x : x + 1]
         r, x = self.n_runs, self.n_contexts
         by_ctx = self.cost_est.costs.reshape(r, x, *self.cost_est.costs.shape[1:])
         at = self._ctx0.copy()
@@ -484,10 +487,11 @@ class OMDApproachability(BasePolicy):
         """
         r, x = self.n_runs, self.n_contexts
         k, d = self.cost_est.costs.shape[1:]
-        by_ctx = self.cost_est.costs.reshape(r, x, k, d)[runs]
-        visits = self._visits[runs].astype(np.float64)
+        at: IntArray | slice = slice(None) if r == 1 else runs  # one run: views, not gathers
+        by_ctx = self.cost_est.costs.reshape(r, x, k, d)[at]
+        visits = self._visits[at].astype(np.float64)
         share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
-        measured = self.dual.measure(self._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d))
+        measured = self.dual.measure(self._q[at].reshape(-1, k), by_ctx.reshape(-1, k, d))
         spend = measured.reshape(runs.shape[0], x, d) * share[..., None]
         own = np.arange(runs.shape[0])
         return share[own, ctx], spend.sum(axis=1) - spend[own, ctx]

@@ -7,13 +7,20 @@ Bernoulli arms: Thompson sampling with one ``Beta(1, 1)`` posterior per (task, m
 budget at all (so it can only do better than a budgeted policy). It runs beside contextual OMD
 at the generous budget ($0.0002 per query, where OMD spends 0.55-0.70 of it, so the budget does
 not bind) on the same prompt sequences (the bench's seeds), and prints each policy's gap to the
-best model per task in hindsight.
+best model per task in hindsight. It also prints how much of that reference is in-sample luck:
+the best model per task in the whole table, scored on the sequence.
+
+For a team of two (M = 2) it runs two unconstrained learners against the best pair of distinct
+models per task in hindsight: Thompson sampling over the 36 pairs with the team's reward only
+(what msroute observes), and Thompson sampling that routes the two best of per-model samples
+and sees *each* member's score (semi-bandit feedback: more than msroute observes).
 
 Usage: ``python benchmarks/bench_llm_learning_cost.py [T ...]`` (default 20000 80000).
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
@@ -56,8 +63,68 @@ def thompson(skills: np.ndarray, contexts: np.ndarray, n_contexts: int, seed: in
     return total / skills.shape[0]
 
 
+def population_best(skills: np.ndarray, contexts: np.ndarray, table_means: np.ndarray) -> float:
+    """Mean reward on this sequence of the model that is best per context in the whole table
+    (``table_means`` (X, K)): the hindsight reference without its in-sample luck."""
+    total = 0.0
+    for x in range(table_means.shape[0]):
+        rows = skills[contexts == x]
+        if rows.size:
+            total += rows[:, int(table_means[x].argmax())].sum()
+    return total / skills.shape[0]
+
+
+def hindsight_best_pair(skills: np.ndarray, contexts: np.ndarray, n_contexts: int) -> float:
+    """Mean team reward of the best pair of distinct models per context on this sequence."""
+    pairs = list(itertools.combinations(range(skills.shape[1]), 2))
+    total = 0.0
+    for x in range(n_contexts):
+        rows = skills[contexts == x]
+        if rows.size:
+            total += max(np.maximum(rows[:, i], rows[:, j]).sum() for i, j in pairs)
+    return total / skills.shape[0]
+
+
+def thompson_pairs(skills: np.ndarray, contexts: np.ndarray, n_contexts: int, seed: int) -> float:
+    """Per-context Thompson sampling over the pairs of distinct models, one Beta(1, 1)
+    posterior per (context, pair), learning from the team's reward only; no budget."""
+    rng = np.random.default_rng(seed)
+    pairs = list(itertools.combinations(range(skills.shape[1]), 2))
+    alpha = np.ones((n_contexts, len(pairs)))
+    beta = np.ones((n_contexts, len(pairs)))
+    total = 0.0
+    for t in range(skills.shape[0]):
+        x = contexts[t]
+        p = int(np.argmax(rng.beta(alpha[x], beta[x])))
+        i, j = pairs[p]
+        y = float(max(skills[t, i], skills[t, j]))
+        total += y
+        alpha[x, p] += y
+        beta[x, p] += 1.0 - y
+    return total / skills.shape[0]
+
+
+def thompson_top2(skills: np.ndarray, contexts: np.ndarray, n_contexts: int, seed: int) -> float:
+    """Per-context Thompson sampling that routes the two best per-model samples and learns
+    from each member's own score (semi-bandit feedback); no budget."""
+    rng = np.random.default_rng(seed)
+    k = skills.shape[1]
+    alpha = np.ones((n_contexts, k))
+    beta = np.ones((n_contexts, k))
+    total = 0.0
+    for t in range(skills.shape[0]):
+        x = contexts[t]
+        i, j = np.argsort(-rng.beta(alpha[x], beta[x]))[:2]
+        yi, yj = float(skills[t, i]), float(skills[t, j])
+        total += max(yi, yj)
+        alpha[x, [i, j]] += [yi, yj]
+        beta[x, [i, j]] += [1.0 - yi, 1.0 - yj]
+    return total / skills.shape[0]
+
+
 def main(horizons: list[int]) -> None:
     table = outcomes.load_table(outcomes.LLMROUTER)
+    x_n = table.n_contexts
     for horizon in horizons:
         cfg = outcomes.OutcomeBenchConfig(
             table=outcomes.LLMROUTER, seeds=SEEDS, horizon=horizon, m_draws=(1,)
@@ -76,11 +143,27 @@ def main(horizons: list[int]) -> None:
         omd = np.asarray(run.avg_reward)
         spend = np.asarray(run.avg_cost)[:, 0] / BUDGET
         b = float(np.mean(best))
+        means = np.array(
+            [table.scores[table.category == x].sum(axis=1).mean(axis=0) for x in range(x_n)]
+        )
+        pop = [population_best(skills[:, r], contexts[:, r], means) for r in range(SEEDS)]
         print(
-            f"T = {horizon}: best per task in hindsight {b:.4f}; "
+            f"T = {horizon}, M = 1: best per task in hindsight {b:.4f} (the table's best per "
+            f"task, scored on the sequence: {np.mean(pop):.4f}); "
             f"per-context TS (no budget) {np.mean(ts):.4f} (gap {b - np.mean(ts):.4f}); "
             f"contextual OMD at ${BUDGET:g} {omd.mean():.4f} (gap {b - omd.mean():.4f}, "
             f"spend {spend.min():.2f}-{spend.max():.2f} of the budget)",
+            flush=True,
+        )
+        pair = np.mean(
+            [hindsight_best_pair(skills[:, r], contexts[:, r], x_n) for r in range(SEEDS)]
+        )
+        team = np.mean([thompson_pairs(skills[:, r], contexts[:, r], x_n, r) for r in range(SEEDS)])
+        semi = np.mean([thompson_top2(skills[:, r], contexts[:, r], x_n, r) for r in range(SEEDS)])
+        print(
+            f"T = {horizon}, M = 2: best pair per task in hindsight {pair:.4f}; TS over pairs, "
+            f"team reward (no budget) {team:.4f} (gap {pair - team:.4f}); TS top two, each "
+            f"member's score seen (no budget) {semi:.4f} (gap {pair - semi:.4f})",
             flush=True,
         )
 

@@ -370,6 +370,27 @@ def test_expired_decisions_drop_or_learn_the_default() -> None:
         assert router.state()["feedback_late"] == 1
 
 
+def test_the_deadline_heap_follows_the_pending_decisions_not_the_traffic() -> None:
+    """Closed decisions leave the deadline heap once it holds more than twice the pending ones
+    (plus a slack), and the decisions left still expire, all of them, oldest first."""
+    from msroute.router.state import _HEAP_SLACK
+
+    router = Router(cfg(feedback_ttl_s=3600.0))
+    kept = []
+    for i in range(3 * _HEAP_SLACK):
+        d = router.route()
+        heap, pending = router._state.deadlines, router._state.pending
+        assert len(heap) <= 2 * len(pending) + _HEAP_SLACK  # as the decision is pushed
+        if i % 7:
+            router.feedback(d.decision_id, reward_of(d))
+        else:
+            kept.append(d.decision_id)
+    assert set(router._state.pending) <= {entry[2] for entry in router._state.deadlines}
+    assert router.expire(now=time.time() + 7200.0) == len(kept)
+    expired = [e[2] for e in router._journal.events() if e[1] == "expire"]
+    assert expired == kept
+
+
 # ---------------------------------------------------------------------- determinism, journal
 def test_decision_n_is_a_function_of_seed_and_n() -> None:
     a, b = Router(CONFIG), Router(CONFIG)

@@ -10,7 +10,6 @@ What a snapshot holds: ``msroute.router.snapshots``.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import sqlite3
 from typing import TYPE_CHECKING, Any
@@ -143,7 +142,7 @@ def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> Route
     else:
         _pending_from_journal(router, state, int(st["pending_from"]), seq, int(st["pending"]))
     for did, p in state.pending.items():
-        heapq.heappush(state.deadlines, (p.deadline, p.n, did))
+        state.push_deadline(p.deadline, p.n, did)
     return state
 
 

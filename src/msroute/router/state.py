@@ -232,6 +232,9 @@ class Configure:
 
 
 Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
+#: Entries of closed decisions the deadline heap may hold beyond twice the pending ones.
+_HEAP_SLACK = 1024
+
 #: The events that the live layer journals as given (a decision's fields are derived).
 Given = Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
 #: The events that change the expert set or the bounds, and with them the policy.
@@ -356,6 +359,20 @@ class RouterState:
         ctx = None if p.context is None else self.ctx_arrays[p.context]
         p.decision, p.layout = Decision(cols, probs, ctx, p.n), self.layout
         return p.decision
+
+    def push_deadline(self, deadline: float, n: int, ref: str) -> None:
+        """Put a pending decision on the deadline heap.
+
+        A decision that closes (feedback, expiry, a removed expert) leaves its entry on the heap
+        until its deadline passes, which would hold one entry per decision of the last
+        ``feedback_ttl_s`` seconds; when the heap holds more than twice the pending decisions
+        (plus ``_HEAP_SLACK``), it is rebuilt from the pending set, so that its size follows
+        the pending decisions, not the traffic. The entries' keys are unique (``n``), so the
+        decisions come due in the same order either way."""
+        heapq.heappush(self.deadlines, (deadline, n, ref))
+        if len(self.deadlines) > 2 * len(self.pending) + _HEAP_SLACK:
+            self.deadlines = [(p.deadline, p.n, did) for did, p in self.pending.items()]
+            heapq.heapify(self.deadlines)
 
     def due(self, now: float) -> list[str]:
         """The pending decisions whose deadline is at or before ``now``, oldest first (taken
@@ -556,7 +573,7 @@ def _decide(
     state.pending[event.ref] = Pending(
         n, tuple(draws), drawn, ctx, cost, deadline, dec, layout, event.seq
     )
-    heapq.heappush(state.deadlines, (deadline, n, event.ref))
+    state.push_deadline(deadline, n, event.ref)
     state.cost_sum += cost
     state.n = n + 1
     payload: dict[str, Any] = {

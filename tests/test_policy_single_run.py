@@ -182,3 +182,34 @@ def test_the_routers_team_cost_adds_the_rows_as_numpy_does() -> None:
     for _ in range(2000):
         team = list(dict.fromkeys(rng.integers(0, 40, 3).tolist()))
         assert_bitwise(state.team_cost(team), costs[team].sum(axis=0), str(team))
+
+
+@pytest.mark.parametrize("mode", ["distinct", "draws"])
+@pytest.mark.parametrize("rows", [1, 4], ids=["one-row", "rows"])
+def test_one_round_of_cost_estimates_is_the_batched_update(mode: str, rows: int) -> None:
+    """``CostEstimate`` at one run and one draw moves only the drawn expert's entries: the
+    floats of the batched update, on either layout (one row, or one row per context), with
+    realized costs equal to the prediction (nothing learned), near it, far from it, and 0."""
+    rng = np.random.default_rng(5)
+    prior = rng.uniform(0.0, 2.0, (rows, K, D)) * (rng.random((rows, K, D)) < 0.8)
+    scale = rng.uniform(0.5, 2.0, (rows, D))
+    fast = CostEstimate(prior, scale, mode=mode)  # type: ignore[arg-type]
+    general = CostEstimate(prior, scale, mode=mode)  # type: ignore[arg-type]
+    for t in range(3000):
+        row, drawn = int(rng.integers(0, rows)), int(rng.integers(0, K))
+        draws = np.array([[drawn]])
+        kind = t % 4
+        if kind == 0:  # as predicted
+            cost = fast.costs[row, drawn][None, :].copy()
+        elif kind == 1:  # near it
+            cost = fast.costs[row, drawn][None, :] * (1.0 + rng.normal(0.0, 1e-9, (1, D)))
+        elif kind == 2:  # far from it
+            cost = rng.uniform(0.0, 5.0, (1, D))
+        else:
+            cost = np.zeros((1, D))
+        cost = np.abs(cost)
+        at = None if rows == 1 else np.array([row])
+        fast.update(draws, cost, None, at)
+        general._update_batch(draws, cost, None, at)
+        assert_bitwise(fast.costs, general.costs, f"costs after round {t}")
+        assert_bitwise(fast.n_obs, general.n_obs, f"counts after round {t}")

@@ -232,9 +232,6 @@ class Configure:
 
 
 Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
-#: Entries of closed decisions the deadline heap may hold beyond twice the pending ones.
-_HEAP_SLACK = 1024
-
 #: The events that the live layer journals as given (a decision's fields are derived).
 Given = Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
 #: The events that change the expert set or the bounds, and with them the policy.
@@ -242,6 +239,10 @@ Change = AddExpert | RemoveExpert | SetBounds
 
 
 # ---------------------------------------------------------------------- state
+#: Entries of closed decisions the deadline heap may hold beyond twice the pending ones.
+_HEAP_SLACK = 1024
+
+
 @dataclass(eq=False)
 class RouterState:
     """What a router's events determine; build the initial one with ``initial``."""

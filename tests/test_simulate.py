@@ -132,6 +132,23 @@ def test_contexts_skip_the_per_round_checks_with_the_same_decisions(
     np.testing.assert_array_equal(trusted[1], checked[1])
 
 
+def test_a_policy_with_a_select_of_its_own_is_asked_through_it() -> None:
+    """A subclass that overrides ``select`` (a user's policy) keeps being called through it."""
+    calls = []
+
+    class Counting(OMDApproachability):
+        def select(self, context: object = None, eligible: object = None) -> Decision:
+            calls.append(context)
+            return super().select(context, eligible)  # type: ignore[arg-type]
+
+    env = StochasticEnv(np.full((3, 4), 0.6), seed=[5])
+    batch = ProblemBatch(problem(), 1)
+    pol = Counting(batch, horizon=50, seed=3, n_contexts=2)
+    contexts = np.arange(50) % 2
+    simulate({"c": pol}, env, batch, 50, contexts=contexts, context_weights=np.ones((2, 3)))
+    assert len(calls) == 50
+
+
 def test_a_context_beyond_the_policys_range_is_named() -> None:
     env = SequenceEnv(np.ones((10, 3, 4)), n_runs=1)
     batch = ProblemBatch(problem(), 1)

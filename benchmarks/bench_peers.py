@@ -6,6 +6,9 @@ drawn from Beta(2, 2) per context (3 contexts, or one), a cost per query drawn u
 the best models are not the cheapest). A team's reward is the max of its members' draws (the
 sum-max reward with one task). The outcomes are drawn before the clock starts, so every router
 pays the same for the stream; each router routes a query and receives its feedback at once.
+The routers of a cell run through the stream side by side, in alternating blocks of 500
+queries (who goes first rotates), and each one's time is the sum over its blocks: a burst of
+load on a noisy machine then hits all of them alike, and the ratios compare like with like.
 
 * ``msroute omd``: the Router's default policy (``DEFAULT_OMD_PARAMS``), in memory;
 * ``msroute cbwk``: the Router with the CBwK baseline, in memory;
@@ -76,6 +79,28 @@ def timed(run: Callable[[int, int], float], queries: int, warm: int = 200) -> tu
     tic = time.perf_counter()
     total = run(warm, queries)
     return (queries - warm) / (time.perf_counter() - tic), total / (queries - warm)
+
+
+def interleaved(
+    runs: dict[str, Callable[[int, int], float]], queries: int, warm: int = 200, block: int = 500
+) -> dict[str, tuple[float, float]]:
+    """(pairs per second, mean reward) of each run over the same queries after a warm-up,
+    timed in alternating blocks of ``block`` queries (who goes first rotates), so that a burst
+    of load on a noisy machine hits every run alike and the ratios compare like with like."""
+    for run in runs.values():
+        run(0, warm)
+    names = list(runs)
+    spent = dict.fromkeys(names, 0.0)
+    total = dict.fromkeys(names, 0.0)
+    for i, start in enumerate(range(warm, queries, block)):
+        stop = min(start + block, queries)
+        first = i % len(names)
+        for name in names[first:] + names[:first]:
+            tic = time.perf_counter()
+            total[name] += runs[name](start, stop)
+            spent[name] += time.perf_counter() - tic
+    n = queries - warm
+    return {name: (n / spent[name], total[name] / n) for name in names}
 
 
 def router_run(router: Router, s: Stream) -> Callable[[int, int], float]:
@@ -178,12 +203,17 @@ def main() -> None:
         for m in (1, 2):
             for x in (1, 3):
                 s = Stream(k, m, x, args.queries)
-                omd, r_omd = timed(router_run(Router(s.config("omd")), s), s.queries)
-                cbwk, _ = timed(router_run(Router(s.config("cbwk")), s), s.queries)
-                vw = mab = r_vw = None
-                run = vw_run(s) if m == 1 else None
-                if run is not None:
-                    vw, r_vw = timed(run, s.queries)
+                runs = {
+                    "omd": router_run(Router(s.config("omd")), s),
+                    "cbwk": router_run(Router(s.config("cbwk")), s),
+                }
+                peer = vw_run(s) if m == 1 else None
+                if peer is not None:
+                    runs["vw"] = peer
+                got = interleaved(runs, s.queries)
+                (omd, r_omd), (cbwk, _) = got["omd"], got["cbwk"]
+                vw, r_vw = got.get("vw", (None, None))
+                mab = None
                 run = mabwiser_run(s) if m == 1 else None
                 if run is not None:
                     mab, _ = timed(run, min(s.queries, args.mabwiser_queries), warm=50)
@@ -198,12 +228,15 @@ def main() -> None:
     print("the default OMD router with a journal at journal_sync = 'normal' against in memory")
     for k in args.k:
         s = Stream(k, 1, 3, args.queries)
-        mem, _ = timed(router_run(Router(s.config("omd")), s), s.queries)
         with tempfile.TemporaryDirectory() as tmp:
             cfg = {**s.config("omd"), "journal_sync": "normal"}
             router = Router(cfg, journal=Path(tmp) / "j.db")
-            normal, _ = timed(router_run(router, s), s.queries)
+            got = interleaved(
+                {"memory": router_run(Router(s.config("omd")), s), "normal": router_run(router, s)},
+                s.queries,
+            )
             router.close()
+        mem, normal = got["memory"][0], got["normal"][0]
         print(
             f"K = {k:>2}, M = 1, 3 contexts: memory {mem:.0f}/s, normal {normal:.0f}/s, "
             f"memory / normal {mem / normal:.2f}x",

@@ -217,7 +217,7 @@ def test_contextual_policies_win_when_contexts_want_different_experts() -> None:
     weights = np.eye(2)
     costs = np.array([[1.0], [0.0], [0.0], [1.0]])
     problem = Problem(costs, 1, Constraints(upper=[0.9]))
-    runs, horizon = 4, 6000
+    runs, horizon = 4, 3000  # the margins below are 3x (reward), 3x (cost) and 0.3 (q) here
     batch = ProblemBatch(problem, runs)
     rng = np.random.default_rng(5)
     contexts = rng.integers(0, 2, size=(horizon, runs))

@@ -32,6 +32,7 @@ from msroute.errors import (
 from msroute.policies.persist import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
 from msroute.router import core as router_core
+from msroute.router import journal as journal_module
 from msroute.router.snapshots import SNAPSHOTS_KEPT
 
 CONFIG: dict[str, Any] = {
@@ -519,6 +520,48 @@ def test_decisions_share_a_stored_distribution_until_the_policy_learns(tmp_path:
     reopened.close()
 
 
+def _as_version_2(db: sqlite3.Connection) -> None:
+    """Turn a journal into version 2: an index on events.ref, no table refs."""
+    db.execute("DROP TABLE refs")
+    db.execute("DELETE FROM meta WHERE key = 'refs_upto'")
+    db.execute("CREATE INDEX events_ref ON events(ref)")
+    db.execute("PRAGMA user_version = 2")
+
+
+def test_a_version_2_journal_is_upgraded_when_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 2 indexed events.ref; version 3 keeps the ids in refs, written in batches: the
+    upgrade moves every id there, and the lookups of retried requests still find them."""
+    monkeypatch.setattr(journal_module, "REFS_BATCH", 8)
+    path = tmp_path / "j.db"
+    router = Router(cfg(snapshot_every=10_000), journal=path)
+    routed = [router.route(decision_id=f"q{i}") for i in range(20)]
+    for d in routed[::2]:
+        router.feedback(d.decision_id, reward_of(d))
+    state = router.state()
+    router.close()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        _as_version_2(db)
+    reopened = Router.open(path, use_snapshot=False)
+    assert comparable(reopened.state()) == comparable(state)
+    same_decision(reopened.route(decision_id="q3"), routed[3])
+    assert reopened.feedback("q0", reward_of(routed[0])) == "duplicate"
+    assert reopened.feedback("q1", 0.5) == "applied"
+    reopened.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        assert "events_ref" not in names and "refs" in names
+        with_ref = db.execute("SELECT count(*) FROM events WHERE ref IS NOT NULL").fetchone()[0]
+        upto = int(db.execute("SELECT value FROM meta WHERE key = 'refs_upto'").fetchone()[0])
+        indexed = db.execute("SELECT count(*) FROM refs").fetchone()[0]
+        unindexed = db.execute(
+            "SELECT count(*) FROM events WHERE seq > ? AND ref IS NOT NULL", (upto,)
+        ).fetchone()[0]
+    assert indexed >= 30 and indexed + unindexed == with_ref
+
+
 def test_a_version_1_journal_is_upgraded_when_opened(tmp_path: Path) -> None:
     """Version 1 had no events.probs_seq: every decision row held its distribution."""
     path = tmp_path / "j.db"
@@ -533,6 +576,7 @@ def test_a_version_1_journal_is_upgraded_when_opened(tmp_path: Path) -> None:
             "UPDATE events SET probs = (SELECT e.probs FROM events AS e "
             "WHERE e.seq = events.probs_seq) WHERE probs_seq IS NOT NULL"
         )
+        _as_version_2(db)
         db.execute("ALTER TABLE events DROP COLUMN probs_seq")
         db.execute("PRAGMA user_version = 1")
     reopened = Router.open(path, use_snapshot=False)  # verifies every decision
@@ -542,7 +586,7 @@ def test_a_version_1_journal_is_upgraded_when_opened(tmp_path: Path) -> None:
     reopened.route()  # new rows in the upgraded table
     reopened.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
     Router.open(path, use_snapshot=False).close()
 
 
@@ -781,3 +825,20 @@ def test_feedback_cost_beyond_the_policys_limit_is_refused_and_changes_nothing()
         router.feedback(d.decision_id, 0.5, {"gpu": 2 * limit})
     assert router.state() == before
     assert router.feedback(d.decision_id, 0.5, {"gpu": limit}) == "applied"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"n": 3, "draws": ["m2", 'é"\n\t'], "probs": [0.967340136762891, 5e-324, -0.0, 1e300]},
+        {"reward": math.nan, "cost": [math.inf, -math.inf], "status": "applied", "x": None},
+        {"nested": {"a": [{"b": True}], "☃": 2**70}, "empty": [{}, []]},
+        [np.float64(0.1), 1.5, "s"],
+    ],
+)
+def test_payloads_are_encoded_as_json_dumps_encodes_them(value: Any) -> None:
+    """The journal's prebuilt encoder against the stdlib's ``json.dumps``, character for
+    character (floats at full precision, non-finite floats, escapes, nesting)."""
+    assert journal_module._encode(value) == json.dumps(value, separators=(",", ":"))
+    with pytest.raises(TypeError, match="ndarray is not JSON serializable"):
+        journal_module._encode({"a": np.zeros(2)})

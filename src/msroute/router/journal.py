@@ -13,9 +13,10 @@ start re-derives the configuration of every moment (docs/operations.md).
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config", "policy_kwargs" (JSON),
-                                                       -- "run_id", "created"
+                                                       -- "run_id", "created", "refs_upto"
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
            probs_seq INTEGER)
+    refs(ref TEXT, seq INTEGER, PRIMARY KEY (ref, seq)) WITHOUT ROWID
     snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)
 
 ``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert``, ``remove_expert``,
@@ -28,6 +29,17 @@ mask) stores none and points at that row instead: ``probs_seq`` (NULL otherwise)
 that saves writing 80 KB for most decisions; reads resolve the pointer, so every reader sees
 each decision's full distribution. A version 1 journal (no ``probs_seq``) gains the column when
 it is opened.
+
+``refs`` finds the events of a decision (or expert) id, the lookup of a retried request, a
+duplicate or a late feedback. It is written in batches, not with every event: an index on
+``events.ref`` would add a second B-tree page to every commit, and in WAL mode each page of a
+commit is one more write to the log (measured: a third of a commit's cost, docs/benchmarks.md,
+"Live router"). The refs of the events after ``meta["refs_upto"]`` are kept in memory (at most
+``REFS_BATCH`` and one transaction's worth) and written, with the new ``refs_upto``, in the
+transaction whose commit reaches ``REFS_BATCH`` of them; opening a journal reads them back from
+the events after ``refs_upto``. So ``refs`` plus those events always hold every id, and
+``events_of`` sees both. A version 2 journal (an index on ``events.ref`` instead) is converted
+when it is opened, and so is a version 1 journal (which has no ``probs_seq`` either).
 
 The connection runs in autocommit mode (``isolation_level=None``) with explicit
 ``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default (``NORMAL`` on request:
@@ -49,17 +61,31 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from msroute.errors import JournalError
 
-__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "Event", "Journal", "MemoryJournal", "open_journal"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "REFS_BATCH",
+    "SCHEMA_VERSION",
+    "Event",
+    "Journal",
+    "MemoryJournal",
+    "open_journal",
+]
 
 #: Version of the table layout; a journal of another version is refused (version 1, the same
-#: without ``events.probs_seq``, is upgraded in place when opened).
-SCHEMA_VERSION = 2
+#: without ``events.probs_seq``, and version 2, with an index on ``events.ref`` instead of
+#: ``refs``, are upgraded in place when opened).
+SCHEMA_VERSION = 3
+
+#: How many events' ids a journal holds in memory before it writes them to ``refs`` (module
+#: docstring): the batch costs one commit a few milliseconds in a thousand.
+REFS_BATCH = 1024
 
 #: How long opening a journal waits for another connection's lock, in milliseconds. A live
 #: router holds its journal's lock until it closes, so a longer wait would only delay the
@@ -77,9 +103,14 @@ CREATE TABLE events(
     probs BLOB,
     probs_seq INTEGER
 );
-CREATE INDEX events_ref ON events(ref);
 CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, policy BLOB NOT NULL, router TEXT NOT NULL);
 """
+
+_SCHEMA_REFS = (
+    "CREATE TABLE refs(ref TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ref, seq)) "
+    "WITHOUT ROWID"
+)
+_SELECT_REFS = "SELECT seq FROM refs WHERE ref = ? ORDER BY seq"
 
 _INSERT_EVENT = (
     "INSERT INTO events(seq, kind, ref, time, payload, probs, probs_seq) "
@@ -95,8 +126,26 @@ _EVENT_COLUMNS = (
 Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
 
 
-#: The encoder of payloads: compact, floats at full precision (one encoder, built once).
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+def _unencodable(value: object) -> NoReturn:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _payload_encoder() -> Callable[[Any], str]:
+    """The encoder of payloads: compact JSON, floats at full precision, the output of
+    ``json.dumps(value, separators=(",", ":"))``. ``JSONEncoder.encode`` builds CPython's C
+    encoder anew for every value, a third of the cost of encoding a decision's payload; this
+    one builds it once (no circular check: payloads are plain values the router made). Where
+    there is no C encoder, the stdlib's."""
+    if c_make_encoder is None:
+        return json.JSONEncoder(separators=(",", ":")).encode
+    chunks = c_make_encoder(
+        None, _unencodable, encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+    return lambda value: "".join(chunks(value, 0))
+
+
+#: The encoder of payloads (``_payload_encoder``).
+_encode = _payload_encoder()
 
 
 class _EventLog:
@@ -187,6 +236,19 @@ class Journal(_EventLog):
         self._committed_seq = self.last_seq
         self._shared = {}
         self._closed = False
+        #: The ids of the events after ``_refs_upto``, not yet in ``refs``: by id, and in order.
+        self._recent: dict[str, list[int]] = {}
+        self._recent_rows: list[tuple[str, int]] = []
+        try:
+            self._refs_upto = int(self.meta("refs_upto"))
+            for ref, seq in self._db.execute(
+                "SELECT ref, seq FROM events WHERE seq > ? AND ref IS NOT NULL ORDER BY seq",
+                (self._refs_upto,),
+            ):
+                self._remember(str(ref), int(seq))
+        except (JournalError, ValueError, sqlite3.Error) as exc:
+            self._db.close()
+            raise JournalError(f"{label}: not a usable journal: {exc}") from exc
 
     def _setup(self, sync: str, create: bool) -> None:
         db = self._db
@@ -206,6 +268,8 @@ class Journal(_EventLog):
                 raise JournalError(f"{self.label}: integrity check failed: {check}")
             if version == 1:  # the same tables without events.probs_seq
                 version = self._upgrade_from_1()
+            if version == 2:  # an index on events.ref instead of the table refs
+                version = self._upgrade_from_2()
             if version != SCHEMA_VERSION:
                 raise JournalError(
                     f"{self.label}: journal schema version {version}, this msroute reads version "
@@ -217,20 +281,38 @@ class Journal(_EventLog):
         self.set_sync(sync)
         if create:
             db.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
+            for statement in [*_SCHEMA.split(";"), _SCHEMA_REFS]:
                 if statement.strip():
                     db.execute(statement)
+            db.execute("INSERT INTO meta(key, value) VALUES ('refs_upto', '0')")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
 
     def _upgrade_from_1(self) -> int:
-        """Add ``events.probs_seq`` to a version 1 journal (every row keeps its own blob)."""
+        """Add ``events.probs_seq`` to a version 1 journal (every row keeps its own blob):
+        version 2."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         db.execute("ALTER TABLE events ADD COLUMN probs_seq INTEGER")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("PRAGMA user_version = 2")
         db.execute("COMMIT")
-        return SCHEMA_VERSION
+        return 2
+
+    def _upgrade_from_2(self) -> int:
+        """Replace a version 2 journal's index on ``events.ref`` by the table ``refs``, holding
+        every event's id: version 3."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(_SCHEMA_REFS)
+        db.execute("INSERT INTO refs(ref, seq) SELECT ref, seq FROM events WHERE ref IS NOT NULL")
+        db.execute("DROP INDEX IF EXISTS events_ref")
+        db.execute(
+            "INSERT OR REPLACE INTO meta(key, value) "
+            "VALUES ('refs_upto', (SELECT coalesce(max(seq), 0) FROM events))"
+        )
+        db.execute("PRAGMA user_version = 3")
+        db.execute("COMMIT")
+        return 3
 
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
@@ -239,15 +321,31 @@ class Journal(_EventLog):
         self._committed_seq = self.last_seq
 
     def commit(self) -> None:
-        """Commit: durable once this returns (at ``synchronous=FULL``)."""
+        """Commit: durable once this returns (at ``synchronous=FULL``). With ``REFS_BATCH``
+        ids held in memory, they go to ``refs`` in this transaction (module docstring)."""
+        batch = len(self._recent_rows) >= REFS_BATCH
+        if batch:
+            self._db.executemany("INSERT INTO refs(ref, seq) VALUES (?, ?)", self._recent_rows)
+            self.put_meta("refs_upto", str(self.last_seq))
         self._db.execute("COMMIT")
+        if batch:
+            self._refs_upto = self.last_seq
+            self._recent.clear()
+            self._recent_rows.clear()
 
     def rollback(self) -> None:
         """Roll back the open transaction, if any (errors ignored: the connection may be gone);
         the events it appended are forgotten (their numbers will be given again), and so are
-        the distributions they stored."""
+        the distributions and the ids they stored."""
         self.last_seq = self._committed_seq
         self._shared.clear()
+        rows = self._recent_rows
+        while rows and rows[-1][1] > self._committed_seq:
+            ref, _ = rows.pop()
+            seqs = self._recent[ref]
+            seqs.pop()
+            if not seqs:
+                del self._recent[ref]
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -269,6 +367,13 @@ class Journal(_EventLog):
         if probs_seq is not None:
             probs = None  # the row at probs_seq holds it
         self._db.execute(_INSERT_EVENT, (seq, kind, ref, time, _encode(payload), probs, probs_seq))
+        if ref is not None:
+            self._remember(ref, seq)
+
+    def _remember(self, ref: str, seq: int) -> None:
+        """Hold the id of event ``seq`` until it is written to ``refs``."""
+        self._recent.setdefault(ref, []).append(seq)
+        self._recent_rows.append((ref, seq))
 
     def put_meta(self, key: str, value: str) -> None:
         """Set one meta entry."""
@@ -329,12 +434,13 @@ class Journal(_EventLog):
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
 
     def events_of(self, ref: str) -> list[Event]:
-        """Every event about one decision (or expert) id, in order."""
+        """Every event about one decision (or expert) id, in order: those ``refs`` holds, then
+        those whose ids are still in memory (all later)."""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
         try:
-            rows = self._db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE ref = ? ORDER BY seq",
-                (ref,),
-            ).fetchall()
+            seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,))]
+            seqs += self._recent.get(ref, ())
+            rows = [self._db.execute(sql, (seq,)).fetchone() for seq in seqs]
         except sqlite3.Error as exc:  # an I/O error while reading
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
         return [(int(s), str(k), r, float(t), json.loads(p), b) for s, k, r, t, p, b in rows]

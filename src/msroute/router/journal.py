@@ -33,8 +33,8 @@ it is opened.
 ``refs`` finds the events of a decision (or expert) id, the lookup of a retried request, a
 duplicate or a late feedback. It is written in batches, not with every event: an index on
 ``events.ref`` would add a second B-tree page to every commit, and in WAL mode each page of a
-commit is one more write to the log (measured: a third of a commit's cost, docs/benchmarks.md,
-"Live router"). The refs of the events after ``meta["refs_upto"]`` are kept in memory (at most
+commit is one more write to the log (docs/benchmarks.md, "Against the peers", measures what it
+costs). The refs of the events after ``meta["refs_upto"]`` are kept in memory (at most
 ``REFS_BATCH`` and one transaction's worth) and written, with the new ``refs_upto``, in the
 transaction whose commit reaches ``REFS_BATCH`` of them; opening a journal reads them back from
 the events after ``refs_upto``. So ``refs`` plus those events always hold every id, and

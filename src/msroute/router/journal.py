@@ -66,7 +66,7 @@ from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore
 from pathlib import Path
 from typing import Any, NoReturn
 
-from msroute.errors import JournalError
+from msroute.errors import InvalidTypeError, JournalError
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -127,7 +127,7 @@ Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
 
 
 def _unencodable(value: object) -> NoReturn:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    raise InvalidTypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _payload_encoder() -> Callable[[Any], str]:

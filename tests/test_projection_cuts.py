@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from msroute import EmptyFeasibleSetError, project_step
+from msroute._cut_rows import SOLVED, cut_rows
+from msroute.projection import _floored_simplex
 from msroute.projection_cuts import project_cuts, solve_cuts
 
 cp = pytest.importorskip("cvxpy")
@@ -134,3 +136,49 @@ def test_cuts_that_miss_the_simplex_together_raise() -> None:
 def test_bad_shapes_are_named() -> None:
     with pytest.raises(ValueError, match="shape"):
         project_cuts([0.5, 0.5], 0.0, [[1.0, 0.0, 0.0]], [1.0])
+
+
+def test_one_row_in_python_floats_and_a_compiled_batch_give_the_same_floats() -> None:
+    # A live router projects one row in Python floats, a batch of runs compiles the same
+    # steps: a run must get the floats it would get in a batch (alone = batch, bit for bit).
+    rng = np.random.default_rng(5)
+    for it in range(40):
+        y, gamma, a, b = random_instance(rng, it)
+        n = 6
+        ys = y[None] + rng.normal(size=(n, y.size)) * 0.3
+        a_n, b_n = np.repeat(a[None], n, axis=0), np.repeat(b[None], n, axis=0)
+        try:
+            q, mu = solve_cuts(ys, gamma, a_n, b_n)
+        except EmptyFeasibleSetError:
+            continue
+        for r in range(n):
+            q1, mu1 = solve_cuts(ys[r : r + 1], gamma, a_n[r : r + 1], b_n[r : r + 1])
+            assert np.array_equal(q1[0], q[r]) and np.array_equal(mu1[0], mu[r]), (it, r)
+
+
+def test_rows_whose_cuts_hold_get_the_floored_simplex_floats() -> None:
+    rng = np.random.default_rng(6)
+    for _ in range(50):
+        k = int(rng.integers(2, 60))
+        y = rng.normal(size=(3, k))
+        gamma = float(rng.uniform(0, 1 / k))
+        a = rng.normal(size=(3, 2, k))
+        b = np.abs(a).sum(axis=-1)  # never binding
+        want, _, _ = _floored_simplex(y, gamma)
+        assert np.array_equal(solve_cuts(y, gamma, a, b)[0], want)
+        assert np.array_equal(solve_cuts(y[:1], gamma, a[:1], b[:1])[0], want[:1])
+
+
+def test_a_singular_first_guess_grows_the_free_set_and_is_solved_exactly() -> None:
+    # A router's step far off the simplex: q(0) is a vertex (one free coordinate), and with
+    # the cut binding the first guess's equations are singular; growing F by the coordinates
+    # of y above the floor settles it in step 2.
+    y = np.array([-1.81213335, 0.02, -1.41275706, -2.2724113, 8.4756538])
+    a = np.array([[0.1254877, 0.21185495, 0.70356197, 0.68247056, 0.6538466]])
+    b, gamma = np.array([0.29952995]), 0.014142135623730949
+    q, mu, status = [[0.0] * 5], [[0.0]], [9]
+    cut_rows([y.tolist()], gamma, [a.tolist()], [b.tolist()], q, mu, status)
+    assert status == [SOLVED]
+    ref = reference(y, gamma, a, b)
+    np.testing.assert_allclose(q[0], ref, atol=1e-8)
+    assert abs(float(a[0] @ np.array(q[0])) - b[0]) < 1e-12 and mu[0][0] > 0.0

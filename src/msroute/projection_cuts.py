@@ -15,22 +15,32 @@ bind) and a threshold ``tau`` fixing ``sum(q) = 1``. It is solved exactly:
 2. the other rows run a primal-dual active-set (semismooth Newton) iteration on the pair
    ``(F, J)`` of the coordinates above the floor and the binding cuts: for a guess, the KKT
    conditions are ``|J| + 1`` linear equations in ``(mu_J, tau)``; solve them, update
-   ``F = {z > gamma}`` and ``J = {mu_j + (a_j . q - b_j) > 0}`` and stop as soon as the point
-   meets every KKT condition (so it is the exact solution, up to rounding);
+   ``F = {z > gamma}`` and ``J = {mu_j + (a_j . q - b_j) > 0}`` (a singular guess, with too
+   few free coordinates for its equations, grows ``F`` by the coordinates of ``y`` above the
+   floor) and stop as soon as the point meets every KKT condition (so it is the exact
+   solution, up to rounding);
 3. rows that do not settle (cycling on degenerate data, or a singular system; a row whose
    next guess is one it has just had leaves step 2 at once) run a projected Newton ascent on
    the concave, piecewise quadratic dual ``D(mu)`` with backtracking, and stop as soon as the
    equations of step 2 at the point reached certify the KKT conditions; with a single cut, a
    safeguarded Newton search on its multiplier runs first (``_one_cut``).
 
-With ``m = 1`` it gives the projection of ``msroute.project_step``.
+With ``m = 1`` it gives the projection of ``msroute.project_step``. Steps 1 and 2 run row by
+row (``msroute._cut_rows``: in Python floats for one row, the same code compiled for a batch,
+with the same floats either way); step 3 runs in numpy.
 """
 
 from __future__ import annotations
 
+import functools
+import types
+from collections.abc import Callable
+from typing import cast
+
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._cut_rows import OUT_OF_REACH, STEP_3, ZERO_CUT, cut_rows
 from msroute._validation import FloatArray, as_float_array, check_gamma
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.projection import _floored_simplex
@@ -38,7 +48,6 @@ from msroute.projection import _floored_simplex
 __all__ = ["project_cuts"]
 
 _EPS = float(np.finfo(np.float64).eps)
-_MAX_ACTIVE_SET_STEPS = 12
 _MAX_SWEEPS = 400
 
 
@@ -98,45 +107,65 @@ def solve_cuts(
 ) -> tuple[FloatArray, FloatArray]:
     """The projection of rows ``y`` (n, K) under cuts ``a`` (n, m, K), ``b`` (n, m), unchecked.
 
-    Returns ``q`` (n, K) and the multipliers ``mu`` (n, m), a KKT certificate.
+    Returns ``q`` (n, K) and the multipliers ``mu`` (n, m), a KKT certificate. Steps 1 and 2
+    run row by row (``msroute._cut_rows``): in Python floats for one row, compiled for more;
+    the rows they do not settle run step 3 here.
     """
-    n = y.shape[0]
+    n, k = y.shape
     m = a.shape[1]
-    q, free, _ = _floored_simplex(y, gamma)
-    mu = np.zeros((n, m))
-    if m == 0:
-        return q, mu
-    # Each cut scaled to max |a_j| = 1 (the same half-space); multipliers scale back at the end.
-    scale = _abs_max(a)
-    present = scale > 0.0
-    if np.any(~present & (b < 0.0)):
-        i = int(np.argwhere(~present & (b < 0.0))[0, 0])
-        raise EmptyFeasibleSetError(f"row {i} has a cut 0 . q <= b with b < 0")
-    safe = np.where(present, scale, 1.0)
-    an = a / safe[:, :, None]
-    bn = np.where(present, b / safe, 0.0)
-    tol = _tolerance(y, an, bn)
-    viol = np.einsum("nmk,nk->nm", an, q) > bn + tol
-    rows = np.flatnonzero(viol.any(axis=1))
-    if rows.size == 0:
-        return q, mu
+    if n == 1:  # one row (a live router's step): Python floats, no numba
+        q_l, mu_l, status = [[0.0] * k], [[0.0] * m], [0]
+        cut_rows(y.tolist(), gamma, a.tolist(), b.tolist(), q_l, mu_l, status)
+        q, mu = np.array(q_l), np.array(mu_l).reshape(1, m)
+    else:
+        q, mu, st = np.empty((n, k)), np.zeros((n, m)), np.zeros(n, dtype=np.int64)
+        _compiled_rows()(
+            np.ascontiguousarray(y, dtype=np.float64),
+            gamma,
+            np.ascontiguousarray(a, dtype=np.float64),
+            np.ascontiguousarray(b, dtype=np.float64),
+            q,
+            mu,
+            st,
+        )
+        status = st.tolist()
+    if ZERO_CUT in status:
+        raise EmptyFeasibleSetError(f"row {status.index(ZERO_CUT)} has a cut 0 . q <= b with b < 0")
     # A cut that misses the floored simplex on its own: no point of step 2 or 3 can meet it
-    # (step 3 ends with this test on the point it reaches, always beyond ``reach``), so raise
-    # before searching (the dual's caller then moves the cut to its reach).
-    k = y.shape[1]
-    sub = an[rows]
-    reach = gamma * sub.sum(axis=-1) + max(1.0 - k * gamma, 0.0) * sub.min(axis=-1)
-    out = reach - bn[rows] > 1e3 * tol[rows]
-    if np.any(out):
-        i = int(np.argwhere(out)[0, 0])
+    # (step 3 ends with this test on the point it reaches, always beyond ``reach``), so the
+    # row raises before searching (the dual's caller then moves the cut to its reach).
+    if OUT_OF_REACH in status:
         raise EmptyFeasibleSetError(
-            f"the cuts of row {int(rows[i])} do not meet on the floored simplex (gamma = "
-            f"{gamma:.6g}): no q >= gamma satisfies all of them together; check the "
+            f"the cuts of row {status.index(OUT_OF_REACH)} do not meet on the floored simplex "
+            f"(gamma = {gamma:.6g}): no q >= gamma satisfies all of them together; check the "
             "constraints (Problem.check_feasible)"
         )
-    qr, mr = _active_set(y[rows], gamma, an[rows], bn[rows], free[rows], viol[rows], tol[rows])
-    q[rows], mu[rows] = qr, mr
-    return q, mu / safe
+    if STEP_3 in status:
+        rest = np.array([i for i, s in enumerate(status) if s == STEP_3])
+        # Each cut scaled to max |a_j| = 1 (the same half-space); multipliers scale back.
+        scale = _abs_max(a[rest])
+        safe = np.where(scale > 0.0, scale, 1.0)
+        an = a[rest] / safe[:, :, None]
+        bn = np.where(scale > 0.0, b[rest] / safe, 0.0)
+        qr, mr = _dual_newton(y[rest], gamma, an, bn, _tolerance(y[rest], an, bn))
+        q[rest], mu[rest] = qr, mr / safe
+    return q, mu
+
+
+@functools.cache
+def _compiled_rows() -> Callable[..., None]:
+    """``msroute._cut_rows.cut_rows`` and its steps compiled (numba, loaded on first use),
+    each a copy of the Python function whose globals are the compiled steps."""
+    from msroute import _cut_rows
+    from msroute._jit import compiled
+
+    env = dict(vars(_cut_rows))
+    for name in _cut_rows.STEPS:
+        fn = getattr(_cut_rows, name)
+        env[name] = compiled(types.FunctionType(fn.__code__, env, name))
+    return cast(
+        Callable[..., None], compiled(types.FunctionType(cut_rows.__code__, env, "cut_rows"))
+    )
 
 
 def surely_empty(gamma: float, a: FloatArray, b: FloatArray, margin: float = 1e-6) -> bool:
@@ -244,61 +273,6 @@ def _kkt_point(
     tau = sol[:, m]
     z = y - np.einsum("nj,njk->nk", mu, a) - tau[:, None]
     return z, mu, tau, regular
-
-
-def _active_set(
-    y: FloatArray,
-    gamma: float,
-    a: FloatArray,
-    b: FloatArray,
-    free: np.ndarray,
-    act: np.ndarray,
-    tol: FloatArray,
-) -> tuple[FloatArray, FloatArray]:
-    """Rows with a violated cut at ``q(0)``: the primal-dual active-set iteration (step 2)."""
-    n = y.shape[0]
-    q = np.empty_like(y)
-    mu = np.zeros(a.shape[:2])
-    todo = np.arange(n)
-    fm, am = free.astype(np.float64), act.astype(np.float64)
-    asum = a.sum(axis=-1)
-    ymax = np.abs(y).max(axis=-1)
-    stuck: list[np.ndarray] = []
-    prev: tuple[FloatArray, FloatArray] | None = None
-    for _ in range(_MAX_ACTIVE_SET_STEPS):
-        a_t = a[todo]
-        z, m_, _, regular = _kkt_point(y[todo], gamma, a_t, b[todo], fm, am, asum[todo])
-        qq = np.maximum(z, gamma)
-        gap = np.einsum("njk,nk->nj", a_t, qq) - b[todo]
-        slack = (64.0 * _EPS) * (ymax[todo] + np.abs(z).max(axis=-1) + 1.0)
-        fb = fm > 0.5
-        free_ok = ~np.where(fb, z < gamma - slack[:, None], z > gamma + slack[:, None]).any(-1)
-        cuts_ok = np.all(gap <= tol[todo], axis=-1) & np.all(m_ >= 0.0, axis=-1)
-        good = regular & free_ok & cuts_ok
-        q[todo[good]], mu[todo[good]] = qq[good], m_[good]
-        keep = ~good
-        if not keep.any():
-            todo = todo[keep]
-            break
-        new_act = (m_ + gap > 0.0) & regular[:, None] | ((am > 0.5) & ~regular[:, None])
-        # A singular guess has too few free coordinates for its equations (one above the floor
-        # and a binding cut): kept as it was, it would repeat until step 3. Its ``z`` is ``y``
-        # (mu = tau = 0), so it grows F by the coordinates of ``y`` above the floor.
-        new_free = np.where(regular[:, None], z > gamma, fb)
-        nfm, nam = new_free.astype(np.float64), new_act.astype(np.float64)
-        # The iteration is deterministic: a row whose next guess is its current or previous one
-        # repeats those guesses until the last step, so it goes to step 3 at once.
-        seen = np.all(nfm == fm, axis=-1) & np.all(nam == am, axis=-1)
-        if prev is not None:
-            seen |= np.all(nfm == prev[0], axis=-1) & np.all(nam == prev[1], axis=-1)
-        stuck.append(todo[keep & seen])
-        keep &= ~seen
-        prev = (fm[keep], am[keep])
-        todo, fm, am = todo[keep], nfm[keep], nam[keep]
-    rest = np.sort(np.concatenate([todo, *stuck]))
-    if rest.size:
-        q[rest], mu[rest] = _dual_newton(y[rest], gamma, a[rest], b[rest], tol[rest])
-    return q, mu
 
 
 def _box_qp(h: FloatArray, g: FloatArray, mu: FloatArray) -> FloatArray:

@@ -17,7 +17,10 @@ sum, elementwise steps), so that a row whose cuts hold at ``q(0)`` gets numpy's 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
+
+from msroute.projection import _FAR
 
 __all__ = ["OUT_OF_REACH", "SOLVED", "STEPS", "STEP_3", "ZERO_CUT", "cut_rows"]
 
@@ -25,8 +28,7 @@ __all__ = ["OUT_OF_REACH", "SOLVED", "STEPS", "STEP_3", "ZERO_CUT", "cut_rows"]
 #: cut that misses the floored simplex on its own.
 SOLVED, STEP_3, ZERO_CUT, OUT_OF_REACH = 0, 1, 2, 3
 
-_EPS = 2.220446049250313e-16  # float64 machine epsilon
-_FAR = -2.0  # msroute.projection._FAR: coordinates this far below the top are floored anyway
+_EPS = sys.float_info.epsilon  # float64's
 _MAX_ACTIVE_SET_STEPS = 12
 _JACOBI_SWEEPS = 60
 _COND_MAX = 1e12

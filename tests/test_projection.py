@@ -573,7 +573,7 @@ def test_every_finite_input_lands_on_the_floored_simplex(
 def test_the_exact_fallback_agrees_with_the_floating_point_solver(
     y: np.ndarray, a: np.ndarray, where: float, gamma_frac: float
 ) -> None:
-    from msroute.projection import _exact_cut
+    from msroute._exact_cut import exact_cut
 
     gamma = gamma_frac / 8
     q0 = project_step(y, gamma)
@@ -582,7 +582,7 @@ def test_the_exact_fallback_agrees_with_the_floating_point_solver(
         return
     b = float(lo + where * (a @ q0 - lo))
     q, mu = _solve(y, gamma, a, b)
-    qe, mue = _exact_cut(y, gamma, a, b, 0.0)
+    qe, mue = exact_cut(y, gamma, a, b, 0.0)
     np.testing.assert_allclose(qe, q, atol=1e-9)
     assert abs(qe.sum() - 1.0) <= 1e-15 * 8 and abs(a @ qe - b) <= 1e-14
     assert mue == pytest.approx(float(mu), rel=1e-7, abs=1e-9)
@@ -598,9 +598,9 @@ def test_exact_search_is_bounded_whatever_the_bracket(monkeypatch: pytest.Monkey
     halving log(1 + mu) and dropping whole linear pieces of a . q(mu) takes a handful. The cap
     is lowered so that a step count growing with the scale fails this test.
     """
-    import msroute.projection as projection
+    import msroute._exact_cut as exact
 
-    monkeypatch.setattr(projection, "_MAX_EXACT_STEPS", 32)
+    monkeypatch.setattr(exact, "MAX_EXACT_STEPS", 32)
     y, a = np.array([1e308, 0.0, 0.0]), np.array([1.0, 0.0, 5e-324])
     # The cut q_0 <= 1/4 binds; the rest shares 3/4 (a_2 - a_1 = 5e-324 splits it unevenly
     # by mu * 5e-324 ~ 1e-16).
@@ -622,7 +622,7 @@ def test_the_exact_search_ends_on_the_same_point_from_any_guess(
     y: np.ndarray, gamma_frac: float, a: np.ndarray, where: float, guess: float
 ) -> None:
     """The exact solution is unique: every starting guess of mu gives the same floats."""
-    from msroute.projection import _exact_cut
+    from msroute._exact_cut import exact_cut
 
     k = y.size
     gamma = gamma_frac / k
@@ -635,8 +635,8 @@ def test_the_exact_search_ends_on_the_same_point_from_any_guess(
     b = float(lo + where * (a @ q0 - lo))
     if not lo + FEASIBILITY_RTOL < b < a @ q0:  # a binding, non-degenerate cut
         return
-    q, mu = _exact_cut(y, gamma, a, b, 0.0)
-    qg, mug = _exact_cut(y, gamma, a, b, guess)
+    q, mu = exact_cut(y, gamma, a, b, 0.0)
+    qg, mug = exact_cut(y, gamma, a, b, guess)
     np.testing.assert_array_equal(qg, q)
     assert mug == mu and mu > 0.0
     assert abs(q.sum() - 1.0) <= 2 * k * np.finfo(float).eps and q.min() >= gamma
@@ -651,12 +651,12 @@ def test_the_exact_search_ends_on_the_same_point_from_any_guess(
 def test_the_bisection_point_is_inside_and_halves_the_exponent(
     x: Fraction, y: Fraction, shift: int
 ) -> None:
-    from msroute.projection import _bisection_point, _floor_log2
+    from msroute._exact_cut import bisection_point, floor_log2
 
     lo, hi = min(x, y), max(x, y) * 2**shift + 1
-    mid = _bisection_point(lo, hi)
+    mid = bisection_point(lo, hi)
     assert lo < mid < hi
-    e_lo, e_mid, e_hi = (_floor_log2(1 + v) for v in (lo, mid, hi))
+    e_lo, e_mid, e_hi = (floor_log2(1 + v) for v in (lo, mid, hi))
     for v, e in ((lo, e_lo), (mid, e_mid), (hi, e_hi)):
         assert 2**e <= 1 + v < 2 ** (e + 1)
     if e_hi - e_lo >= 2:  # halving log(1 + mu): either half spans at most half the exponents

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from msroute._exact_cut import exact_cut
 from msroute._validation import FloatArray, as_float_array, check_gamma
 from msroute.errors import EmptyFeasibleSetError, InvalidTypeError, InvalidValueError
 
@@ -59,9 +59,8 @@ FEASIBILITY_RTOL = 1e-10
 _EPS = float(np.finfo(np.float64).eps)
 _MAX_ACTIVE_SET_STEPS = 8
 _MAX_SEARCH_STEPS = 400
-#: The largest float (the cap of a multiplier; the limit mu -> inf of a face), also exact.
+#: The largest float (the cap of a multiplier; the limit mu -> inf of a face).
 _FLOAT_MAX_F = float(np.finfo(np.float64).max)
-_FLOAT_MAX = Fraction(_FLOAT_MAX_F)
 #: Largest mu (for max|a| = 1) the search tries, far below overflow of y - mu a.
 _MU_CAP = 1e250
 #: Relative to the largest entry, every entry below -1 is at the floor of the floored simplex
@@ -538,7 +537,7 @@ def _solve_rows(
         qa, ma = _cut_active(yc[rows], gamma, ac[rows], bc[rows], free[idx])
         for j in np.flatnonzero(~_accurate(qa, ma, ac[rows], bc[rows])).tolist():
             r = int(rows[j])
-            qa[j], ma[j] = _exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
+            qa[j], ma[j] = exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
         q[idx], mu[idx] = qa, _unscaled(ma, scale[rows])
     return q, mu
 
@@ -615,7 +614,7 @@ def _cut_active(
 def _unscaled(mu: FloatArray, scale: FloatArray) -> FloatArray:
     """The multiplier of the cut ``(a, b)`` from that of ``(a, b) / scale``, capped at the
     largest float (a certificate only: tiny ``a`` can need a multiplier beyond it, see
-    ``_exact_cut``)."""
+    ``msroute._exact_cut.exact_cut``)."""
     with np.errstate(over="ignore"):
         out: FloatArray = np.minimum(mu / scale, _FLOAT_MAX_F)
     return out
@@ -742,7 +741,8 @@ def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> Bo
     The point must be finite, sum to one within ``_sum_tol`` and lie on the cut,
     ``|a . q - b| <= FEASIBILITY_RTOL * max|a|`` (a binding cut holds with equality). Inputs of
     an extreme scale (``|y|`` near ``1/eps`` and beyond) can fail this through cancellation in
-    ``y - mu a``; such rows are solved again in exact arithmetic by ``_exact_cut``.
+    ``y - mu a``; such rows are solved again in exact arithmetic
+    (``msroute._exact_cut.exact_cut``).
     """
     k = q.shape[-1]
     with np.errstate(invalid="ignore", over="ignore"):
@@ -755,149 +755,9 @@ def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> Bo
 def _verified(
     y: FloatArray, gamma: float, a: FloatArray, b: float, q: FloatArray, mu: float
 ) -> tuple[FloatArray, float]:
-    """``(q, mu)`` if ``_accurate``, else the exact solution of ``_exact_cut``."""
+    """``(q, mu)`` if ``_accurate``, else the exact solution of ``msroute._exact_cut.exact_cut``."""
     if _accurate(q[None], np.array([mu]), a[None], np.array([b]))[0]:
         return q, mu
     scale = float(np.abs(a).max())
-    qe, me = _exact_cut(y, gamma, a / scale, b / scale, mu * scale)
+    qe, me = exact_cut(y, gamma, a / scale, b / scale, mu * scale)
     return qe, min(me / scale, _FLOAT_MAX_F)
-
-
-#: Cap on the steps of ``_exact_cut``: a guard, far above what it takes (see there).
-_MAX_EXACT_STEPS = 4000
-
-
-def _exact_cut(
-    y: FloatArray, gamma: float, a: FloatArray, b: float, mu_guess: float
-) -> tuple[FloatArray, float]:
-    """One row of a binding, non-degenerate cut solved in exact rational arithmetic.
-
-    Every float is a rational number, so ``q(mu)`` (the floored-simplex projection of
-    ``y - mu a``) and ``a . q(mu)`` can be computed exactly with ``fractions.Fraction``.
-    The root of the piecewise linear, nonincreasing ``a . q(mu) = b`` is searched inside a
-    bracket ``lo < mu < hi``, starting from the floating-point guess. At each point the search
-    computes the whole linear piece it lies on (``_exact_piece``); if the piece's line meets
-    ``b`` on the piece, that is the root and the next point is exact (``a . q = b`` and
-    ``sum q = 1`` exactly, returned as their roundings, each entry to half an ulp). Otherwise
-    the bracket drops the whole piece, and the next point is the line's root when it falls in
-    the bracket (a Newton step, typically one piece from the solution) or else a bisection
-    point (``_bisection_point``), with never two Newton steps in a row.
-
-    So the search is bounded, whatever the scale of the input: every step but the last drops a
-    piece from the bracket (and pieces are finitely many), and every other step halves it,
-    first in ``log(1 + mu)`` (at most ~12 halvings: the initial bracket is below ``2^2100`` for
-    finite floats, ``y`` spread over ~1e308 against gaps of ``a`` of ~1e-323), then linearly.
-    On random inputs of every magnitude it takes at most 7 steps from any starting guess,
-    where a purely linear bisection took thousands (the bracket spans ~1e630 and the root's
-    piece can be thin). Slow (pure Python), and used only when the floating-point
-    solution fails ``_accurate``. Raises ``ValueError`` if it does not settle.
-
-    The multiplier is only a certificate: when it exceeds the largest float (``y`` spread over
-    ~1e308 against gaps of ``a`` of ~1e-300) it is returned as the largest float, as
-    ``_face_point`` does for its limit ``mu -> inf``; ``q`` is exact either way.
-    """
-    k = y.shape[0]
-    ys = [Fraction(v) for v in y.tolist()]
-    av = [Fraction(v) for v in a.tolist()]
-    g = Fraction(gamma)
-    bf = Fraction(b)
-    mass = 1 - k * g
-
-    def project(mu: Fraction) -> tuple[list[Fraction], list[int]]:
-        # Floored simplex by sort and threshold: q_i = g + max(0, h_i), h_i = v_i - g - tau.
-        v = [yi - mu * ai for yi, ai in zip(ys, av, strict=True)]
-        order = sorted(range(k), key=v.__getitem__, reverse=True)
-        css, tau, free = Fraction(0), Fraction(0), order[:1]
-        for j, i in enumerate(order, 1):
-            css += v[i] - g
-            t = (css - mass) / j
-            if v[i] - g - t > 0 or j == 1:
-                tau, free = t, order[:j]
-            else:
-                break
-        return [vi - g - tau for vi in v], free
-
-    amin = min(av)
-    gaps = [ai - amin for ai in av if ai > amin]
-    lo = Fraction(0)
-    hi = (max(ys) - min(ys) + 1) / min(gaps)  # every coordinate off argmin(a) floored
-    mu = min(max(Fraction(max(mu_guess, 0.0)) if math.isfinite(mu_guess) else lo, lo), hi)
-    newton = False
-    for _ in range(_MAX_EXACT_STEPS):
-        h, free = project(mu)
-        q = [g + max(Fraction(0), hk) for hk in h]
-        f = sum((ai * qi for ai, qi in zip(av, q, strict=True)), Fraction(0))
-        if f == bf:
-            return np.array([float(x) for x in q]), float(min(mu, _FLOAT_MAX))
-        slope, start, end = _exact_piece(av, h, free, mu, lo, hi)
-        root = mu + (f - bf) / slope if slope > 0 else None
-        if root is not None and start <= root <= end:
-            mu, newton = root, True  # a . q is this line on [start, end]: the next step ends
-            continue
-        # The root is past the piece, on the side where a . q crosses b: drop the piece.
-        if f > bf:
-            lo = end
-        else:
-            hi = start
-        newton = root is not None and lo < root < hi and not newton
-        mu = root if newton and root is not None else _bisection_point(lo, hi)
-    raise InvalidValueError(
-        f"project_step could not solve a cut step exactly in {_MAX_EXACT_STEPS} steps "
-        f"(K = {k}, max |y| = {float(np.abs(y).max()):.3g}); the input's scale cannot be handled"
-    )
-
-
-def _exact_piece(
-    a: list[Fraction],
-    h: list[Fraction],
-    free: list[int],
-    mu: Fraction,
-    lo: Fraction,
-    hi: Fraction,
-) -> tuple[Fraction, Fraction, Fraction]:
-    """The linear piece of ``a . q(t)`` through ``t = mu``, exactly: its slope and ends.
-
-    With the free set ``F`` of ``q(mu)`` held fixed, the threshold is linear in ``t`` and
-    ``h_i(t) = h_i(mu) - (t - mu) (a_i - abar)`` with ``abar`` the mean of ``a`` on ``F``
-    (``h = v - gamma - tau`` as ``_exact_cut``'s projection returns it). That formula is
-    the projection while ``h_i >= 0`` on ``F`` and ``h_i <= 0`` off it (the KKT conditions of
-    the floored simplex in (6)), which each coordinate turns into one bound on ``t``; on those
-    ``t``, ``a . q(t)`` falls with slope ``sum_F (a_i - abar)^2``. Returns that slope and the
-    ends ``start <= mu <= end`` of the piece, clipped to ``[lo, hi]``.
-    """
-    abar = sum((a[i] for i in free), Fraction(0)) / len(free)
-    slope = sum(((a[i] - abar) ** 2 for i in free), Fraction(0))
-    is_free = [False] * len(a)
-    for i in free:
-        is_free[i] = True
-    start, end = lo, hi
-    for ai, hk, fr in zip(a, h, is_free, strict=True):
-        d = ai - abar
-        if d != 0:
-            t = mu + hk / d  # where h_i reaches 0: an upper bound if it falls towards it
-            if fr == (d > 0):
-                end = min(end, t)
-            else:
-                start = max(start, t)
-    return slope, start, end
-
-
-def _bisection_point(lo: Fraction, hi: Fraction) -> Fraction:
-    """A point strictly inside ``(lo, hi)``, ``0 <= lo < hi``: the middle in ``log(1 + mu)``.
-
-    Exact rationals have no exact logarithm, so while ``1 + hi`` exceeds ``4 (1 + lo)`` the
-    point is the power of two ``2^m - 1`` with ``m`` halfway between the binary exponents of
-    ``1 + lo`` and ``1 + hi`` (which halves their distance), and the plain middle once they
-    are within a factor of 4 (as ``_search_mu`` bisects ``log1p(mu)`` in floats).
-    """
-    e_lo, e_hi = _floor_log2(1 + lo), _floor_log2(1 + hi)
-    if e_hi - e_lo >= 2:  # 1 + lo < 2^(e_lo + 1) <= 2^m <= 2^(e_hi - 1) < 1 + hi
-        return Fraction((1 << ((e_lo + e_hi + 1) // 2)) - 1)
-    return (lo + hi) / 2
-
-
-def _floor_log2(x: Fraction) -> int:
-    """``floor(log2(x))`` of a rational ``x >= 1``, exactly."""
-    n, d = x.numerator, x.denominator
-    e = n.bit_length() - d.bit_length()
-    return e - 1 if n < d << e else e

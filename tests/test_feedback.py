@@ -11,7 +11,7 @@ import pytest
 from msroute import Constraints, Problem
 from msroute.errors import InvalidStateError, InvalidValueError
 from msroute.policies import available_policies, check_state, make_policy, set_debug_checks
-from msroute.policies.persist import state_dict
+from msroute.policies.state_walk import state_dict
 
 PROBLEM = Problem(
     [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [0.2, 0.9]], 2, Constraints(upper=[1.2, 1.5])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from msroute.errors import InfeasibleConstraintsError, InvalidFeedbackError, RouterConfigError
-from msroute.policies.persist import state_dict
+from msroute.policies.state_walk import state_dict
 from msroute.router import Router
 
 CONFIG: dict[str, Any] = {

@@ -24,7 +24,7 @@ from msroute.policies.omd_variants import (
     SparseModelGradient,
     make_estimator,
 )
-from msroute.policies.persist import check_state, load_state_dict, state_dict, variable_entries
+from msroute.policies.state_walk import check_state, load_state_dict, state_dict, variable_entries
 from msroute.problem import ProblemBatch
 from msroute.router import Router
 from test_persist import MEANS, lockstep, make, play, rewrite

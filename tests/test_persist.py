@@ -23,10 +23,12 @@ from msroute.policies import (
     load_policy,
     make_policy,
     save_policy,
+    state_walk,
 )
 from msroute.policies import persist as persist_module
 from msroute.policies.base import BasePolicy, draws_to_mask
-from msroute.policies.persist import FORMAT_VERSION, state_attrs, state_dict
+from msroute.policies.persist import FORMAT_VERSION
+from msroute.policies.state_walk import state_attrs, state_dict
 
 NAMES = available_policies()
 K, M, N, R, X = 6, 2, 2, 3, 2
@@ -562,7 +564,7 @@ def test_a_policy_resizes_itself_keeping_each_experts_state(name, skills, contex
     resized = policy.resized(problem, OLD_INDEX)
     fresh = make_policy(name, problem, **policy._init_kwargs)
     assert type(resized) is type(policy) and resized.n_experts == len(OLD_INDEX)
-    axes = persist_module.expert_axes(policy)
+    axes = state_walk.expert_axes(policy)
     assert bool(axes) == (name not in ("uniform", "fixed"))  # those two learn nothing per expert
     before, after, start = state_dict(policy), state_dict(resized), state_dict(fresh)
     for key, axis in axes.items():
@@ -583,11 +585,9 @@ def test_a_policy_resizes_itself_keeping_each_experts_state(name, skills, contex
     for key, value in before.items():
         if key in axes or key.startswith("streams") or not isinstance(value, np.ndarray):
             continue
-        if value.shape == np.shape(after[key]) and key not in persist_module.variable_entries(
-            policy
-        ):
+        if value.shape == np.shape(after[key]) and key not in state_walk.variable_entries(policy):
             np.testing.assert_array_equal(after[key], value, err_msg=key)
-    persist_module.check_state(resized)
+    state_walk.check_state(resized)
     decision = resized.select(contexts[BEFORE])  # and it routes over the new set
     assert decision.draws.max() < len(OLD_INDEX)
 

@@ -10,8 +10,8 @@ import pytest
 from _policy_sim import beta_skills, run
 from msroute import Constraints, Problem, batch_sum_max_reward
 from msroute.policies.base import BasePolicy, Decision, Policy, draws_to_mask
-from msroute.policies.persist import state_dict
 from msroute.policies.registry import POLICIES, available_policies, get_policy_class, make_policy
+from msroute.policies.state_walk import state_dict
 
 NAMES = available_policies()
 #: The multinomial (MSR) policies draw M times with replacement from a distribution they

@@ -20,7 +20,7 @@ from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.costs import CostEstimate
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.omd_variants import _AdditiveModel
-from msroute.policies.persist import state_dict
+from msroute.policies.state_walk import state_dict
 from msroute.router import RouterConfig
 from msroute.router.state import RouterState
 

@@ -29,7 +29,7 @@ from msroute.errors import (
     RouterConfigError,
     UnknownDecisionError,
 )
-from msroute.policies.persist import state_dict
+from msroute.policies.state_walk import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
 from msroute.router import core as router_core
 from msroute.router import journal as journal_module

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msroute.policies.persist import state_dict
+from msroute.policies.state_walk import state_dict
 from msroute.router import Router, RouterConfig
 from msroute.router.state import (
     AddExpert,

@@ -15,13 +15,14 @@ from msroute.policies.fixed import FixedPolicy, UniformPolicy
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
-from msroute.policies.persist import PolicyFileError, check_state, load_policy, save_policy
+from msroute.policies.persist import PolicyFileError, load_policy, save_policy
 from msroute.policies.registry import (
     POLICIES,
     available_policies,
     get_policy_class,
     make_policy,
 )
+from msroute.policies.state_walk import check_state
 
 __all__ = [
     "CUCB",

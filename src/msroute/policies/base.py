@@ -41,6 +41,7 @@ from msroute._validation import (
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies._deprecated import DeprecatedPolicyAttribute
 from msroute.policies.duals import cost_scale
+from msroute.policies.state_walk import carry_state, check_state, declared_names
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem, ProblemBatch
 from msroute.reward import draws_to_mask
@@ -135,7 +136,7 @@ def set_debug_checks(enabled: bool) -> bool:
 
     Also switched on by the environment variable ``MSROUTE_DEBUG=1``. A check that fails
     raises ``InvalidStateError`` naming the entry (see
-    ``msroute.policies.persist.check_state``). Returns the previous setting.
+    ``msroute.policies.state_walk.check_state``). Returns the previous setting.
     """
     global _debug_checks
     previous, _debug_checks = _debug_checks, bool(enabled)
@@ -363,8 +364,6 @@ class BasePolicy:
             self._check_ranges(d, r, c)
         self._update(decision, r, c)
         if _debug_checks:
-            from msroute.policies.persist import check_state
-
             check_state(self)
 
     def _batch_in_range(self, draws: IntArray, reward: FloatArray, cost: FloatArray) -> bool:
@@ -486,7 +485,7 @@ class BasePolicy:
         along the expert axis, and those keep the kept experts' entries (new expert ``j`` is
         expert ``old_index[j]`` of this policy, or new: None) while a new expert starts from
         the fresh policy's values; the other state is carried where its shape is unchanged
-        (``msroute.policies.persist.carry_state``), except, when the bounds change, what the
+        (``msroute.policies.state_walk.carry_state``), except, when the bounds change, what the
         class declares in ``_constraint_attrs`` (its dual: learned about the old bounds).
         Then ``_after_resize`` lets the class restore its own invariants (OMD: the new experts
         at the exploration floor).
@@ -505,8 +504,6 @@ class BasePolicy:
         InvalidValueError
             ``old_index`` does not fit ``problem`` or this policy.
         """
-        from msroute.policies.persist import carry_state
-
         index = list(old_index)
         if len(index) != problem.n_experts or any(
             i is not None and not 0 <= i < self.n_experts for i in index
@@ -519,7 +516,7 @@ class BasePolicy:
         before = [p.constraints.to_dict() for p in self.problem_batch.problems]
         after = [p.constraints.to_dict() for p in new.problem_batch.problems]
         # Another constraint set: what the class learned about the old one starts afresh.
-        fresh = _declared_names(type(self), "_constraint_attrs") if before != after else ()
+        fresh = declared_names(type(self), "_constraint_attrs") if before != after else ()
         carry_state(self, new, index, fresh)
         new._after_resize([j for j, i in enumerate(index) if i is None])
         return new
@@ -537,14 +534,6 @@ class BasePolicy:
 
     def _update(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         raise NotImplementedError
-
-
-def _declared_names(cls: type, attr: str) -> tuple[str, ...]:
-    """The names ``cls`` and its bases declare in ``attr`` (along the MRO)."""
-    names: dict[str, None] = {}
-    for c in reversed(cls.__mro__):
-        names.update(dict.fromkeys(c.__dict__.get(attr, ())))
-    return tuple(names)
 
 
 def sample_multinomial(u: FloatArray, q: FloatArray, eligible: BoolArray | None = None) -> IntArray:

@@ -21,7 +21,7 @@ from msroute import Constraints, Problem, batch_sum_max_reward
 from msroute.policies.base import draws_to_mask
 from msroute.policies.registry import make_policy
 from msroute.policies.streams import RunStreams
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 
 BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe", "omd"]
 

@@ -35,7 +35,7 @@ import msroute.policies.lagrangian as lagrangian
 from msroute.experiments.fig2 import Fig2Config, sweep_specs
 from msroute.experiments.sweep import sweep_worker
 from msroute.policies._compiled.dual import penalties
-from msroute.problem import team_cost
+from msroute.problem_batch import team_cost
 from msroute.reward import draws_to_mask
 
 

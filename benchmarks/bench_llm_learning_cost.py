@@ -28,7 +28,7 @@ import numpy as np
 from msroute.experiments import outcomes
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.registry import make_policy
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 from msroute.simulate import simulate_summary
 
 BUDGET = 2e-4

@@ -26,7 +26,7 @@ from msroute import Constraints, Problem, batch_sum_max_reward
 from msroute.policies.base import draws_to_mask
 from msroute.policies.omd_variants import DENSE_FIT_MAX_EXPERTS, VARIANTS
 from msroute.policies.registry import make_policy
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 
 
 def per_round(k: int, rounds: int, variant: str, m: int = 5, n: int = 3) -> tuple[float, float]:

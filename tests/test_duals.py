@@ -11,7 +11,7 @@ import pytest
 import msroute
 from msroute.policies.base import draws_to_mask
 from msroute.policies.duals import ApproachabilityDual, check_construction, cost_scale
-from msroute.problem import team_cost
+from msroute.problem_batch import team_cost
 from msroute.reward import batch_sum_max_reward
 from msroute.scenarios import load_costs_csv, load_skills_csv
 

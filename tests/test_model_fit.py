@@ -25,7 +25,7 @@ from msroute.policies.omd_variants import (
     make_estimator,
 )
 from msroute.policies.state_walk import check_state, load_state_dict, state_dict, variable_entries
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 from msroute.router import Router
 from test_persist import MEANS, lockstep, make, play, rewrite
 from test_policies_omd import COSTS, SKILLS, M, run_fixed_skills

@@ -18,7 +18,7 @@ from msroute.policies.omd_variants import (
     ModelGradient,
     floor_at,
 )
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward_grad
 from test_policies_omd import (
     COSTS,

@@ -15,7 +15,7 @@ from msroute._outcome import (
     round_outcome,
 )
 from msroute.metrics import time_averaged
-from msroute.problem import draws_cost, team_cost
+from msroute.problem_batch import draws_cost, team_cost
 from msroute.reward import draws_sum_max_reward, draws_to_mask
 from msroute.simulate import simulate_summary
 from test_simulate import _spying

@@ -29,7 +29,7 @@ from msroute.policies.team import (
     routed_index,
     top_m,
 )
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 
 BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe"]
 TWINS = [("cbwk", "cucb"), ("ts-bwk", "ts"), ("moe", "moe")]  # constrained, unconstrained

@@ -9,7 +9,7 @@ from scipy.optimize import minimize
 from msroute import Constraints, InfeasibleConstraintsError, Problem, expected_reward
 from msroute.policies.base import draws_to_mask
 from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward_grad
 
 # Six experts: 0-1 excellent but costly (coordinate 0), 2-3 middling, 4-5 weak but they are the

@@ -74,7 +74,8 @@ from msroute.policies import (
     make_policy,
     save_policy,
 )
-from msroute.problem import Constraints, Problem, ProblemBatch
+from msroute.problem import Constraints, Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.projection import project_step
 from msroute.reward import (
     batch_sum_max_reward,

@@ -2,8 +2,8 @@
 
 The simulator's round needs, per run, the sum-max reward of the routed draws and the realized
 cost. The public functions (``msroute.reward.draws_sum_max_reward``,
-``msroute.problem.team_cost`` on ``msroute.reward.draws_to_mask``,
-``msroute.problem.draws_cost``) make a dozen numpy calls on (R, N, M)-sized arrays a
+``msroute.problem_batch.team_cost`` on ``msroute.reward.draws_to_mask``,
+``msroute.problem_batch.draws_cost``) make a dozen numpy calls on (R, N, M)-sized arrays a
 round; here one loop over the runs gives the same floats, in the same order of operations:
 
 * the reward: the maximum over the draws of each dimension (exact in any order), then the
@@ -271,7 +271,7 @@ def _probe(d: int) -> tuple[IntArray, FloatArray]:
 def blas_pairs_order() -> bool:
     """Whether numpy's ``team_cost`` sums d = 2 and d = 3 costs in ``PAIR_COSTS`` order:
     True when the product and ``round_outcome`` agree on every probe (``_probe``)."""
-    from msroute.problem import team_cost
+    from msroute.problem_batch import team_cost
     from msroute.reward import draws_to_mask
 
     for d in (2, 3):

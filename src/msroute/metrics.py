@@ -35,8 +35,8 @@ from msroute._validation import (
     check_positive_int,
     check_simplex,
 )
+from msroute.bounds import bound_report, box_distance
 from msroute.errors import InvalidTypeError, InvalidValueError
-from msroute.problem import bound_report, box_distance
 from msroute.reward import context_scaled, expected_reward_core, monte_carlo_reward
 
 __all__ = [

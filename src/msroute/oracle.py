@@ -54,8 +54,9 @@ from msroute._validation import (
     check_contexts,
     check_positive_int,
 )
+from msroute.bounds import unreachable_bounds
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
-from msroute.problem import Problem, unreachable_bounds
+from msroute.problem import Problem
 from msroute.reward import SortedRows, context_scaled
 
 __all__ = [

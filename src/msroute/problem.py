@@ -13,7 +13,7 @@ Lemma 2 then transfers distances: ``dist(phi, S_ori) <= M dist(varphi, S)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,16 +31,16 @@ from msroute._validation import (
     check_positive_int,
     default_gamma,
 )
+from msroute.bounds import (
+    box_distance,
+    floored_reach,
+    support_box,
+    support_point_box,
+    unreachable_bounds,
+)
 from msroute.errors import InfeasibleConstraintsError, InvalidTypeError, InvalidValueError
 
-__all__ = [
-    "Constraints",
-    "Problem",
-    "ProblemBatch",
-    "bound_report",
-    "floored_reach",
-    "unreachable_bounds",
-]
+__all__ = ["Constraints", "Problem"]
 
 Bound = float | None
 _REAL = (int, float, np.integer, np.floating)
@@ -618,70 +618,6 @@ class Problem:
         return parts
 
 
-def floored_reach(costs: FloatArray, floor: float) -> tuple[FloatArray, FloatArray]:
-    """The least and the greatest ``(C^T q)_j`` of each cost coordinate over the floored
-    simplex ``{q >= floor, sum q = 1}``: the floor everywhere, the free mass on one expert."""
-    free = 1.0 - costs.shape[0] * floor
-    return (
-        floor * costs.sum(axis=0) + free * costs.min(axis=0),
-        floor * costs.sum(axis=0) + free * costs.max(axis=0),
-    )
-
-
-def unreachable_bounds(
-    costs: FloatArray,
-    floor: float,
-    lo: FloatArray,
-    hi: FloatArray,
-    closest: FloatArray,
-    *,
-    name: Callable[[int], str] = str,
-    bound: Callable[[int, str], str] | None = None,
-    reasons: Mapping[int, str] | None = None,
-) -> str:
-    """Why no ``q >= floor`` on the simplex has ``lo <= C^T q <= hi``, coordinate by coordinate.
-
-    A bound beyond ``floored_reach`` is named with the best value reachable for it; when
-    every bound is reachable alone, the bounds that ``closest`` (``C^T q`` of the point that
-    came nearest) misses are named with its values. ``name(j)`` names coordinate ``j``,
-    ``bound(j, "upper" | "lower")`` words its bound (default ``needs C^T q <= hi[j]``), and
-    ``reasons[j]``, when given, replaces the reach check of coordinate ``j``.
-    """
-
-    def needs(j: int, side: str) -> str:
-        return f"needs C^T q <= {hi[j]:.6g}" if side == "upper" else f"needs C^T q >= {lo[j]:.6g}"
-
-    word = needs if bound is None else bound
-    reach_min, reach_max = floored_reach(costs, floor)
-    known = reasons or {}
-    parts: list[str] = []
-    for j in range(costs.shape[1]):
-        if j in known:
-            parts.append(known[j])
-            continue
-        for side, missed, extreme, reach in (
-            ("upper", reach_min[j] > hi[j] + 1e-12, "smallest", reach_min[j]),
-            ("lower", reach_max[j] < lo[j] - 1e-12, "largest", reach_max[j]),
-        ):
-            if missed:
-                parts.append(
-                    f"coordinate {name(j)}: {word(j, side)} but the {extreme} reachable value "
-                    f"is {reach:.6g}"
-                )
-    if parts:
-        return "; ".join(parts)
-    for j in range(costs.shape[1]):
-        side = (
-            "upper" if closest[j] > hi[j] + 1e-9 else "lower" if closest[j] < lo[j] - 1e-9 else ""
-        )
-        if side:
-            parts.append(
-                f"coordinate {name(j)}: {needs(j, side)}; best jointly reachable {closest[j]:.6g}"
-            )
-    head = "each bound is reachable alone but not all together; closest point: "
-    return head + "; ".join(parts)
-
-
 def _names(values: Sequence[str] | None, n: int, arg: str, what: str) -> tuple[str, ...] | None:
     """Validate a list of ``n`` distinct names."""
     if values is None:
@@ -695,179 +631,3 @@ def _names(values: Sequence[str] | None, n: int, arg: str, what: str) -> tuple[s
         dup = sorted({x for x in names if names.count(x) > 1})
         raise InvalidValueError(f"{arg} repeats {dup}; names must be distinct")
     return names
-
-
-def bound_report(
-    avg_cost: ArrayLike,
-    lo_ori: ArrayLike,
-    hi_ori: ArrayLike,
-    names: Sequence[str] | None = None,
-    *,
-    bind_rtol: float = 0.01,
-) -> list[list[dict[str, object]]]:
-    """Each bound's running average, slack and whether it binds, per run, in the user's units.
-
-    Parameters
-    ----------
-    avg_cost : array_like, shape (R, d)
-        Time-averaged realized cost of each run.
-    lo_ori, hi_ori : array_like, shape (R, d) or (d,)
-        Original bounds, ``-inf`` / ``+inf`` where absent.
-    names : sequence of str, optional
-        Cost coordinate names (default ``"0"``, ``"1"``, ...).
-    bind_rtol : float, default 0.01
-        A bound *binds* when its slack is below this fraction of the bound's magnitude (or
-        when it is broken).
-
-    Returns
-    -------
-    list (one per run) of lists (one per bound) of dicts
-        ``cost`` (name), ``kind`` ("upper" or "lower"), ``bound``, ``average``, ``slack``
-        (``bound - average`` for an upper bound, ``average - bound`` for a lower one: negative
-        when broken) and ``binds``.
-
-    Examples
-    --------
-    >>> rows = bound_report([[0.0119, 0.7]], [[-np.inf, 0.2]], [[0.012, np.inf]], ["usd", "share"])
-    >>> [(b["cost"], b["kind"], round(b["slack"], 6), b["binds"]) for b in rows[0]]
-    [('usd', 'upper', 0.0001, True), ('share', 'lower', 0.5, False)]
-    """
-    cost = as_float_array(avg_cost, "avg_cost", ndim_min=2, ndim_max=2)
-    lo = np.broadcast_to(np.asarray(lo_ori, dtype=np.float64), cost.shape)
-    hi = np.broadcast_to(np.asarray(hi_ori, dtype=np.float64), cost.shape)
-    d = cost.shape[1]
-    labels = [str(j) for j in range(d)] if names is None else [str(n) for n in names]
-    if len(labels) != d:
-        raise InvalidValueError(f"names has {len(labels)} entries for {d} cost coordinates")
-    out: list[list[dict[str, object]]] = []
-    for r in range(cost.shape[0]):
-        rows: list[dict[str, object]] = []
-        for j in range(d):
-            for kind, bound in (("upper", hi[r, j]), ("lower", lo[r, j])):
-                if not np.isfinite(bound):
-                    continue
-                avg = float(cost[r, j])
-                slack = float(bound) - avg if kind == "upper" else avg - float(bound)
-                rows.append(
-                    {
-                        "cost": labels[j],
-                        "kind": kind,
-                        "bound": float(bound),
-                        "average": avg,
-                        "slack": slack,
-                        "binds": bool(slack <= bind_rtol * abs(float(bound))),
-                    }
-                )
-        out.append(rows)
-    return out
-
-
-# ---------------------------------------------------------------------- box helpers
-def support_box(w: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
-    """``h_S(w)`` for the box ``[lo, hi]``; broadcasts over leading axes of all three."""
-    return np.asarray(np.sum(np.where(w >= 0, w * hi, w * lo), axis=-1), dtype=np.float64)
-
-
-def support_point_box(w: FloatArray, u: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
-    """A maximizer of ``w . x`` over the box; ``clip(u, lo, hi)`` where ``w = 0``."""
-    return np.where(w > 0, hi, np.where(w < 0, lo, u.clip(lo, hi)))
-
-
-def box_distance(x: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
-    """Euclidean distance of ``x`` (..., d) to the box ``[lo, hi]`` (infinite ends allowed)."""
-    gap = x - np.clip(x, lo, hi)
-    return np.asarray(np.sqrt(np.sum(gap * gap, axis=-1)), dtype=np.float64)
-
-
-class ProblemBatch:
-    """R problem instances stacked for batched runs (one per run, same K, d and M).
-
-    Each seed of the paper's experiments samples its own pool of workers, so every run of a
-    batched sweep has its own costs and bounds. Policies and the simulator work on these
-    stacked arrays; a single ``Problem`` broadcast to ``n_runs`` is the common case.
-
-    Parameters
-    ----------
-    problems : Problem or sequence of Problem
-        One problem shared by all runs, or one per run.
-    n_runs : int, optional
-        Number of runs R; required with a single problem, checked against a sequence.
-
-    Attributes
-    ----------
-    costs : ndarray, shape (R, K, d)
-    lo, hi : ndarray, shape (R, d)
-        Surrogate box ``S`` per run.
-    lo_ori, hi_ori : ndarray, shape (R, d)
-        Original box ``S_ori`` per run (infinite where unbounded).
-    """
-
-    def __init__(self, problems: Problem | Sequence[Problem], n_runs: int | None = None) -> None:
-        if isinstance(problems, Problem):
-            r = check_positive_int(1 if n_runs is None else n_runs, "n_runs")
-            plist = [problems] * r
-        else:
-            plist = list(problems)
-            if not plist:
-                raise InvalidValueError("problems must hold at least one Problem")
-            for i, p in enumerate(plist):
-                if not isinstance(p, Problem):
-                    raise InvalidTypeError(
-                        f"problems[{i}] must be a Problem, got {type(p).__name__}"
-                    )
-            if n_runs is not None and n_runs != len(plist):
-                raise InvalidValueError(f"n_runs == {n_runs} but {len(plist)} problems were given")
-        first = plist[0]
-        for i, p in enumerate(plist[1:], start=1):
-            if (p.n_experts, p.n_costs, p.m_draws) != (
-                first.n_experts,
-                first.n_costs,
-                first.m_draws,
-            ):
-                raise InvalidValueError(
-                    f"problems[{i}] has (K, d, M) = {(p.n_experts, p.n_costs, p.m_draws)}, "
-                    f"problems[0] has {(first.n_experts, first.n_costs, first.m_draws)}; "
-                    "a batch needs them equal"
-                )
-        self.problems: tuple[Problem, ...] = tuple(plist)
-        self.n_runs = len(plist)
-        self.n_experts = first.n_experts
-        self.n_costs = first.n_costs
-        self.m_draws = first.m_draws
-        self.costs: FloatArray = np.stack([p.costs for p in plist])
-        boxes = [p.surrogate_box() for p in plist]
-        self.lo: FloatArray = np.stack([b[0] for b in boxes])
-        self.hi: FloatArray = np.stack([b[1] for b in boxes])
-        ori = [p.original_box() for p in plist]
-        self.lo_ori: FloatArray = np.stack([b[0] for b in ori])
-        self.hi_ori: FloatArray = np.stack([b[1] for b in ori])
-        self.cbar = max(p.cbar for p in plist)
-
-    def surrogate_cost(self, q: FloatArray) -> FloatArray:
-        """``C^T q`` per run: q (R, K) -> (R, d)."""
-        return surrogate_cost(q, self.costs)
-
-    def draws_cost(self, draws: np.ndarray) -> FloatArray:
-        """Cost of the draws, an expert drawn twice counted twice: draws (R, M) -> (R, d)."""
-        return draws_cost(draws, self.costs)
-
-    def realized_cost(self, mask: np.ndarray) -> FloatArray:
-        """Cost of the routed subsets, each distinct expert counted once: mask (R, K) -> (R, d)."""
-        return team_cost(mask, self.costs)
-
-
-def surrogate_cost(q: FloatArray, costs: FloatArray) -> FloatArray:
-    """``C^T q`` per run: q (R, K), costs (R, K, d) -> (R, d)."""
-    return np.asarray(np.matmul(q[:, None, :], costs)[:, 0, :], dtype=np.float64)
-
-
-def draws_cost(draws: np.ndarray, costs: FloatArray) -> FloatArray:
-    """Cost of the draws (R, M), an expert drawn twice counted twice: -> (R, d)."""
-    picked = np.take_along_axis(costs, draws[:, :, None], axis=1)  # (R, M, d)
-    return np.asarray(picked.sum(axis=1), dtype=np.float64)
-
-
-def team_cost(mask: np.ndarray, costs: FloatArray) -> FloatArray:
-    """Cost of the routed subsets (R, K) masks, each distinct expert once: -> (R, d)."""
-    weights = mask.astype(np.float64)[:, None, :]
-    return np.asarray(np.matmul(weights, costs)[:, 0, :], dtype=np.float64)

@@ -33,7 +33,8 @@ from msroute.envs import SkillEnv
 from msroute.errors import InvalidValueError
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.base import BasePolicy, Decision, Policy, draw_counts, draws_to_mask
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.reward import context_scaled, expected_reward
 from msroute.streaming import PairwiseSum
 

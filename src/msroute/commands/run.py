@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the cell and print its summary."""
     import numpy as np
 
+    from msroute.bounds import bound_report
     from msroute.experiments.cells import CellSpec, params_items
     from msroute.experiments.output import peak_memory_mb
     from msroute.experiments.sweep import sweep_worker
-    from msroute.problem import bound_report
 
     if len(set(args.seed)) != len(args.seed):
         raise InvalidValueError(f"--seed has repeated values: {args.seed}")

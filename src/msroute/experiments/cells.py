@@ -37,7 +37,8 @@ from msroute.experiments.protocol import (
     paper_instance,
     stream,
 )
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.scenarios import ScenarioInstance, get_scenario
 
 __all__ = [

@@ -37,7 +37,8 @@ from msroute.experiments.output import Progress, Summary, preload_plotting, publ
 from msroute.metrics import feasible
 from msroute.outcome_env import OutcomeEnv, SampleMode
 from msroute.policies.registry import get_policy_class, make_policy
-from msroute.problem import Constraints, Problem, ProblemBatch
+from msroute.problem import Constraints, Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.scenarios.base import format_budget, parse_budget
 
 __all__ = [

@@ -32,7 +32,8 @@ from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import BetaPosterior, TeamRounds, default_bwk_step
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 
 __all__ = [
     "CUCB",

@@ -43,7 +43,8 @@ from msroute.policies._deprecated import DeprecatedPolicyAttribute
 from msroute.policies.duals import cost_scale
 from msroute.policies.state_walk import carry_state, check_state, declared_names
 from msroute.policies.streams import RunStreams
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.reward import draws_to_mask
 
 __all__ = [

@@ -28,7 +28,7 @@ import numpy as np
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidValueError
 from msroute.policies.base import draw_counts
-from msroute.problem import draws_cost, team_cost
+from msroute.problem_batch import draws_cost, team_cost
 
 __all__ = ["COST_ESTIMATES", "CostEstimate", "CostEstimateMode", "check_cost_estimate"]
 

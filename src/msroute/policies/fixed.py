@@ -18,7 +18,8 @@ from msroute._seeding import SeedArg
 from msroute._validation import BoolArray, FloatArray, IntArray, as_float_array
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, Decision, sample_multinomial
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 
 __all__ = ["FixedPolicy", "UniformPolicy"]
 

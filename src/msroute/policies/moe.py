@@ -24,7 +24,8 @@ from msroute._validation import FloatArray, IntArray
 from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import TeamRounds
-from msroute.problem import Problem, ProblemBatch
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 
 __all__ = ["MoEGating"]
 

@@ -29,6 +29,7 @@ from msroute._validation import (
     check_positive_int,
     default_gamma,
 )
+from msroute.bounds import bound_report
 from msroute.errors import InvalidStateError, InvalidValueError
 from msroute.policies.base import (
     BasePolicy,
@@ -53,7 +54,8 @@ from msroute.policies.omd_variants import (
     floor_at,
     make_estimator,
 )
-from msroute.problem import Problem, ProblemBatch, bound_report
+from msroute.problem import Problem
+from msroute.problem_batch import ProblemBatch
 from msroute.projection import project_step
 
 __all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]

@@ -29,7 +29,7 @@ from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
 from msroute.policies.streams import GammaConstants, RunStreams
-from msroute.problem import ProblemBatch
+from msroute.problem_batch import ProblemBatch
 
 __all__ = [
     "BetaPosterior",

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray, default_gamma
+from msroute.bounds import floored_reach
 from msroute.errors import InvalidValueError
-from msroute.problem import Constraints, floored_reach
+from msroute.problem import Constraints
 
 __all__ = ["NO_BUDGET", "Scenario", "ScenarioInstance", "format_budget", "parse_budget"]
 

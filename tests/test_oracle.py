@@ -14,8 +14,8 @@ import pytest
 from scipy.optimize import linprog
 
 from msroute import Constraints, InfeasibleConstraintsError, Problem
+from msroute._polytope import Polytope
 from msroute.oracle import (
-    _Polytope,
     best_fixed_policy,
     best_fixed_policy_for,
     contextual_opt,
@@ -244,7 +244,7 @@ def test_repair_moves_nearby_points_exactly_into_the_polytope():
     q0 = rng.dirichlet(np.ones(6))
     u0 = costs.T @ q0
     for lo, hi, floor in [(u0 - 0.1, u0 + 0.01, 0.01), (u0, u0, 0.0)]:  # full-dim, then flat
-        poly = _Polytope(costs, lo, hi, floor)
+        poly = Polytope(costs, lo, hi, floor)
         verts = polytope_vertices(costs, lo, hi, floor, rng, n_dirs=8)
         for v in verts:
             # Push the vertex outwards: off the simplex, below the floor, outside the box.

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._polytope import Polytope
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -54,7 +54,6 @@ from msroute._validation import (
     check_contexts,
     check_positive_int,
 )
-from msroute.bounds import unreachable_bounds
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
 from msroute.problem import Problem
 from msroute.reward import SortedRows, context_scaled
@@ -66,10 +65,6 @@ __all__ = [
     "best_fixed_policy_for",
     "contextual_opt",
 ]
-
-#: HiGHS tolerances for the certificate and feasibility LPs: the certificate is only as good
-#: as the LP's optimality, so the defaults (1e-7) are tightened.
-_LP_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 #: Cap on SLSQP restarts from the best point so far.
 _MAX_RUNS = 20
@@ -85,9 +80,6 @@ _NEWTON_STEPS = 8
 
 #: A floor or inequality with less room than this (times the data scale) counts as active.
 _ACTIVE = 1e-9
-
-#: Constraint violations below this (relative to the data's scale) count as rounding.
-_ROUNDING = 1e-12
 
 
 @dataclass(frozen=True)
@@ -155,182 +147,9 @@ class ContextualOracleResult:
     message: str = ""
 
 
-# ---------------------------------------------------------------------------- polytope
-class _Polytope:
-    """``P = {q : q >= floor, sum q = 1, lo <= C^T q <= hi}`` with an interior point.
-
-    With ``blocks = X > 1``, ``q`` stacks X policies of ``K = len(q) / X`` experts each (one
-    per context), every block sums to one, and ``C`` (X K, d) holds the context-weighted
-    costs, so that ``C^T q`` is the aggregate cost of the contextual comparator.
-    """
-
-    def __init__(
-        self, costs: FloatArray, lo: FloatArray, hi: FloatArray, floor: float, blocks: int = 1
-    ) -> None:
-        self.costs = costs
-        self.lo = lo
-        self.hi = hi
-        self.floor = floor
-        self.blocks = blocks
-        k = costs.shape[0]
-        self.a_ub = np.vstack([costs.T, -costs.T])
-        self.b_ub = np.concatenate([hi, -lo])
-        self.a_eq = np.kron(np.eye(blocks), np.ones((1, k // blocks)))
-        self.b_eq = np.ones(blocks)
-        self.scale = max(1.0, float(np.abs(costs).max()), float(np.abs(self.b_ub).max()))
-        self.center, self.slack = self._interior_point()
-
-    def _interior_point(self) -> tuple[FloatArray, FloatArray]:
-        """Maximise the smallest slack ``tau`` of all inequalities (a Chebyshev-like centre)."""
-        k, d = self.costs.shape
-        # Variables (q, tau): max tau s.t. q_i - tau >= floor, C^T q + tau <= hi,
-        # -C^T q + tau <= -lo, sum q = 1, tau <= 1.
-        a_ub = np.block(
-            [
-                [-np.eye(k), np.ones((k, 1))],
-                [self.a_ub, np.ones((2 * d, 1))],
-            ]
-        )
-        b_ub = np.concatenate([np.full(k, -self.floor), self.b_ub])
-        a_eq = np.hstack([self.a_eq, np.zeros((self.blocks, 1))])
-        cost = np.zeros(k + 1)
-        cost[-1] = -1.0
-        bounds = [(None, None)] * k + [(None, 1.0)]
-        from scipy.optimize import linprog
-
-        res = linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=b_ub,
-            A_eq=a_eq,
-            b_eq=self.b_eq,
-            bounds=bounds,
-            method="highs",
-            options=_LP_OPTIONS,
-        )
-        if res.status != 0:  # pragma: no cover - bounded and feasible by construction
-            raise InfeasibleConstraintsError(f"interior-point LP failed: {res.message}")
-        tau = float(res.x[-1])
-        if tau < -1e-9 * self.scale:
-            raise InfeasibleConstraintsError(
-                self._infeasible_message(tau, self.costs.T @ res.x[:k])
-            )
-        q = self._onto_floored_simplex(np.asarray(res.x[:k], dtype=np.float64))
-        slack = self.b_ub - self.a_ub @ q
-        return q, np.where(slack > _ROUNDING * self.scale, slack, 0.0)
-
-    def _infeasible_message(self, tau: float, closest: FloatArray) -> str:
-        detail = unreachable_bounds(self.costs, self.floor, self.lo, self.hi, closest)
-        return (
-            f"no routing policy q >= floor = {self.floor:.6g} on the simplex has "
-            f"lo <= C^T q <= hi (the best point misses by {-tau:.3g}): {detail}"
-        )
-
-    def _onto_floored_simplex(self, q: FloatArray) -> FloatArray:
-        """Rescale ``q`` (nearly in the floored simplex) to sum to one with ``q >= floor``
-        (each block on its own)."""
-        if self.blocks > 1:
-            parts = np.split(q, self.blocks)
-            return np.concatenate([self._onto_one_simplex(b) for b in parts])
-        return self._onto_one_simplex(q)
-
-    def _onto_one_simplex(self, q: FloatArray) -> FloatArray:
-        k = q.shape[0]
-        excess = np.maximum(q - self.floor, 0.0)
-        free = max(1.0 - k * self.floor, 0.0)
-        total = float(excess.sum())
-        if total <= 0.0 or free == 0.0:
-            return np.full(k, 1.0 / k) if free == 0.0 else np.full(k, self.floor + free / k)
-        return np.asarray(self.floor + free * (excess / total), dtype=np.float64)
-
-    def repair(self, q: FloatArray) -> FloatArray:
-        """Move ``q`` into ``P``: onto the floored simplex, then towards the interior point.
-
-        Mixing ``(1 - lam) q + lam * center`` keeps the floor and the sum exactly; ``lam`` is
-        the smallest that clears every violated inequality on which the centre has slack.
-        A violation the centre cannot clear (an inequality tight on all of ``P``) is left if
-        it is at rounding level, else ``q`` is replaced by its L1-nearest point of ``P``.
-        """
-        q = self._onto_floored_simplex(q)
-        viol = self.a_ub @ q - self.b_ub
-        fixable = (viol > 0.0) & (self.slack > 0.0)
-        if np.any(fixable):
-            lam = float(np.max(viol[fixable] / (viol[fixable] + self.slack[fixable])))
-            q = (1.0 - lam) * q + lam * self.center
-            viol = self.a_ub @ q - self.b_ub
-        if float(viol.max()) > _ROUNDING * self.scale:
-            q = self._onto_floored_simplex(self._nearest_l1(q))
-        return np.asarray(q, dtype=np.float64)
-
-    def _nearest_l1(self, q: FloatArray) -> FloatArray:
-        """The point of ``P`` nearest to ``q`` in the L1 norm (an LP in ``(p, e)``)."""
-        k = q.shape[0]
-        eye = np.eye(k)
-        # min sum e  s.t.  p - e <= q,  -p - e <= -q,  A_ub p <= b_ub,  sum p = 1, p >= floor.
-        a_ub = np.block(
-            [
-                [eye, -eye],
-                [-eye, -eye],
-                [self.a_ub, np.zeros((self.a_ub.shape[0], k))],
-            ]
-        )
-        b_ub = np.concatenate([q, -q, self.b_ub])
-        a_eq = np.hstack([self.a_eq, np.zeros((self.blocks, k))])
-        cost = np.concatenate([np.zeros(k), np.ones(k)])
-        bounds = [(self.floor, None)] * k + [(0.0, None)] * k
-        from scipy.optimize import linprog
-
-        res = linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=b_ub,
-            A_eq=a_eq,
-            b_eq=self.b_eq,
-            bounds=bounds,
-            method="highs",
-            options=_LP_OPTIONS,
-        )
-        if res.status != 0:  # pragma: no cover - P is non-empty here
-            raise RuntimeError(f"projection LP failed: {res.message}")
-        return np.asarray(res.x[:k], dtype=np.float64)
-
-    def linear_max(self, g: FloatArray) -> FloatArray:
-        """A vertex ``s`` of ``P`` maximising ``g . s`` (the Frank-Wolfe oracle)."""
-        from scipy.optimize import linprog
-
-        res = linprog(
-            -g,
-            A_ub=self.a_ub,
-            b_ub=self.b_ub,
-            A_eq=self.a_eq,
-            b_eq=self.b_eq,
-            bounds=[(self.floor, None)] * g.shape[0],
-            method="highs",
-            options=_LP_OPTIONS,
-        )
-        if res.status != 0:  # pragma: no cover - P is non-empty and bounded here
-            raise RuntimeError(f"Frank-Wolfe LP failed: {res.message}")
-        return np.asarray(res.x, dtype=np.float64)
-
-    def slsqp_constraints(self) -> list[dict[str, Any]]:
-        a_ub, b_ub = self.a_ub, self.b_ub
-        if self.blocks > 1:
-            a_eq, b_eq = self.a_eq, self.b_eq
-            return [
-                {"type": "eq", "fun": lambda q: a_eq @ q - b_eq, "jac": lambda q: a_eq},
-                {"type": "ineq", "fun": lambda q: b_ub - a_ub @ q, "jac": lambda q: -a_ub},
-            ]
-        k = self.costs.shape[0]
-        ones = np.ones(k)
-        return [
-            {"type": "eq", "fun": lambda q: np.array([q.sum() - 1.0]), "jac": lambda q: ones[None]},
-            {"type": "ineq", "fun": lambda q: b_ub - a_ub @ q, "jac": lambda q: -a_ub},
-        ]
-
-
 # ---------------------------------------------------------------------------- solver
 def _newton_step(
-    objective: SortedRows, poly: _Polytope, q: FloatArray, grad: FloatArray
+    objective: SortedRows, poly: Polytope, q: FloatArray, grad: FloatArray
 ) -> FloatArray | None:
     """One Newton step on the face of ``P`` that ``q`` lies on (the inequalities active at
     ``q`` kept as equalities), with a ratio test against the others.
@@ -374,7 +193,7 @@ def _newton_step(
     return poly.repair(out)
 
 
-def _solve(objective: SortedRows, poly: _Polytope, tol: float, max_iter: int) -> OracleResult:
+def _solve(objective: SortedRows, poly: Polytope, tol: float, max_iter: int) -> OracleResult:
     from scipy.optimize import minimize  # scipy loads when an oracle is first solved
 
     k = poly.costs.shape[0]
@@ -541,7 +360,7 @@ def best_fixed_policy(
     v, c, lo_a, hi_a, floor, tol = _check_inputs(skills, costs, lo, hi, floor, tol)
     m = check_positive_int(m_draws, "m_draws")
     max_iter = check_positive_int(max_iter, "max_iter")
-    poly = _Polytope(c, lo_a, hi_a, floor)
+    poly = Polytope(c, lo_a, hi_a, floor)
     return _solve(SortedRows.average(v, m), poly, tol, max_iter)
 
 
@@ -682,9 +501,9 @@ def contextual_opt(
     lo_ori, hi_ori = problem.original_box()
     bound = np.isfinite(hi_ori) | (lo_ori > 0)  # an unbounded cost is recorded, not held
     if not np.any(bound):
-        poly = _Polytope(np.zeros((n_ctx * k, 1)), np.zeros(1), np.ones(1), floor, blocks=n_ctx)
+        poly = Polytope(np.zeros((n_ctx * k, 1)), np.zeros(1), np.ones(1), floor, blocks=n_ctx)
     else:
-        poly = _Polytope(stacked[:, bound], lo_a[bound], hi_a[bound], floor, blocks=n_ctx)
+        poly = Polytope(stacked[:, bound], lo_a[bound], hi_a[bound], floor, blocks=n_ctx)
     scaled = context_scaled(v, w, x)  # (T, N, K)
     # Repeated rows (a recorded prompt drawn again) count once, scaled by their multiplicity:
     # Phi is positively homogeneous in the skills, so c Phi(q; V) = Phi(q; c V) exactly.

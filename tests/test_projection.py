@@ -11,14 +11,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from msroute._projection_rows import _search_mu
+from msroute._simplex import FEASIBILITY_RTOL
 from msroute.errors import EmptyFeasibleSetError
-from msroute.projection import (
-    FEASIBILITY_RTOL,
-    _project_step_unchecked,
-    _search_mu,
-    _solve,
-    project_step,
-)
+from msroute.projection import _project_step_unchecked, _solve, project_step
 
 KKT_TOL = 1e-9
 

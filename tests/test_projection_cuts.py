@@ -7,7 +7,7 @@ import pytest
 
 from msroute import EmptyFeasibleSetError, project_step
 from msroute._cut_rows import SOLVED, cut_rows
-from msroute.projection import _floored_simplex
+from msroute._simplex import _floored_simplex
 from msroute.projection_cuts import project_cuts, solve_cuts
 
 cp = pytest.importorskip("cvxpy")

@@ -10,7 +10,7 @@ not settle is marked for step 3, which stays in numpy (``solve_cuts``).
 One function, run two ways: in Python floats on nested lists for one row (a live router,
 which imports no numba), and compiled for the arrays of a batch (``solve_cuts``). Both give
 the same floats: the same operations in the same order, IEEE doubles either way. Step 1 takes
-numpy's operations (``msroute.projection._floored_simplex``: a sort, a sequential cumulative
+numpy's operations (``msroute._simplex._floored_simplex``: a sort, a sequential cumulative
 sum, elementwise steps), so that a row whose cuts hold at ``q(0)`` gets numpy's floats.
 """
 
@@ -20,7 +20,7 @@ import math
 import sys
 from typing import Any
 
-from msroute.projection import _FAR
+from msroute._simplex import _FAR
 
 __all__ = ["OUT_OF_REACH", "SOLVED", "STEPS", "STEP_3", "ZERO_CUT", "cut_rows"]
 
@@ -148,7 +148,7 @@ def _dot(u: Any, v: Any) -> float:
 
 def _floored(y: Any, gamma: float, q: Any, free: Any) -> None:
     """``q`` = the projection of ``y`` onto ``{sum q = 1, q >= gamma}`` and ``free`` its
-    coordinates above the floor, in the operations of ``msroute.projection._floored_simplex``."""
+    coordinates above the floor, in the operations of ``msroute._simplex._floored_simplex``."""
     k = len(y)
     mass = 1.0 - k * gamma
     if mass <= 0.0:  # K gamma = 1: the single point 1/K

@@ -43,30 +43,29 @@ import math
 from typing import cast
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from msroute._exact_cut import exact_cut
-from msroute._validation import FloatArray, as_float_array, check_gamma
+from msroute._projection_rows import (
+    _MAX_ACTIVE_SET_STEPS,
+    _empty_message,
+    _face_point,
+    _search_mu,
+    _solve_rows,
+)
+from msroute._simplex import (
+    _EPS,
+    _FAR,
+    _FLOAT_MAX_F,
+    FEASIBILITY_RTOL,
+    _accurate,
+    _floored_simplex,
+    _ranks,
+)
+from msroute._validation import BoolArray, FloatArray, as_float_array, check_gamma
 from msroute.errors import EmptyFeasibleSetError, InvalidTypeError, InvalidValueError
 
 __all__ = ["project_step"]
-
-BoolArray = NDArray[np.bool_]
-
-#: Relative tolerance (of ``max |a|``, the scale of ``a . q``) for an empty or degenerate cut.
-FEASIBILITY_RTOL = 1e-10
-
-_EPS = float(np.finfo(np.float64).eps)
-_MAX_ACTIVE_SET_STEPS = 8
-_MAX_SEARCH_STEPS = 400
-#: The largest float (the cap of a multiplier; the limit mu -> inf of a face).
-_FLOAT_MAX_F = float(np.finfo(np.float64).max)
-#: Largest mu (for max|a| = 1) the search tries, far below overflow of y - mu a.
-_MU_CAP = 1e250
-#: Relative to the largest entry, every entry below -1 is at the floor of the floored simplex
-#: (the top entry's value is at most 1, so the threshold is at least top - 1): clipping there
-#: changes no projection and keeps every sum of order one, whatever the scale of the input.
-_FAR = -2.0
 
 
 # ---------------------------------------------------------------------- public entry point
@@ -263,43 +262,6 @@ def _solve(
     return q.reshape(shape), mu.reshape(shape[:-1])
 
 
-# ---------------------------------------------------------------------- the floored simplex
-@functools.lru_cache(maxsize=16)
-def _ranks(k: int) -> FloatArray:
-    """``1, 2, ..., K`` as floats (cached: the hot path calls this every step)."""
-    out = np.arange(1.0, k + 1.0)
-    out.setflags(write=False)
-    return out
-
-
-def _floored_simplex(z: FloatArray, gamma: float) -> tuple[FloatArray, BoolArray, FloatArray]:
-    """Project each row of ``z`` (n, K) onto ``{q : sum q = 1, q >= gamma}`` by sort and threshold.
-
-    Returns ``q`` (n, K), the boolean mask of coordinates above the floor, and the threshold
-    ``tau`` (n,) with ``q = max(gamma, z - tau)``.
-    """
-    n, k = z.shape
-    mass = 1.0 - k * gamma
-    if mass <= 0.0:  # K gamma = 1: the set is the single point 1/K
-        tau = z.max(axis=-1) - 1.0 / k
-        return np.full((n, k), 1.0 / k), np.zeros((n, k), dtype=bool), tau
-    top = z.max(axis=-1)
-    with np.errstate(over="ignore"):  # -inf for a spread beyond the float range: floored anyway
-        rel = z - top[:, None]
-    # Shift-invariant: work relative to the top, and clip at _FAR (see there), so the sums
-    # stay of order one whatever the scale of z (a shift by the top after the threshold would
-    # round away the whole simplex once |z| >> 1/eps).
-    np.maximum(rel, _FAR, out=rel)
-    u = np.sort(rel, axis=-1)[:, ::-1]
-    css = np.cumsum(u, axis=-1)
-    css -= mass
-    # The top rho coordinates are free: rho = #{j : u_j > (sum_{i<=j} u_i - mass) / j} >= 1.
-    rho = np.count_nonzero(u * _ranks(k) > css, axis=-1)
-    tau_rel = css[np.arange(n), rho - 1] / rho - gamma
-    shifted = rel - tau_rel[:, None]
-    return np.maximum(shifted, gamma), shifted > gamma, tau_rel + top
-
-
 # ---------------------------------------------------------------------- one row
 @functools.lru_cache(maxsize=16)
 def _ones(k: int) -> FloatArray:
@@ -476,280 +438,6 @@ def _solve_single_cut(
     # a constant on F (the Newton step is undefined) or no settling: the safeguarded search.
     qs, ms = _search_mu(y[None], gamma, a[None], np.array([b]))
     return _verified(y, gamma, a, b, qs[0], float(ms[0]))
-
-
-def _empty_message(
-    reach: float, b: float, gamma: float, k: int, row: int | None, unit: float = 1.0
-) -> str:
-    """The diagnosis of an empty cut. ``reach`` and ``b`` are those of the cut divided by
-    ``unit`` (max|a| where that is extreme, else 1): the message gives them in the cut's own
-    units, and also in ``unit``'s where those differ (the decision was taken there)."""
-    where = "" if row is None else f" in row {row} (flattened leading axes)"
-    scaled = "" if unit == 1.0 else f" ({reach:.10g} in units of max|a| = {unit:.6g})"
-    scaled_b = "" if unit == 1.0 else f" ({b:.10g} in those units)"
-    return (
-        f"the half-space a . q <= b misses the floored simplex{where}: the smallest "
-        f"reachable a . q is gamma * sum(a) + (1 - K gamma) * min(a) = {reach * unit:.10g}"
-        f"{scaled}, but b == {b * unit:.10g}{scaled_b} (gamma = {gamma:.6g}, K = {k}). No "
-        "q >= gamma meets the cut; check that the constraints are feasible "
-        "(Problem.check_feasible) with this floor."
-    )
-
-
-# ---------------------------------------------------------------------- many rows
-def _solve_rows(
-    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """Rows of (n, K) problems; see ``_solve``."""
-    n, k = y.shape
-    q, free, _ = _floored_simplex(y, gamma)
-    mu = np.zeros(n)
-    cut = np.flatnonzero(np.vecdot(a, q) > b)
-    if cut.size == 0:
-        return q, mu
-    amax = np.abs(a[cut]).max(axis=-1)
-    cut = cut[amax > 0.0]  # a = 0: no cut
-    if cut.size == 0:
-        return q, mu
-    ac, bc, yc = a[cut], b[cut], y[cut]
-    # (a, b) / max|a| is the same cut, whose multiplier is max|a| times that of (a, b).
-    scale = np.ones_like(amax)
-    if not np.all((amax > 1e-100) & (amax < 1e100)):
-        ac, bc, scale = ac / amax[:, None], bc / amax, amax
-    mass = max(1.0 - k * gamma, 0.0)
-    amin = ac.min(axis=-1)
-    reach = gamma * ac.sum(axis=-1) + mass * amin
-    tol = FEASIBILITY_RTOL * np.abs(ac).max(axis=-1)
-    empty = bc < reach - tol
-    if empty.any():
-        i = int(np.flatnonzero(empty)[0])
-        raise EmptyFeasibleSetError(
-            _empty_message(float(reach[i]), float(bc[i]), gamma, k, int(cut[i]), float(scale[i]))
-        )
-    face = bc <= reach + tol
-    if face.any():
-        rows = np.flatnonzero(face)
-        q[cut[rows]], mf = _face_point(yc[rows], gamma, ac[rows], amin[rows])
-        mu[cut[rows]] = _unscaled(mf, scale[rows])
-    rows = np.flatnonzero(~face)
-    if rows.size:
-        idx = cut[rows]
-        qa, ma = _cut_active(yc[rows], gamma, ac[rows], bc[rows], free[idx])
-        for j in np.flatnonzero(~_accurate(qa, ma, ac[rows], bc[rows])).tolist():
-            r = int(rows[j])
-            qa[j], ma[j] = exact_cut(yc[r], gamma, ac[r], float(bc[r]), float(ma[j]))
-        q[idx], mu[idx] = qa, _unscaled(ma, scale[rows])
-    return q, mu
-
-
-def _face_point(
-    y: FloatArray, gamma: float, a: FloatArray, amin: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """Projection onto the face ``{q_i = gamma where a_i > min a}`` (the limit ``mu -> inf``).
-
-    Also returns the smallest ``mu >= 0`` that certifies it (the KKT multiplier).
-    """
-    k = y.shape[-1]
-    at_min = a == amin[:, None]
-    top = np.where(at_min, y, -np.inf).max(axis=-1)
-    # Relative to the largest entry on the face (exact near it, whatever the scale of y);
-    # coordinates off the face sit at _FAR below it: the threshold floors them.
-    with np.errstate(over="ignore"):
-        rel = y - top[:, None]
-    z = np.where(at_min, rel, _FAR)
-    q, _, tau = _floored_simplex(z, gamma)
-    if 1.0 - k * gamma <= 0.0:
-        return q, np.zeros(y.shape[0])
-    with np.errstate(over="ignore", invalid="ignore"):  # inf gaps (a spread over ~1e308)
-        gap = np.where(at_min, 1.0, a - amin[:, None])  # and subnormal ones give inf/0 needs
-        need = np.where(at_min, 0.0, (rel - tau[:, None] - gamma) / gap)
-    return q, np.maximum(np.nan_to_num(need, nan=0.0).max(axis=-1), 0.0)
-
-
-def _cut_active(
-    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray, free: BoolArray
-) -> tuple[FloatArray, FloatArray]:
-    """Rows whose cut binds (``a . q(0) > b``) and is not degenerate: find ``mu > 0``.
-
-    Active-set Newton steps from ``free`` (the free set at ``mu = 0``) on all rows at once; a
-    row leaves the working set as soon as its point satisfies every KKT condition. Rows that
-    do not settle go to ``_search_mu``.
-    """
-    n = y.shape[0]
-    # (a, b) and (a, b) / max|a| cut the same set; mu scales back on return.
-    scale = np.abs(a).max(axis=-1)
-    a = a / scale[:, None]
-    b = b / scale
-    asum = a.sum(axis=-1)
-    slack_base = 64.0 * _EPS * (np.abs(y).max(axis=-1) + 1.0)
-    q = np.empty_like(y)
-    mu = np.zeros(n)
-    todo = np.arange(n)
-    for _ in range(_MAX_ACTIVE_SET_STEPS):
-        z, m, ok = _active_set_solve(y, gamma, a, b, free, asum)
-        new_free = z > gamma
-        slack = (slack_base + 64.0 * _EPS * np.abs(z).max(axis=-1))[:, None]
-        bad = np.where(free, z < gamma - slack, z > gamma + slack).any(axis=-1)
-        good = ok & (m >= 0.0) & ~bad
-        if good.all():
-            q[todo], mu[todo] = np.maximum(z, gamma), m
-            return q, _unscaled(mu, scale)
-        free = new_free
-        if good.any():  # settled rows leave the working set
-            q[todo[good]], mu[todo[good]] = np.maximum(z[good], gamma), m[good]
-            keep = ~good
-            todo = todo[keep]
-            y, a, b, asum, slack_base, free = (
-                y[keep],
-                a[keep],
-                b[keep],
-                asum[keep],
-                slack_base[keep],
-                free[keep],
-            )
-    q[todo], mu[todo] = _search_mu(y, gamma, a, b)
-    return q, _unscaled(mu, scale)
-
-
-def _unscaled(mu: FloatArray, scale: FloatArray) -> FloatArray:
-    """The multiplier of the cut ``(a, b)`` from that of ``(a, b) / scale``, capped at the
-    largest float (a certificate only: tiny ``a`` can need a multiplier beyond it, see
-    ``msroute._exact_cut.exact_cut``)."""
-    with np.errstate(over="ignore"):
-        out: FloatArray = np.minimum(mu / scale, _FLOAT_MAX_F)
-    return out
-
-
-def _active_set_solve(
-    y: FloatArray,
-    gamma: float,
-    a: FloatArray,
-    b: FloatArray,
-    free: BoolArray,
-    asum: FloatArray,
-) -> tuple[FloatArray, FloatArray, BoolArray]:
-    """Solve ``sum q = 1``, ``a . q = b`` with ``q_F = y_F - mu a_F - tau`` and ``q = gamma`` off F.
-
-    A constant added to ``a`` only shifts ``tau``, so the point is returned in the centred form
-    ``z = y - mu (a - abar) - shift`` with ``abar`` the mean of ``a`` on ``F``; the shift
-    ``(sum_F y - mass_F) / |F|`` does not involve ``mu``, which avoids the cancellation of
-    ``y - mu a`` when ``mu`` is large. Returns ``z`` (n, K), ``mu`` (n,) and a mask of rows where
-    the 2x2 system is solvable (``a`` not constant on ``F``).
-    """
-    k = y.shape[-1]
-    fm = free.astype(np.float64)
-    nf = fm.sum(axis=-1)
-    nf_safe = np.maximum(nf, 1.0)
-    a_f = a * fm
-    a_free = a_f.sum(axis=-1)
-    abar = a_free / nf_safe
-    a_cen = a - abar[:, None]
-    ac = a_cen * fm
-    beta = np.vecdot(ac, ac)
-    mass_free = 1.0 - gamma * (k - nf)
-    rhs = np.vecdot(ac, y) + abar * mass_free - b + gamma * (asum - a_free)
-    ok = (nf > 0) & (beta > (1e3 * _EPS) * np.vecdot(a_f, a_f))
-    # Near 1/eps and beyond these can overflow: such rows fail _accurate and are solved exactly.
-    with np.errstate(over="ignore", invalid="ignore"):
-        mu = rhs / np.where(ok, beta, 1.0)
-        shift = (np.vecdot(y, fm) - mass_free) / nf_safe
-        z = y - mu[:, None] * a_cen - shift[:, None]
-    return z, mu, ok
-
-
-def _search_mu(
-    y: FloatArray, gamma: float, a: FloatArray, b: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """Safeguarded root search of ``a . q(mu) = b`` (rows with ``a . q(0) > b > min reach``).
-
-    Newton steps on the current linear piece of ``mu -> a . q(mu)`` inside a bisection bracket.
-    A row is done when a Newton step lands on a point whose free set is the one the step was
-    computed from (the root of that piece, hence exact), when ``a . q = b`` to rounding, or when
-    the bracket has shrunk to a few ulps.
-    """
-    n, k = y.shape
-    # (a, b) and (a, b) / max|a| cut the same set; the multiplier scales back at the end.
-    a_scale = np.abs(a).max(axis=-1)
-    a = a / a_scale[:, None]
-    b = b / a_scale
-    amin = a.min(axis=-1)
-    gap = np.where(a > amin[:, None], a - amin[:, None], np.inf).min(axis=-1)
-    # For mu >= (ptp(y) + 1) / gap every coordinate with a_i > min(a) is at the floor, so
-    # a . q(mu) is the smallest reachable value, which is below b: a valid upper bracket.
-    with np.errstate(over="ignore"):
-        hi = np.minimum((np.ptp(y, axis=-1) + 1.0) / gap * (1.0 + 1e-9), _MU_CAP)
-    lo = np.zeros(n)
-    mu = np.zeros(n)
-    # q(mu) is the projection of y - mu (a - c) for any per-row constant c (it only shifts the
-    # threshold); c = mean of a on the current free set keeps mu (a - c) small.
-    centre = np.zeros(n)
-    q, free, _ = _floored_simplex(y, gamma)
-    f = np.vecdot(a, q)
-    ftol = (8.0 * _EPS) * k * (np.abs(a).max(axis=-1) + np.abs(b))
-    done = np.zeros(n, dtype=bool)
-    exact = np.zeros(n, dtype=bool)
-    newton = np.zeros(n, dtype=bool)
-    prev_free = free
-    for _ in range(_MAX_SEARCH_STEPS):
-        above = f > b
-        lo = np.where(above, np.maximum(lo, mu), lo)
-        hi = np.where(above, hi, np.minimum(hi, mu))
-        hit = ~done & ((np.abs(f - b) <= ftol) | (newton & np.all(free == prev_free, axis=-1)))
-        exact |= hit
-        done |= hit | (hi - lo <= 4.0 * _EPS * hi)
-        if done.all():
-            break
-        fm = free.astype(np.float64)
-        nf = np.maximum(fm.sum(axis=-1), 1.0)
-        abar = np.vecdot(a, fm) / nf
-        ac = (a - abar[:, None]) * fm
-        slope = np.einsum("ij,ij->i", ac, ac)
-        # A slope of 0 (or one so small that the step overflows) gives no finite candidate
-        # inside the bracket, and the row bisects instead.
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            cand = mu + (f - b) / slope
-        step_ok = (slope > 0.0) & (cand > lo) & (cand < hi)
-        # Bisect in log1p(mu): the bracket can span hundreds of orders of magnitude when a has
-        # near-ties (the bound above divides by the smallest gap of a).
-        mid = np.expm1(0.5 * (np.log1p(lo) + np.log1p(hi)))
-        nxt = np.where(step_ok, cand, np.clip(mid, lo, hi))
-        newton = step_ok & ~done
-        mu = np.where(done, mu, nxt)
-        centre = np.where(done, centre, abar)
-        prev_free = free
-        q, free, _ = _floored_simplex(y - mu[:, None] * (a - centre[:, None]), gamma)
-        f = np.vecdot(a, q)
-    # Rows that stopped on the bracket width sit within ulps of the root: take the feasible end.
-    late = ~exact & (f > b)
-    if np.any(late):
-        mu[late] = hi[late]
-        z = y[late] - mu[late, None] * (a[late] - centre[late, None])
-        q[late] = _floored_simplex(z, gamma)[0]
-    with np.errstate(over="ignore"):
-        return q, mu / a_scale
-
-
-# ---------------------------------------------------------------------- accuracy guard
-def _sum_tol(k: int) -> float:
-    """How far ``sum(q)`` may be from one: 1e-12, or the rounding of K entries if larger."""
-    return max(1e-12, 2.0 * k * _EPS)
-
-
-def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> BoolArray:
-    """Rows of a binding cut (``mu > 0``) whose floating-point solution can be trusted.
-
-    The point must be finite, sum to one within ``_sum_tol`` and lie on the cut,
-    ``|a . q - b| <= FEASIBILITY_RTOL * max|a|`` (a binding cut holds with equality). Inputs of
-    an extreme scale (``|y|`` near ``1/eps`` and beyond) can fail this through cancellation in
-    ``y - mu a``; such rows are solved again in exact arithmetic
-    (``msroute._exact_cut.exact_cut``).
-    """
-    k = q.shape[-1]
-    with np.errstate(invalid="ignore", over="ignore"):
-        ok_sum = np.abs(q.sum(axis=-1) - 1.0) <= _sum_tol(k)
-        ok_cut = np.abs(np.vecdot(a, q) - b) <= FEASIBILITY_RTOL * np.abs(a).max(axis=-1)
-    ok: BoolArray = ok_sum & ok_cut & np.isfinite(mu)
-    return ok
 
 
 def _verified(

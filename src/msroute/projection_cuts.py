@@ -41,9 +41,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._cut_rows import OUT_OF_REACH, STEP_3, ZERO_CUT, cut_rows
+from msroute._simplex import _floored_simplex
 from msroute._validation import FloatArray, as_float_array, check_gamma
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
-from msroute.projection import _floored_simplex
 
 __all__ = ["project_cuts"]
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sqlite3
 import time
@@ -36,22 +35,27 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray
 from msroute.errors import (
     DecisionConflictError,
     InvalidFeedbackError,
-    InvalidValueError,
     JournalError,
     MSRouteError,
     RouterConfigError,
-    UnknownDecisionError,
 )
 from msroute.policies.base import BasePolicy
-from msroute.policies.omd import OMDApproachability
-from msroute.router import recovery
+from msroute.router import recovery, reports
+from msroute.router.changes import config_changes, journal_policy_kwargs
 from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.inputs import (
+    check_client_id,
+    check_cost,
+    check_repeat,
+    check_reward,
+    closed_status,
+    decision_cost,
+    same_set,
+)
 from msroute.router.journal import Journal, open_journal
-from msroute.router.rows import export_row
 from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
 from msroute.router.state import (
     DEFAULT_OMD_PARAMS,
@@ -66,7 +70,6 @@ from msroute.router.state import (
     RouterState,
     SetBounds,
     apply,
-    legacy_policy_kwargs,
     policy_kwargs,
 )
 from msroute.router.transactions import Transactional
@@ -74,21 +77,6 @@ from msroute.router.transactions import Transactional
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
 
 _log = logging.getLogger("msroute.router")
-
-#: Configuration keys a running router cannot change (``Router.open`` refuses them).
-_FIXED_KEYS = ("policy", "m_draws", "cost_names", "contexts", "seed", "horizon", "params")
-#: Configuration keys that change no state: a ``configure`` event sets them.
-_SETTING_KEYS = frozenset(
-    {
-        "feedback_ttl_s",
-        "on_missing",
-        "reward_min",
-        "reward_max",
-        "snapshot_every",
-        "journal_sync",
-        "name",
-    }
-)
 
 
 class Router(Transactional):
@@ -235,7 +223,7 @@ class Router(Transactional):
         self, config: RouterConfig | Mapping[str, Any]
     ) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The journal events that take this router to ``config``: (kind, id, payload) in the
-        order ``open`` applies them (empty when nothing differs).
+        order ``open`` applies them (empty when nothing differs; ``msroute.router.changes``).
 
         Raises
         ------
@@ -243,44 +231,7 @@ class Router(Transactional):
             ``config`` differs in a key a running router cannot change; one line naming each.
         """
         new = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
-        cur = self.config
-        refused = [
-            f"{key} ({getattr(cur, key)!r} -> {getattr(new, key)!r})"
-            for key in _FIXED_KEYS
-            if getattr(cur, key) != getattr(new, key)
-        ]
-        state = self._state
-        for eid, vec in new.experts.items():
-            if eid in state.col and tuple(state.cost_rows[state.col[eid]]) != tuple(vec):
-                was = state.cost_rows[state.col[eid]]
-                refused.append(f"experts.{eid} (cost {was} -> {list(vec)}: use a new id)")
-            elif eid in state.retired:
-                refused.append(f"experts.{eid} (removed earlier; ids are never reused)")
-        if refused:
-            raise RouterConfigError(
-                f"{self._journal.label}: the configuration differs from the journal's in "
-                f"key(s) a running router cannot change: {'; '.join(refused)}; keep the "
-                "journal's values or start a new journal"
-            )
-        changes: list[tuple[str, str | None, dict[str, Any]]] = [
-            ("add_expert", eid, {"cost": list(vec)})
-            for eid, vec in new.experts.items()
-            if eid not in state.col
-        ]
-        if new.upper != cur.upper or new.lower != cur.lower:
-            changes.append(("set_bounds", None, {"upper": new.upper, "lower": new.lower}))
-        changes += [("remove_expert", e, {}) for e in state.ids if e not in new.experts]
-        settings = {
-            key: value
-            for key, value in new.to_dict().items()
-            if key in _SETTING_KEYS and value != cur.to_dict().get(key)
-        }
-        settings.update(
-            {k: None for k in _SETTING_KEYS - new.to_dict().keys() if k in cur.to_dict()}
-        )
-        if settings:
-            changes.append(("configure", None, settings))
-        return changes
+        return config_changes(self._state, new, self._journal.label)
 
     def reconfigure(self, config: RouterConfig | Mapping[str, Any]) -> list[str]:
         """Take the router to ``config`` by journaled events (see ``open``): all of them
@@ -423,7 +374,7 @@ class Router(Transactional):
             known = self._lookup(decision_id, context, eligible)
             if known is not None:
                 return known
-            self._check_client_id(decision_id)
+            check_client_id(decision_id, self._run_id)
         state = self._state
         ctx = state.context_index(context)
         mask = state.eligible_mask(eligible)
@@ -439,17 +390,6 @@ class Router(Transactional):
             # Unmasked decisions of a context share their distribution until the policy learns.
             self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed
-
-    def _check_client_id(self, did: str) -> None:
-        """Refuse a new client id that a generated id could equal: generated ids are
-        ``<run id>-<n>`` (the journal's run id), so a client id is refused if it has that form
-        and can therefore never collide with one."""
-        prefix = f"{self._run_id}-"
-        if did.startswith(prefix) and did[len(prefix) :].isdigit():
-            raise InvalidFeedbackError(
-                f"decision_id: {did!r} has the form of the ids this router generates "
-                f"({prefix}<n>); choose an id without the prefix {prefix!r}"
-            )
 
     def _lookup(
         self, did: str, context: str | None, eligible: Sequence[str] | None
@@ -471,7 +411,7 @@ class Router(Transactional):
                 )
             if eligible is not None:
                 before = payload["eligible"]
-                if before is None or not _same_set(eligible, before):
+                if before is None or not same_set(eligible, before):
                     raise DecisionConflictError(
                         f"decision_id {did!r}: already routed with eligible "
                         f"{'all experts' if before is None else before!r}, not {eligible!r}"
@@ -540,17 +480,17 @@ class Router(Transactional):
         self._check_usable()
         if not isinstance(decision_id, str):
             raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
-        r = self._check_reward(reward)
+        r = check_reward(reward, self.config)
         pending = self._state.pending.get(decision_id)
         closed = None
         if pending is None:
-            closed = self._closed_status(decision_id)
-            realized = self._decision_cost(decision_id)
+            closed = closed_status(self._journal, decision_id)
+            realized = decision_cost(self._journal, decision_id)
         else:
             realized = pending.cost
-        c = self._check_cost(cost, realized)
+        c = check_cost(cost, realized, self.config.cost_names, self.policy)
         if closed == "duplicate":  # validated like a first feedback, then compared with it
-            self._check_repeat(decision_id, r, c)
+            check_repeat(self._journal, decision_id, r, c)
             return closed
         with self._write():
             now = time.time()
@@ -564,70 +504,6 @@ class Router(Transactional):
         """Journal an event other than a decision, then apply it (inside a transaction)."""
         self._append(event.kind, event.ref, now, event.payload(), None)
         apply(self._state, event, policy=policy)
-
-    def _check_reward(self, reward: object) -> float:
-        if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
-            raise InvalidFeedbackError(f"reward: must be a number, got {reward!r:.80}")
-        r = float(reward) if not isinstance(reward, int) or abs(reward) < 2**1023 else math.inf
-        cfg = self.config
-        hi = math.inf if cfg.reward_max is None else cfg.reward_max
-        if not math.isfinite(r) or not cfg.reward_min <= r <= hi:
-            raise InvalidFeedbackError(
-                f"reward: {reward!r} is not a finite number in [reward_min, reward_max] = "
-                f"[{cfg.reward_min}, {hi}]"
-            )
-        return r
-
-    def _check_cost(self, cost: object, realized: FloatArray) -> FloatArray | None:
-        if cost is None:
-            return None
-        names = self.config.cost_names
-        if isinstance(cost, Mapping):
-            unknown = sorted(set(cost) - set(names))
-            if unknown:
-                raise InvalidFeedbackError(f"cost: unknown cost name(s) {unknown}; known: {names}")
-            cost = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
-        try:
-            vec = np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
-            self.policy.check_cost(vec[None, :])  # within what the policy can learn from
-        except (RouterConfigError, InvalidValueError) as exc:
-            raise InvalidFeedbackError(f"cost: {exc}") from exc
-        return vec
-
-    def _check_repeat(self, did: str, reward: float, cost: FloatArray | None) -> None:
-        """A repeated feedback is a retried request: it must carry the first one's reward and
-        cost (DecisionConflictError otherwise; nothing changes, the first outcome stands)."""
-        events = self._journal.events_of(did)
-        first = next(payload for _, kind, _, _, payload, _ in events if kind == "feedback")
-        given = None if cost is None else cost.tolist()
-        if first["reward"] != reward or first["cost"] != given:
-            raise DecisionConflictError(
-                f"decision_id {did!r}: feedback already reported with reward {first['reward']!r}"
-                f" and cost {first['cost']!r}; a repeat must carry the same (got reward "
-                f"{reward!r} and cost {given!r})"
-            )
-
-    def _closed_status(self, did: str) -> str:
-        """For an id that is not pending: "duplicate", "late" or "expert_removed"
-        (UnknownDecisionError if new).
-
-        A decision stops pending at its feedback, its expiry, or the removal of an expert it
-        routed to (which writes no event under the decision's id): so a decision with neither
-        a feedback nor an expiry was closed by a removal.
-        """
-        kinds = {event[1] for event in self._journal.events_of(did)}
-        if "decision" not in kinds:
-            raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
-        if "feedback" in kinds:
-            return "duplicate"  # applied, or already logged late or for a removed expert
-        return "late" if "expire" in kinds else "expert_removed"
-
-    def _decision_cost(self, did: str) -> FloatArray:
-        """The routed team's cost of a decision that is no longer pending (from the journal)."""
-        for _, kind, _, _, payload, _ in self._journal.events_of(did):
-            if kind == "decision":
-                return np.array(payload["cost"], dtype=np.float64)
-        raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
 
     # ------------------------------------------------------------------ expiry
     def expire(self, now: float | None = None) -> int:
@@ -762,62 +638,18 @@ class Router(Transactional):
     # ------------------------------------------------------------------ reports
     def state(self) -> dict[str, Any]:
         """A JSON-ready summary of the router (counters, averages, bounds, q)."""
-        st = self._state
-        names = self.config.cost_names
-        avg = st.cost_sum / st.n if st.n else np.zeros(len(names))
-        out: dict[str, Any] = {
-            "name": self.name,
-            "policy": self.config.policy,
-            "decisions": st.n,
-            "feedback_applied": st.applied,
-            "feedback_late": st.late,
-            "pending": len(st.pending),
-            "expired": st.expired,
-            "policy_version": st.version,
-            "experts": list(st.ids),
-            "cost_names": list(names),
-            "contexts": list(st.contexts),
-            "avg_cost": dict(zip(names, avg.tolist(), strict=True)),
-            "bounds": {"upper": dict(self.config.upper), "lower": dict(self.config.lower)},
-            "q": None,
-            "seq": self._journal.last_seq,
-        }
-        if isinstance(self.policy, OMDApproachability):
-            q = self.policy.q.reshape(len(st.contexts) or 1, len(st.ids))  # R = 1
-            tables = [dict(zip(st.ids, row.tolist(), strict=True)) for row in q]
-            if st.contexts:
-                out["q_by_context"] = dict(zip(st.contexts, tables, strict=True))
-            else:
-                out["q"] = tables[0]
-        return out
+        return reports.summary(self._state, self._journal.last_seq)
 
     def decisions_since(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
-        """The journal events after ``seq`` (at most ``limit``), as JSON-ready dicts.
-
-        Each has ``seq``, ``kind`` (decision, feedback, expire, add_expert, remove_expert),
-        ``ref`` (the decision or expert id), ``time`` and the event's fields (a decision: its
-        ``n``, ``context``, ``eligible``, ``draws``, ``team``, ``probs`` of the draws, ``cost``,
-        ``deadline``, ``version``; a feedback: ``reward``, ``cost``, ``status``).
-        """
-        return [
-            {"seq": s, "kind": k, "ref": r, "time": t, **payload}
-            for s, k, r, t, payload, _ in self._journal.events(int(seq), int(limit))
-        ]
+        """The journal events after ``seq`` (at most ``limit``), as JSON-ready dicts
+        (``msroute.router.reports.event_dicts``)."""
+        return reports.event_dicts(self._journal, int(seq), int(limit))
 
     def export_rows(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """The journal events after ``seq`` (at most ``limit``) as export rows: the HTTP API's
         names and shapes (``decision_id``, ``propensities`` by expert, ``cost`` by name; see
         ``msroute.router.rows`` and its JSON Schema), as ``GET .../decisions`` serves them."""
-        names = self.config.cost_names
-        layouts, current = self._state.layouts, self._state.layout
-        return [
-            export_row(
-                event,
-                layouts[event[4].get("layout", current)] if event[1] == "decision" else (),
-                names,
-            )
-            for event in self._journal.events(int(seq), int(limit))
-        ]
+        return reports.export_rows(self._journal, self._state, int(seq), int(limit))
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:
@@ -851,28 +683,3 @@ class Router(Transactional):
             self._snap_seq = -self.config.snapshot_every  # due when the group ends
             return
         recovery.take_snapshot(self)
-
-
-def journal_policy_kwargs(journal: Journal, cfg: RouterConfig) -> dict[str, Any]:
-    """The policy's constructor arguments a journal recorded (a JSON object), or for a journal
-    that recorded none those it ran with (``legacy_policy_kwargs``)."""
-    try:
-        raw = journal.meta("policy_kwargs")
-    except JournalError:
-        return legacy_policy_kwargs(cfg)
-    try:
-        kwargs = json.loads(raw)
-    except ValueError as exc:
-        raise JournalError(f"{journal.label}: the policy_kwargs entry is not JSON: {exc}") from exc
-    if not isinstance(kwargs, dict):
-        raise JournalError(
-            f"{journal.label}: the policy_kwargs entry is not a JSON object: {raw[:80]!r}"
-        )
-    return kwargs
-
-
-def _same_set(given: object, before: list[str]) -> bool:
-    """Whether ``given`` (a caller's eligible argument, unchecked) names the ids of ``before``."""
-    if isinstance(given, str) or not isinstance(given, Sequence | set | frozenset):
-        return False
-    return all(isinstance(e, str) for e in given) and set(given) == set(before)

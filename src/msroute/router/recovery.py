@@ -19,6 +19,7 @@ import numpy as np
 from msroute.errors import JournalError, MSRouteError
 from msroute.policies.persist import policy_bytes, policy_from_bytes
 from msroute.router.config import RouterConfig
+from msroute.router.inputs import decision_cost
 from msroute.router.journal import Event as JournalEvent
 from msroute.router.pending import Pending
 from msroute.router.snapshots import SNAPSHOTS_KEPT, check_snapshot_state, snapshot_state
@@ -216,7 +217,7 @@ def replay(router: Router, event: JournalEvent) -> None:
             raise JournalError(f"{label}: event {seq} ({kind}) has no id")
         elif kind == "feedback":
             pending = state.pending.get(ref)
-            realized = pending.cost if pending is not None else router._decision_cost(ref)
+            realized = pending.cost if pending is not None else decision_cost(router._journal, ref)
             cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
             fed = Feedback(ref, float(payload["reward"]), cost, realized, payload["status"])
             apply(state, fed, trusted=False)

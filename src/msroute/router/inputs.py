@@ -1,0 +1,130 @@
+"""The checks of a live call's arguments, and what the journal says of a closed decision.
+
+Every check raises before anything changes (``InvalidFeedbackError``, ``DecisionConflictError``,
+``UnknownDecisionError``, naming the argument); the router calls them before it opens a
+transaction. A decision that is no longer pending is known from its journal events only (the
+router keeps no copy of past decisions): its status and its routed cost are read back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from msroute._validation import FloatArray
+from msroute.errors import (
+    DecisionConflictError,
+    InvalidFeedbackError,
+    InvalidValueError,
+    RouterConfigError,
+    UnknownDecisionError,
+)
+from msroute.policies.base import BasePolicy
+from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.journal import Journal, MemoryJournal
+
+__all__ = [
+    "check_client_id",
+    "check_cost",
+    "check_repeat",
+    "check_reward",
+    "closed_status",
+    "decision_cost",
+    "same_set",
+]
+
+
+def check_client_id(did: str, run_id: str) -> None:
+    """Refuse a new client id that a generated id could equal: generated ids are
+    ``<run id>-<n>`` (``run_id``, the journal's), so a client id is refused if it has that form
+    and can therefore never collide with one."""
+    prefix = f"{run_id}-"
+    if did.startswith(prefix) and did[len(prefix) :].isdigit():
+        raise InvalidFeedbackError(
+            f"decision_id: {did!r} has the form of the ids this router generates "
+            f"({prefix}<n>); choose an id without the prefix {prefix!r}"
+        )
+
+
+def check_reward(reward: object, cfg: RouterConfig) -> float:
+    """A feedback's reward as a float: a real number, finite, in ``[reward_min, reward_max]``."""
+    if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
+        raise InvalidFeedbackError(f"reward: must be a number, got {reward!r:.80}")
+    r = float(reward) if not isinstance(reward, int) or abs(reward) < 2**1023 else math.inf
+    hi = math.inf if cfg.reward_max is None else cfg.reward_max
+    if not math.isfinite(r) or not cfg.reward_min <= r <= hi:
+        raise InvalidFeedbackError(
+            f"reward: {reward!r} is not a finite number in [reward_min, reward_max] = "
+            f"[{cfg.reward_min}, {hi}]"
+        )
+    return r
+
+
+def check_cost(
+    cost: object, realized: FloatArray, names: Sequence[str], policy: BasePolicy
+) -> FloatArray | None:
+    """A feedback's real cost as a vector in ``names`` order (None if not given): a dict by cost
+    name (the names not given keep the ``realized`` team cost) or a list, within what the
+    ``policy`` can learn from."""
+    if cost is None:
+        return None
+    if isinstance(cost, Mapping):
+        unknown = sorted(set(cost) - set(names))
+        if unknown:
+            raise InvalidFeedbackError(f"cost: unknown cost name(s) {unknown}; known: {names}")
+        cost = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
+    try:
+        vec = np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
+        policy.check_cost(vec[None, :])  # within what the policy can learn from
+    except (RouterConfigError, InvalidValueError) as exc:
+        raise InvalidFeedbackError(f"cost: {exc}") from exc
+    return vec
+
+
+def check_repeat(
+    journal: Journal | MemoryJournal, did: str, reward: float, cost: FloatArray | None
+) -> None:
+    """A repeated feedback is a retried request: it must carry the first one's reward and
+    cost (DecisionConflictError otherwise; nothing changes, the first outcome stands)."""
+    events = journal.events_of(did)
+    first = next(payload for _, kind, _, _, payload, _ in events if kind == "feedback")
+    given = None if cost is None else cost.tolist()
+    if first["reward"] != reward or first["cost"] != given:
+        raise DecisionConflictError(
+            f"decision_id {did!r}: feedback already reported with reward {first['reward']!r}"
+            f" and cost {first['cost']!r}; a repeat must carry the same (got reward "
+            f"{reward!r} and cost {given!r})"
+        )
+
+
+def closed_status(journal: Journal | MemoryJournal, did: str) -> str:
+    """For an id that is not pending: "duplicate", "late" or "expert_removed"
+    (UnknownDecisionError if new).
+
+    A decision stops pending at its feedback, its expiry, or the removal of an expert it
+    routed to (which writes no event under the decision's id): so a decision with neither
+    a feedback nor an expiry was closed by a removal.
+    """
+    kinds = {event[1] for event in journal.events_of(did)}
+    if "decision" not in kinds:
+        raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+    if "feedback" in kinds:
+        return "duplicate"  # applied, or already logged late or for a removed expert
+    return "late" if "expire" in kinds else "expert_removed"
+
+
+def decision_cost(journal: Journal | MemoryJournal, did: str) -> FloatArray:
+    """The routed team's cost of a decision that is no longer pending (from the journal)."""
+    for _, kind, _, _, payload, _ in journal.events_of(did):
+        if kind == "decision":
+            return np.array(payload["cost"], dtype=np.float64)
+    raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+
+
+def same_set(given: object, before: list[str]) -> bool:
+    """Whether ``given`` (a caller's eligible argument, unchecked) names the ids of ``before``."""
+    if isinstance(given, str) or not isinstance(given, Sequence | set | frozenset):
+        return False
+    return all(isinstance(e, str) for e in given) and set(given) == set(before)

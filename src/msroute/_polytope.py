@@ -8,6 +8,7 @@ a nearly feasible point into ``P`` (``msroute.oracle`` step 3) and the linear pr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -66,18 +67,7 @@ class Polytope:
         cost = np.zeros(k + 1)
         cost[-1] = -1.0
         bounds = [(None, None)] * k + [(None, 1.0)]
-        from scipy.optimize import linprog
-
-        res = linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=b_ub,
-            A_eq=a_eq,
-            b_eq=self.b_eq,
-            bounds=bounds,
-            method="highs",
-            options=_LP_OPTIONS,
-        )
+        res = self._highs(cost, a_ub, b_ub, a_eq, bounds)
         if res.status != 0:  # pragma: no cover - bounded and feasible by construction
             raise InfeasibleConstraintsError(f"interior-point LP failed: {res.message}")
         tau = float(res.x[-1])
@@ -148,9 +138,31 @@ class Polytope:
         a_eq = np.hstack([self.a_eq, np.zeros((self.blocks, k))])
         cost = np.concatenate([np.zeros(k), np.ones(k)])
         bounds = [(self.floor, None)] * k + [(0.0, None)] * k
+        res = self._highs(cost, a_ub, b_ub, a_eq, bounds)
+        if res.status != 0:  # pragma: no cover - P is non-empty here
+            raise RuntimeError(f"projection LP failed: {res.message}")
+        return np.asarray(res.x[:k], dtype=np.float64)
+
+    def linear_max(self, g: FloatArray) -> FloatArray:
+        """A vertex ``s`` of ``P`` maximising ``g . s`` (the Frank-Wolfe oracle)."""
+        res = self._highs(-g, self.a_ub, self.b_ub, self.a_eq, [(self.floor, None)] * g.shape[0])
+        if res.status != 0:  # pragma: no cover - P is non-empty and bounded here
+            raise RuntimeError(f"Frank-Wolfe LP failed: {res.message}")
+        return np.asarray(res.x, dtype=np.float64)
+
+    def _highs(
+        self,
+        cost: np.ndarray,
+        a_ub: np.ndarray,
+        b_ub: np.ndarray,
+        a_eq: np.ndarray,
+        bounds: Sequence[tuple[float | None, float | None]],
+    ) -> Any:
+        """HiGHS on ``min cost . x`` s.t. ``a_ub x <= b_ub``, ``a_eq x = b_eq`` (the blocks sum to
+        one) and ``bounds``, at the tightened tolerances ``_LP_OPTIONS``."""
         from scipy.optimize import linprog
 
-        res = linprog(
+        return linprog(
             cost,
             A_ub=a_ub,
             b_ub=b_ub,
@@ -160,27 +172,6 @@ class Polytope:
             method="highs",
             options=_LP_OPTIONS,
         )
-        if res.status != 0:  # pragma: no cover - P is non-empty here
-            raise RuntimeError(f"projection LP failed: {res.message}")
-        return np.asarray(res.x[:k], dtype=np.float64)
-
-    def linear_max(self, g: FloatArray) -> FloatArray:
-        """A vertex ``s`` of ``P`` maximising ``g . s`` (the Frank-Wolfe oracle)."""
-        from scipy.optimize import linprog
-
-        res = linprog(
-            -g,
-            A_ub=self.a_ub,
-            b_ub=self.b_ub,
-            A_eq=self.a_eq,
-            b_eq=self.b_eq,
-            bounds=[(self.floor, None)] * g.shape[0],
-            method="highs",
-            options=_LP_OPTIONS,
-        )
-        if res.status != 0:  # pragma: no cover - P is non-empty and bounded here
-            raise RuntimeError(f"Frank-Wolfe LP failed: {res.message}")
-        return np.asarray(res.x, dtype=np.float64)
 
     def slsqp_constraints(self) -> list[dict[str, Any]]:
         a_ub, b_ub = self.a_ub, self.b_ub

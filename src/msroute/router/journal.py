@@ -59,6 +59,7 @@ router". Read a live router's journal through the router (``Router.decisions_sin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Hashable, Iterator
@@ -67,11 +68,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from msroute.errors import InvalidTypeError, JournalError
+from msroute.router.tail import Row, Tail, read_tail, tail_path
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "REFS_BATCH",
     "SCHEMA_VERSION",
+    "TAIL_FOLD",
     "Event",
     "Journal",
     "MemoryJournal",
@@ -86,6 +89,12 @@ SCHEMA_VERSION = 3
 #: How many events' ids a journal holds in memory before it writes them to ``refs`` (module
 #: docstring): the batch costs one commit a few milliseconds in a thousand.
 REFS_BATCH = 1024
+
+#: How many events of the tail (``msroute.router.tail``) a journal at ``"normal"`` holds before
+#: it folds them into SQLite (sooner when a transaction writes a snapshot or a meta entry).
+TAIL_FOLD = 1024
+
+_log = logging.getLogger("msroute.router")
 
 #: How long opening a journal waits for another connection's lock, in milliseconds. A live
 #: router holds its journal's lock until it closes, so a longer wait would only delay the
@@ -233,6 +242,24 @@ class Journal(_EventLog):
             raise
         row = self._db.execute("SELECT max(seq) FROM events").fetchone()
         self.last_seq: int = 0 if row[0] is None else int(row[0])
+        self._tail = Tail(tail_path(self.path))
+        try:
+            self._recover_tail(create)
+        except (sqlite3.Error, OSError) as exc:
+            self._db.close()
+            raise JournalError(f"{label}: cannot fold the journal's tail: {exc}") from exc
+        except JournalError:
+            self._db.close()
+            raise
+        self._sync = sync
+        self.set_sync(sync)
+        #: The events after ``_folded_seq`` (the last in SQLite), in order: those of the tail,
+        #: then the open transaction's (module docstring of ``msroute.router.tail``).
+        self._unfolded: list[Row] = []
+        self._folded_seq = self.last_seq
+        self._txn_from = 0  # where the open transaction's rows start in _unfolded
+        self._txn_open = False  # a transaction of the tail is open (no SQLite transaction)
+        self._fold_at = TAIL_FOLD
         self._committed_seq = self.last_seq
         self._shared = {}
         self._closed = False
@@ -314,30 +341,142 @@ class Journal(_EventLog):
         db.execute("COMMIT")
         return 3
 
+    def _recover_tail(self, create: bool) -> None:
+        """Fold the tail a router left (it stopped without closing) into SQLite: its events
+        after the last one SQLite holds, in one transaction committed at ``synchronous =
+        FULL``; then remove it. Its events must continue SQLite's, else JournalError."""
+        path = self._tail.path
+        if not path.exists():
+            return
+        if create:
+            raise JournalError(
+                f"{path}: the tail of an earlier journal is in the way; remove it or choose a "
+                "new file"
+            )
+        rows, torn = read_tail(path)
+        last = self.last_seq
+        new = [r for r in rows if r[0] > last]
+        if new and new[0][0] != last + 1:
+            raise JournalError(
+                f"{path}: the journal's tail starts at event {new[0][0]} but the journal ends "
+                f"at event {last}: it does not continue this journal (move it away to open the "
+                "journal without it)"
+            )
+        old = [(r[0], r[1], r[2]) for r in rows if r[0] <= last]
+        if old:
+            held = self._db.execute(
+                "SELECT seq, kind, ref FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
+                (old[0][0], old[-1][0]),
+            ).fetchall()
+            if [tuple(h) for h in held] != old:
+                raise JournalError(
+                    f"{path}: the journal's tail does not match the journal's events "
+                    f"{old[0][0]}-{old[-1][0]} (move it away to open the journal without it)"
+                )
+        if torn:
+            _log.warning(
+                "%s: %d bytes of an unfinished write at the end of the tail were dropped "
+                "(a transaction that was never acknowledged)",
+                path,
+                torn,
+            )
+        if new:
+            db = self._db
+            db.execute("PRAGMA synchronous = FULL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(_INSERT_EVENT, new)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self.last_seq = new[-1][0]
+            _log.info("%s: folded %d events of the tail into the journal", self.label, len(new))
+        path.unlink()
+
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
-        """Start a write transaction (``BEGIN IMMEDIATE``: takes the write lock now)."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
+        the write lock now), at ``"normal"`` one of the tail (nothing to start)."""
+        self._txn_from = len(self._unfolded)
+        if self._sync == "normal":
+            self._txn_open = True
+        else:
+            self._to_sqlite()
         self._committed_seq = self.last_seq
 
     def commit(self) -> None:
-        """Commit: durable once this returns (at ``synchronous=FULL``). With ``REFS_BATCH``
-        ids held in memory, they go to ``refs`` in this transaction (module docstring)."""
+        """Commit: durable once this returns (at ``"full"``; at ``"normal"``, against a crash of
+        the process: one frame of the tail, folded into SQLite every ``TAIL_FOLD`` events)."""
+        if self._db.in_transaction:
+            self._commit_sqlite()
+            return
+        if self._txn_open:
+            rows = self._unfolded[self._txn_from :]
+            if rows:
+                self._tail.append(rows)
+            self._txn_open = False
+            if len(self._unfolded) >= self._fold_at:
+                self._fold()
+
+    def _to_sqlite(self) -> None:
+        """Make the open transaction a SQLite one (if it is not yet), holding every unfolded
+        event: a tail's fold commits at ``synchronous = FULL`` (``msroute.router.tail``)."""
+        self._txn_open = False
+        if self._db.in_transaction:
+            return
+        if self._unfolded and self._sync == "normal":
+            self._db.execute("PRAGMA synchronous = FULL")
+        self._db.execute("BEGIN IMMEDIATE")
+        if self._unfolded:
+            self._db.executemany(_INSERT_EVENT, self._unfolded)
+
+    def _commit_sqlite(self) -> None:
+        """COMMIT the SQLite transaction; with ``REFS_BATCH`` ids held in memory, they go to
+        ``refs`` in it (module docstring). Every event is in SQLite then: the tail empties."""
         batch = len(self._recent_rows) >= REFS_BATCH
         if batch:
             self._db.executemany("INSERT INTO refs(ref, seq) VALUES (?, ?)", self._recent_rows)
             self.put_meta("refs_upto", str(self.last_seq))
         self._db.execute("COMMIT")
+        self._after_sqlite()
         if batch:
             self._refs_upto = self.last_seq
             self._recent.clear()
             self._recent_rows.clear()
+        self._folded_seq = self.last_seq
+        self._unfolded.clear()
+        self._fold_at = TAIL_FOLD
+        self._tail.empty()
+
+    def _after_sqlite(self) -> None:
+        """Back to the configured ``synchronous`` after a fold committed or rolled back."""
+        if self._sync == "normal":
+            self._db.execute("PRAGMA synchronous = NORMAL")
+
+    def _fold(self) -> None:
+        """Fold the tail into SQLite now. Its events are durable already, so a failure fails
+        no call: it is logged, and tried again some events later."""
+        try:
+            self._to_sqlite()
+            self._commit_sqlite()
+        except (sqlite3.Error, OSError) as exc:
+            try:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                self._after_sqlite()
+            except sqlite3.Error:
+                pass
+            self._fold_at = len(self._unfolded) + TAIL_FOLD // 8
+            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, exc)
 
     def rollback(self) -> None:
         """Roll back the open transaction, if any (errors ignored: the connection may be gone);
         the events it appended are forgotten (their numbers will be given again), and so are
         the distributions and the ids they stored."""
         self.last_seq = self._committed_seq
+        del self._unfolded[self._txn_from :]
+        self._txn_open = False
         self._shared.clear()
         rows = self._recent_rows
         while rows and rows[-1][1] > self._committed_seq:
@@ -349,24 +488,30 @@ class Journal(_EventLog):
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
+            self._after_sqlite()
         except sqlite3.Error:
             pass
 
     def set_sync(self, sync: str) -> None:
-        """Set ``synchronous`` ("full" or "normal")."""
+        """Set the durability ("full" or "normal"; outside a transaction). From "normal" to
+        "full", the tail's events go to SQLite in the next transaction."""
+        self._sync = sync
         self._db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
 
     @property
     def in_transaction(self) -> bool:
         """Whether a transaction is open."""
-        return self._db.in_transaction
+        return self._txn_open or self._db.in_transaction
 
     # ------------------------------------------------------------------ writes
     def _store(self, event: Event, probs_seq: int | None) -> None:
         seq, kind, ref, time, payload, probs = event
         if probs_seq is not None:
             probs = None  # the row at probs_seq holds it
-        self._db.execute(_INSERT_EVENT, (seq, kind, ref, time, _encode(payload), probs, probs_seq))
+        row = (seq, kind, ref, time, _encode(payload), probs, probs_seq)
+        if self._db.in_transaction:
+            self._db.execute(_INSERT_EVENT, row)
+        self._unfolded.append(row)
         if ref is not None:
             self._remember(ref, seq)
 
@@ -376,14 +521,16 @@ class Journal(_EventLog):
         self._recent_rows.append((ref, seq))
 
     def put_meta(self, key: str, value: str) -> None:
-        """Set one meta entry."""
+        """Set one meta entry (inside a transaction: it becomes a SQLite one)."""
+        self._to_sqlite()
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def put_snapshot(
         self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
     ) -> None:
         """Store the snapshot taken after event ``seq``; with ``keep``, delete all but the
-        newest ``keep`` snapshots (in the same transaction)."""
+        newest ``keep`` snapshots (in the same transaction, which becomes a SQLite one)."""
+        self._to_sqlite()
         self._db.execute(
             "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
             (seq, policy, _encode(router)),
@@ -421,15 +568,24 @@ class Journal(_EventLog):
             yield int(seq), bytes(policy), state
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
-        """The events with ``seq > after``, in order (at most ``limit``)."""
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq"
-        args: tuple[int, ...] = (after,)
+        """The events with ``seq > after``, in order (at most ``limit``): SQLite's, then the
+        unfolded ones (the tail's and the open transaction's)."""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
+        folded, unfolded = self._folded_seq, tuple(self._unfolded)
+        args: tuple[int, ...] = (after, folded)
         if limit is not None:
             sql += " LIMIT ?"
-            args = (after, limit)
+            args = (after, folded, limit)
+        left = limit
         try:
             for seq, kind, ref, time, payload, probs in self._db.execute(sql, args):
                 yield int(seq), str(kind), ref, float(time), json.loads(payload), probs
+                left = None if left is None else left - 1
+            for row in unfolded[max(after - folded, 0) :]:
+                if left is not None and left <= 0:
+                    return
+                yield self._unfolded_event(row, folded, unfolded)
+                left = None if left is None else left - 1
         except sqlite3.Error as exc:  # an I/O error while reading
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
 
@@ -437,18 +593,56 @@ class Journal(_EventLog):
         """Every event about one decision (or expert) id, in order: those ``refs`` holds, then
         those whose ids are still in memory (all later)."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
+        folded, unfolded = self._folded_seq, tuple(self._unfolded)
         try:
             seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,))]
             seqs += self._recent.get(ref, ())
-            rows = [self._db.execute(sql, (seq,)).fetchone() for seq in seqs]
+            events: list[Event] = []
+            for seq in seqs:
+                if seq > folded:
+                    events.append(
+                        self._unfolded_event(unfolded[seq - folded - 1], folded, unfolded)
+                    )
+                    continue
+                s, k, r, t, p, b = self._db.execute(sql, (seq,)).fetchone()
+                events.append((int(s), str(k), r, float(t), json.loads(p), b))
         except sqlite3.Error as exc:  # an I/O error while reading
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
-        return [(int(s), str(k), r, float(t), json.loads(p), b) for s, k, r, t, p, b in rows]
+        return events
+
+    def _unfolded_event(self, row: Row, folded: int, unfolded: tuple[Row, ...]) -> Event:
+        """An unfolded row as ``events`` yields it: the payload decoded, the distribution
+        resolved through ``probs_seq`` (an unfolded row or one of SQLite)."""
+        seq, kind, ref, time, payload, probs, probs_seq = row
+        if probs is None and probs_seq is not None:
+            if probs_seq > folded:
+                probs = unfolded[probs_seq - folded - 1][5]
+            else:
+                held = self._db.execute(
+                    "SELECT probs FROM events WHERE seq = ?", (probs_seq,)
+                ).fetchone()
+                probs = None if held is None else held[0]
+        return seq, kind, ref, time, json.loads(payload), probs
 
     def close(self) -> None:
-        """Close the connection (idempotent); an open transaction is rolled back."""
-        if not self._closed:
-            self._closed = True
+        """Close the connection (idempotent); an open transaction is rolled back. The tail is
+        folded into SQLite and removed (if that fails, it stays: the next open folds it)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.in_transaction:
+                self.rollback()
+            if self._unfolded:
+                self._to_sqlite()
+                self._commit_sqlite()
+            self._tail.close(remove=True)
+        except (sqlite3.Error, OSError) as exc:
+            self._tail.close(remove=False)
+            _log.warning(
+                "%s: the tail stays (folded when the journal is opened): %s", self.label, exc
+            )
+        finally:
             self._db.close()
 
 

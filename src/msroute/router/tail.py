@@ -1,0 +1,204 @@
+"""The journal's tail: the events committed at ``journal_sync = "normal"`` that are not yet in
+the SQLite file, appended to a side file ``<journal>-tail``.
+
+At ``"normal"`` an event is acknowledged once it is in the operating system's cache: it
+survives the process (a crash, SIGKILL) but not a power loss, which is what SQLite's
+``synchronous = NORMAL`` promises too. One ``write`` to an append-only file gives that promise
+for a fraction of a SQLite transaction's cost (docs/benchmarks.md, "Against the peers"), so at
+``"normal"`` a transaction of events is one frame appended here; ``msroute.router.journal``
+folds the tail into SQLite in batches, and whenever a transaction writes anything else
+(a snapshot, a meta entry), in one SQLite transaction committed at ``synchronous = FULL``
+before the tail is emptied (so a power loss cannot keep the tail's emptying and lose the fold).
+
+File layout: ``MAGIC``, then frames. A frame is one committed transaction:
+``<u32 body length><u32 crc32 of the body>`` and the body, its events one after the other,
+each ``_ROW`` (seq, time, probs_seq or -1, the byte lengths of kind, ref, payload and probs,
+-1 for a NULL) followed by those bytes (UTF-8 text, the distribution's raw float64 bytes).
+A frame that is cut short or fails its checksum ends the tail: it was being written when the
+process died, so its transaction was never acknowledged, and nothing after it is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from msroute.errors import JournalError
+
+__all__ = ["MAGIC", "Row", "Tail", "read_tail", "tail_path"]
+
+#: The first bytes of a tail file (its format's version is the last byte).
+MAGIC = b"msroute-tail\x00\x01"
+
+#: One ``events`` row, in the column order of the journal's INSERT: seq, kind, ref, time,
+#: payload (JSON text), probs (raw bytes or None), probs_seq (or None).
+Row = tuple[int, str, str | None, float, str, bytes | None, int | None]
+
+_FRAME = struct.Struct("<II")
+_ROW = struct.Struct("<qdqiiii")
+
+
+def tail_path(journal: Path) -> Path:
+    """The tail file of the journal at ``journal``."""
+    return journal.with_name(journal.name + "-tail")
+
+
+def _text(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+def _frame(rows: Sequence[Row]) -> bytes:
+    """One frame holding ``rows``."""
+    parts: list[bytes] = []
+    for seq, kind, ref, time, payload, probs, probs_seq in rows:
+        fields = (kind.encode(), _text(ref), payload.encode(), probs)
+        lengths = [-1 if f is None else len(f) for f in fields]
+        parts.append(
+            _ROW.pack(seq, time, -1 if probs_seq is None else probs_seq, *lengths)
+            + b"".join(f for f in fields if f is not None)
+        )
+    body = b"".join(parts)
+    return _FRAME.pack(len(body), zlib.crc32(body)) + body
+
+
+def _rows(body: bytes, where: str) -> list[Row]:
+    """The rows of one frame's body (JournalError if its checksum held but it is malformed)."""
+    rows: list[Row] = []
+    pos = 0
+    bad = "a malformed frame in the journal's tail:"
+    try:
+        while pos < len(body):
+            seq, time, probs_seq, *lengths = _ROW.unpack_from(body, pos)
+            pos += _ROW.size
+            fields: list[bytes | None] = []
+            for n in lengths:
+                if n < -1 or pos + max(n, 0) > len(body):
+                    raise JournalError(f"{where}: {bad} a field of {n} bytes at offset {pos}")
+                fields.append(None if n == -1 else body[pos : pos + n])
+                pos += max(n, 0)
+            kind, ref, payload, probs = fields
+            if kind is None or payload is None:
+                raise JournalError(f"{where}: {bad} event {seq} has no kind or no payload")
+            rows.append(
+                (
+                    int(seq),
+                    kind.decode(),
+                    None if ref is None else ref.decode(),
+                    float(time),
+                    payload.decode(),
+                    probs,
+                    None if probs_seq == -1 else int(probs_seq),
+                )
+            )
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise JournalError(f"{where}: {bad} {exc}") from exc
+    return rows
+
+
+def read_tail(path: Path) -> tuple[list[Row], int]:
+    """The rows of a tail file, and how many bytes at its end were cut short (an unfinished
+    write: ignored). JournalError when it is not a tail, or its events are out of order."""
+    data = path.read_bytes()
+    if len(data) < len(MAGIC):
+        if MAGIC.startswith(data):  # the process died while creating it
+            return [], len(data)
+        raise JournalError(f"{path}: not a journal tail (remove it if it is not one)")
+    if not data.startswith(MAGIC):
+        raise JournalError(f"{path}: not a journal tail (remove it if it is not one)")
+    rows: list[Row] = []
+    pos = len(MAGIC)
+    while pos + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, pos)
+        body = data[pos + _FRAME.size : pos + _FRAME.size + length]
+        if len(body) < length or zlib.crc32(body) != crc:
+            break
+        rows.extend(_rows(body, str(path)))
+        pos += _FRAME.size + length
+    for before, after in itertools.pairwise(rows):
+        if after[0] != before[0] + 1:
+            raise JournalError(
+                f"{path}: the journal's tail holds event {after[0]} after event {before[0]}"
+            )
+    return rows, len(data) - pos
+
+
+class Tail:
+    """The tail file of one open journal, appended to by its owner only (the SQLite file's
+    exclusive lock is held first). Created at its first frame."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size = 0
+        self._torn = False  # a failed write could not be cut back: refuse to append after it
+
+    @property
+    def holds_rows(self) -> bool:
+        """Whether frames were appended since the file was created or last emptied."""
+        return self._size > len(MAGIC)
+
+    def append(self, rows: Sequence[Row]) -> None:
+        """Append one frame: once this returns, the rows survive the process. On failure
+        (OSError: a full disk, a short write) the file is cut back to its previous end, so
+        a later frame never follows a broken one."""
+        if self._fd is None:
+            self._create()
+        assert self._fd is not None
+        if self._torn and not self._cut():
+            raise OSError(errno.EIO, f"{self.path}: cannot cut off an unfinished write")
+        frame = _frame(rows)
+        try:
+            written = os.write(self._fd, frame)
+        except OSError:
+            self._cut()
+            raise
+        if written != len(frame):
+            self._cut()
+            raise OSError(errno.ENOSPC, f"{self.path}: short write ({written} of {len(frame)})")
+        self._size += written
+
+    def empty(self) -> None:
+        """Drop every frame (their rows are in SQLite now); errors are left for later: the
+        journal skips rows it already holds when it reads a tail."""
+        if self._fd is not None and self.holds_rows:
+            try:
+                os.ftruncate(self._fd, len(MAGIC))
+            except OSError:
+                return
+            self._size = len(MAGIC)
+
+    def close(self, *, remove: bool) -> None:
+        """Close the file; with ``remove``, delete it too (its rows are in SQLite)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+    def _create(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            if os.write(fd, MAGIC) != len(MAGIC):
+                raise OSError(errno.ENOSPC, f"{self.path}: short write")
+        except OSError:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+            raise
+        self._fd, self._size = fd, len(MAGIC)
+
+    def _cut(self) -> bool:
+        """Cut the file back to its last whole frame; whether that worked (if not, nothing is
+        appended until it does)."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            self._torn = True
+            return False
+        self._torn = False
+        return True

@@ -19,10 +19,12 @@ load on a noisy machine then hits all of them alike, and the ratios compare like
   so they are not the same problem). VW sees no costs and no budget: it does strictly less.
 * ``MABWiser``: epsilon-greedy (no contexts) or LinUCB on a one-hot context, M = 1, one
   ``predict`` + ``partial_fit`` per query (on ``--mabwiser-queries`` queries: it is slow).
-* ``journal normal / memory``: the default OMD router with an SQLite journal at
-  ``journal_sync = "normal"`` (two commits a pair), as a ratio to the same router in memory.
+* ``journal normal / memory``: the default OMD router with a journal at
+  ``journal_sync = "normal"`` (two frames of the journal's tail a pair, folded into SQLite in
+  batches: ``msroute.router.tail``), as a ratio to the same router in memory.
 
-Usage: ``python benchmarks/bench_peers.py [--queries 20000] [--mabwiser-queries 2000]``. The
+Usage: ``python benchmarks/bench_peers.py [--queries 20000] [--mabwiser-queries 2000]
+[--journal-only]``. The
 peers are optional, benchmark-only dependencies (``pip install -e ".[peers]"``); a peer that is
 not installed is skipped with a message.
 """
@@ -192,7 +194,15 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=20_000)
     ap.add_argument("--mabwiser-queries", type=int, default=2_000)
     ap.add_argument("--k", type=int, nargs="*", default=[5, 50])
+    ap.add_argument("--journal-only", action="store_true", help="only the journal's ratio")
     args = ap.parse_args()
+    if not args.journal_only:
+        peers(args)
+    journal(args)
+
+
+def peers(args: argparse.Namespace) -> None:
+    """The routers against the peers, in memory."""
     vw_v, mab_v = version("vowpalwabbit"), version("mabwiser")
     print(f"Vowpal Wabbit: {vw_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"MABWiser: {mab_v or 'not installed, skipped (pip install -e .[peers])'}")
@@ -225,6 +235,10 @@ def main() -> None:
                     f"{r_omd:>10.3f}  {rvw}",
                     flush=True,
                 )
+
+
+def journal(args: argparse.Namespace) -> None:
+    """The default router with a journal at "normal" against the same router in memory."""
     print("the default OMD router with a journal at journal_sync = 'normal' against in memory")
     for k in args.k:
         s = Stream(k, 1, 3, args.queries)

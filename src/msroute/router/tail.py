@@ -48,22 +48,28 @@ def tail_path(journal: Path) -> Path:
     return journal.with_name(journal.name + "-tail")
 
 
-def _text(value: str | None) -> bytes | None:
-    return None if value is None else value.encode()
-
-
 def _frame(rows: Sequence[Row]) -> bytes:
-    """One frame holding ``rows``."""
+    """One frame holding ``rows`` (written out field by field: a frame is built for every
+    acknowledged call at ``"normal"``)."""
     parts: list[bytes] = []
     for seq, kind, ref, time, payload, probs, probs_seq in rows:
-        fields = (kind.encode(), _text(ref), payload.encode(), probs)
-        lengths = [-1 if f is None else len(f) for f in fields]
+        k = kind.encode()
+        r = b"" if ref is None else ref.encode()
+        p = payload.encode()
         parts.append(
-            _ROW.pack(seq, time, -1 if probs_seq is None else probs_seq, *lengths)
-            + b"".join(f for f in fields if f is not None)
+            _ROW.pack(
+                seq,
+                time,
+                -1 if probs_seq is None else probs_seq,
+                len(k),
+                -1 if ref is None else len(r),
+                len(p),
+                -1 if probs is None else len(probs),
+            )
         )
+        parts += (k, r, p) if probs is None else (k, r, p, probs)
     body = b"".join(parts)
-    return _FRAME.pack(len(body), zlib.crc32(body)) + body
+    return b"".join((_FRAME.pack(len(body), zlib.crc32(body)), body))
 
 
 def _rows(body: bytes, where: str) -> list[Row]:

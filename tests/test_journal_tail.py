@@ -1,0 +1,368 @@
+"""The journal's tail at ``journal_sync = "normal"`` (``msroute.router.tail``).
+
+- A router killed by SIGKILL leaves its last events in the tail; opening the journal folds them
+  in: every acknowledged call is there, and the state is the one of a twin router that saw the
+  same calls, bit for bit. A torn last frame (the write the process died in) is dropped; a tail
+  already folded before the kill is not folded twice.
+- A tail that does not continue the journal, does not match it, is not a tail, or holds a
+  malformed frame is refused with ``JournalError``, and so is a stale tail under a new journal.
+- A failed or short write cuts the tail back: the call fails, nothing changes, the next call
+  works. A failed fold fails no call and is tried again.
+- Reads (``events``, ``events_of``) see the unfolded events exactly as they read after a fold;
+  switching ``journal_sync`` folds; closing folds and removes the tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msroute.errors import JournalError
+from msroute.router import Router
+from msroute.router import journal as journal_module
+from msroute.router import tail as tail_module
+from msroute.router.journal import Journal
+from msroute.router.tail import MAGIC, Tail, read_tail, tail_path
+
+CONFIG: dict[str, Any] = {
+    "policy": "omd",
+    "m_draws": 2,
+    "cost_names": ["usd"],
+    "seed": 11,
+    "journal_sync": "normal",
+    "snapshot_every": 10**6,  # no snapshot: every event stays in the tail until a fold
+    "contexts": ["x", "y"],
+    "experts": {"a": [0.03], "b": [0.002], "c": [0.01]},
+    "constraints": {"upper": {"usd": 0.04}},
+}
+
+#: Calls of the child and of its twin: route d<i> (context by parity, every fifth masked),
+#: feedback on every other decision, an expert added halfway.
+CALLS = 120
+
+
+def play(router: Router, out: Any = None) -> None:
+    """The calls (``out``: where to print each acknowledged one)."""
+    for i in range(CALLS):
+        eligible = ["a", "b"] if i % 5 == 0 else None
+        d = router.route(context="xy"[i % 2], eligible=eligible, decision_id=f"d{i}")
+        if out is not None:
+            out.write(f"ack d{i}\n")
+        if i % 2:
+            router.feedback(d.decision_id, 0.25 * (i % 4), {"usd": 0.01})
+            if out is not None:
+                out.write(f"ack f{i}\n")
+        if i == CALLS // 2:
+            router.add_expert("e", [0.005])
+        if out is not None:
+            out.flush()
+
+
+CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from msroute.router import Router
+from msroute.router import tail
+from test_journal_tail import CONFIG, play
+if sys.argv[3] == "no-empty":  # die as if between a fold's COMMIT and the tail's emptying
+    tail.Tail.empty = lambda self: None
+    from msroute.router import journal
+    journal.TAIL_FOLD = 50
+router = Router(CONFIG, journal=sys.argv[1])
+play(router, sys.stdout)
+sys.stdout.write("done\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
+def killed(directory: Path, mode: str = "plain") -> tuple[Path, list[str]]:
+    """A journal whose router was killed by SIGKILL after ``play``: its path and the
+    acknowledged calls."""
+    path = directory / "j.db"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), str(Path(__file__).parent), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    acked: list[str] = []
+    try:
+        assert child.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in child.stdout:
+            if line.strip() == "done":
+                break
+            acked.append(line.split()[1])
+            assert time.monotonic() < deadline
+        else:
+            pytest.fail(f"the child ended early (exit {child.wait(10)})")
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
+    return path, acked
+
+
+@pytest.fixture(scope="module")
+def dead(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """One killed router's files, copied by each test that changes them (``copy``)."""
+    return killed(tmp_path_factory.mktemp("dead"))
+
+
+def copy(dead: tuple[Path, list[str]], to: Path) -> Path:
+    """A copy of the killed router's journal files (the database, SQLite's WAL, the tail)."""
+    src = dead[0]
+    for f in src.parent.iterdir():
+        if f.name.startswith(src.name):
+            shutil.copy(f, to / f.name)
+    return to / src.name
+
+
+def twin() -> Router:
+    router = Router({k: v for k, v in CONFIG.items() if k != "journal_sync"})
+    play(router)
+    return router
+
+
+def comparable(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k != "seq"}
+
+
+def raw_events(path: Path) -> int:
+    """How many events the SQLite file holds (read by a connection of its own)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT count(*) FROM events").fetchone()[0])
+
+
+# ---------------------------------------------------------------------- a killed router
+def test_a_killed_router_loses_nothing_acknowledged(
+    dead: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    path = copy(dead, tmp_path)
+    acked = dead[1]
+    assert len(acked) == CALLS + CALLS // 2
+    rows, torn = read_tail(tail_path(path))
+    assert torn == 0 and len(rows) == len(acked) + 1  # and the expert's addition
+    assert raw_events(path) == 0  # no fold ran: every event is in the tail only
+    reopened = Router.open(path)
+    assert not tail_path(path).exists()
+    live = twin()
+    assert comparable(reopened.state()) == comparable(live.state())
+    for i in range(CALLS, CALLS + 20):  # and it goes on as the twin does
+        a = reopened.route(context="x", decision_id=f"d{i}")
+        b = live.route(context="x", decision_id=f"d{i}")
+        assert {**a.to_dict(), "deadline": 0} == {**b.to_dict(), "deadline": 0}
+    reopened.close()
+    assert raw_events(path) == len(acked) + 1 + 20
+
+
+def test_a_torn_last_frame_is_dropped_with_a_warning(
+    dead: tuple[Path, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = copy(dead, tmp_path)
+    tail = tail_path(path)
+    rows, _ = read_tail(tail)
+    with tail.open("r+b") as f:  # the last frame (the last feedback) loses its last 3 bytes
+        f.truncate(tail.stat().st_size - 3)
+    with caplog.at_level(logging.WARNING, logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "unfinished write" in caplog.text
+    assert reopened._journal.last_seq == rows[-1][0] - 1
+    last = rows[-1]
+    assert last[1] == "feedback"
+    assert reopened.feedback(str(last[2]), 0.25 * 3, {"usd": 0.01}) == "applied"  # as if unsent
+    reopened.close()
+
+
+def test_a_tail_folded_before_the_kill_is_not_folded_twice(tmp_path: Path) -> None:
+    path, acked = killed(tmp_path, "no-empty")
+    rows, _ = read_tail(tail_path(path))
+    folded = raw_events(path)
+    assert folded > 0 and rows[0][0] <= folded  # the tail still holds folded events
+    reopened = Router.open(path)
+    assert comparable(reopened.state()) == comparable(twin().state())
+    reopened.close()
+    assert raw_events(path) == len(acked) + 1
+
+
+def _write_tail(path: Path, rows: list[Any]) -> None:
+    path.unlink(missing_ok=True)
+    t = Tail(path)
+    t.append(rows)
+    t.close(remove=False)
+
+
+def test_a_tail_that_does_not_continue_or_match_the_journal_is_refused(
+    dead: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    path = copy(dead, tmp_path)
+    tail = tail_path(path)
+    rows, _ = read_tail(tail)
+    _write_tail(tail, [(r[0] + 5, *r[1:]) for r in rows])
+    with pytest.raises(JournalError, match="starts at event 6 but the journal ends at event 0"):
+        Router.open(path)
+    _write_tail(tail, rows[:10])
+    Journal(path, create=False).close()  # fold the first ten events, then a tail that differs
+    _write_tail(tail, [(r[0], r[1], "other", *r[3:]) for r in rows[:12]])
+    with pytest.raises(JournalError, match="does not match the journal's events 1-10"):
+        Router.open(path)
+    assert tail.exists()  # refused, left for the operator
+
+
+def test_what_is_not_a_tail_is_refused(dead: tuple[Path, list[str]], tmp_path: Path) -> None:
+    path = copy(dead, tmp_path)
+    tail = tail_path(path)
+    good = tail.read_bytes()
+    tail.write_bytes(b"SQLite format 3\x00")
+    with pytest.raises(JournalError, match="not a journal tail"):
+        Router.open(path)
+    body = bytearray(good)
+    size = int.from_bytes(body[len(MAGIC) : len(MAGIC) + 4], "little")
+    start = len(MAGIC) + 8
+    body[start + 8 * 3 : start + 8 * 3 + 4] = (10**6).to_bytes(4, "little")  # kind's length
+    fixed = bytes(body[start : start + size])
+    import zlib
+
+    body[len(MAGIC) + 4 : len(MAGIC) + 8] = zlib.crc32(fixed).to_bytes(4, "little")
+    tail.write_bytes(bytes(body))  # its checksum holds: not an unfinished write
+    with pytest.raises(JournalError, match="malformed frame"):
+        Router.open(path)
+    tail.write_bytes(MAGIC[:5])  # the process died creating it: nothing to fold
+    Router.open(path).close()
+    assert raw_events(path) == 0
+    stale = tmp_path / "new.db"
+    tail_path(stale).write_bytes(good)
+    with pytest.raises(JournalError, match="tail of an earlier journal is in the way"):
+        Router(CONFIG, journal=stale)
+
+
+# ---------------------------------------------------------------------- failures in process
+@pytest.mark.parametrize("how", ["raises", "short"])
+def test_a_failed_write_of_the_tail_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    for i in range(10):
+        router.route(context="x", decision_id=f"q{i}")
+    tail = tail_path(path)
+    size, before = tail.stat().st_size, router.state()
+    real = os.write
+
+    def broken(fd: int, data: bytes) -> int:
+        if how == "raises":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data[: len(data) // 2])  # half of it reaches the file
+
+    monkeypatch.setattr(tail_module.os, "write", broken)
+    with pytest.raises(JournalError, match=r"No space left|short write"):
+        router.route(context="x", decision_id="lost")
+    with pytest.raises(JournalError), router.group():
+        router.route(context="y", decision_id="lost-too")
+    assert tail.stat().st_size == size  # cut back to its last whole frame
+    assert router.state() == before and not router.writable
+    monkeypatch.setattr(tail_module.os, "write", real)
+    assert router.route(context="x", decision_id="next").decision_id == "next"
+    assert router.writable
+    router._journal._tail.close(remove=False)  # type: ignore[union-attr]  # as if killed
+    rows, torn = read_tail(tail)
+    assert torn == 0 and [r[2] for r in rows] == [*(f"q{i}" for i in range(10)), "next"]
+
+
+def test_a_failed_fold_fails_no_call_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 16)
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    real = journal._db
+
+    class FailingFold:
+        def executemany(self, *args: Any) -> Any:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    journal._db = FailingFold()  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="msroute.router"):
+        first = [router.route(context="x", decision_id=f"q{i}") for i in range(20)]
+    assert "cannot fold the tail (retried later)" in caplog.text
+    assert router.writable and journal._folded_seq == 0 and len(journal._unfolded) == 20
+    assert router.route(context="x", decision_id="q3").to_dict() == first[3].to_dict()
+    journal._db = real
+    for i in range(20, 24):
+        router.route(context="x", decision_id=f"q{i}")
+    assert journal._folded_seq == 22 and len(journal._unfolded) == 2  # tried again at 16 + 2 + 4
+    router.close()
+    assert raw_events(tmp_path / "j.db") == 24
+
+
+# ---------------------------------------------------------------------- reads and switches
+@pytest.fixture
+def small_folds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 40)
+    yield
+
+
+def test_reads_of_unfolded_events_are_those_after_the_fold(
+    tmp_path: Path, small_folds: None
+) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    play(router)
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    assert 0 < journal._folded_seq < journal.last_seq  # some events folded, some not
+    live = list(journal.events())
+    windows = [
+        list(journal.events(after, limit))
+        for after in (0, 30, 39, 40, 41, 170)
+        for limit in (1, 7, None)
+    ]
+    ids = {f"d{i}": journal.events_of(f"d{i}") for i in range(0, CALLS, 7)}
+    assert any(e[5] is not None for e in live[journal._folded_seq :])  # distributions resolved
+    router.close()
+    closed = Journal(path, create=False)
+    assert list(closed.events()) == live
+    assert windows == [
+        list(closed.events(after, limit))
+        for after in (0, 30, 39, 40, 41, 170)
+        for limit in (1, 7, None)
+    ]
+    assert ids == {ref: closed.events_of(ref) for ref in ids}
+    closed.close()
+
+
+def test_switching_journal_sync_folds_and_closing_removes_the_tail(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    for i in range(5):
+        router.route(context="x", decision_id=f"q{i}")
+    journal = router._journal
+    assert isinstance(journal, Journal) and len(journal._unfolded) == 5
+    router.reconfigure({**CONFIG, "journal_sync": "full"})
+    assert len(journal._unfolded) == 6  # the change itself is the tail's last frame
+    router.route(context="x", decision_id="q5")
+    assert journal._unfolded == [] and not journal._tail.holds_rows  # folded, SQLite from now on
+    router.reconfigure({**CONFIG, "journal_sync": "normal"})
+    router.route(context="x", decision_id="q6")
+    assert len(journal._unfolded) == 1 and journal._tail.holds_rows
+    router.close()
+    assert not tail_path(path).exists()
+    assert raw_events(path) == journal.last_seq

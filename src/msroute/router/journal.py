@@ -35,15 +35,20 @@ duplicate or a late feedback. It is written in batches, not with every event: an
 ``events.ref`` would add a second B-tree page to every commit, and in WAL mode each page of a
 commit is one more write to the log (docs/benchmarks.md, "Against the peers", measures what it
 costs). The refs of the events after ``meta["refs_upto"]`` are kept in memory (at most
-``REFS_BATCH`` and one transaction's worth) and written, with the new ``refs_upto``, in the
-transaction whose commit reaches ``REFS_BATCH`` of them; opening a journal reads them back from
-the events after ``refs_upto``. So ``refs`` plus those events always hold every id, and
-``events_of`` sees both. A version 2 journal (an index on ``events.ref`` instead) is converted
-when it is opened, and so is a version 1 journal (which has no ``probs_seq`` either).
+``REFS_BATCH`` and one transaction's worth, or one fold's at ``"normal"``) and written, with the
+new ``refs_upto``, in the transaction whose commit reaches ``REFS_BATCH`` of them; opening a
+journal reads them back from the events after ``refs_upto``. So ``refs`` plus those events
+always hold every id, and ``events_of`` sees both. A version 2 journal (an index on
+``events.ref`` instead) is converted when it is opened, and so is a version 1 journal (which has
+no ``probs_seq`` either).
 
 The connection runs in autocommit mode (``isolation_level=None``) with explicit
-``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default (``NORMAL`` on request:
-faster, and a power loss may lose the last commits but never corrupts).
+``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default. At ``"normal"`` (on request:
+faster, and a power loss may lose the last commits but never corrupts) a transaction of events is
+a frame of the journal's tail instead (``msroute.router.tail``), folded into SQLite every
+``TAIL_FOLD`` events and by any transaction that writes a snapshot or a meta entry; the events
+after ``_folded_seq`` are kept in memory too (``_unfolded``), and the reads serve them from
+there. Opening a journal folds a tail its router left.
 
 One router owns a journal at a time, and SQLite enforces it: the connection runs in
 ``locking_mode = EXCLUSIVE`` (set before WAL mode, so the WAL index lives in the process's

@@ -19,17 +19,16 @@ import errno
 import logging
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _children import acked_until_killed
 from msroute.errors import JournalError, MSRouteError
 from msroute.router import Router
 from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
@@ -173,30 +172,8 @@ def test_killed_after_a_full_disk_the_journal_holds_exactly_what_was_acknowledge
 ) -> None:
     path = small_fs / "j.db"
     here = str(Path(__file__).parent)
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(small_fs), here, sync],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    acked: list[str] = []
-    try:
-        assert child.stdout is not None
-        deadline = time.monotonic() + 120
-        for line in child.stdout:
-            word, _, value = line.strip().partition(" ")
-            if word == "ack":
-                acked.append(value)
-            elif word == "failures":
-                assert int(value) == 3
-                break
-            assert time.monotonic() < deadline
-        else:
-            pytest.fail(f"the child ended early (exit {child.wait(10)})")
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-        if child.stdout is not None:
-            child.stdout.close()
+    acked, last = acked_until_killed(CHILD, [str(path), str(small_fs), here, sync], "failures", 120)
+    assert last == "failures 3"
     (small_fs / "filler").unlink()
     tail = small_fs / "j.db-tail"
     assert tail.exists() == (sync == "normal")  # a killed router folds nothing

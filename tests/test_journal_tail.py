@@ -19,17 +19,14 @@ import errno
 import logging
 import os
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _children import acked_until_killed
 from msroute.errors import JournalError
 from msroute.router import Router
 from msroute.router import journal as journal_module
@@ -93,27 +90,7 @@ def killed(directory: Path, mode: str = "plain") -> tuple[Path, list[str]]:
     """A journal whose router was killed by SIGKILL after ``play``: its path and the
     acknowledged calls."""
     path = directory / "j.db"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(Path(__file__).parent), mode],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    acked: list[str] = []
-    try:
-        assert child.stdout is not None
-        deadline = time.monotonic() + 60
-        for line in child.stdout:
-            if line.strip() == "done":
-                break
-            acked.append(line.split()[1])
-            assert time.monotonic() < deadline
-        else:
-            pytest.fail(f"the child ended early (exit {child.wait(10)})")
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-        if child.stdout is not None:
-            child.stdout.close()
+    acked, _ = acked_until_killed(CHILD, [str(path), str(Path(__file__).parent), mode], "done", 60)
     return path, acked
 
 

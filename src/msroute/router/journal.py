@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from msroute.errors import InvalidTypeError, JournalError
-from msroute.router.tail import Row, Tail, read_tail, tail_path
+from msroute.router.tail import INSERT_EVENT, Row, Tail, fold_leftover, tail_path
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -126,10 +126,6 @@ _SCHEMA_REFS = (
 )
 _SELECT_REFS = "SELECT seq FROM refs WHERE ref = ? ORDER BY seq"
 
-_INSERT_EVENT = (
-    "INSERT INTO events(seq, kind, ref, time, payload, probs, probs_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
 #: The columns of an event as read: the distribution resolved through ``probs_seq``.
 _EVENT_COLUMNS = (
     "seq, kind, ref, time, payload, "
@@ -249,7 +245,7 @@ class Journal(_EventLog):
         self.last_seq: int = 0 if row[0] is None else int(row[0])
         self._tail = Tail(tail_path(self.path))
         try:
-            self._recover_tail(create)
+            self.last_seq = fold_leftover(self._db, self._tail.path, self.last_seq, create)
         except (sqlite3.Error, OSError) as exc:
             self._db.close()
             raise JournalError(f"{label}: cannot fold the journal's tail: {exc}") from exc
@@ -346,59 +342,6 @@ class Journal(_EventLog):
         db.execute("COMMIT")
         return 3
 
-    def _recover_tail(self, create: bool) -> None:
-        """Fold the tail a router left (it stopped without closing) into SQLite: its events
-        after the last one SQLite holds, in one transaction committed at ``synchronous =
-        FULL``; then remove it. Its events must continue SQLite's, else JournalError."""
-        path = self._tail.path
-        if not path.exists():
-            return
-        if create:
-            raise JournalError(
-                f"{path}: the tail of an earlier journal is in the way; remove it or choose a "
-                "new file"
-            )
-        rows, torn = read_tail(path)
-        last = self.last_seq
-        new = [r for r in rows if r[0] > last]
-        if new and new[0][0] != last + 1:
-            raise JournalError(
-                f"{path}: the journal's tail starts at event {new[0][0]} but the journal ends "
-                f"at event {last}: it does not continue this journal (move it away to open the "
-                "journal without it)"
-            )
-        old = [(r[0], r[1], r[2]) for r in rows if r[0] <= last]
-        if old:
-            held = self._db.execute(
-                "SELECT seq, kind, ref FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
-                (old[0][0], old[-1][0]),
-            ).fetchall()
-            if [tuple(h) for h in held] != old:
-                raise JournalError(
-                    f"{path}: the journal's tail does not match the journal's events "
-                    f"{old[0][0]}-{old[-1][0]} (move it away to open the journal without it)"
-                )
-        if torn:
-            _log.warning(
-                "%s: %d bytes of an unfinished write at the end of the tail were dropped "
-                "(a transaction that was never acknowledged)",
-                path,
-                torn,
-            )
-        if new:
-            db = self._db
-            db.execute("PRAGMA synchronous = FULL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(_INSERT_EVENT, new)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self.last_seq = new[-1][0]
-            _log.info("%s: folded %d events of the tail into the journal", self.label, len(new))
-        path.unlink()
-
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
         """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
@@ -434,7 +377,7 @@ class Journal(_EventLog):
             self._db.execute("PRAGMA synchronous = FULL")
         self._db.execute("BEGIN IMMEDIATE")
         if self._unfolded:
-            self._db.executemany(_INSERT_EVENT, self._unfolded)
+            self._db.executemany(INSERT_EVENT, self._unfolded)
 
     def _commit_sqlite(self) -> None:
         """COMMIT the SQLite transaction; with ``REFS_BATCH`` ids held in memory, they go to
@@ -466,12 +409,7 @@ class Journal(_EventLog):
             self._to_sqlite()
             self._commit_sqlite()
         except (sqlite3.Error, OSError) as exc:
-            try:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                self._after_sqlite()
-            except sqlite3.Error:
-                pass
+            self._rollback_sqlite()
             self._fold_at = len(self._unfolded) + TAIL_FOLD // 8
             _log.warning("%s: cannot fold the tail (retried later): %s", self.label, exc)
 
@@ -490,6 +428,11 @@ class Journal(_EventLog):
             seqs.pop()
             if not seqs:
                 del self._recent[ref]
+        self._rollback_sqlite()
+
+    def _rollback_sqlite(self) -> None:
+        """Roll back the SQLite transaction, if any (errors ignored: the connection may be
+        gone), and return to the configured ``synchronous``."""
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -515,7 +458,7 @@ class Journal(_EventLog):
             probs = None  # the row at probs_seq holds it
         row = (seq, kind, ref, time, _encode(payload), probs, probs_seq)
         if self._db.in_transaction:
-            self._db.execute(_INSERT_EVENT, row)
+            self._db.execute(INSERT_EVENT, row)
         self._unfolded.append(row)
         if ref is not None:
             self._remember(ref, seq)

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
+import sqlite3
 import struct
 import zlib
 from collections.abc import Sequence
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from msroute.errors import JournalError
 
-__all__ = ["MAGIC", "Row", "Tail", "read_tail", "tail_path"]
+__all__ = ["INSERT_EVENT", "MAGIC", "Row", "Tail", "fold_leftover", "read_tail", "tail_path"]
 
 #: The first bytes of a tail file (its format's version is the last byte).
 MAGIC = b"msroute-tail\x00\x01"
@@ -38,6 +40,14 @@ MAGIC = b"msroute-tail\x00\x01"
 #: One ``events`` row, in the column order of the journal's INSERT: seq, kind, ref, time,
 #: payload (JSON text), probs (raw bytes or None), probs_seq (or None).
 Row = tuple[int, str, str | None, float, str, bytes | None, int | None]
+
+#: The statement that stores a ``Row`` in the journal's ``events``.
+INSERT_EVENT = (
+    "INSERT INTO events(seq, kind, ref, time, payload, probs, probs_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+_log = logging.getLogger("msroute.router")
 
 _FRAME = struct.Struct("<II")
 _ROW = struct.Struct("<qdqiiii")
@@ -131,6 +141,59 @@ def read_tail(path: Path) -> tuple[list[Row], int]:
                 f"{path}: the journal's tail holds event {after[0]} after event {before[0]}"
             )
     return rows, len(data) - pos
+
+
+def fold_leftover(db: sqlite3.Connection, path: Path, last: int, create: bool) -> int:
+    """Fold the tail at ``path`` that a router left (it stopped without closing) into the
+    journal open on ``db``, whose last event is ``last``: the tail's events after it, in one
+    transaction committed at ``synchronous = FULL``; then remove the tail. Returns the last
+    event now. Its events must continue the journal's, and those the journal already holds
+    (folded just before the router stopped) must be the same, else JournalError (and both
+    files are left as they are); so must a tail in the way of a new journal (``create``)."""
+    if not path.exists():
+        return last
+    if create:
+        raise JournalError(
+            f"{path}: the tail of an earlier journal is in the way; remove it or choose a new file"
+        )
+    rows, torn = read_tail(path)
+    new = [r for r in rows if r[0] > last]
+    if new and new[0][0] != last + 1:
+        raise JournalError(
+            f"{path}: the journal's tail starts at event {new[0][0]} but the journal ends at "
+            f"event {last}: it does not continue this journal (move it away to open the journal "
+            "without it)"
+        )
+    old = [(r[0], r[1], r[2]) for r in rows if r[0] <= last]
+    if old:
+        held = db.execute(
+            "SELECT seq, kind, ref FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
+            (old[0][0], old[-1][0]),
+        ).fetchall()
+        if [tuple(h) for h in held] != old:
+            raise JournalError(
+                f"{path}: the journal's tail does not match the journal's events "
+                f"{old[0][0]}-{old[-1][0]} (move it away to open the journal without it)"
+            )
+    if torn:
+        _log.warning(
+            "%s: %d bytes of an unfinished write at the end of the tail were dropped "
+            "(a transaction that was never acknowledged)",
+            path,
+            torn,
+        )
+    if new:
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(INSERT_EVENT, new)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        _log.info("%s: folded %d events into the journal", path, len(new))
+    path.unlink()
+    return new[-1][0] if new else last
 
 
 class Tail:

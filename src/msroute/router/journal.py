@@ -67,7 +67,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any, NoReturn
@@ -519,6 +519,7 @@ class Journal(_EventLog):
         """The events with ``seq > after``, in order (at most ``limit``): SQLite's, then the
         unfolded ones (the tail's and the open transaction's)."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
+        # A copy: the generator may be read on while the router appends (a fold clears the list).
         folded, unfolded = self._folded_seq, tuple(self._unfolded)
         args: tuple[int, ...] = (after, folded)
         if limit is not None:
@@ -541,7 +542,7 @@ class Journal(_EventLog):
         """Every event about one decision (or expert) id, in order: those ``refs`` holds, then
         those whose ids are still in memory (all later)."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
-        folded, unfolded = self._folded_seq, tuple(self._unfolded)
+        folded, unfolded = self._folded_seq, self._unfolded  # read at once: no copy
         try:
             seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,))]
             seqs += self._recent.get(ref, ())
@@ -558,7 +559,7 @@ class Journal(_EventLog):
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
         return events
 
-    def _unfolded_event(self, row: Row, folded: int, unfolded: tuple[Row, ...]) -> Event:
+    def _unfolded_event(self, row: Row, folded: int, unfolded: Sequence[Row]) -> Event:
         """An unfolded row as ``events`` yields it: the payload decoded, the distribution
         resolved through ``probs_seq`` (an unfolded row or one of SQLite)."""
         seq, kind, ref, time, payload, probs, probs_seq = row

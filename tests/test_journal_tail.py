@@ -343,3 +343,34 @@ def test_switching_journal_sync_folds_and_closing_removes_the_tail(tmp_path: Pat
     router.close()
     assert not tail_path(path).exists()
     assert raw_events(path) == journal.last_seq
+
+
+def test_the_tail_folds_by_bytes_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large distributions (a large K, masked decisions) fold before TAIL_FOLD events, and a
+    failed write takes its rows' bytes back off the count."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD_BYTES", 4000)
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    journal = router._journal
+    assert isinstance(journal, Journal)
+
+    def held() -> int:
+        return sum(len(r[4]) + len(r[5] or b"") for r in journal._unfolded)
+
+    sizes = []
+    for i in range(40):
+        router.route(context="x", eligible=["a", "b"], decision_id=f"q{i}")  # no shared rows
+        sizes.append(journal._unfolded_bytes)
+        assert journal._unfolded_bytes == held()
+    assert journal._folded_seq > 0 and max(sizes) < 4000 + 400  # folded by bytes, often
+    assert journal.last_seq - journal._folded_seq < 40
+
+    def failing(fd: int, data: bytes) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(tail_module.os, "write", failing)
+    before = journal._unfolded_bytes
+    with pytest.raises(JournalError):
+        router.route(context="x", eligible=["a", "b"], decision_id="lost")
+    assert journal._unfolded_bytes == before == held()
+    monkeypatch.undo()
+    router.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import shutil
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 
 from _children import acked_until_killed
+from msroute.cli import main
 from msroute.errors import JournalError
 from msroute.router import Router
 from msroute.router import journal as journal_module
@@ -145,6 +147,18 @@ def test_a_killed_router_loses_nothing_acknowledged(
         assert {**a.to_dict(), "deadline": 0} == {**b.to_dict(), "deadline": 0}
     reopened.close()
     assert raw_events(path) == len(acked) + 1 + 20
+
+
+def test_the_command_line_reads_a_killed_routers_tail(
+    dead: tuple[Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy(dead, tmp_path)
+    assert main(["journal", "export", str(path)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    decided = [r["decision_id"] for r in rows if r["kind"] == "decision"]
+    assert decided == [a for a in dead[1] if a.startswith("d")]
+    assert not tail_path(path).exists()  # folded into the file on the way
+    assert main(["journal", "replay", str(path)]) == 0
 
 
 def test_a_torn_last_frame_is_dropped_with_a_warning(

@@ -263,8 +263,7 @@ class Journal(_EventLog):
         except JournalError:
             self._db.close()
             raise
-        self._sync = sync
-        self.set_sync(sync)
+        self.set_sync(sync)  # back from the fold's FULL
         #: The events after ``_folded_seq`` (the last in SQLite), in order: those of the tail,
         #: then the open transaction's (module docstring of ``msroute.router.tail``).
         self._unfolded: list[Row] = []

@@ -4,8 +4,9 @@
   on the same journal: every acknowledged decision is there (asking again with its id returns
   the acknowledged answer) and every acknowledged feedback is too (sending it again is a
   duplicate). A control server that never stopped, given the same events in the journal's order,
-  has the same state, and both make the same next decisions.
-- SIGTERM under load: the server exits 0, the journal is closed cleanly (no WAL left behind,
+  has the same state, and both make the same next decisions. Both tests run at
+  ``journal_sync = "full"`` and at ``"normal"`` (the journal's tail).
+- SIGTERM under load: the server exits 0, the journal is closed cleanly (no WAL or tail left behind,
   integrity check passes) and holds every acknowledged event.
 """
 
@@ -99,15 +100,20 @@ def context_of(decision_id: str) -> str:
     return CONTEXTS[int(decision_id.rsplit("-", 1)[1]) % 2]
 
 
-def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path, sync: str) -> None:
+    """At "normal" the killed server's last events are in the journal's tail (each group one
+    frame of it): the restart folds them in."""
     data = tmp_path / "data"
     data.mkdir()
+    routers = {"llm": {**ROUTER, "journal_sync": sync}}
     acked = Acked()
-    with served(tmp_path, data_dir=data) as (server, _):
+    with served(tmp_path, routers, data_dir=data) as (server, _):
         code = asyncio.run(load_then_signal(server, acked, after=300, how="kill"))
     assert code == -9
+    assert (data / "llm.db-tail").exists() == (sync == "normal")
 
-    with served(tmp_path, data_dir=data) as (_, client):
+    with served(tmp_path, routers, data_dir=data) as (_, client):
         recovered = client.get("/v1/routers/llm").json()
         assert recovered["decisions"] >= len(acked.decisions)
         assert recovered["feedback_applied"] >= len(acked.feedback)
@@ -129,7 +135,7 @@ def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path) -> None:
     # A server that never stopped, given the same events in the journal's order.
     control_dir = tmp_path / "control"
     control_dir.mkdir()
-    with served(control_dir) as (_, control):
+    with served(control_dir, routers) as (_, control):
         replay(control, rows)
         assert comparable_state(control.get("/v1/routers/llm").json()) == comparable_state(
             recovered
@@ -175,15 +181,17 @@ def replay(client: httpx.Client, rows: list[dict[str, Any]]) -> None:
             raise AssertionError(f"unexpected journal event {row['kind']}")
 
 
-def test_sigterm_finishes_and_closes_the_journal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_sigterm_finishes_and_closes_the_journal(tmp_path: Path, sync: str) -> None:
     acked = Acked()
-    with served(tmp_path) as (server, _):
+    with served(tmp_path, {"llm": {**ROUTER, "journal_sync": sync}}) as (server, _):
         code = asyncio.run(load_then_signal(server, acked, after=100, how="term"))
     # uvicorn shuts down gracefully, then re-raises the signal it caught: the process ends by
     # SIGTERM, as a service manager expects; the log shows the orderly shutdown first.
     assert code == -signal.SIGTERM
     journal = tmp_path / "data" / "llm.db"
     assert not Path(f"{journal}-wal").exists() or Path(f"{journal}-wal").stat().st_size == 0
+    assert not Path(f"{journal}-tail").exists()  # at "normal": folded into the file, removed
     with contextlib.closing(sqlite3.connect(journal)) as con:
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     text = (tmp_path / "server.log").read_text()

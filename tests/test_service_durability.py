@@ -4,10 +4,11 @@
   on the same journal: every acknowledged decision is there (asking again with its id returns
   the acknowledged answer) and every acknowledged feedback is too (sending it again is a
   duplicate). A control server that never stopped, given the same events in the journal's order,
-  has the same state, and both make the same next decisions. Both tests run at
-  ``journal_sync = "full"`` and at ``"normal"`` (the journal's tail).
-- SIGTERM under load: the server exits 0, the journal is closed cleanly (no WAL or tail left behind,
-  integrity check passes) and holds every acknowledged event.
+  has the same state, and both make the same next decisions.
+- SIGTERM under load: the server exits 0, the journal is closed cleanly (no WAL or tail left
+  behind, integrity check passes) and holds every acknowledged event.
+
+Both run at ``journal_sync = "full"`` and at ``"normal"`` (the journal's tail).
 """
 
 from __future__ import annotations

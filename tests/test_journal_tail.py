@@ -514,3 +514,32 @@ def test_random_calls_and_faults_lose_nothing_acknowledged(
         b = twin.route(context="x", decision_id=f"end{i}")
         assert {**a.to_dict(), "deadline": 0} == {**b.to_dict(), "deadline": 0}
     reopened.close()
+
+
+def test_a_tail_whose_folds_keep_failing_stops_at_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``TAIL_LIMIT`` folds' worth of unfolded events a call commits in SQLite or fails
+    like a write to a full disk (nothing changes), so the events held in memory stay bounded;
+    once SQLite takes writes again the next call folds everything."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 4)
+    limit = journal_module.TAIL_LIMIT * 4
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    real = journal._db
+    journal._db = _FoldFails(real)  # type: ignore[assignment]
+    for i in range(limit):
+        router.route(context="x", decision_id=f"q{i}")
+    assert len(journal._unfolded) == limit and router.writable
+    before = router.state()
+    with pytest.raises(JournalError, match="disk is full"):
+        router.route(context="x", decision_id="over")
+    assert router.state() == before and not router.writable
+    assert len(journal._unfolded) == limit
+    journal._db = real
+    router.route(context="x", decision_id="over")
+    assert journal._unfolded == [] and journal._folded_seq == journal.last_seq
+    assert router.writable
+    router.close()
+    assert raw_events(tmp_path / "j.db") == limit + 1

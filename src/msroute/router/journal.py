@@ -82,6 +82,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TAIL_FOLD",
     "TAIL_FOLD_BYTES",
+    "TAIL_LIMIT",
     "Event",
     "Journal",
     "MemoryJournal",
@@ -104,6 +105,12 @@ TAIL_FOLD = 1024
 #: The same bound in bytes (payloads and distributions), so that the unfolded events a journal
 #: holds in memory stay small at any K: at K = 10,000 a masked decision carries 80 KB.
 TAIL_FOLD_BYTES = 8 << 20
+
+#: How many folds' worth (``TAIL_FOLD`` events or ``TAIL_FOLD_BYTES``) the tail may hold when
+#: its folds keep failing (each failure is logged and retried): past that, a transaction commits
+#: in SQLite with the tail's events or fails like a write to a full disk, so that the events
+#: held in memory stay bounded.
+TAIL_LIMIT = 16
 
 _log = logging.getLogger("msroute.router")
 
@@ -359,9 +366,12 @@ class Journal(_EventLog):
         """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
         the write lock now), at ``"normal"`` one of the tail (nothing to start)."""
         self._txn_from = len(self._unfolded)
-        if self._sync == "normal":
+        if self._sync == "normal" and not (
+            len(self._unfolded) >= TAIL_LIMIT * TAIL_FOLD
+            or self._unfolded_bytes >= TAIL_LIMIT * TAIL_FOLD_BYTES
+        ):
             self._txn_open = True
-        else:
+        else:  # "full", or a tail whose folds kept failing: a SQLite transaction, or an error
             self._to_sqlite()
         self._committed_seq = self.last_seq
 
@@ -385,11 +395,15 @@ class Journal(_EventLog):
         self._txn_open = False
         if self._db.in_transaction:
             return
-        if self._unfolded and self._sync == "normal":
-            self._db.execute("PRAGMA synchronous = FULL")
-        self._db.execute("BEGIN IMMEDIATE")
-        if self._unfolded:
-            self._db.executemany(INSERT_EVENT, self._unfolded)
+        try:
+            if self._unfolded and self._sync == "normal":
+                self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute("BEGIN IMMEDIATE")
+            if self._unfolded:
+                self._db.executemany(INSERT_EVENT, self._unfolded)
+        except BaseException:
+            self._rollback_sqlite()  # no transaction is left open by a failed start
+            raise
 
     def _commit_sqlite(self) -> None:
         """COMMIT the SQLite transaction; with ``REFS_BATCH`` ids held in memory, they go to

@@ -121,8 +121,10 @@ class Transactional:
     def _begin(self) -> None:
         try:
             self._journal.begin()
-        except sqlite3.Error as exc:
-            raise JournalError(f"{self._journal.label}: cannot start a transaction: {exc}") from exc
+        except (sqlite3.Error, OSError) as exc:  # the journal takes no write: not writable
+            error = JournalError(f"{self._journal.label}: cannot start a transaction: {exc}")
+            self._write_error = error
+            raise error from exc
         self._txn_start = self._journal.last_seq
 
     def _write(self) -> _Write:

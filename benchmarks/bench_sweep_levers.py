@@ -108,6 +108,8 @@ def _refit(self: Any, runs: Any, ctx: Any) -> None:
 
 def child(variant: str, argv: list[str]) -> int:
     """Run the command line in this process with the variant's levers installed."""
+    if variant not in ("tree", "levers"):
+        raise SystemExit(f"--child: unknown variant {variant!r} (tree or levers)")
     if variant == "levers":
         envs._BetaEnv.fill_chunk = _fill_chunk  # type: ignore[method-assign]
         omd_variants.ModelGradient.refit = _refit  # type: ignore[method-assign]

@@ -12,6 +12,10 @@ load on a noisy machine then hits all of them alike, and the ratios compare like
 
 * ``msroute omd``: the Router's default policy (``DEFAULT_OMD_PARAMS``), in memory;
 * ``msroute cbwk``: the Router with the CBwK baseline, in memory;
+* ``floor``: the Router with the ``uniform`` policy (it learns nothing: a draw from a fixed
+  distribution and no update), in memory: what the router itself costs a pair (the checks,
+  the decision id, the pending decision, the feedback's bookkeeping), the least any of its
+  policies can take;
 * ``VW``: Vowpal Wabbit's ``--cb_explore_adf --epsilon 0.05`` (with ``-q sa`` under contexts:
   one value per context and model), action-dependent features ``|a m<i>``, the context as a
   shared feature, the loss ``-reward``; M = 1 only (VW's slates and CCB reductions rank
@@ -207,8 +211,9 @@ def peers(args: argparse.Namespace) -> None:
     print(f"Vowpal Wabbit: {vw_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"MABWiser: {mab_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"route + feedback pairs per second, {args.queries} queries, in process, no journal")
-    head = f"{'K':>3} {'M':>2} {'ctx':>3}  {'omd':>7} {'cbwk':>7} {'VW':>7} {'MABW':>7}"
-    print(head + "  omd/VW  cbwk/VW  omd reward  VW reward")
+    names = ("omd", "cbwk", "floor", "VW", "MABW")
+    head = f"{'K':>3} {'M':>2} {'ctx':>3}  " + " ".join(f"{n:>7}" for n in names)
+    print(head + "  omd/VW  cbwk/VW  floor/VW  omd reward  VW reward")
     for k in args.k:
         for m in (1, 2):
             for x in (1, 3):
@@ -216,19 +221,24 @@ def peers(args: argparse.Namespace) -> None:
                 runs = {
                     "omd": router_run(Router(s.config("omd")), s),
                     "cbwk": router_run(Router(s.config("cbwk")), s),
+                    "floor": router_run(Router(s.config("uniform")), s),
                 }
                 peer = vw_run(s) if m == 1 else None
                 if peer is not None:
                     runs["vw"] = peer
                 got = interleaved(runs, s.queries)
-                (omd, r_omd), (cbwk, _) = got["omd"], got["cbwk"]
+                (omd, r_omd), (cbwk, _), (floor, _) = got["omd"], got["cbwk"], got["floor"]
                 vw, r_vw = got.get("vw", (None, None))
                 mab = None
                 run = mabwiser_run(s) if m == 1 else None
                 if run is not None:
                     mab, _ = timed(run, min(s.queries, args.mabwiser_queries), warm=50)
-                cells = [f"{v:>7.0f}" if v else f"{'-':>7}" for v in (omd, cbwk, vw, mab)]
-                ratio = f"{omd / vw:>6.2f}x  {cbwk / vw:>6.2f}x" if vw else f"{'':>6}   {'':>6} "
+                cells = [f"{v:>7.0f}" if v else f"{'-':>7}" for v in (omd, cbwk, floor, vw, mab)]
+                ratio = (
+                    f"{omd / vw:>6.2f}x  {cbwk / vw:>6.2f}x  {floor / vw:>7.2f}x"
+                    if vw
+                    else f"{'':>6}   {'':>6}   {'':>7} "
+                )
                 rvw = f"{r_vw:>9.3f}" if r_vw is not None else f"{'-':>9}"
                 print(
                     f"{k:>3} {m:>2} {x:>3}  " + " ".join(cells) + f"  {ratio}  "

@@ -64,7 +64,7 @@ def test_sigkill_mid_traffic_loses_nothing_acknowledged(tmp_path: Path) -> None:
     )
     acked: list[tuple[str, ...]] = []
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         deadline = time.monotonic() + TIME_CAP_S
         while len(acked) < ACKS and time.monotonic() < deadline:
             line = proc.stdout.readline()
@@ -72,13 +72,20 @@ def test_sigkill_mid_traffic_loses_nothing_acknowledged(tmp_path: Path) -> None:
                 break
             acked.append(tuple(line.split()))
         os.kill(proc.pid, signal.SIGKILL)
-        # Acknowledgements written before the kill but not read yet; closes the pipes.
-        rest, err = proc.communicate(timeout=30)
-        acked += [tuple(line.split()) for line in rest.splitlines() if len(line.split()) == 2]
+        proc.wait(timeout=30)
+        # Acknowledgements written before the kill but not read yet: first what readline()
+        # already holds in the pipe's buffer (communicate() would read past it, from the raw
+        # descriptor), then the pipe to its end. A line cut by the kill is no acknowledgement.
+        rest = proc.stdout.read().splitlines(keepends=True)
+        acked += [tuple(line.split()) for line in rest if line.endswith("\n")]
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(timeout=30)
+            proc.wait(timeout=30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     assert proc.returncode == -signal.SIGKILL, err
     assert len(acked) >= ACKS, f"the child acknowledged only {len(acked)} events: {err}"
     router = Router.open(path)  # replays (and verifies) everything after the last snapshot

@@ -7,7 +7,8 @@
 - A tail that does not continue the journal, does not match it, is not a tail, or holds a
   malformed frame is refused with ``JournalError``, and so is a stale tail under a new journal.
 - A failed or short write cuts the tail back: the call fails, nothing changes, the next call
-  works. A failed fold fails no call and is tried again.
+  works. A failed fold fails no call and is tried again. A transaction that cannot start
+  (BEGIN fails, or the tail is at its limit) gives no event number twice.
 - Reads (``events``, ``events_of``) see the unfolded events exactly as they read after a fold;
   switching ``journal_sync`` folds; closing folds and removes the tail.
 """
@@ -543,3 +544,57 @@ def test_a_tail_whose_folds_keep_failing_stops_at_its_limit(
     assert router.writable
     router.close()
     assert raw_events(tmp_path / "j.db") == limit + 1
+
+
+class _BeginFails:
+    """The journal's connection with ``BEGIN IMMEDIATE`` failing (a transaction cannot start)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "BEGIN IMMEDIATE":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_a_transaction_that_cannot_start_gives_no_event_number_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """A probe or a snapshot whose transaction cannot start (at "full" BEGIN fails; at
+    "normal" the tail is at its limit and folds fail) leaves the journal's last event where it
+    was: the calls acknowledged after it get new numbers, and a killed router reopens with
+    every acknowledged call, in order."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 4)
+    path = tmp_path / "j.db"
+    router = Router({**CONFIG, "journal_sync": sync}, journal=path)
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    real = journal._db
+    acked = [router.route(context="x", decision_id=f"q{i}").decision_id for i in range(3)]
+    if sync == "normal":
+        journal._db = _FoldFails(real)  # type: ignore[assignment]
+        for i in range(journal_module.TAIL_LIMIT * 4 - 3):
+            acked.append(router.route(context="x", decision_id=f"t{i}").decision_id)
+    else:
+        journal._db = _BeginFails(real)  # type: ignore[assignment]
+    last = journal.last_seq
+    with pytest.raises(JournalError, match="cannot store a snapshot"):
+        router.snapshot()
+    with pytest.raises(JournalError):
+        router.route(context="x", decision_id="over")  # the router is unwritable now
+    assert not router.probe()
+    assert journal.last_seq == last
+    journal._db = real
+    assert router.probe()
+    for i in range(3):
+        acked.append(router.route(context="y", decision_id=f"after{i}").decision_id)
+    _crash(router)
+    reopened = Router.open(path)
+    logged = [e["ref"] for e in reopened.decisions_since(0, 10**6) if e["kind"] == "decision"]
+    reopened.close()
+    assert logged == acked

@@ -364,8 +364,10 @@ class Journal(_EventLog):
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
         """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
-        the write lock now), at ``"normal"`` one of the tail (nothing to start)."""
+        the write lock now), at ``"normal"`` one of the tail (nothing to start). Where it
+        begins is set first, so a ``rollback()`` after a start that failed undoes nothing."""
         self._txn_from = len(self._unfolded)
+        self._committed_seq = self.last_seq
         if self._sync == "normal" and not (
             len(self._unfolded) >= TAIL_LIMIT * TAIL_FOLD
             or self._unfolded_bytes >= TAIL_LIMIT * TAIL_FOLD_BYTES
@@ -373,7 +375,6 @@ class Journal(_EventLog):
             self._txn_open = True
         else:  # "full", or a tail whose folds kept failing: a SQLite transaction, or an error
             self._to_sqlite()
-        self._committed_seq = self.last_seq
 
     def commit(self) -> None:
         """Commit: durable once this returns (at ``"full"``; at ``"normal"``, against a crash of

@@ -360,6 +360,32 @@ def test_switching_journal_sync_folds_and_closing_removes_the_tail(tmp_path: Pat
     assert raw_events(path) == journal.last_seq
 
 
+@pytest.mark.parametrize("to", ["full", "normal"])
+def test_a_reopened_router_keeps_the_journal_sync_it_was_switched_to(
+    tmp_path: Path, to: str
+) -> None:
+    """A switch of ``journal_sync`` held in a snapshot (not in the events replayed after it)
+    is the durability of the reopened router, by ``Router.open`` and by ``reopen()``."""
+    path = tmp_path / "j.db"
+    start = "normal" if to == "full" else "full"
+    router = Router({**CONFIG, "journal_sync": start}, journal=path)
+    router.reconfigure({**CONFIG, "journal_sync": to})
+    router.route(context="x", decision_id="q0")
+    router.snapshot()
+    router.close()
+    router = Router.open(path)
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    for again in range(2):
+        assert router.config.journal_sync == journal._sync == to
+        router.route(context="x", decision_id=f"q{again + 1}")
+        assert journal._tail.holds_rows == (to == "normal")  # at "full" nothing waits in it
+        router.reopen()
+        journal = router._journal
+        assert isinstance(journal, Journal)
+    router.close()
+
+
 def test_the_tail_folds_by_bytes_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Large distributions (a large K, masked decisions) fold before TAIL_FOLD events, and a
     failed write takes its rows' bytes back off the count."""

@@ -197,7 +197,6 @@ class Router(Transactional):
         journal = Journal(path, create=False)
         try:
             cfg = RouterConfig.from_dict(json.loads(journal.meta("config")))
-            journal.set_sync(cfg.journal_sync)
             router = cls.__new__(cls)
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)

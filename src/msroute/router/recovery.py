@@ -51,6 +51,8 @@ def load(router: Router, use_snapshot: bool) -> None:
 
     A snapshot that cannot be read back (damaged, or its pending decisions do not match
     the events) is logged and skipped for the one before it, or for a replay from the start.
+    The journal's durability is then the state's ``journal_sync``, which a snapshot or a
+    replayed change may have set.
     """
     journal = router._journal
     after = 0
@@ -67,6 +69,8 @@ def load(router: Router, use_snapshot: bool) -> None:
     for event in journal.events(after):
         replay(router, event)
     router._snap_seq = after
+    if not journal.in_transaction:  # reconfigure() sets it after its COMMIT
+        journal.set_sync(router._state.config.journal_sync)  # the snapshot's or a change's
 
 
 def take_snapshot(router: Router) -> None:
@@ -209,8 +213,6 @@ def replay(router: Router, event: JournalEvent) -> None:
             _replay_decision(router, event)
         elif kind == "configure":
             apply(state, Configure(dict(payload)))
-            if not router._journal.in_transaction:  # reconfigure() sets it after its COMMIT
-                router._journal.set_sync(state.config.journal_sync)
         elif kind == "set_bounds":
             apply(state, SetBounds(dict(payload["upper"]), dict(payload["lower"])), trusted=False)
         elif ref is None:

@@ -35,7 +35,7 @@ from msroute.router import Router
 from msroute.router import journal as journal_module
 from msroute.router import tail as tail_module
 from msroute.router.journal import Journal
-from msroute.router.tail import MAGIC, Tail, read_tail, tail_path
+from msroute.router.tail import MAGIC, Tail, header, read_tail, tail_path
 
 CONFIG: dict[str, Any] = {
     "policy": "omd",
@@ -122,6 +122,12 @@ def comparable(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k != "seq"}
 
 
+def run_id(path: Path) -> str:
+    """The run id of a closed (or killed) router's journal."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return str(db.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()[0])
+
+
 def raw_events(path: Path) -> int:
     """How many events the SQLite file holds (read by a connection of its own)."""
     with contextlib.closing(sqlite3.connect(path)) as db:
@@ -135,8 +141,10 @@ def test_a_killed_router_loses_nothing_acknowledged(
     path = copy(dead, tmp_path)
     acked = dead[1]
     assert len(acked) == CALLS + CALLS // 2
-    rows, torn = read_tail(tail_path(path))
-    assert torn == 0 and len(rows) == len(acked) + 1  # and the expert's addition
+    owner, rows, torn = read_tail(tail_path(path))
+    assert (
+        owner == run_id(path) and torn == 0 and len(rows) == len(acked) + 1
+    )  # and the expert's addition
     assert raw_events(path) == 0  # no fold ran: every event is in the tail only
     reopened = Router.open(path)
     assert not tail_path(path).exists()
@@ -167,7 +175,7 @@ def test_a_torn_last_frame_is_dropped_with_a_warning(
 ) -> None:
     path = copy(dead, tmp_path)
     tail = tail_path(path)
-    rows, _ = read_tail(tail)
+    _, rows, _ = read_tail(tail)
     with tail.open("r+b") as f:  # the last frame (the last feedback) loses its last 3 bytes
         f.truncate(tail.stat().st_size - 3)
     with caplog.at_level(logging.WARNING, logger="msroute.router"):
@@ -182,7 +190,7 @@ def test_a_torn_last_frame_is_dropped_with_a_warning(
 
 def test_a_tail_folded_before_the_kill_is_not_folded_twice(tmp_path: Path) -> None:
     path, acked = killed(tmp_path, "no-empty")
-    rows, _ = read_tail(tail_path(path))
+    _, rows, _ = read_tail(tail_path(path))
     folded = raw_events(path)
     assert folded > 0 and rows[0][0] <= folded  # the tail still holds folded events
     reopened = Router.open(path)
@@ -191,9 +199,9 @@ def test_a_tail_folded_before_the_kill_is_not_folded_twice(tmp_path: Path) -> No
     assert raw_events(path) == len(acked) + 1
 
 
-def _write_tail(path: Path, rows: list[Any]) -> None:
+def _write_tail(path: Path, rows: list[Any], run_id: str) -> None:
     path.unlink(missing_ok=True)
-    t = Tail(path)
+    t = Tail(path, run_id)
     t.append(rows)
     t.close(remove=False)
 
@@ -203,13 +211,13 @@ def test_a_tail_that_does_not_continue_or_match_the_journal_is_refused(
 ) -> None:
     path = copy(dead, tmp_path)
     tail = tail_path(path)
-    rows, _ = read_tail(tail)
-    _write_tail(tail, [(r[0] + 5, *r[1:]) for r in rows])
+    _, rows, _ = read_tail(tail)
+    _write_tail(tail, [(r[0] + 5, *r[1:]) for r in rows], run_id(path))
     with pytest.raises(JournalError, match="starts at event 6 but the journal ends at event 0"):
         Router.open(path)
-    _write_tail(tail, rows[:10])
+    _write_tail(tail, rows[:10], run_id(path))
     Journal(path, create=False).close()  # fold the first ten events, then a tail that differs
-    _write_tail(tail, [(r[0], r[1], "other", *r[3:]) for r in rows[:12]])
+    _write_tail(tail, [(r[0], r[1], "other", *r[3:]) for r in rows[:12]], run_id(path))
     with pytest.raises(JournalError, match="does not match the journal's events 1-10"):
         Router.open(path)
     assert tail.exists()  # refused, left for the operator
@@ -223,23 +231,64 @@ def test_what_is_not_a_tail_is_refused(dead: tuple[Path, list[str]], tmp_path: P
     with pytest.raises(JournalError, match="not a journal tail"):
         Router.open(path)
     body = bytearray(good)
-    size = int.from_bytes(body[len(MAGIC) : len(MAGIC) + 4], "little")
-    start = len(MAGIC) + 8
+    head = len(header(run_id(path)))
+    size = int.from_bytes(body[head : head + 4], "little")
+    start = head + 8
     body[start + 8 * 3 : start + 8 * 3 + 4] = (10**6).to_bytes(4, "little")  # kind's length
     fixed = bytes(body[start : start + size])
     import zlib
 
-    body[len(MAGIC) + 4 : len(MAGIC) + 8] = zlib.crc32(fixed).to_bytes(4, "little")
+    body[head + 4 : head + 8] = zlib.crc32(fixed).to_bytes(4, "little")
     tail.write_bytes(bytes(body))  # its checksum holds: not an unfinished write
     with pytest.raises(JournalError, match="malformed frame"):
         Router.open(path)
-    tail.write_bytes(MAGIC[:5])  # the process died creating it: nothing to fold
-    Router.open(path).close()
-    assert raw_events(path) == 0
+    for cut in (5, len(MAGIC) + 1, head - 1):  # the process died creating it: nothing to fold
+        tail.write_bytes(good[:cut])
+        Router.open(path).close()
+        assert raw_events(path) == 0 and not tail.exists()
     stale = tmp_path / "new.db"
     tail_path(stale).write_bytes(good)
     with pytest.raises(JournalError, match="tail of an earlier journal is in the way"):
         Router(CONFIG, journal=stale)
+
+
+def test_the_tail_of_another_journal_is_refused(
+    dead: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """A tail names its journal: one copied next to another journal whose events it would
+    continue (both end at event 0 here) is refused, and both files stay as they are."""
+    other = tmp_path / "other.db"
+    Router(CONFIG, journal=other).close()
+    shutil.copy(tail_path(dead[0]), tail_path(other))
+    with pytest.raises(JournalError, match="the tail of another journal"):
+        Router.open(other)
+    assert main(["journal", "export", str(other)]) != 0
+    assert tail_path(other).exists() and raw_events(other) == 0
+
+
+def test_a_damaged_frame_before_the_end_is_refused_not_dropped(
+    dead: tuple[Path, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the last frame can be an unfinished write: a frame that fails its checksum with
+    frames after it is damage, and opening refuses the tail (their acknowledged events are
+    not dropped); a last frame that fails its checksum is dropped with a warning."""
+    path = copy(dead, tmp_path)
+    tail = tail_path(path)
+    good = tail.read_bytes()
+    body = bytearray(good)
+    body[len(header(run_id(path))) + 8 + 2] ^= 1  # a bit of the first frame's first event
+    tail.write_bytes(bytes(body))
+    with pytest.raises(JournalError, match=r"fails its checksum and \d+ bytes follow it"):
+        Router.open(path)
+    assert tail.exists() and raw_events(path) == 0
+    body = bytearray(good)
+    body[-1] ^= 1  # a bit of the last frame
+    tail.write_bytes(bytes(body))
+    with caplog.at_level(logging.WARNING, logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "unfinished write" in caplog.text
+    assert reopened._journal.last_seq == len(dead[1])  # all but the last frame's one event
+    reopened.close()
 
 
 # ---------------------------------------------------------------------- failures in process
@@ -271,7 +320,7 @@ def test_a_failed_write_of_the_tail_changes_nothing(
     assert router.route(context="x", decision_id="next").decision_id == "next"
     assert router.writable
     router._journal._tail.close(remove=False)  # type: ignore[union-attr]  # as if killed
-    rows, torn = read_tail(tail)
+    _, rows, torn = read_tail(tail)
     assert torn == 0 and [r[2] for r in rows] == [*(f"q{i}" for i in range(10)), "next"]
 
 

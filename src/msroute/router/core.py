@@ -28,7 +28,6 @@ import logging
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ class Router(Transactional):
         self._setup(cfg)
         path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
-        self._run_id = uuid.uuid4().hex[:12]
+        self._run_id = self._journal.run_id
         log = self._journal
         try:
             log.begin()
@@ -123,7 +122,6 @@ class Router(Transactional):
             # The policy's constructor arguments, defaults resolved: a journal re-derives its
             # decisions with these, whatever a later msroute's defaults.
             log.put_meta("policy_kwargs", json.dumps(self.policy._init_kwargs))
-            log.put_meta("run_id", self._run_id)
             log.put_meta("created", repr(time.time()))
             log.commit()
         except (sqlite3.Error, OSError) as exc:  # a full disk at the first write
@@ -202,7 +200,7 @@ class Router(Transactional):
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)
             router._setup(cfg)
             router._attach(journal)
-            router._run_id = journal.meta("run_id")
+            router._run_id = journal.run_id
             recovery.load(router, use_snapshot)
         except (RouterConfigError, ValueError, KeyError, TypeError) as exc:
             journal.close()

@@ -68,6 +68,7 @@ import json
 import logging
 import os
 import sqlite3
+import uuid
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
@@ -180,6 +181,8 @@ class _EventLog:
     """What both journals share: events numbered 1, 2, ... in the order they are appended."""
 
     last_seq: int
+    #: The journal's identity: the prefix of its router's own decision ids, named by its tail.
+    run_id: str
     #: The last distribution stored under each sharing key, and the event holding it.
     _shared: dict[Hashable, tuple[bytes, int]]
 
@@ -247,6 +250,7 @@ class Journal(_EventLog):
             raise JournalError(f"{label}: cannot open the journal: {exc}") from exc
         try:
             self._setup(sync, create)
+            self.run_id = self.meta("run_id")
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
@@ -261,9 +265,11 @@ class Journal(_EventLog):
             raise
         row = self._db.execute("SELECT max(seq) FROM events").fetchone()
         self.last_seq: int = 0 if row[0] is None else int(row[0])
-        self._tail = Tail(tail_path(self.path))
+        self._tail = Tail(tail_path(self.path), self.run_id)
         try:
-            self.last_seq = fold_leftover(self._db, self._tail.path, self.last_seq, create)
+            self.last_seq = fold_leftover(
+                self._db, self._tail.path, self.last_seq, self.run_id, create
+            )
         except (sqlite3.Error, OSError) as exc:
             self._db.close()
             raise JournalError(f"{label}: cannot fold the journal's tail: {exc}") from exc
@@ -332,6 +338,8 @@ class Journal(_EventLog):
                 if statement.strip():
                     db.execute(statement)
             db.execute("INSERT INTO meta(key, value) VALUES ('refs_upto', '0')")
+            run_id = uuid.uuid4().hex[:12]
+            db.execute("INSERT INTO meta(key, value) VALUES ('run_id', ?)", (run_id,))
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
 
@@ -638,6 +646,7 @@ class MemoryJournal(_EventLog):
 
     def __init__(self) -> None:
         self.last_seq = 0
+        self.run_id = uuid.uuid4().hex[:12]
         self._shared = {}
         self._events: list[Event] = []
         self._by_ref: dict[str, list[int]] = {}

@@ -10,12 +10,15 @@ folds the tail into SQLite in batches, and whenever a transaction writes anythin
 (a snapshot, a meta entry), in one SQLite transaction committed at ``synchronous = FULL``
 before the tail is emptied (so a power loss cannot keep the tail's emptying and lose the fold).
 
-File layout: ``MAGIC``, then frames. A frame is one committed transaction:
+File layout: a header, ``MAGIC`` and the journal's run id (``<u16 length>`` and its UTF-8
+bytes: a tail names the journal it belongs to, so another journal's is refused), then frames.
+A frame is one committed transaction:
 ``<u32 body length><u32 crc32 of the body>`` and the body, its events one after the other,
 each ``_ROW`` (seq, time, probs_seq or -1, the byte lengths of kind, ref, payload and probs,
 -1 for a NULL) followed by those bytes (UTF-8 text, the distribution's raw float64 bytes).
-A frame that is cut short or fails its checksum ends the tail: it was being written when the
-process died, so its transaction was never acknowledged, and nothing after it is read.
+A last frame that is cut short or fails its checksum ends the tail: it was being written when
+the process died, so its transaction was never acknowledged. A frame that fails its checksum
+with bytes after it is damage, not an unfinished write: the tail is refused.
 """
 
 from __future__ import annotations
@@ -32,10 +35,19 @@ from pathlib import Path
 
 from msroute.errors import JournalError
 
-__all__ = ["INSERT_EVENT", "MAGIC", "Row", "Tail", "fold_leftover", "read_tail", "tail_path"]
+__all__ = [
+    "INSERT_EVENT",
+    "MAGIC",
+    "Row",
+    "Tail",
+    "fold_leftover",
+    "header",
+    "read_tail",
+    "tail_path",
+]
 
 #: The first bytes of a tail file (its format's version is the last byte).
-MAGIC = b"msroute-tail\x00\x01"
+MAGIC = b"msroute-tail\x00\x02"
 
 #: One ``events`` row, in the column order of the journal's INSERT: seq, kind, ref, time,
 #: payload (JSON text), probs (raw bytes or None), probs_seq (or None).
@@ -49,6 +61,7 @@ INSERT_EVENT = (
 
 _log = logging.getLogger("msroute.router")
 
+_ID = struct.Struct("<H")
 _FRAME = struct.Struct("<II")
 _ROW = struct.Struct("<qdqiiii")
 
@@ -56,6 +69,12 @@ _ROW = struct.Struct("<qdqiiii")
 def tail_path(journal: Path) -> Path:
     """The tail file of the journal at ``journal``."""
     return journal.with_name(journal.name + "-tail")
+
+
+def header(run_id: str) -> bytes:
+    """The first bytes of the tail of the journal whose run id is ``run_id``."""
+    ident = run_id.encode()
+    return b"".join((MAGIC, _ID.pack(len(ident)), ident))
 
 
 def _frame(rows: Sequence[Row]) -> bytes:
@@ -116,47 +135,69 @@ def _rows(body: bytes, where: str) -> list[Row]:
     return rows
 
 
-def read_tail(path: Path) -> tuple[list[Row], int]:
-    """The rows of a tail file, and how many bytes at its end were cut short (an unfinished
-    write: ignored). JournalError when it is not a tail, or its events are out of order."""
+def read_tail(path: Path) -> tuple[str | None, list[Row], int]:
+    """The run id a tail file names (None if the process died while creating it), its rows,
+    and how many bytes at its end were cut short (an unfinished write: ignored). JournalError
+    when it is not a tail, is damaged before its end, or its events are out of order."""
     data = path.read_bytes()
-    if len(data) < len(MAGIC):
-        if MAGIC.startswith(data):  # the process died while creating it
-            return [], len(data)
-        raise JournalError(f"{path}: not a journal tail (remove it if it is not one)")
+    not_a_tail = f"{path}: not a journal tail (remove it if it is not one)"
+    fixed = len(MAGIC) + _ID.size
     if not data.startswith(MAGIC):
-        raise JournalError(f"{path}: not a journal tail (remove it if it is not one)")
+        if len(data) < len(MAGIC) and MAGIC.startswith(data):  # died while creating it
+            return None, [], len(data)
+        raise JournalError(not_a_tail)
+    pos = fixed + (_ID.unpack_from(data, len(MAGIC))[0] if len(data) >= fixed else 0)
+    if len(data) < max(pos, fixed):
+        return None, [], len(data)  # died while writing its header
+    try:
+        run_id = data[fixed:pos].decode()
+    except UnicodeDecodeError:
+        raise JournalError(not_a_tail) from None
     rows: list[Row] = []
-    pos = len(MAGIC)
     while pos + _FRAME.size <= len(data):
         length, crc = _FRAME.unpack_from(data, pos)
-        body = data[pos + _FRAME.size : pos + _FRAME.size + length]
-        if len(body) < length or zlib.crc32(body) != crc:
+        end = pos + _FRAME.size + length
+        body = data[pos + _FRAME.size : end]
+        if len(body) < length:
+            break
+        if zlib.crc32(body) != crc:
+            if end < len(data):
+                raise JournalError(
+                    f"{path}: the frame at byte {pos} of the journal's tail fails its checksum "
+                    f"and {len(data) - end} bytes follow it: the tail is damaged (move it away "
+                    "to open the journal without it)"
+                )
             break
         rows.extend(_rows(body, str(path)))
-        pos += _FRAME.size + length
+        pos = end
     for before, after in itertools.pairwise(rows):
         if after[0] != before[0] + 1:
             raise JournalError(
                 f"{path}: the journal's tail holds event {after[0]} after event {before[0]}"
             )
-    return rows, len(data) - pos
+    return run_id, rows, len(data) - pos
 
 
-def fold_leftover(db: sqlite3.Connection, path: Path, last: int, create: bool) -> int:
+def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, create: bool) -> int:
     """Fold the tail at ``path`` that a router left (it stopped without closing) into the
-    journal open on ``db``, whose last event is ``last``: the tail's events after it, in one
-    transaction committed at ``synchronous = FULL``; then remove the tail. Returns the last
-    event now. Its events must continue the journal's, and those the journal already holds
-    (folded just before the router stopped) must be the same, else JournalError (and both
-    files are left as they are); so must a tail in the way of a new journal (``create``)."""
+    journal open on ``db``, whose last event is ``last`` and whose run id is ``run_id``: the
+    tail's events after it, in one transaction committed at ``synchronous = FULL``; then remove
+    the tail. Returns the last event now. The tail must name this journal, its events must
+    continue the journal's, and those the journal already holds (folded just before the router
+    stopped) must be the same, else JournalError (and both files are left as they are); so
+    must a tail in the way of a new journal (``create``)."""
     if not path.exists():
         return last
     if create:
         raise JournalError(
             f"{path}: the tail of an earlier journal is in the way; remove it or choose a new file"
         )
-    rows, torn = read_tail(path)
+    owner, rows, torn = read_tail(path)
+    if owner is not None and owner != run_id:
+        raise JournalError(
+            f"{path}: the tail of another journal (run {owner}; this journal's run is "
+            f"{run_id}): move it away to open the journal without it"
+        )
     new = [r for r in rows if r[0] > last]
     if new and new[0][0] != last + 1:
         raise JournalError(
@@ -197,11 +238,13 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, create: bool) -
 
 
 class Tail:
-    """The tail file of one open journal, appended to by its owner only (the SQLite file's
-    exclusive lock is held first). Created at its first frame."""
+    """The tail file of one open journal (``run_id``: its run id, named in the header),
+    appended to by its owner only (the SQLite file's exclusive lock is held first). Created at
+    its first frame."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_id: str) -> None:
         self.path = path
+        self._header = header(run_id)
         self._fd: int | None = None
         self._size = 0
         self._torn = False  # a failed write could not be cut back: refuse to append after it
@@ -209,7 +252,7 @@ class Tail:
     @property
     def holds_rows(self) -> bool:
         """Whether frames were appended since the file was created or last emptied."""
-        return self._size > len(MAGIC)
+        return self._size > len(self._header)
 
     def append(self, rows: Sequence[Row]) -> None:
         """Append one frame: once this returns, the rows survive the process. On failure
@@ -236,10 +279,10 @@ class Tail:
         journal skips rows it already holds when it reads a tail."""
         if self._fd is not None and self.holds_rows:
             try:
-                os.ftruncate(self._fd, len(MAGIC))
+                os.ftruncate(self._fd, len(self._header))
             except OSError:
                 return
-            self._size = len(MAGIC)
+            self._size = len(self._header)
 
     def close(self, *, remove: bool) -> None:
         """Close the file; with ``remove``, delete it too (its rows are in SQLite)."""
@@ -252,13 +295,13 @@ class Tail:
     def _create(self) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         try:
-            if os.write(fd, MAGIC) != len(MAGIC):
+            if os.write(fd, self._header) != len(self._header):
                 raise OSError(errno.ENOSPC, f"{self.path}: short write")
         except OSError:
             os.close(fd)
             self.path.unlink(missing_ok=True)
             raise
-        self._fd, self._size = fd, len(MAGIC)
+        self._fd, self._size = fd, len(self._header)
 
     def _cut(self) -> bool:
         """Cut the file back to its last whole frame; whether that worked (if not, nothing is

@@ -9,8 +9,7 @@ values: numpy arrays, ``numpy.random.Generator`` (its ``bit_generator.state``), 
 rebuilt by its constructor from the saved problems and keyword arguments, which the constructor
 validates again.
 
-Loading never executes code: the archive is read with ``allow_pickle=False`` and the manifest
-is JSON. Each state entry is checked against the freshly built policy (same entries, same kind,
+Each state entry is checked against the freshly built policy (same entries, same kind,
 dtype and shape) before it replaces the fresh value. A class may declare, in ``_variable_attrs``,
 state arrays whose length grows with what the policy has seen (OMD's sparse reward-model fit
 keeps one entry per pair of experts routed together): their first axis may have any length,

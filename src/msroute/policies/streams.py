@@ -52,7 +52,7 @@ class BufferedStream:
         Buffer size per run.
     """
 
-    #: The state to save and restore (see ``msroute.policies.persist``).
+    #: The state to save and restore (see ``msroute.policies.state_walk``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("generators", "buffer", "pos")
 
     def validate_state(self, prefix: str) -> None:
@@ -174,7 +174,7 @@ class RunStreams:
     True
     """
 
-    #: The state to save and restore (see ``msroute.policies.persist``).
+    #: The state to save and restore (see ``msroute.policies.state_walk``).
     _state_attrs: ClassVar[tuple[str, ...]] = ("uniforms", "gamma_state")
 
     def validate_state(self, prefix: str) -> None:

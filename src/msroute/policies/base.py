@@ -168,12 +168,12 @@ class BasePolicy:
 
     Notes
     -----
-    Persistence (``msroute.policies.persist``; the declared state: ``msroute.policies.
-    state_walk``): the keyword arguments of the constructor are recorded once, in ``__new__``,
-    so that a saved policy can be rebuilt; what changes while the policy learns is declared by
-    ``_state_attrs`` on each class (attributes holding arrays, plain scalars, the random stream
-    or a stateful component that declares its own). A class declares only the attributes it
-    adds; the declarations of its bases are collected along the MRO.
+    Persistence: the keyword arguments of the constructor are recorded once, in ``__new__``,
+    so that a saved policy can be rebuilt (``msroute.policies.persist``); what changes while
+    the policy learns is declared by ``_state_attrs`` on each class (attributes holding arrays,
+    plain scalars, the random stream or a stateful component that declares its own). A class
+    declares only the attributes it adds; the declarations of its bases are collected along the
+    MRO (``msroute.policies.state_walk``).
     """
 
     name: ClassVar[str] = "base"

@@ -207,6 +207,7 @@ def test_a_decision_and_its_feedback() -> None:
         (0.5, {"usd": -1.0}, r"cost\.usd: costs must be >= 0"),
         (0.5, [0.1], "cost: needs 2 values"),
         (0.5, {"usd": math.inf}, r"cost\.usd: must be finite"),
+        (2e6, None, r"\[0, 1e\+06\] \(reward_max unset: the most the policy learns from\)"),
     ],
 )
 def test_bad_feedback_changes_nothing(reward: Any, cost: Any, match: str) -> None:
@@ -217,6 +218,33 @@ def test_bad_feedback_changes_nothing(reward: Any, cost: Any, match: str) -> Non
         router.feedback(d.decision_id, reward, cost)
     assert router.state() == before
     assert router.feedback(d.decision_id, 0.5) == "applied"
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"reward_min": -1.0}, r"\[-1, 1e\+06\] is outside the rewards policy 'omd' learns"),
+        ({"reward_max": 2e6}, r"\[0, 2e\+06\] is outside"),
+        ({"on_missing": 2e6}, "on_missing: the default reward 2e[+]06 is above 1e[+]06"),
+    ],
+)
+def test_rewards_the_policy_cannot_learn_from_are_refused_by_the_config(
+    tmp_path: Path, change: dict[str, Any], match: str
+) -> None:
+    """The configured reward range lies in the policy's ``reward_range``, which a replay
+    checks every reward against: so every feedback the router takes replays (at construction,
+    and at a change of the settings, which changes nothing when refused)."""
+    with pytest.raises(RouterConfigError, match=match):
+        Router({**CONFIG, **change})
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    d = router.route()
+    router.feedback(d.decision_id, 1e6)  # the most the policy learns from
+    before = router.state()
+    with pytest.raises(RouterConfigError, match=match):
+        router.reconfigure({**CONFIG, **change})
+    assert router.state() == before
+    router.close()
+    Router.open(tmp_path / "j.db", use_snapshot=False).close()  # and it replays
 
 
 def test_reported_cost_replaces_the_realized_one() -> None:

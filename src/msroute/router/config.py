@@ -13,7 +13,8 @@ Format (the same one ``msroute serve`` reads):
     feedback_ttl_s = 600           # after it a decision expires
     on_missing = "drop"            # or a number: the default reward of an expired decision
     reward_min = 0.0               # feedback rewards outside [reward_min, reward_max] are refused
-    reward_max = 3.0               # optional
+    reward_max = 3.0               # optional (unset: the policy's most, 1e6); the range must lie
+                                   # in the policy's reward_range, [0, 1e6] for the built-in ones
     horizon = 100000               # T for the hyperparameters that need one (baselines' duals)
     name = "support-queue"         # optional label
     [experts]                      # stable string ids -> cost vector (one value per cost name)

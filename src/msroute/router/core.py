@@ -477,7 +477,7 @@ class Router(Transactional):
         self._check_usable()
         if not isinstance(decision_id, str):
             raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
-        r = check_reward(reward, self.config)
+        r = check_reward(reward, self.config, self._state.policy)
         pending = self._state.pending.get(decision_id)
         closed = None
         if pending is None:

@@ -284,6 +284,7 @@ class RouterState:
         InfeasibleConstraintsError, ResourceError, RouterConfigError
             The experts cannot meet the bounds, or a ``params`` value is invalid.
         """
+        check_reward_range(cfg)
         ids = list(cfg.experts)
         costs = np.array([cfg.experts[e] for e in ids], dtype=np.float64)
         # Every policy takes contexts: the OMD family learns one routing per context (shared
@@ -388,7 +389,9 @@ class RouterState:
 
     def config_with(self, **changes: Any) -> RouterConfig:
         """The current configuration with some keys changed (validated)."""
-        return RouterConfig.from_dict({**self.config.to_dict(), **changes})
+        cfg = RouterConfig.from_dict({**self.config.to_dict(), **changes})
+        check_reward_range(cfg)
+        return cfg
 
     def policy_after(self, event: Change) -> BasePolicy:
         """The policy after an expert or bounds change, carrying what the current one learned
@@ -450,6 +453,25 @@ def policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
         kwargs["n_contexts"] = max(1, len(cfg.contexts or ()))
     kwargs.update(cfg.params)
     return kwargs
+
+
+def check_reward_range(cfg: RouterConfig) -> None:
+    """Refuse (RouterConfigError) rewards the policy cannot learn from: ``[reward_min,
+    reward_max]`` (an unset ``reward_max``: the policy's upper end) and a numeric
+    ``on_missing`` must lie in the policy's ``reward_range``, against which a replay checks
+    every reward; so a feedback the router accepts always replays."""
+    low, high = get_policy_class(cfg.policy).reward_range
+    top = high if cfg.reward_max is None else cfg.reward_max
+    if not (low <= cfg.reward_min and top <= high):
+        raise RouterConfigError(
+            f"reward_min, reward_max: [{cfg.reward_min:g}, {top:g}] is outside the rewards "
+            f"policy {cfg.policy!r} learns from, [{low:g}, {high:g}] (its reward_range)"
+        )
+    if cfg.on_missing != "drop" and cfg.on_missing > top:
+        raise RouterConfigError(
+            f"on_missing: the default reward {cfg.on_missing:g} is above {top:g}, the most "
+            f"policy {cfg.policy!r} learns from"
+        )
 
 
 def legacy_policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:

@@ -676,6 +676,42 @@ def test_group_commits_once_and_refused_calls_write_nothing(tmp_path: Path) -> N
         router.route()
 
 
+@pytest.mark.parametrize("where", ["memory", "full", "normal"])
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_a_group_an_exception_leaves_is_rolled_back(
+    tmp_path: Path, where: str, error: type[BaseException]
+) -> None:
+    """An error the caller's code raises inside ``group()`` (or an interrupt) leaves the block
+    rolled back: none of its calls happened, in memory or in the journal, and the router
+    routes on as a twin that never saw them."""
+    path = None if where == "memory" else tmp_path / "j.db"
+    router = Router(cfg(journal_sync="full" if where == "memory" else where), journal=path)
+    twin = Router(CONFIG)
+    for r in (router, twin):
+        r.feedback(r.route(decision_id="a").decision_id, 0.5)
+    before = router.state()
+    with pytest.raises(error), router.group():
+        router.route(decision_id="b")
+        router.feedback("b", 0.25)
+        router.route(decision_id="c")
+        raise error("the caller's own")
+    assert router.state() == before
+    with pytest.raises(UnknownDecisionError):
+        router.feedback("b", 0.25)
+    for r in (router, twin):
+        r.feedback(r.route(decision_id="c").decision_id, 1.0)  # "c" is a new decision
+    if path is not None:
+        router.close()
+        router = Router.open(path)
+    for i in range(3):
+        a, b = router.route(decision_id=f"d{i}"), twin.route(decision_id=f"d{i}")
+        assert {**a.to_dict(), "deadline": 0} == {**b.to_dict(), "deadline": 0}
+    assert {k: v for k, v in router.state().items() if k != "seq"} == {
+        k: v for k, v in twin.state().items() if k != "seq"
+    }
+    router.close()
+
+
 def test_a_refused_transaction_changes_nothing(tmp_path: Path) -> None:
     router = Router(CONFIG, journal=tmp_path / "j.db")
     real = router._journal._db  # type: ignore[union-attr]

@@ -651,15 +651,28 @@ class MemoryJournal(_EventLog):
         self._events: list[Event] = []
         self._by_ref: dict[str, list[int]] = {}
         self._meta: dict[str, str] = {}
+        self._txn_from = 0
 
     def begin(self) -> None:
-        """Nothing to do."""
+        """Mark where the transaction's events start."""
+        self._txn_from = len(self._events)
 
     def commit(self) -> None:
         """Nothing to do."""
 
     def rollback(self) -> None:
-        """Nothing to do (a memory journal never fails to write)."""
+        """Drop the open transaction's events (a memory journal never fails to write: this
+        undoes a call or group that an exception left)."""
+        for event in self._events[self._txn_from :]:
+            ref = event[2]
+            if ref is not None:
+                seqs = self._by_ref[ref]
+                seqs.pop()
+                if not seqs:
+                    del self._by_ref[ref]
+        del self._events[self._txn_from :]
+        self.last_seq = len(self._events)
+        self._shared.clear()
 
     def set_sync(self, sync: str) -> None:
         """Nothing to do."""

@@ -42,11 +42,15 @@ class _Write:
             router._begin()
             self.owns = True
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: object
+    ) -> None:
         if self.owns:
-            self.router._finish(raising=kind is None)  # never hides the call's own error
-            if kind is None:
+            if error is None:
+                self.router._finish()
                 self.router._maybe_snapshot()
+            else:
+                self.router._abandon(error)  # never hides the call's own error
 
 
 class Transactional:
@@ -170,6 +174,17 @@ class Transactional:
         if raising:
             raise error
 
+    def _abandon(self, error: BaseException) -> None:
+        """Roll back the open transaction that ``error`` leaves (a call's own error, an
+        interrupt, the caller's code inside a group): nothing of it is committed, and memory is
+        rebuilt from the committed events unless nothing can have changed (a validation error
+        of the router's before any write). After a failed write, as ``_finish``."""
+        if self._txn_error is not None:
+            self._finish(raising=False)
+            return
+        wrote = self._journal.last_seq != self._txn_start
+        self._roll_back(reload=wrote or not isinstance(error, MSRouteError))
+
     def _roll_back(self, reload: bool) -> None:
         self._journal.rollback()
         if reload:
@@ -262,21 +277,23 @@ class Transactional:
         acknowledged. If that COMMIT fails, or a write inside the block failed (later calls
         of the block then raise ``JournalError``), the whole block is rolled back, in the
         journal and in memory, and the block raises ``JournalError``: none of its calls
-        may be acknowledged.
+        may be acknowledged. So is a block that an exception leaves (an error not caught
+        inside it, an interrupt): it is rolled back and the exception goes on.
         """
         self._check_usable()
         if self._depth == 0:
             self._begin()
         self._depth += 1
-        ok = False
         try:
             yield self
-            ok = True
-        finally:
+        except BaseException as error:
             self._depth -= 1
             if self._depth == 0:
-                self._finish(raising=ok)
+                self._abandon(error)
+            raise
+        self._depth -= 1
         if self._depth == 0:
+            self._finish()
             self._maybe_snapshot()
 
     def _append(

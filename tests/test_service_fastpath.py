@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import math
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -276,12 +278,32 @@ def _nested(depth: int, inner: bytes = b"1") -> bytes:
         (b'{"context": "\\"' + b"[" * 1000 + b'"}', False),  # after an escaped quote
         (b"[" + b"[]," * 5000 + b"[]]", False),  # many brackets, shallow
         (b"[" * 30_000, True),  # unbalanced
+        (b'"' + b"[" * 40, False),  # an unterminated string holds the rest
+        (b"[" * 40 + b'"\\', True),  # ... even when it ends in a lone backslash
+        (b'["\\\n' + b"[" * 40 + b'"]', False),  # a backslash before a newline (not JSON)
     ],
 )
 def test_json_depth_is_read_without_parsing(raw: bytes, deep: bool) -> None:
     assert json_too_deep(raw) is deep
     if not deep and raw.count(b"[") == raw.count(b"]"):
         json.loads(raw)  # the bound is below what the parser can take
+
+
+def test_the_depth_scan_ends_on_hostile_bodies() -> None:
+    """Bodies built to make a string pattern backtrack (an unterminated string after enough
+    brackets to be scanned, runs of escaped quotes) are scanned in one pass: with the pattern
+    this replaced, the first took hours (its time doubled with each byte), so the child
+    running them would not end within the timeout."""
+    code = (
+        "from msroute.service.fastpath import json_too_deep\n"
+        "bodies = [b'\"' + b'[' * 40, b'[' * 33 + b'\"' + b'\\\\\"' * 30_000,"
+        " b'[' * 33 + b'\"a' * 30_000]\n"
+        "print([json_too_deep(b) for b in bodies])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["[False,", "True,", "True]"]
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,10 @@ _ID = re.compile(ID_PATTERN)
 
 #: The deepest nesting of arrays and objects accepted in a request body.
 MAX_JSON_DEPTH = 32
-#: A JSON string (skipped whole) or a bracket.
-_TOKENS = re.compile(rb'"(?:[^"\\]+|\\.)*"|[\[\]{}]')
+#: A JSON string (skipped whole) or a bracket. The string's pattern matches each byte one way
+#: only and always succeeds (an unterminated string runs to the end of the body, a body the
+#: parser refuses anyway), so the scan is linear in the body: no backtracking, no rescans.
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 

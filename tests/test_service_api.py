@@ -382,7 +382,11 @@ def test_bounds_change_at_runtime(api: tuple[ServerProcess, httpx.Client]) -> No
         assert named in problem(client.patch(url, json=body), status)["detail"], body
     assert state(client) == before
     assert client.patch(url, json={"upper": {"usd": None}}).json()["upper"] == {}
+    assert 'side="upper"' not in client.get("/metrics").text  # a removed bound leaves the gauge
     assert client.patch(url, json={"upper": {"usd": ROUTER["constraints"]["upper"]["usd"]}})
+    assert 'msroute_cost_bound{cost="usd",router="llm",side="upper"} 0.02' in (
+        client.get("/metrics").text
+    )
     assert state(client)["bounds"]["upper"] == ROUTER["constraints"]["upper"]
 
 

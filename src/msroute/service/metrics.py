@@ -95,6 +95,7 @@ class ServiceMetrics:
             "Router calls applied by this process (calls / groups = mean group size).",
         )
         self._hot: dict[str, RouterCounters] = {}
+        self._bounds: dict[str, set[tuple[str, str]]] = {}  # the bound labels set, by router
 
     def _family(
         self,
@@ -126,10 +127,17 @@ class ServiceMetrics:
         self.policy_version.labels(router).set(state["policy_version"])
         for cost, value in state["avg_cost"].items():
             self.avg_cost.labels(router, cost).set(value)
-        for side in ("upper", "lower"):
-            for cost, value in (state["bounds"].get(side) or {}).items():
-                if value is not None:
-                    self.bound.labels(router, cost, side).set(value)
+        bounds = {
+            (cost, side): value
+            for side in ("upper", "lower")
+            for cost, value in (state["bounds"].get(side) or {}).items()
+            if value is not None
+        }
+        for cost, side in self._bounds.get(router, set()) - bounds.keys():  # bounds removed
+            self.bound.remove(router, cost, side)
+        for (cost, side), value in bounds.items():
+            self.bound.labels(router, cost, side).set(value)
+        self._bounds[router] = set(bounds)
         self.commit_groups.labels(router).set(groups)
         self.commit_calls.labels(router).set(calls)
 

@@ -445,11 +445,18 @@ def test_a_retried_decision_id_returns_its_decision_and_another_request_is_409(
 def test_non_json_body_is_refused(api: tuple[ServerProcess, httpx.Client]) -> None:
     _, client = api
     before = state(client)
-    resp = client.post(
-        "/v1/routers/llm/decisions", content=b"{}", headers={"Content-Type": "text/plain"}
-    )
-    assert "Content-Type" in problem(resp, 415)["detail"]
+    for kind in ("text/plain", "text/json", "application/x-json", "application/jsonx"):
+        resp = client.post(
+            "/v1/routers/llm/decisions", content=b"{}", headers={"Content-Type": kind}
+        )
+        assert "Content-Type" in problem(resp, 415)["detail"], kind
     assert state(client) == before
+    resp = client.post(  # JSON by FastAPI's rule: application/<anything>+json
+        "/v1/routers/llm/decisions",
+        content=json.dumps(CTX).encode(),
+        headers={"Content-Type": "application/x+json"},
+    )
+    assert resp.status_code == 201, resp.text
 
 
 def test_chunked_body_over_the_limit_is_413(api: tuple[ServerProcess, httpx.Client]) -> None:

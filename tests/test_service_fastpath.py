@@ -170,7 +170,13 @@ HANDED_ON: list[tuple[str, str, bytes, dict[str, str], int]] = [
     ("wrong token", DECISIONS, b"{}", {"authorization": "Bearer nope"}, 1),
     ("not JSON content", DECISIONS, b"{}", {"content-type": "text/plain"}, 1),
     ("deep, not JSON content", DECISIONS, b"[" * 100, {"content-type": "text/plain"}, 1),
-    ("deep, no content type", "/v1/routers/{name}/experts", b"[" * 100, {"content-type": ""}, 1),
+    (
+        "deep, a form",
+        DECISIONS,
+        b"[" * 100,
+        {"content-type": "application/x-www-form-urlencoded"},
+        1,
+    ),
     ("chunked", DECISIONS, b'{"context": "tech"}', {}, 3),
     ("unknown router", "/v1/routers/nope/decisions", b"{}", {}, 1),
     ("bad decision id", "/v1/routers/llm/decisions/a%20b/feedback", b'{"reward": 1}', {}, 1),
@@ -317,6 +323,10 @@ def test_deeply_nested_bodies_are_400_before_any_parser(tmp_path: Path, path: st
         assert status == 400 and f"deeper than {MAX_JSON_DEPTH}" in problem["detail"]
         status, problem, _ = await request(app, target, raw, chunks=4)
         assert status == 400
+        for kind in ("", "application/vnd.api+json", "Application/JSON; charset=utf-8"):
+            # No type (FastAPI before strict_content_type parses such a body), or a JSON one.
+            status, problem, _ = await request(app, target, raw, headers={"content-type": kind})
+            assert status == 400, kind
         assert inner.seen == []  # FastAPI never saw them
 
     run(tmp_path, body)

@@ -40,7 +40,12 @@ from msroute.errors import MSRouteError
 from msroute.service.auth import BearerToken
 from msroute.service.metrics import FEEDBACK_STATUSES
 from msroute.service.models import ID_PATTERN, DecisionRequest, FeedbackRequest
-from msroute.service.problems import internal_problem, msroute_problem, problem_response
+from msroute.service.problems import (
+    internal_problem,
+    json_content,
+    msroute_problem,
+    problem_response,
+)
 from msroute.service.routers import ServedRouters
 
 __all__ = ["DECISIONS", "FEEDBACK", "MAX_JSON_DEPTH", "FastPath", "json_too_deep"]
@@ -265,11 +270,12 @@ class FastPath:
 
 
 def _declares_json(scope: Scope) -> bool:
-    """Whether the request says its body is JSON (FastAPI parses no other body as JSON)."""
+    """Whether FastAPI may parse the request's body as JSON: its type declares JSON
+    (``json_content``), or it has none (FastAPI before ``strict_content_type`` parses it)."""
     for key, value in scope["headers"]:
         if key == b"content-type":
-            return b"json" in value.lower()
-    return False
+            return not value or json_content(value.decode("latin-1"))
+    return True
 
 
 async def _too_deep(scope: Scope, receive: Receive, send: Send) -> None:

@@ -32,11 +32,21 @@ __all__ = [
     "STATUS_OF",
     "install_problem_handlers",
     "internal_problem",
+    "json_content",
     "msroute_problem",
     "problem_response",
 ]
 
 PROBLEM_JSON = "application/problem+json"
+
+
+def json_content(content_type: str) -> bool:
+    """Whether a request's ``Content-Type`` declares JSON, by FastAPI's rule:
+    ``application/json`` or ``application/<anything>+json`` (parameters ignored)."""
+    main, _, sub = content_type.partition(";")[0].strip().lower().partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
 _log = logging.getLogger("msroute.service")
 
 #: msroute error class -> HTTP status, most specific first (only msroute's own errors are
@@ -112,8 +122,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     ]
     if any(e["type"] == "json_invalid" for e in entries):
         return problem_response(400, "body: not valid JSON", errors=entries)
-    content_type = request.headers.get("content-type", "")
-    if entries and entries[0]["loc"] == ["body"] and "json" not in content_type:
+    if (
+        entries
+        and entries[0]["loc"] == ["body"]
+        and not json_content(request.headers.get("content-type", ""))
+    ):
         return problem_response(
             415, "body: send a JSON object with the header 'Content-Type: application/json'"
         )

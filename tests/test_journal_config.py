@@ -202,6 +202,26 @@ def test_a_config_a_running_router_cannot_take_is_refused_naming_each_key(
     Router.open(path).close()  # and the journal was closed again
 
 
+def test_an_expert_removed_at_runtime_but_still_configured_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """A restart with a configuration that still lists an expert removed at runtime (ids are
+    never reused) is refused, naming it and what to do; without it the journal opens."""
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    gone = next(iter(CONFIG["experts"]))
+    router.remove_expert(gone)
+    router.close()
+    before = kinds(path)
+    with pytest.raises(RouterConfigError, match=f"experts.{gone} .*drop it from the config"):
+        Router.open(path, config=CONFIG)
+    assert kinds(path) == before
+    kept = cfg()
+    del kept["experts"][gone]
+    Router.open(path, config=kept).close()
+    assert kinds(path) == before  # nothing to change
+
+
 def test_an_infeasible_config_change_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     router = Router(CONFIG, journal=path)

@@ -58,7 +58,10 @@ def config_changes(
             was = state.cost_rows[state.col[eid]]
             refused.append(f"experts.{eid} (cost {was} -> {list(vec)}: use a new id)")
         elif eid in state.retired:
-            refused.append(f"experts.{eid} (removed earlier; ids are never reused)")
+            refused.append(
+                f"experts.{eid} (removed earlier; ids are never reused: drop it from the "
+                "configuration)"
+            )
     if refused:
         raise RouterConfigError(
             f"{label}: the configuration differs from the journal's in "

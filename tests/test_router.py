@@ -247,6 +247,26 @@ def test_rewards_the_policy_cannot_learn_from_are_refused_by_the_config(
     Router.open(tmp_path / "j.db", use_snapshot=False).close()  # and it replays
 
 
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda r: r.route(context=["billing"]), "context: unknown context"),
+        (lambda r: r.expire("x"), "now: must be a number of seconds, got 'x'"),
+        (lambda r: r.expire(math.nan), "now: must be finite, got nan"),
+        (lambda r: r.decisions_since("x"), "seq: must be an integer >= 0, got 'x'"),
+        (lambda r: r.decisions_since(0, -1), "limit: must be an integer >= 0, got -1"),
+        (lambda r: r.export_rows(1.5), "seq: must be an integer >= 0, got 1.5"),
+    ],
+)
+def test_bad_arguments_are_named_and_change_nothing(call: Any, match: str) -> None:
+    router = Router(cfg(contexts=["billing", "tech"]))
+    router.route(context="tech")
+    before = router.state()
+    with pytest.raises(InvalidFeedbackError, match=re.escape(match)):
+        call(router)
+    assert router.state() == before
+
+
 def test_reported_cost_replaces_the_realized_one() -> None:
     router = Router(CONFIG)
     d = router.route()

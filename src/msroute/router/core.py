@@ -48,6 +48,8 @@ from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.inputs import (
     check_client_id,
     check_cost,
+    check_count,
+    check_now,
     check_repeat,
     check_reward,
     closed_status,
@@ -510,8 +512,9 @@ class Router(Transactional):
         Each expired decision's missing reward is dropped, or learned as the configured
         ``on_missing`` default reward. Returns how many expired.
         """
+        t = time.time() if now is None else check_now(now)
         with self._write():
-            return self._expire_due(time.time() if now is None else float(now))
+            return self._expire_due(t)
 
     def _expire_due(self, now: float) -> int:
         default = self.config.on_missing
@@ -640,13 +643,17 @@ class Router(Transactional):
     def decisions_since(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """The journal events after ``seq`` (at most ``limit``), as JSON-ready dicts
         (``msroute.router.reports.event_dicts``)."""
-        return reports.event_dicts(self._journal, int(seq), int(limit))
+        return reports.event_dicts(
+            self._journal, check_count(seq, "seq"), check_count(limit, "limit")
+        )
 
     def export_rows(self, seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """The journal events after ``seq`` (at most ``limit``) as export rows: the HTTP API's
         names and shapes (``decision_id``, ``propensities`` by expert, ``cost`` by name; see
         ``msroute.router.rows`` and its JSON Schema), as ``GET .../decisions`` serves them."""
-        return reports.export_rows(self._journal, self._state, int(seq), int(limit))
+        return reports.export_rows(
+            self._journal, self._state, check_count(seq, "seq"), check_count(limit, "limit")
+        )
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:

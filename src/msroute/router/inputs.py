@@ -28,6 +28,8 @@ from msroute.router.journal import Journal, MemoryJournal
 __all__ = [
     "check_client_id",
     "check_cost",
+    "check_count",
+    "check_now",
     "check_repeat",
     "check_reward",
     "closed_status",
@@ -46,6 +48,23 @@ def check_client_id(did: str, run_id: str) -> None:
             f"decision_id: {did!r} has the form of the ids this router generates "
             f"({prefix}<n>); choose an id without the prefix {prefix!r}"
         )
+
+
+def check_now(now: object) -> float:
+    """A clock reading (``expire(now)``) as a float: a real, finite number of seconds."""
+    if isinstance(now, bool) or not isinstance(now, int | float | np.integer | np.floating):
+        raise InvalidFeedbackError(f"now: must be a number of seconds, got {now!r:.80}")
+    t = float(now)
+    if not math.isfinite(t):
+        raise InvalidFeedbackError(f"now: must be finite, got {now!r}")
+    return t
+
+
+def check_count(value: object, name: str) -> int:
+    """A journal position or a row count (``decisions_since``): an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise InvalidFeedbackError(f"{name}: must be an integer >= 0, got {value!r:.80}")
+    return int(value)
 
 
 def check_reward(reward: object, cfg: RouterConfig, policy: BasePolicy) -> float:

@@ -311,7 +311,7 @@ class RouterState:
             if context is not None:
                 raise InvalidFeedbackError(f"context: this router has no contexts, got {context!r}")
             return None
-        if context not in self.contexts:
+        if not isinstance(context, str) or context not in self.contexts:
             raise InvalidFeedbackError(
                 f"context: unknown context {context!r}; known: {list(self.contexts)}"
             )

@@ -5,12 +5,16 @@
 - A rolled-back transaction forgets the distributions it stored for sharing.
 - ``journal_sync`` reaches SQLite as the setting it names (read back with PRAGMA synchronous).
 - A bit flip that sets a policy file's zip "encrypted" flag is a PolicyFileError.
+- A snapshot changed with its checksum recomputed (or holding another journal's policy) is
+  checked like constructor arguments and skipped; a replay checks costs and rewards against
+  the recorded configuration.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sqlite3
 import types
 import zipfile
@@ -20,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msroute.errors import PolicyFileError
+from msroute.errors import JournalError, PolicyFileError
 from msroute.policies.persist import load_policy, policy_bytes
 from msroute.router import Router
 from msroute.router import core as router_core
@@ -165,6 +169,123 @@ def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
     assert reopened._snap_seq == seqs[0]  # the one before it, then the events after it
     assert reopened.state() == state
     reopened.close()
+
+
+def _forged(st: dict[str, Any], change: str) -> None:
+    """Change one thing of a snapshot's router state (its checksum is recomputed after)."""
+    if change == "counters":
+        st["counters"]["applied"] += 1
+    elif change == "negative n":
+        st["counters"]["n"] = -5
+    elif change == "cost_sum":
+        st["cost_sum"] = [float("nan")]
+    elif change == "costs":
+        st["costs"][0] = [-1.0]
+    elif change == "ids":
+        st["ids"] = st["ids"][::-1]
+    elif change == "duplicate ids":
+        st["ids"][1] = st["ids"][0]
+    elif change == "seed":
+        st["config"]["seed"] += 1
+    elif change == "policy":
+        st["config"]["policy"] = "greedy"
+    elif change == "bounds":
+        st["config"]["constraints"]["upper"]["usd"] = 5.0
+    elif change == "configured cost":
+        st["config"]["experts"]["a"] = [0.5]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "counters",
+        "negative n",
+        "cost_sum",
+        "costs",
+        "ids",
+        "duplicate ids",
+        "seed",
+        "policy",
+        "bounds",
+        "configured cost",
+        "other policy",
+    ],
+)
+def test_a_snapshot_its_journal_could_not_have_made_is_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, change: str
+) -> None:
+    """A snapshot whose contents were changed and its checksum recomputed (or whose policy is
+    another journal's) is checked like constructor arguments: it is skipped for the one before
+    it, and the state is the one the events give."""
+    from msroute.router.snapshots import _digest
+
+    path, other = tmp_path / "j.db", tmp_path / "other.db"
+    for p, costs in ((path, CONFIG["experts"]), (other, {"a": [0.05], "b": [0.001], "c": [0.02]})):
+        router = Router({**CONFIG, "feedback_ttl_s": 1e6, "experts": costs}, journal=p)
+        for i in range(25):
+            d = router.route(decision_id=f"q{i}")
+            if i % 2:
+                router.feedback(d.decision_id, 0.5)
+        state = router.state()
+        router.close()
+    replayed = Router.open(path, use_snapshot=False)  # the state the events give
+    state = replayed.state()
+    replayed.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        seqs = [s for (s,) in db.execute("SELECT seq FROM snapshots ORDER BY seq")]
+        if change == "other policy":
+            with contextlib.closing(sqlite3.connect(other)) as o:
+                (blob,) = o.execute(
+                    "SELECT policy FROM snapshots WHERE seq = ?", (seqs[1],)
+                ).fetchone()
+            db.execute("UPDATE snapshots SET policy = ? WHERE seq = ?", (blob, seqs[1]))
+        else:
+            (raw,) = db.execute("SELECT router FROM snapshots WHERE seq = ?", (seqs[1],)).fetchone()
+            st = json.loads(raw)
+            _forged(st, change)
+            st["sha256"] = _digest({k: v for k, v in st.items() if k != "sha256"})
+            db.execute("UPDATE snapshots SET router = ? WHERE seq = ?", (json.dumps(st), seqs[1]))
+        db.commit()
+    with caplog.at_level("WARNING", logger="msroute.router"):
+        reopened = Router.open(path)
+    assert "not used" in caplog.text, change
+    assert reopened._snap_seq == seqs[0]
+    assert reopened.state() == state
+    reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ("cost", r"re-derives with cost \[0\.5\], the journal has \[0\.03\]"),
+        (
+            "reward_max",
+            r"reward: 0\.5 is not a finite number in \[reward_min, reward_max\] = \[0, 0\.4\]",
+        ),
+    ],
+)
+def test_a_replay_checks_decisions_and_rewards_against_the_configuration(
+    tmp_path: Path, edit: str, match: str
+) -> None:
+    """A journal whose recorded configuration was edited (an expert's cost, the reward range)
+    no longer re-derives its events: opening it is refused, naming the event."""
+    path = tmp_path / "j.db"
+    router = Router({**CONFIG, "snapshot_every": 1000}, journal=path)
+    for _ in range(4):
+        d = router.route(eligible=["a"])
+        router.feedback(d.decision_id, 0.5)
+    router.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+        cfg = json.loads(raw)
+        if edit == "cost":
+            cfg["experts"]["a"] = [0.5]
+        else:
+            cfg["reward_max"] = 0.4
+        db.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(cfg),))
+        db.commit()
+    with pytest.raises(JournalError, match=match):
+        Router.open(path)
 
 
 def test_the_newest_snapshot_is_used_whatever_closed_the_pending_decisions(

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msroute.errors import JournalError, MSRouteError
+from msroute.errors import InvalidFeedbackError, JournalError, MSRouteError
 from msroute.policies.persist import policy_bytes, policy_from_bytes
+from msroute.policies.registry import get_policy_class
+from msroute.router.changes import FIXED_KEYS
 from msroute.router.config import RouterConfig
-from msroute.router.inputs import decision_cost
+from msroute.router.inputs import check_reward, decision_cost
 from msroute.router.journal import Event as JournalEvent
 from msroute.router.pending import Pending
 from msroute.router.snapshots import SNAPSHOTS_KEPT, check_snapshot_state, snapshot_state
@@ -34,6 +36,7 @@ from msroute.router.state import (
     RouterState,
     SetBounds,
     apply,
+    constraints_of,
 )
 from msroute.router.streams import DecisionStreams
 
@@ -148,7 +151,59 @@ def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> Route
         _pending_from_journal(router, state, int(st["pending_from"]), seq, int(st["pending"]))
     for did, p in state.pending.items():
         state.push_deadline(p.deadline, p.n, did)
+    _check_restored(state, router._base_config, "config" in st)
     return state
+
+
+def _check_restored(state: RouterState, base: RouterConfig, own_config: bool) -> None:
+    """Refuse (JournalError: ``load`` then tries the snapshot before) a restored state that
+    its journal could not have made, as a constructor refuses its arguments: the keys a running
+    router cannot change differ from the journal's, the policy is of another class or holds
+    other experts, costs or bounds than the state, ids repeat, a cost or a counter is out of
+    range, the counters do not add up (each decision is pending, applied or expired), or
+    the current expert layout (and the configuration's experts, if the snapshot holds its
+    configuration: ``own_config``) are not the state's experts."""
+    cfg, policy = state.config, state.policy
+    bad = [
+        f"{key} differs from the journal's"
+        for key in FIXED_KEYS
+        if getattr(cfg, key) != getattr(base, key)
+    ]
+    k, d = len(state.ids), len(cfg.cost_names)
+    if len(set(state.ids)) != k or set(state.ids) & state.retired:
+        bad.append("an expert id repeats, or is also retired")
+    if state.costs.shape != (k, d) or not (
+        np.isfinite(state.costs).all() and (state.costs >= 0).all()
+    ):
+        bad.append(f"the costs are not {k} x {d} finite numbers >= 0")
+    if state.cost_sum.shape != (d,) or not (
+        np.isfinite(state.cost_sum).all() and (state.cost_sum >= 0).all()
+    ):
+        bad.append(f"cost_sum is not {d} finite numbers >= 0")
+    if not state.layouts or state.layouts[-1] != state.ids:
+        bad.append("the current expert layout is not the state's experts")
+    elif own_config and cfg.experts != {
+        e: tuple(row) for e, row in zip(state.ids, state.costs.tolist(), strict=True)
+    }:
+        bad.append("the configuration's experts are not the state's")
+    counters = (state.n, state.applied, state.late, state.expired, state.version)
+    if min(counters) < 0 or state.n != state.applied + state.expired + len(state.pending):
+        bad.append(f"the counters {counters} are negative or do not add up")
+    if type(policy) is not get_policy_class(cfg.policy):
+        bad.append(f"the policy is a {type(policy).__name__}, not {cfg.policy!r}")
+    elif (
+        policy.n_experts != k
+        or policy.m_draws != cfg.m_draws
+        or any(
+            p.costs.shape != state.costs.shape
+            or not np.array_equal(p.costs, state.costs)
+            or p.constraints.to_dict() != constraints_of(cfg).to_dict()
+            for p in policy.problem_batch.problems
+        )
+    ):
+        bad.append("the policy's experts, costs or bounds are not the state's")
+    if bad:
+        raise JournalError(f"the restored state is not one this journal made: {'; '.join(bad)}")
 
 
 def _restore_decision(router: Router, state: RouterState, did: str) -> None:
@@ -221,7 +276,8 @@ def replay(router: Router, event: JournalEvent) -> None:
             pending = state.pending.get(ref)
             realized = pending.cost if pending is not None else decision_cost(router._journal, ref)
             cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
-            fed = Feedback(ref, float(payload["reward"]), cost, realized, payload["status"])
+            reward = check_reward(payload["reward"], state.config, state.policy)  # as live
+            fed = Feedback(ref, reward, cost, realized, payload["status"])
             apply(state, fed, trusted=False)
         elif kind == "expire":
             apply(state, Expire(ref, payload["reward"]), trusted=False)
@@ -231,7 +287,7 @@ def replay(router: Router, event: JournalEvent) -> None:
             apply(state, RemoveExpert(ref, list(payload["expired"])), trusted=False)
         else:
             raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
-    except EventMismatch as exc:
+    except (EventMismatch, InvalidFeedbackError) as exc:
         raise JournalError(f"{label}: event {seq}: {exc}") from exc
 
 
@@ -257,4 +313,10 @@ def _replay_decision(router: Router, event: JournalEvent) -> None:
             f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "
             f"as draws {redone['draws']} but the journal has {payload['draws']}"
             + ("" if redone["draws"] != payload["draws"] else " (propensities differ)")
+        )
+    differs = [k for k in ("team", "cost", "version") if redone[k] != payload[k]]
+    if differs:
+        raise JournalError(
+            f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives with "
+            + ", ".join(f"{k} {redone[k]!r}, the journal has {payload[k]!r}" for k in differs)
         )

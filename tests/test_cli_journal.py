@@ -151,9 +151,11 @@ def test_evaluate_prints_json_without_nan(
 @pytest.mark.parametrize(
     ("candidate", "named"),
     [
-        ({"gpt-9": 1.0}, "no probability to any expert of the journal"),
-        ({"\ud800": 1.0}, "no probability to any expert"),
-        ({"big": 0.0, "nobody": 1.0}, "no probability to any expert"),
+        ({"gpt-9": 1.0}, "['gpt-9'] are not experts of the journal"),
+        ({"\ud800": 1.0}, "are not experts of the journal"),
+        ({"big": 0.0, "nobody": 1.0}, "['nobody'] are not experts"),
+        ({"mid": 0.5, "smal": 0.5}, "['smal'] are not experts"),  # a typo is not ignored
+        ({"big": 0.0}, "no probability to any expert of the journal"),
         ([0.5, 0.5], "must be a JSON object"),
     ],
 )
@@ -169,6 +171,20 @@ def test_evaluate_refuses_a_candidate_that_names_no_expert(
     assert main(["journal", "evaluate", str(journal), "--q", str(q)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_export_never_writes_over_the_journal(
+    tmp_path: Path, journal: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = journal.read_bytes()
+    for out in (journal, tmp_path / "." / journal.name, tmp_path / f"{journal.name}-tail"):
+        assert main(["journal", "export", str(journal), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "is the journal itself" in err and err.count("\n") == 1
+    assert journal.read_bytes() == before
+    rows = tmp_path / "j.db.jsonl"  # a name that starts with the journal's is fine
+    assert main(["journal", "export", str(journal), "--out", str(rows)]) == 0
+    assert rows.read_text() == _export(journal, capsys)
 
 
 def test_replay_of_a_held_journal_says_so(

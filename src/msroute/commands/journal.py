@@ -108,27 +108,47 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from msroute._atomic import atomic_path
+    from msroute.errors import InvalidValueError
+
+    if args.out is not None and _same_file(args.out, args.path):
+        raise InvalidValueError(f"--out {args.out}: is the journal itself; choose another file")
+    rows = _rows(args.path)
+    if args.out is None:
+        _write_rows(rows, args.format, sys.stdout)
+        return 0
+    with atomic_path(args.out) as tmp, tmp.open("w", newline="") as out:
+        _write_rows(rows, args.format, out)
+    return 0
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (the journal's own files included: its tail, its WAL)."""
+    try:
+        if a.exists() and b.exists() and a.samefile(b):
+            return True
+    except OSError:
+        return False
+    target, journal = a.resolve(), b.resolve()
+    own = {journal.name + suffix for suffix in ("", "-wal", "-shm", "-journal", "-tail")}
+    return target.parent == journal.parent and target.name in own
+
+
+def _write_rows(rows: list[dict[str, Any]], form: str, out: TextIO) -> None:
     from msroute.router.rows import flatten_row
 
-    rows = _rows(args.path)
-    out: TextIO = sys.stdout if args.out is None else args.out.open("w", newline="")
-    try:
-        if args.format == "jsonl":
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
-        else:
-            flat = [flatten_row(row) for row in rows]
-            columns = dict.fromkeys(CSV_FIRST)
-            for row in flat:
-                columns.update(dict.fromkeys(row))
-            writer = csv.writer(out)
-            writer.writerow(columns)
-            for row in flat:
-                writer.writerow(_cell(row.get(c)) for c in columns)
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    return 0
+    if form == "jsonl":
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        return
+    flat = [flatten_row(row) for row in rows]
+    columns = dict.fromkeys(CSV_FIRST)
+    for row in flat:
+        columns.update(dict.fromkeys(row))
+    writer = csv.writer(out)
+    writer.writerow(columns)
+    for row in flat:
+        writer.writerow(_cell(row.get(c)) for c in columns)
 
 
 def _cell(value: Any) -> str:
@@ -163,7 +183,13 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"got {type(q).__name__}"
         )
     known = _experts(args.path)
-    named = sorted(str(e) for e, p in q.items() if e in known and p)
+    unknown = sorted(str(e) for e in q if e not in known)
+    if unknown:
+        shown = ", ".join(sorted(known)[:20]) + (", ..." if len(known) > 20 else "")
+        raise InvalidValueError(
+            f"--q {args.q}: {unknown} are not experts of the journal (its experts: {shown})"
+        )
+    named = sorted(str(e) for e, p in q.items() if p)
     if not named:
         shown = ", ".join(sorted(known)[:20]) + (", ..." if len(known) > 20 else "")
         raise InvalidValueError(

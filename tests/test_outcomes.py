@@ -15,6 +15,13 @@ from msroute import Constraints, Problem
 from msroute.datasets import outcomes
 from msroute.datasets.outcomes import OutcomeTable, load_llmrouter, load_outcomes, read_outcomes
 from msroute.errors import DataFormatError, InvalidValueError
+from msroute.experiments.outcomes import (
+    LLMROUTER_BUDGETS,
+    OutcomeBenchConfig,
+    budget_levels,
+    default_budgets,
+    load_table,
+)
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.registry import make_policy
 from msroute.simulate import simulate
@@ -219,6 +226,25 @@ def test_bench_outcomes_cli_writes_the_frontier(tmp_path):
     sidecar = json.loads((out / "bench-mine.json").read_text())
     assert sidecar["table"]["prompts"] == 60 and sidecar["headline"].startswith("at $")
     assert (out / "bench-mine.png").stat().st_size > 0
+
+
+def test_a_users_table_named_like_the_packaged_one_gets_its_own_budgets(tmp_path, monkeypatch):
+    t = small_table(3, p=60)
+    path = tmp_path / "llmrouter.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["prompt_id", "category", *t.models, *(f"{m}|usd" for m in t.models)])
+        for i in range(t.n_prompts):
+            w.writerow(
+                [t.prompt_ids[i], t.categories[t.category[i]], *t.scores[i, 0], *t.costs[i, :, 0]]
+            )
+    monkeypatch.chdir(tmp_path)
+    mine = load_table("llmrouter.csv")
+    assert mine.n_prompts == 60
+    levels = budget_levels(OutcomeBenchConfig(table="llmrouter.csv"), mine, "usd")
+    assert levels == default_budgets(mine, "usd", 2) != LLMROUTER_BUDGETS
+    packaged = budget_levels(OutcomeBenchConfig(), load_llmrouter(), "usd")
+    assert packaged == LLMROUTER_BUDGETS
 
 
 def test_bench_outcomes_cli_refuses_a_bad_file(tmp_path):

@@ -44,6 +44,7 @@ from msroute.scenarios.base import format_budget, parse_budget
 __all__ = [
     "LLMROUTER",
     "OutcomeBenchConfig",
+    "budget_levels",
     "default_budgets",
     "load_table",
     "run_outcome_bench",
@@ -126,16 +127,26 @@ def load_table(name: str) -> OutcomeTable:
     return load_llmrouter() if name == LLMROUTER else load_outcomes(name)
 
 
+def budget_levels(cfg: OutcomeBenchConfig, table: OutcomeTable, cost: str) -> tuple[str, ...]:
+    """The sweep's budgets: the configured ones, else the packaged table's own (known by the
+    table's name, not its file's: a user's file may be called ``llmrouter.csv`` too), else
+    ``default_budgets``."""
+    if cfg.budgets:
+        return cfg.budgets
+    if cfg.table == LLMROUTER:
+        return LLMROUTER_BUDGETS
+    return default_budgets(table, cost, max(cfg.m_draws))
+
+
 def default_budgets(table: OutcomeTable, cost: str, m_max: int = 1) -> tuple[str, ...]:
-    """Three budgets per query from cheap to generous (the packaged table has its own).
+    """Three budgets per query from cheap to generous, for a user's table (the packaged one
+    runs at ``LLMROUTER_BUDGETS``).
 
     The cheapest is 1.25 x what the largest team ``m_max`` needs under eq. (3)'s surrogate box
     with the default floor, ``M ((1 - K gamma) min_i c_i + gamma sum_i c_i)``, ``gamma =
     1/(10K)``; the most generous the larger of twice that and the mean cost of the most
     accurate model; the middle their geometric mean (3 significant digits, rounded up).
     """
-    if table.source == "llmrouter.csv":
-        return LLMROUTER_BUDGETS
     spend = table.mean_costs()[:, table.cost_index(cost)]
     reward = table.scores.sum(axis=1).mean(axis=0)
     k = table.n_experts
@@ -261,7 +272,7 @@ def run_outcome_bench(
     table = load_table(cfg.table)
     cost = cfg.budget_cost or table.cost_names[0]
     j = table.cost_index(cost)
-    levels = cfg.budgets or default_budgets(table, cost, max(cfg.m_draws))
+    levels = budget_levels(cfg, table, cost)
     budgets = [float(parse_budget(v) or 0.0) for v in levels]
     name = LLMROUTER if cfg.table == LLMROUTER else Path(cfg.table).stem
     tasks: list[tuple[Any, ...]] = []

@@ -276,7 +276,22 @@ def test_serve_with_a_binary_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     err = _fails_in_one_line(_serve(tmp_path, bytes(range(256))), capsys)
-    assert "not valid TOML" in err
+    assert "not a TOML text file (byte 0x80 at offset 128 is not UTF-8)" in err
+
+
+@SERVE_CAP
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("m_draws = " + "9" * 5000, "not valid TOML"),  # over Python's limit on integer digits
+        ("\ufeff" + "[service]\nport = 0\n", "port"),  # a BOM is the text's start
+    ],
+)
+def test_serve_config_text_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+) -> None:
+    err = _fails_in_one_line(_serve(tmp_path, text.encode()), capsys)
+    assert named in err and "Invalid statement" not in err
 
 
 @SERVE_CAP

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from msroute._toml import read_toml
 from msroute._validation import quoted
 from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
 from msroute.errors import ConfigError, InvalidTypeError, InvalidValueError
@@ -104,21 +104,7 @@ def load_toml(
     file that cannot be read, is not UTF-8 text, is not valid TOML (the message has the line),
     or has a table not in ``tables`` (when given) raises ``ConfigError``.
     """
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not a TOML text file (byte 0x{raw[exc.start]:02x} at offset {exc.start} "
-            "is not UTF-8)"
-        ) from exc
-    try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer too long
-        raise ConfigError(f"{path}: not valid TOML: {quoted(str(exc), 200)}") from exc
+    data = read_toml(path, ConfigError, "configuration")
     if tables is not None:
         unknown = sorted(k for k, v in data.items() if isinstance(v, dict) and k not in tables)
         if unknown:

@@ -30,12 +30,12 @@ Format (the same one ``msroute serve`` reads):
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from msroute._toml import read_toml
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
@@ -170,12 +170,7 @@ class RouterConfig:
     def from_toml(cls, path: str | Path) -> RouterConfig:
         """Read and validate a TOML file; errors name the file and the key."""
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except OSError as exc:
-            raise RouterConfigError(f"{p}: cannot read the router config: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise RouterConfigError(f"{p}: not valid TOML: {exc}") from exc
+        data = read_toml(p, RouterConfigError, "router config")
         try:
             return cls.from_dict(data)
         except RouterConfigError as exc:

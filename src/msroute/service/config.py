@@ -26,13 +26,13 @@ stops ``msroute serve`` before it binds a port.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from msroute._toml import read_toml
 from msroute.errors import ConfigError, MSRouteError
 from msroute.router import RouterConfig
 
@@ -166,10 +166,7 @@ def load_service_config(path: str | Path, *, data_dir: str | Path = ".") -> Serv
     Errors name the file and the offending key.
     """
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data = read_toml(path, ConfigError, "service config")
     try:
         return ServiceConfig.from_dict(data, data_dir=data_dir)
     except ConfigError as exc:

@@ -100,6 +100,8 @@ BAD = [
     ("prompt_id,a,a|usd\np1,1\n", r"line 2: expected 3 fields"),
     ("prompt_id,a,a|usd,a|s,b,b|usd\np1,1,1,1,1,1\n", r"model 'b' has no 'b\|s' column"),
     ("", r"is empty"),
+    ("prompt_id,a,a|usd\np1,0_1,1\n", r"column 'a': expected a number, got '0_1'"),
+    ("prompt_id,a,a|usd\np1,1,1\n,,\n", r"line 3, column 'prompt_id'"),  # blank cells all
 ]
 
 
@@ -119,6 +121,15 @@ def test_malformed_json_lines_are_named(tmp_path):
         load_outcomes(path)
     path.write_text("[1, 2]\n")
     with pytest.raises(DataFormatError, match="expected a JSON object"):
+        load_outcomes(path)
+    path.write_text('{"prompt_id": "p1", "a": 1, "a": 0, "a|usd": 1}\n')
+    with pytest.raises(DataFormatError, match=r"line 1: .*the key 'a' appears twice"):
+        load_outcomes(path)
+    path.write_text('{"prompt_id": "p1", "a": 1, "a|usd": 9' + "0" * 400 + "}\n")
+    with pytest.raises(DataFormatError, match=r"column 'a\|usd': inf is not a finite number"):
+        load_outcomes(path)
+    path.write_text('{"prompt_id": "p1", "a": 1, "a|usd": 9' + "0" * 5000 + "}\n")
+    with pytest.raises(DataFormatError, match=r"line 1: not a JSON object"):
         load_outcomes(path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,34 @@ UInt64Array = NDArray[np.uint64]
 SIMPLEX_ATOL = 1e-8
 #: Longest piece of user input an error message quotes.
 QUOTE_LIMIT = 80
+
+
+#: A number as a data file writes it: decimal, optionally with an exponent (or a non-finite
+#: word, which the caller refuses by name).
+_DECIMAL = re.compile(
+    r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE
+)
+
+
+def parse_decimal(text: str) -> float:
+    """A number read from a data file's cell, as a float (ValueError if it is not one).
+
+    Stricter than ``float``, which also takes ``1_000`` (Python's digit grouping) and other
+    spellings no data file means: a cell ``0_1`` would otherwise be read as 1.
+
+    Examples
+    --------
+    >>> parse_decimal(" 2.5e-3 "), parse_decimal("-1")
+    (0.0025, -1.0)
+    >>> parse_decimal("0_1")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a decimal number: '0_1'
+    """
+    t = text.strip()
+    if not _DECIMAL.fullmatch(t):
+        raise ValueError(f"not a decimal number: {quoted(t)}")
+    return float(t)
 
 
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:

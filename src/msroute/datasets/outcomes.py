@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray, quoted
+from msroute._validation import FloatArray, IntArray, parse_decimal, quoted
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError, InvalidValueError
 
@@ -284,7 +284,7 @@ def _cell_number(cell: object, where: str, column: str, *, score: bool) -> float
     if isinstance(cell, bool) or cell is None:
         raise DataFormatError(f"{where}, column {quoted(column)}: expected a number, got {cell!r}")
     if isinstance(cell, int | float):
-        value = float(cell)
+        value = float(cell) if not isinstance(cell, int) or abs(cell) < 2**1023 else math.inf
     else:
         text = str(cell).strip()
         if not text:
@@ -293,7 +293,7 @@ def _cell_number(cell: object, where: str, column: str, *, score: bool) -> float
                 "not read as 0)"
             )
         try:
-            value = float(text)
+            value = parse_decimal(text)
         except ValueError:
             raise DataFormatError(
                 f"{where}, column {quoted(column)}: expected a number, got {quoted(text)}"
@@ -369,7 +369,7 @@ def _from_csv(text: str, source: str) -> OutcomeTable:
         for row in reader:
             where = f"{source}, line {start}"
             start = reader.line_num + 1
-            if not any(cell.strip() for cell in row):
+            if len(row) <= 1 and not "".join(row).strip():  # a blank line (not blank cells)
                 continue
             if header is None:
                 header, header_at = [c.strip() for c in row], where
@@ -393,9 +393,9 @@ def _from_jsonl(text: str, source: str) -> OutcomeTable:
             continue
         where = f"{source}, line {lineno}"
         try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise DataFormatError(f"{where}: not a JSON object ({exc})") from None
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError) as exc:  # ValueError: also an integer too long
+            raise DataFormatError(f"{where}: not a JSON object ({quoted(str(exc), 200)})") from None
         if not isinstance(obj, dict):
             raise DataFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if header is None:
@@ -412,6 +412,16 @@ def _from_jsonl(text: str, source: str) -> OutcomeTable:
     if header is None:
         raise DataFormatError(f"{source} is empty: expected one JSON object per line")
     return _table(rows, header, _layout(header, header_at), source)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (``json`` keeps the last of a repeated key)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {quoted(key)} appears twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def read_outcomes(text: str, source: str, *, jsonl: bool = False) -> OutcomeTable:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from msroute._validation import FloatArray, quoted
+from msroute._validation import FloatArray, parse_decimal, quoted
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError
 from msroute.scenarios.base import Scenario, ScenarioInstance
@@ -105,7 +105,7 @@ def _numbered_rows(text: str, source: str) -> list[tuple[int, list[str]]]:
 
 def _number(cell: str, source: str, lineno: int, column: str, low: float, high: float) -> float:
     try:
-        value = float(cell)
+        value = parse_decimal(cell)
     except ValueError:
         raise DataFormatError(
             f"{source}, line {lineno}: {column} must be a number, got {quoted(cell.strip())}"

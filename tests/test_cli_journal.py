@@ -151,11 +151,11 @@ def test_evaluate_prints_json_without_nan(
 @pytest.mark.parametrize(
     ("candidate", "named"),
     [
-        ({"gpt-9": 1.0}, "['gpt-9'] are not experts of the journal"),
-        ({"\ud800": 1.0}, "are not experts of the journal"),
+        ({"gpt-9": 1.0}, "['gpt-9'] are not experts of the log"),
+        ({"\ud800": 1.0}, "are not experts of the log"),
         ({"big": 0.0, "nobody": 1.0}, "['nobody'] are not experts"),
         ({"mid": 0.5, "smal": 0.5}, "['smal'] are not experts"),  # a typo is not ignored
-        ({"big": 0.0}, "no probability to any expert of the journal"),
+        ({"big": 0.0}, "probabilities must sum to 1"),
         ([0.5, 0.5], "must be a JSON object"),
     ],
 )

@@ -119,6 +119,61 @@ def test_bad_inputs() -> None:
         evaluate(team, CANDIDATE)
 
 
+def _spoiled(events: list[dict], change: str) -> list[dict]:
+    """A copy of a log with one field of its first decision or feedback spoiled."""
+    out = [dict(e) for e in events]
+    decision = next(e for e in out if e["kind"] == "decision")
+    feedback = next(e for e in out if e["kind"] == "feedback")
+    if change == "nan reward":
+        feedback["reward"] = float("nan")
+    elif change == "text reward":
+        feedback["reward"] = "0.5"
+    elif change == "zero propensity":
+        decision["probs"] = [0.0, *decision["probs"][1:]]
+    elif change == "negative propensity":
+        decision["probs"] = [-0.5, *decision["probs"][1:]]
+    elif change == "short probs":
+        decision["probs"] = decision["probs"][:1]
+    elif change == "cost length":
+        decision["cost"] = [*decision["cost"], 1.0]
+    elif change == "no kind":
+        del out[-1]["kind"]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("nan reward", "reward: must be finite, got nan"),
+        ("text reward", "reward: must be a number, got '0.5'"),
+        ("zero propensity", "a propensity must be in (0, 1], got 0.0"),
+        ("negative propensity", "a propensity must be in (0, 1], got -0.5"),
+        ("short probs", "needs as many propensities as draws"),
+        ("cost length", "cost must have"),
+        ("no kind", "an event without a kind"),
+    ],
+)
+def test_a_spoiled_log_is_refused_naming_the_event(change: str, named: str) -> None:
+    events = logged_router(None, n=40).decisions_since(0, 10**6)
+    before = evaluate(events, CANDIDATE).to_dict()
+    with pytest.raises(msroute.errors.InvalidValueError) as info:
+        evaluate(_spoiled(events, change), CANDIDATE)
+    assert named in str(info.value)
+    assert evaluate(events, CANDIDATE).to_dict() == before  # the log itself is untouched
+
+
+def test_a_candidate_is_checked_against_the_logs_experts() -> None:
+    router = logged_router(None, n=40)
+    typo = {"a": 0.5, "bb": 0.5}
+    for source in (router, router.decisions_since(0, 10**6), router.export_rows(0, 10**6)):
+        with pytest.raises(msroute.errors.InvalidValueError, match=r"\['bb'\] are not experts"):
+            evaluate(source, typo)
+    as_numpy = {e: np.float64(p) for e, p in CANDIDATE.items()}  # numpy numbers are numbers
+    assert evaluate(router, as_numpy).to_dict() == evaluate(router, CANDIDATE).to_dict()
+    with pytest.raises(msroute.errors.InvalidValueError, match="level: must be a number"):
+        evaluate(router, CANDIDATE, level="0.9")  # type: ignore[arg-type]
+
+
 def test_cli_evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logged_router(tmp_path, n=500).close()
     qfile = tmp_path / "q.json"

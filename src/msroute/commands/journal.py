@@ -182,38 +182,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"--q {args.q}: must be a JSON object of expert id -> probability, "
             f"got {type(q).__name__}"
         )
-    known = _experts(args.path)
-    unknown = sorted(str(e) for e in q if e not in known)
-    if unknown:
-        shown = ", ".join(sorted(known)[:20]) + (", ..." if len(known) > 20 else "")
-        raise InvalidValueError(
-            f"--q {args.q}: {unknown} are not experts of the journal (its experts: {shown})"
-        )
-    named = sorted(str(e) for e, p in q.items() if p)
-    if not named:
-        shown = ", ".join(sorted(known)[:20]) + (", ..." if len(known) > 20 else "")
-        raise InvalidValueError(
-            f"--q {args.q}: gives no probability to any expert of the journal (its experts: "
-            f"{shown}); nothing could be estimated"
-        )
     result = evaluate(args.path, q, level=args.level)
     print(json.dumps(_finite_or_none(result.to_dict()), indent=2, allow_nan=False))
     return 0
-
-
-def _experts(path: Path) -> set[str]:
-    """Every expert the journal ever had (its creation config's and those added)."""
-    from msroute.router.journal import Journal
-
-    journal = Journal(path, create=False)
-    try:
-        experts = {str(e) for e in json.loads(journal.meta("config"))["experts"]}
-        experts.update(
-            str(ref) for _, kind, ref, _, _, _ in journal.events() if kind == "add_expert"
-        )
-    finally:
-        journal.close()
-    return experts
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -103,8 +103,23 @@ class OPEResult:
         }
 
 
-def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
-    """The events and the cost names of a journal file, a Router or a list of event dicts."""
+def _log_experts(events: list[dict[str, Any]], configured: Iterable[str]) -> set[str]:
+    """The experts a log knows: ``configured`` ones, and those its events name (added, drawn,
+    eligible, or given a propensity)."""
+    known = {str(e) for e in configured}
+    for e in events:
+        if e.get("kind") == "add_expert":
+            known.add(str(e.get("ref")))
+        elif e.get("kind") == "decision":
+            known.update(str(x) for x in e.get("draws") or ())
+            known.update(str(x) for x in e.get("eligible") or ())
+            known.update(str(x) for x in e.get("propensities") or ())
+    return known
+
+
+def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str], set[str]]:
+    """The events, the cost names and the experts (``_log_experts``) of a journal file, a
+    Router or a list of event dicts."""
     from msroute.router.core import Router
     from msroute.router.journal import Journal
     from msroute.router.rows import event_of_row
@@ -112,32 +127,81 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str]]:
     if isinstance(source, str | os.PathLike):
         journal = Journal(Path(source), create=False)
         try:
-            names = list(json.loads(journal.meta("config"))["cost_names"])
+            config = json.loads(journal.meta("config"))
             events = [
                 {"seq": s, "kind": k, "ref": r, "time": t, **p}
                 for s, k, r, t, p, _ in journal.events()
             ]
         finally:
             journal.close()
-        return events, names
+        return events, list(config["cost_names"]), _log_experts(events, config["experts"])
     if isinstance(source, Router):
         events, seq = [], 0
         while batch := source.decisions_since(seq, 10_000):
             events.extend(batch)
             seq = batch[-1]["seq"]
-        return events, source.cost_names
+        configured = [*source.config.experts, *source._state.retired]
+        return events, source.cost_names, _log_experts(events, configured)
     if isinstance(source, Iterable):
         rows = [dict(e) for e in source]
         first = next((e for e in rows if e.get("kind") == "decision"), None)
-        cost = None if first is None else first["cost"]
+        cost = None if first is None else first.get("cost")
         if isinstance(cost, Mapping):  # export rows (GET .../decisions): costs by name
             names = [str(name) for name in cost]
-            return [event_of_row(row, names) for row in rows], names
-        return rows, [str(j) for j in range(0 if cost is None else len(cost))]
+            return [event_of_row(row, names) for row in rows], names, _log_experts(rows, ())
+        names = [str(j) for j in range(len(cost) if isinstance(cost, list | tuple) else 0)]
+        return rows, names, _log_experts(rows, ())
     raise InvalidTypeError(
         "evaluate() takes a journal path, a Router or a list of events, got "
         f"{type(source).__name__}"
     )
+
+
+def _real(value: object, what: str) -> float:
+    """A finite real number of the log (InvalidValueError naming ``what`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidValueError(f"{what}: must be a number, got {value!r:.80}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise InvalidValueError(f"{what}: must be finite, got {value!r}")
+    return x
+
+
+def _checked_decision(e: dict[str, Any], n_costs: int) -> dict[str, Any]:
+    """A logged decision whose draws, propensities (in (0, 1], one per draw) and cost (one
+    finite number per cost name) an estimate can use."""
+    what = f"decision {e.get('ref')!r}"
+    draws, probs = e.get("draws"), e.get("probs")
+    if probs is None:
+        raise InvalidValueError(
+            f"{what} has no propensities (a team policy): off-policy evaluation needs a "
+            "multinomial policy's log"
+        )
+    if (
+        not isinstance(draws, list | tuple)
+        or not isinstance(probs, list | tuple)
+        or (len(draws) != len(probs) or not draws)
+    ):
+        raise InvalidValueError(f"{what}: needs as many propensities as draws, got {draws!r:.80}")
+    for p in probs:
+        if not 0.0 < _real(p, f"{what}: propensity") <= 1.0:
+            raise InvalidValueError(f"{what}: a propensity must be in (0, 1], got {p!r}")
+    cost = e.get("cost")
+    if not isinstance(cost, list | tuple) or len(cost) != n_costs:
+        raise InvalidValueError(f"{what}: cost must have {n_costs} values, got {cost!r:.80}")
+    for c in cost:
+        _real(c, f"{what}: cost")
+    return e
+
+
+def _checked_feedback(e: dict[str, Any], n_costs: int) -> tuple[float, list[float] | None]:
+    """A logged feedback's reward and reported cost (None, or one number per cost name)."""
+    what = f"feedback {e['ref']!r}"
+    cost = e.get("cost")
+    if cost is not None and (not isinstance(cost, list | tuple) or len(cost) != n_costs):
+        raise InvalidValueError(f"{what}: cost must have {n_costs} values, got {cost!r:.80}")
+    reward = _real(e.get("reward"), f"{what}: reward")
+    return reward, None if cost is None else [_real(c, f"{what}: cost") for c in cost]
 
 
 def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:
@@ -147,7 +211,8 @@ def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:
         )
     out = {}
     for k, v in q.items():
-        p = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+        real = isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+        p = float(v) if real else math.nan
         if not math.isfinite(p) or p < 0:
             raise InvalidValueError(
                 f"candidate_q[{k!r}]: must be a finite probability >= 0, got {v!r}"
@@ -181,24 +246,30 @@ def evaluate(
     Raises
     ------
     InvalidValueError
-        q' not a distribution, a log without propensities (a team policy) or with no rewards.
+        q' not a distribution or naming an id that is not an expert of the log, a log without
+        propensities (a team policy) or with no rewards, or an event an estimate cannot use (a
+        reward or cost that is not a finite number, a propensity outside (0, 1], not one
+        propensity per draw), named.
     """
-    if not 0.0 < level < 1.0:
-        raise InvalidValueError(f"level: must be in (0, 1), got {level!r}")
+    if not isinstance(level, int | float | np.floating) or not 0.0 < level < 1.0:
+        raise InvalidValueError(f"level: must be a number in (0, 1), got {level!r}")
     q_new = _check_candidate(candidate_q)
-    events, names = _read_log(journal_or_log)
+    events, names, experts = _read_log(journal_or_log)
+    unknown = sorted(set(q_new) - experts)
+    if unknown:
+        raise InvalidValueError(
+            f"candidate_q: {unknown} are not experts of the log (it knows {sorted(experts)})"
+        )
     decisions: dict[str, dict[str, Any]] = {}
     rewards: dict[str, tuple[float, list[float] | None]] = {}
     for e in events:
-        if e["kind"] == "decision":
-            if e.get("probs") is None:
-                raise InvalidValueError(
-                    f"decision {e['ref']!r} has no propensities (a team policy): off-policy "
-                    "evaluation needs a multinomial policy's log"
-                )
-            decisions[e["ref"]] = e
-        elif e["kind"] == "feedback" and e["ref"] not in rewards:
-            rewards[e["ref"]] = (float(e["reward"]), e.get("cost"))
+        kind = e.get("kind")
+        if kind == "decision":
+            decisions[e["ref"]] = _checked_decision(e, len(names))
+        elif kind == "feedback" and e["ref"] not in rewards:
+            rewards[e["ref"]] = _checked_feedback(e, len(names))
+        elif kind is None:
+            raise InvalidValueError(f"an event without a kind: {e!r:.120}")
     used = [d for d in decisions if d in rewards]
     if not used:
         raise InvalidValueError("the log has no decision with a reward")

@@ -165,6 +165,22 @@ def test_mismatched_runs_are_refused() -> None:
         simulate({"r": RandomPolicy(batch, horizon=10)}, env, batch, 10)
 
 
+def test_policies_that_cannot_run_on_the_batch_are_refused() -> None:
+    env = SequenceEnv(np.ones((10, 3, 4)), n_runs=1)
+    batch = ProblemBatch(problem(), 1)
+    pol = RandomPolicy(batch, horizon=10)
+    with pytest.raises(ValueError, match="'a' and 'b' are the same object"):
+        simulate({"a": pol, "b": pol}, env, batch, 10)  # it would step twice a round
+    other = ProblemBatch(Problem(COSTS * 2.0, 2, Constraints(upper=[1.0, None])), 1)
+    with pytest.raises(ValueError, match="built for other costs or bounds"):
+        simulate({"r": RandomPolicy(other, horizon=10)}, env, batch, 10)
+    looser = ProblemBatch(Problem(COSTS, 2, Constraints(upper=[5.0, None])), 1)
+    with pytest.raises(ValueError, match="built for other costs or bounds"):
+        simulate({"r": RandomPolicy(looser, horizon=10)}, env, batch, 10)
+    with pytest.raises(TypeError, match="policies must be a mapping"):
+        simulate([pol], env, batch, 10)  # type: ignore[arg-type]
+
+
 def _spying(pol: BasePolicy) -> list[Decision]:
     """Record every decision the policy makes (wraps its select)."""
     seen: list[Decision] = []

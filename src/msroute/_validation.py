@@ -29,7 +29,8 @@ _DECIMAL = re.compile(
 
 
 def parse_decimal(text: str) -> float:
-    """A number read from a data file's cell, as a float (ValueError if it is not one).
+    """A number read from a data file's cell, as a float (InvalidValueError, a ValueError, if
+    it is not one).
 
     Stricter than ``float``, which also takes ``1_000`` (Python's digit grouping) and other
     spellings no data file means: a cell ``0_1`` would otherwise be read as 1.
@@ -41,11 +42,11 @@ def parse_decimal(text: str) -> float:
     >>> parse_decimal("0_1")
     Traceback (most recent call last):
     ...
-    ValueError: not a decimal number: '0_1'
+    msroute.errors.InvalidValueError: not a decimal number: '0_1'
     """
     t = text.strip()
     if not _DECIMAL.fullmatch(t):
-        raise ValueError(f"not a decimal number: {quoted(t)}")
+        raise InvalidValueError(f"not a decimal number: {quoted(t)}")
     return float(t)
 
 

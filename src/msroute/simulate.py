@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
 from msroute.envs import SkillEnv
-from msroute.errors import InvalidValueError
+from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.base import BasePolicy, Decision, Policy, draw_counts, draws_to_mask
 from msroute.problem import Problem
@@ -486,11 +486,30 @@ def _play(
             f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
             f"has {(r, k)}{hint}"
         )
+    if not isinstance(policies, Mapping):
+        raise InvalidTypeError(
+            f"policies must be a mapping of name -> policy, got {type(policies).__name__}"
+        )
+    seen: dict[int, str] = {}
     for name, pol in policies.items():
+        if id(pol) in seen:  # it would be stepped twice a round, both trajectories wrong
+            raise InvalidValueError(
+                f"policies {seen[id(pol)]!r} and {name!r} are the same object; build one each"
+            )
+        seen[id(pol)] = name
         if pol.n_runs != r or pol.n_experts != k or pol.m_draws != batch.m_draws:
             raise InvalidValueError(
                 f"policy {name!r} has (R, K, M) = {(pol.n_runs, pol.n_experts, pol.m_draws)}, "
                 f"the batch has {(r, k, batch.m_draws)}"
+            )
+        own = getattr(pol, "problem_batch", batch)  # a third-party policy may keep none
+        if not (
+            np.array_equal(own.costs, batch.costs)
+            and np.array_equal(own.lo_ori, batch.lo_ori, equal_nan=True)
+            and np.array_equal(own.hi_ori, batch.hi_ori, equal_nan=True)
+        ):
+            raise InvalidValueError(
+                f"policy {name!r} was built for other costs or bounds than the batch it runs on"
             )
     outcome = _Outcome(batch, cost_count)
     recorded = getattr(env, "round_costs", None)  # a recorded-outcome environment's own costs

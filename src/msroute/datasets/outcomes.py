@@ -419,7 +419,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            raise ValueError(f"the key {quoted(key)} appears twice")
+            raise DataFormatError(f"the key {quoted(key)} appears twice")
         seen.add(key)
     return dict(pairs)
 

@@ -253,3 +253,22 @@ def test_sum_max_bad_subsets(subset, match):
 def test_sum_max_rejects_batched_skills():
     with pytest.raises(ValueError, match="batch_sum_max_reward"):
         sum_max_reward(np.ones((2, 2, 3)), [0])
+
+
+def test_a_large_team_size_takes_pow_and_tends_to_the_best_member() -> None:
+    """Past the repeated-product range M is one pow (M = 10^30 returns at once): the value
+    agrees with the products at the switch and reaches sum_n max_i v_n,i (every expert with
+    q > 0 is drawn) as M grows."""
+    rng = np.random.default_rng(4)
+    skills = rng.random((3, 5))
+    q = rng.dirichlet(np.ones(5))
+    # The closed form with the power written out: sum_n sum_i (u_i - u_{i-1}) (1 - B_i^M).
+    order = np.argsort(skills, axis=1)
+    u = np.take_along_axis(skills, order, axis=1)
+    below = np.cumsum(q[order], axis=1) - q[order]
+    du = np.diff(u, axis=1, prepend=0.0)
+    for m in (64, 65, 200):
+        exact = float(np.sum(du * (1.0 - below**m)))
+        assert float(expected_reward(q, skills, m)) == pytest.approx(exact, rel=1e-13, abs=1e-15)
+    best = float(skills.max(axis=1).sum())
+    assert float(expected_reward(q, skills, 10**30)) == pytest.approx(best, rel=1e-15)

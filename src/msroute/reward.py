@@ -260,6 +260,10 @@ class SortedRows:
         return hess
 
 
+#: Up to this M the closed form raises to the M-th power by repeated products (beyond, pow).
+_LOOP_POWER_MAX = 64
+
+
 def _int_power(x: FloatArray, p: int, out: FloatArray) -> FloatArray:
     """``out = x ** p`` for an integer ``p >= 0`` (repeated products are faster than pow)."""
     if p == 0:
@@ -308,9 +312,12 @@ def expected_reward_core(q: FloatArray, v: FloatArray, m: int) -> FloatArray:
         below = np.cumsum(qs, axis=-1)
         below -= qs
         np.clip(below, 0.0, 1.0, out=below)
-        power = below.copy()
-        for _ in range(m - 1):
-            power *= below
+        if m <= _LOOP_POWER_MAX:  # repeated products: the floats every table was made with
+            power = below.copy()
+            for _ in range(m - 1):
+                power *= below
+        else:  # a large M: pow, not M products
+            power = np.power(below, float(m))
         du = np.empty_like(u)
         du[:, 0] = u[:, 0]
         np.subtract(u[:, 1:], u[:, :-1], out=du[:, 1:])

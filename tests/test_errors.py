@@ -7,7 +7,9 @@ import argparse
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 import msroute
@@ -77,3 +79,47 @@ def test_cli_bad_policy_parameters_are_one_line_errors(
     err = capsys.readouterr().err
     assert err.startswith("msroute run: error: ") and err.count("\n") == 1
     assert re.search(message, err)
+
+
+def _problem() -> msroute.Problem:
+    return msroute.Problem([[1.0], [0.0], [0.5]], 2, msroute.Constraints(upper=[1.0]))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "named"),
+    [
+        (
+            lambda: msroute.expected_reward(np.full(3, 1 / 3), np.zeros((0, 3)), 2),
+            InvalidValueError,
+            "at least one dimension and one expert",
+        ),
+        (
+            lambda: msroute.monte_carlo_reward(
+                np.full(3, 1 / 3), np.ones((2, 3)), 2, n_samples=10, seed="x"
+            ),
+            InvalidTypeError,
+            "seed must be an int",
+        ),
+        (lambda: msroute.load_policy(3), InvalidTypeError, "path must be a file path"),
+        (
+            lambda: msroute.save_policy("x", msroute.make_policy("omd", _problem(), horizon=5)),
+            InvalidTypeError,
+            "policy must be a policy (save_policy(policy, path))",
+        ),
+        (
+            lambda: msroute.simulate(
+                {"o": msroute.make_policy("omd", _problem(), horizon=10, seed=0)},
+                msroute.SequenceEnv(np.ones((10, 2, 3)), n_runs=1),
+                _problem(),
+                10,
+                progress=3,
+            ),
+            InvalidTypeError,
+            "progress must be a callable or None",
+        ),
+    ],
+)
+def test_misused_library_calls_name_the_argument(call: Any, error: type, named: str) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert named in str(info.value)

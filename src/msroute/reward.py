@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._seeding import RngSeed
+from msroute._seeding import RngSeed, _as_seed_sequence
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -46,6 +46,10 @@ __all__ = [
 
 def _check_skills(skills: ArrayLike) -> FloatArray:
     v = as_float_array(skills, "skills", ndim_min=2)
+    if v.shape[-1] == 0 or v.shape[-2] == 0:
+        raise InvalidValueError(
+            f"skills must have at least one dimension and one expert, got shape {v.shape}"
+        )
     if np.any(v < 0):
         raise InvalidValueError(
             f"skills must be >= 0 (the sum-max reward assumes it); min is {v.min():.3g}"
@@ -433,7 +437,11 @@ def monte_carlo_reward(
     """
     qa, v, m = _check_pair(q, skills, m_draws)
     n = check_positive_int(n_samples, "n_samples")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = (
+        seed
+        if isinstance(seed, np.random.Generator)
+        else np.random.default_rng(_as_seed_sequence(seed, "seed"))
+    )
     lead = np.broadcast_shapes(qa.shape[:-1], v.shape[:-2])
     k = qa.shape[-1]
     cdf = np.cumsum(np.broadcast_to(qa, (*lead, k)), axis=-1)

@@ -486,6 +486,8 @@ def _play(
             f"the environment has (R, K) = {(env.n_runs, env.n_experts)} but the problem batch "
             f"has {(r, k)}{hint}"
         )
+    if progress is not None and not callable(progress):
+        raise InvalidTypeError(f"progress must be a callable or None, got {progress!r:.80}")
     if not isinstance(policies, Mapping):
         raise InvalidTypeError(
             f"policies must be a mapping of name -> policy, got {type(policies).__name__}"

@@ -147,6 +147,12 @@ def policy_bytes(policy: BasePolicy) -> bytes:
 
 def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
     """The manifest (JSON text) and the arrays of a policy's file."""
+    from msroute.policies.base import BasePolicy  # base.py imports this module
+
+    if not isinstance(policy, BasePolicy):
+        raise InvalidTypeError(
+            f"policy must be a policy (save_policy(policy, path)), got {type(policy).__name__}"
+        )
     cls = type(policy)
     if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
         raise InvalidTypeError(
@@ -252,6 +258,8 @@ def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
         The file was written by another msroute version (the format is understood, but the
         algorithms may have changed, and with them the decisions).
     """
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidTypeError(f"path must be a file path, got {type(path).__name__}")
     p = Path(path)
     if not p.is_file():
         raise PolicyFileError(f"{p}: no such file (expected a policy saved by save_policy)")

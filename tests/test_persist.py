@@ -262,10 +262,28 @@ def test_unregistered_class_cannot_be_saved(tmp_path):
 
 def test_unsupported_argument_is_refused(tmp_path):
     policy = make("cucb", c=[2.0][0])
-    policy._init_kwargs["c"] = [2.0]  # as if a list had been passed
-    with pytest.raises(TypeError, match=r"constructor argument c=\[2.0\]"):
+    policy._init_kwargs["c"] = {2.0}  # as if a set had been passed
+    with pytest.raises(TypeError, match=r"constructor argument c=\{2.0\}"):
         policy.save(tmp_path / "r.npz")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("fixed", {"q": [0.1, 0.2, 0.3, 0.1, 0.2, 0.1]}),
+        ("fixed", {"q": np.array([0.1, 0.2, 0.3, 0.1, 0.2, 0.1])}),
+        ("fixed", {"q": {"e0": 0.5, "e2": 0.5}}),
+        ("omd", {"seed": [4, 5, 6]}),
+    ],
+)
+def test_list_array_and_mapping_arguments_are_saved(name, kwargs, skills, contexts, tmp_path):
+    named = Problem(COSTS, M, PROBLEM.constraints, expert_names=[f"e{i}" for i in range(K)])
+    original = make_policy(name, [named] * R, horizon=200, **{"seed": 1, **kwargs})
+    play(original, skills, contexts, range(10))
+    original.save(tmp_path / "r.npz")
+    loaded = load_policy(tmp_path / "r.npz")
+    lockstep(original, loaded, skills, contexts, range(10, 30))
 
 
 # ---------------------------------------------------------------------- bad files

@@ -11,7 +11,8 @@ zip tool (``unzip -p router.npz manifest.json``):
 
 * ``manifest.json`` — UTF-8 JSON: ``format`` (``"msroute-policy"``), ``format_version``,
   ``msroute_version``, ``policy`` (the registered name), ``kwargs`` (the constructor's keyword
-  arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``), ``problems`` (``m_draws``,
+  arguments; a ``SeedSequence`` seed as ``{"SeedSequence": {...}}``, a list or 1-d array as
+  ``{"list": [...]}``, a string-keyed mapping as ``{"dict": {...}}``), ``problems`` (``m_draws``,
   ``cbar`` and ``constraints`` of each distinct problem, the latter by
   ``Constraints.to_dict``), ``problem_of_run`` (which problem each run uses), ``state`` (the
   non-array state: the round counter ``t``, the generator state of each run's streams under
@@ -55,6 +56,7 @@ import json
 import os
 import warnings
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -202,6 +204,10 @@ def _encode_kwarg(name: str, value: object) -> object:
         return value
     if isinstance(value, np.generic) and type(value.item()) in _SCALARS:
         return value.item()
+    if isinstance(value, list | tuple) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        return {"list": [_encode_kwarg(f"{name}[{i}]", v) for i, v in enumerate(value)]}
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: _encode_kwarg(f"{name}[{k!r}]", v) for k, v in value.items()}}
     if isinstance(value, np.random.SeedSequence):
         entropy = value.entropy
         return {
@@ -215,7 +221,8 @@ def _encode_kwarg(name: str, value: object) -> object:
         }
     raise InvalidTypeError(
         f"cannot save constructor argument {name}={value!r} ({type(value).__name__}); the "
-        "format stores None, bool, int, float, str and a SeedSequence seed"
+        "format stores None, bool, int, float, str, a SeedSequence seed, and lists (1-d arrays) "
+        "and string-keyed mappings of these"
     )
 
 
@@ -394,8 +401,12 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
 
 def _decode_kwarg(value: object) -> object:
     if isinstance(value, dict):
+        if set(value) == {"list"} and isinstance(value["list"], list):
+            return [_decode_kwarg(v) for v in value["list"]]
+        if set(value) == {"dict"} and isinstance(value["dict"], dict):
+            return {k: _decode_kwarg(v) for k, v in value["dict"].items()}
         if set(value) != {"SeedSequence"}:
-            raise InvalidValueError(f"unknown constructor argument encoding {value!r}")
+            raise InvalidValueError(f"unknown constructor argument encoding {value!r:.80}")
         s = value["SeedSequence"]
         return np.random.SeedSequence(
             s["entropy"], spawn_key=s["spawn_key"], pool_size=s["pool_size"]

@@ -309,7 +309,8 @@ def test_run_command_prints_a_json_summary(capsys: pytest.CaptureFixture[str]) -
     )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert [r["seed"] for r in out["runs"]] == [0, 1]
+    assert [r["seed"] for r in out["runs"]] == out["seeds"] == [0, 1]
+    assert out["msroute_version"] == msroute.__version__
     assert all(0 < r["avg_reward"] <= 3 for r in out["runs"])
     assert out["runs"][0]["expert_cap"] == 2.0
 

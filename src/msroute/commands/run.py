@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from msroute._version import __version__
 from msroute.commands._args import int_arg, seed_arg
 from msroute.errors import InvalidValueError
 
@@ -129,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
+                    "msroute_version": __version__,
+                    "seeds": list(spec.seeds),
                     "policy": args.policy,
                     "env": args.env,
                     "level": args.level,

@@ -292,6 +292,7 @@ def test_check_feasible_validates_gamma():
         ({}, ValueError, "at least one of upper= or lower="),
         ({"upper": []}, ValueError, "at least one cost coordinate"),
         ({"upper": [1.0], "names": ["a", "b"]}, ValueError, "names has 2 entries"),
+        ({"upper": [1.0, 2.0], "names": ["a", "a"]}, ValueError, r"\['a'\] repeat"),
         ({"upper": 1.0}, TypeError, "must be a sequence"),
         ({"upper": ["x"]}, TypeError, re.escape("upper[0] must be a number or None")),
     ],

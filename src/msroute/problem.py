@@ -108,6 +108,11 @@ class Constraints:
         names = None if self.names is None else tuple(str(n) for n in self.names)
         if names is not None and len(names) != d:
             raise InvalidValueError(f"names has {len(names)} entries for {d} cost coordinates")
+        if names is not None and len(set(names)) != d:
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise InvalidValueError(
+                f"names: each cost coordinate needs its own name; {twice} repeat"
+            )
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "names", names)

@@ -149,13 +149,11 @@ def policy_bytes(policy: BasePolicy) -> bytes:
 
 def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
     """The manifest (JSON text) and the arrays of a policy's file."""
-    from msroute.policies.base import BasePolicy  # base.py imports this module
-
-    if not isinstance(policy, BasePolicy):
-        raise InvalidTypeError(
-            f"policy must be a policy (save_policy(policy, path)), got {type(policy).__name__}"
-        )
     cls = type(policy)
+    if not isinstance(getattr(cls, "name", None), str):  # not a policy class at all
+        raise InvalidTypeError(
+            f"policy must be a policy (save_policy(policy, path)), got {cls.__name__}"
+        )
     if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
         raise InvalidTypeError(
             f"only registered policies can be saved: {cls.__qualname__} (name {cls.name!r}) is "

@@ -251,7 +251,7 @@ def test_rewards_the_policy_cannot_learn_from_are_refused_by_the_config(
     ("call", "match"),
     [
         (lambda r: r.route(context=["billing"]), "context: unknown context"),
-        (lambda r: r.expire("x"), "now: must be a number of seconds, got 'x'"),
+        (lambda r: r.expire("x"), "now: must be a number, got 'x'"),
         (lambda r: r.expire(math.nan), "now: must be finite, got nan"),
         (lambda r: r.decisions_since("x"), "seq: must be an integer >= 0, got 'x'"),
         (lambda r: r.decisions_since(0, -1), "limit: must be an integer >= 0, got -1"),

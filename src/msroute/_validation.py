@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -117,6 +118,17 @@ def as_real(value: Any, name: str) -> float:
         raise InvalidTypeError(
             f"{name} must be a real number, got {type(value).__name__} {value!r:.80}"
         ) from exc
+
+
+def finite_real(value: object, name: str, error: type[Exception] = InvalidValueError) -> float:
+    """``value`` as a float if it is a real number (Python's or numpy's, not a bool, not a
+    string) and finite; otherwise ``error`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise error(f"{name}: must be a number, got {value!r:.80}")
+    x = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
+    if not math.isfinite(x):
+        raise error(f"{name}: must be finite, got {quoted(value)}")
+    return x
 
 
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, finite_real
 from msroute.errors import (
     DecisionConflictError,
     InvalidFeedbackError,
@@ -52,12 +52,7 @@ def check_client_id(did: str, run_id: str) -> None:
 
 def check_now(now: object) -> float:
     """A clock reading (``expire(now)``) as a float: a real, finite number of seconds."""
-    if isinstance(now, bool) or not isinstance(now, int | float | np.integer | np.floating):
-        raise InvalidFeedbackError(f"now: must be a number of seconds, got {now!r:.80}")
-    t = float(now)
-    if not math.isfinite(t):
-        raise InvalidFeedbackError(f"now: must be finite, got {now!r}")
-    return t
+    return finite_real(now, "now", InvalidFeedbackError)
 
 
 def check_count(value: object, name: str) -> int:

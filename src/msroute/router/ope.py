@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import FloatArray, finite_real
 from msroute.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Estimate", "OPEResult", "evaluate"]
@@ -157,16 +157,6 @@ def _read_log(source: object) -> tuple[list[dict[str, Any]], list[str], set[str]
     )
 
 
-def _real(value: object, what: str) -> float:
-    """A finite real number of the log (InvalidValueError naming ``what`` otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise InvalidValueError(f"{what}: must be a number, got {value!r:.80}")
-    x = float(value)
-    if not math.isfinite(x):
-        raise InvalidValueError(f"{what}: must be finite, got {value!r}")
-    return x
-
-
 def _checked_decision(e: dict[str, Any], n_costs: int) -> dict[str, Any]:
     """A logged decision whose draws, propensities (in (0, 1], one per draw) and cost (one
     finite number per cost name) an estimate can use."""
@@ -184,13 +174,13 @@ def _checked_decision(e: dict[str, Any], n_costs: int) -> dict[str, Any]:
     ):
         raise InvalidValueError(f"{what}: needs as many propensities as draws, got {draws!r:.80}")
     for p in probs:
-        if not 0.0 < _real(p, f"{what}: propensity") <= 1.0:
+        if not 0.0 < finite_real(p, f"{what}: propensity") <= 1.0:
             raise InvalidValueError(f"{what}: a propensity must be in (0, 1], got {p!r}")
     cost = e.get("cost")
     if not isinstance(cost, list | tuple) or len(cost) != n_costs:
         raise InvalidValueError(f"{what}: cost must have {n_costs} values, got {cost!r:.80}")
     for c in cost:
-        _real(c, f"{what}: cost")
+        finite_real(c, f"{what}: cost")
     return e
 
 
@@ -200,8 +190,8 @@ def _checked_feedback(e: dict[str, Any], n_costs: int) -> tuple[float, list[floa
     cost = e.get("cost")
     if cost is not None and (not isinstance(cost, list | tuple) or len(cost) != n_costs):
         raise InvalidValueError(f"{what}: cost must have {n_costs} values, got {cost!r:.80}")
-    reward = _real(e.get("reward"), f"{what}: reward")
-    return reward, None if cost is None else [_real(c, f"{what}: cost") for c in cost]
+    reward = finite_real(e.get("reward"), f"{what}: reward")
+    return reward, None if cost is None else [finite_real(c, f"{what}: cost") for c in cost]
 
 
 def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:

@@ -208,9 +208,8 @@ def test_contextual_omd_sees_the_prompts_category():
     assert np.all(played > 0)
 
 
-def test_bench_outcomes_cli_writes_the_frontier(tmp_path):
-    path = tmp_path / "mine.csv"
-    t = small_table(3, p=60)
+def write_csv(path, t: OutcomeTable) -> None:
+    """A one-score, one-cost (usd) table as the wide CSV users write."""
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["prompt_id", "category", *t.models, *(f"{m}|usd" for m in t.models)])
@@ -218,6 +217,12 @@ def test_bench_outcomes_cli_writes_the_frontier(tmp_path):
             w.writerow(
                 [t.prompt_ids[i], t.categories[t.category[i]], *t.scores[i, 0], *t.costs[i, :, 0]]
             )
+
+
+def test_bench_outcomes_cli_writes_the_frontier(tmp_path):
+    path = tmp_path / "mine.csv"
+    t = small_table(3, p=60)
+    write_csv(path, t)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "msroute.cli", "bench", "--outcomes", str(path), "--seeds", "2"]
     cmd += ["--horizon", "400", "--m-draws", "1", "--out", str(out), "--jobs", "1", "--quiet"]
@@ -242,13 +247,7 @@ def test_bench_outcomes_cli_writes_the_frontier(tmp_path):
 def test_a_users_table_named_like_the_packaged_one_gets_its_own_budgets(tmp_path, monkeypatch):
     t = small_table(3, p=60)
     path = tmp_path / "llmrouter.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["prompt_id", "category", *t.models, *(f"{m}|usd" for m in t.models)])
-        for i in range(t.n_prompts):
-            w.writerow(
-                [t.prompt_ids[i], t.categories[t.category[i]], *t.scores[i, 0], *t.costs[i, :, 0]]
-            )
+    write_csv(path, t)
     monkeypatch.chdir(tmp_path)
     mine = load_table("llmrouter.csv")
     assert mine.n_prompts == 60

@@ -926,3 +926,11 @@ def test_payloads_are_encoded_as_json_dumps_encodes_them(value: Any) -> None:
     assert journal_module._encode(value) == json.dumps(value, separators=(",", ":"))
     with pytest.raises(TypeError, match="ndarray is not JSON serializable"):
         journal_module._encode({"a": np.zeros(2)})
+
+
+def test_costs_too_large_for_the_lp_are_named_and_change_nothing() -> None:
+    router = Router(CONFIG)
+    before = router.state()
+    with pytest.raises(InfeasibleConstraintsError, match=r"as large as 1e\+300 .*units"):
+        router.add_expert("huge", [1e300, 1e300])
+    assert router.state() == before

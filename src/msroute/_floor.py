@@ -64,8 +64,12 @@ def _solve(
     )
     if res.status == 2:
         return None
-    if res.status != 0:  # pragma: no cover - bounded variables, so never unbounded
-        raise InfeasibleConstraintsError(f"feasibility LP failed: {res.message}")
+    if res.status != 0:  # bounded variables, so never unbounded: numbers HiGHS cannot solve
+        largest = max(float(np.abs(x).max()) for x in (objective, a_ub, b_ub, a_eq) if x.size)
+        raise InfeasibleConstraintsError(
+            f"feasibility LP failed: {res.message} (costs and bounds as large as {largest:.3g} "
+            "in absolute value: state them in units where they are not extreme)"
+        )
     return np.asarray(res.x, dtype=np.float64)
 
 

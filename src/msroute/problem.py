@@ -484,8 +484,11 @@ class Problem:
         res = linprog(
             cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs"
         )
-        if res.status != 0:  # pragma: no cover - the slack LP is always feasible and bounded
-            raise InfeasibleConstraintsError(f"feasibility LP failed: {res.message}")
+        if res.status != 0:  # always feasible and bounded: numbers HiGHS cannot solve
+            raise InfeasibleConstraintsError(
+                f"feasibility LP failed: {res.message} (costs as large as {self.cbar:.3g}: "
+                "state them in units where they are not extreme)"
+            )
         q = np.clip(res.x[:k], gamma, None)
         q = q / q.sum()
         slack = res.x[k:]

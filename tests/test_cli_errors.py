@@ -309,3 +309,34 @@ def test_a_surrogate_in_an_id_is_quoted_in_one_line(capsys: pytest.CaptureFixtur
     # What the shell hands Python for bytes that are not UTF-8 (os.fsdecode's surrogateescape).
     err = _fails_in_one_line(["data", "instance", "--workers", "12\udcff", "--dims", "3"], capsys)
     assert "not an integer worker id" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["bench", "trec-sharp", "--m-draws", "3"], "--m-draws applies to --skills/--costs"),
+        (["bench", "trec-sharp", "--budget-cost", "x"], "scenario 'trec-sharp' sets its own"),
+    ],
+)
+def test_bench_flags_a_named_scenario_ignores_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    err = _fails_in_one_line([*argv, "--quiet", "--out", str(tmp_path / "o")], capsys)
+    assert named in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_repeated_names_and_unknown_shown_policies_are_refused_before_any_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for table, named in (
+        ('[fig2]\nenvs = ["stochastic", "stochastic"]\n', "['stochastic'] given more than once"),
+        ('[fig3]\nshow_policies = ["nope"]\n', "show_policies ['nope'] are not among"),
+    ):
+        config = tmp_path / "c.toml"
+        config.write_text(table)
+        figure = "fig2" if "fig2" in table else "fig3"
+        argv = ["reproduce", figure, "--config", str(config), "--out", str(tmp_path / "o")]
+        err = _fails_in_one_line([*argv, "--quiet"], capsys)
+        assert named in err
+        assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

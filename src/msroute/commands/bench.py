@@ -94,6 +94,17 @@ def build_config(args: argparse.Namespace) -> Any:
         )
         values.update(scenario=FILES, scenario_params=scenario.params)
     else:
+        ignored = [
+            flag
+            for flag, value in (("--m-draws", args.m_draws), ("--budget-cost", args.budget_cost))
+            if value is not None
+        ]
+        if ignored:  # a named scenario sets its own team size and budgeted cost
+            raise InvalidValueError(
+                f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} to "
+                "--skills/--costs files and --outcomes "
+                f"tables; scenario {args.scenario!r} sets its own"
+            )
         values["scenario"] = args.scenario
     given = {
         "policies": args.policies,

@@ -71,12 +71,15 @@ class ExperimentConfig:
 def check_names(
     values: tuple[str, ...], allowed: Mapping[str, Any] | tuple[str, ...], what: str
 ) -> None:
-    """Every value must be a known name."""
+    """Every value must be a known name, each once (a repeat would run, and merge, twice)."""
     bad = [v for v in values if v not in allowed]
     if bad or not values:
         raise InvalidValueError(
             f"unknown {what} {bad or '(none given)'}; choose from {', '.join(allowed)}"
         )
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise InvalidValueError(f"{what} {twice} given more than once; give each once")
 
 
 def check_levels(levels: tuple[str, ...]) -> None:

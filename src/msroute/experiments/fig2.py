@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend
 from msroute.experiments.cells import CellResult, CellSpec, params_items
 from msroute.experiments.config import (
@@ -185,6 +186,11 @@ def run_sweep(
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
     if labels is not None:
+        unknown = [x for x in labels if x not in dict(labelled)]
+        if unknown:  # before any cell runs
+            raise InvalidValueError(
+                f"show_policies {unknown} are not among the sweep's policies {list(dict(labelled))}"
+            )
         labelled = [(label, spec) for label, spec in labelled if label in labels]
     spec_of = dict(labelled)  # per label, the spec of an environment: they differ in env only
     step = cfg.seeds_per_cell

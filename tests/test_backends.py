@@ -147,3 +147,19 @@ def test_local_backend_keeps_no_finished_result() -> None:
     LocalBackend(2).run(_payload_worker, list(range(6)), done)
     assert len(refs) == 6
     assert alive_at_done == [0] * 6  # none of the earlier results is still referenced
+
+
+def _failing_or_slow_worker(i: int) -> int:
+    if i == 0:
+        raise RuntimeError("cell 0 failed")
+    time.sleep(30)
+    return i
+
+
+def test_a_failed_cell_stops_the_other_workers() -> None:
+    """A cell that raises ends the run at once: the worker processes still running cells are
+    stopped (they were left to run to the end, and the driver waited for them at exit)."""
+    before = _descendants()
+    with pytest.raises(RuntimeError, match="cell 0 failed"):
+        LocalBackend(2).run(_failing_or_slow_worker, list(range(4)), lambda i, r: None)
+    assert _descendants() - before == set()

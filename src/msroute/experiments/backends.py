@@ -89,7 +89,7 @@ class LocalBackend:
                 # rewards too), which ``done`` stores; keeping them all held a sweep's results
                 # in the driver (1 GB at 200 seeds).
                 done(futures.pop(fut), fut.result())
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or a cell that failed: the others need not finish
             _stop(pool)  # finished cells are saved: the next run resumes from them
             raise
         pool.shutdown()

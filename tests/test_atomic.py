@@ -97,3 +97,41 @@ def test_outputs_get_the_users_umask_not_0600(tmp_path: Path, umask: int) -> Non
         os.umask(old)
     for path in (text, tmp_path / "b.csv", tmp_path / "c.npz"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def test_a_publish_leaves_one_runs_set_or_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar is written last and an earlier run's record and figures go first: an
+    interrupted publish leaves no record beside another run's figures, and a run without a
+    figure leaves no older figure."""
+    import time
+
+    from msroute import plotting
+    from msroute.experiments.output import Summary, publish
+
+    def run(rows: list[dict[str, float]], **kwargs: object) -> None:
+        publish(
+            tmp_path,
+            "exp",
+            rows,
+            config={"h": rows[0]["x"]},
+            seeds=[0],
+            started=time.perf_counter(),
+            summary=Summary("t", ("x",), [(rows[0]["x"],)]),
+            quiet=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    for suffix in (".png", ".svg"):  # figures of an earlier run
+        (tmp_path / f"exp{suffix}").write_text("old")
+    run([{"x": 1.0}], plot=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.csv", "exp.json"]
+
+    def interrupted(rows: object, **_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(plotting.FIGURES, "exp", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run([{"x": 2.0}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.csv"]  # no record of either run

@@ -46,6 +46,7 @@ from msroute.experiments.sweep import (
 )
 from msroute.policies.lagrangian import VIOLATIONS
 from msroute.policies.omd_variants import VARIANTS
+from msroute.policies.registry import POLICIES
 
 #: The reward axes of the figure (``msroute.plotting.plot_fig2``; matplotlib not imported).
 REWARD_AXES = ("differences", "full")
@@ -186,10 +187,12 @@ def run_sweep(
     experiment = "sweep"
     labelled = sweep_specs(cfg, experiment, ("rewards",))
     if labels is not None:
-        unknown = [x for x in labels if x not in dict(labelled)]
-        if unknown:  # before any cell runs
+        run = dict(labelled)
+        unknown = [x for x in labels if x not in run and x not in POLICIES]  # typos
+        if unknown or not any(x in run for x in labels):  # before any cell runs
             raise InvalidValueError(
-                f"show_policies {unknown} are not among the sweep's policies {list(dict(labelled))}"
+                f"show_policies {unknown or list(labels)} are not among the sweep's policies "
+                f"{list(run)}"
             )
         labelled = [(label, spec) for label, spec in labelled if label in labels]
     spec_of = dict(labelled)  # per label, the spec of an environment: they differ in env only

@@ -184,24 +184,31 @@ def publish(
     figure: str | None = None,
     plot_options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.json`` (parameters,
-    seeds, version, wall time since ``started``, the summary), ``name.png``/``.svg`` (drawn by
-    ``msroute.plotting.FIGURES[figure or name]`` with ``plot_options``), and print the summary
-    table."""
+    """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.png``/``.svg`` (drawn
+    by ``msroute.plotting.FIGURES[figure or name]`` with ``plot_options``), then ``name.json``
+    (parameters, seeds, version, wall time since ``started``, the summary), and print the
+    summary table.
+
+    The sidecar marks a complete set: an earlier run's sidecar and figures are removed first
+    and the sidecar is written last, so an interrupted publish never leaves one run's record
+    beside another run's figures (nor ``plot=False`` an older run's figures)."""
+    for suffix in (".json", ".png", ".svg"):
+        (out / f"{name}{suffix}").unlink(missing_ok=True)
     write_csv(out / f"{name}.csv", rows)
+    wall_time = time.perf_counter() - started  # the run's, the figure's drawing not included
+    if plot:
+        from msroute import plotting
+
+        draw = plotting.FIGURES[figure or name]
+        plotting.save_figure(draw(rows, **(plot_options or {})), out / name)
     record = {"summary": [dict(zip(summary.columns, r, strict=True)) for r in summary.rows]}
     write_sidecar(
         out / f"{name}.json",
         experiment=name,
         config=config,
         seeds=seeds,
-        wall_time=time.perf_counter() - started,
+        wall_time=wall_time,
         extra={**record, **(extra or {})},
     )
-    if plot:
-        from msroute import plotting
-
-        draw = plotting.FIGURES[figure or name]
-        plotting.save_figure(draw(rows, **(plot_options or {})), out / name)
     if not quiet:
         print_table(summary.title, summary.columns, summary.rows)

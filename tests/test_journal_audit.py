@@ -144,17 +144,24 @@ def test_a_policy_file_with_the_encrypted_flag_set_is_a_policy_file_error(tmp_pa
             load_policy(path)
 
 
-def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "j.db"
-    router = Router({**CONFIG, "feedback_ttl_s": 1e6}, journal=path)
-    for i in range(35):
+def _traffic(path: Path, n: int, experts: dict[str, list[float]]) -> dict[str, Any]:
+    """A closed journal of ``n`` decisions (every other one fed back), with its snapshots
+    (every 10 events); the router's state at the end."""
+    router = Router({**CONFIG, "feedback_ttl_s": 1e6, "experts": experts}, journal=path)
+    for i in range(n):
         d = router.route(decision_id=f"q{i}")
         if i % 2:
             router.feedback(d.decision_id, 0.5)
     state = router.state()
     router.close()
+    return state
+
+
+def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "j.db"
+    state = _traffic(path, 35, CONFIG["experts"])
     with contextlib.closing(sqlite3.connect(path)) as db:
         seqs = [s for (s,) in db.execute("SELECT seq FROM snapshots ORDER BY seq")]
         assert len(seqs) == 2
@@ -220,14 +227,8 @@ def test_a_snapshot_its_journal_could_not_have_made_is_not_used(
     from msroute.router.snapshots import _digest
 
     path, other = tmp_path / "j.db", tmp_path / "other.db"
-    for p, costs in ((path, CONFIG["experts"]), (other, {"a": [0.05], "b": [0.001], "c": [0.02]})):
-        router = Router({**CONFIG, "feedback_ttl_s": 1e6, "experts": costs}, journal=p)
-        for i in range(25):
-            d = router.route(decision_id=f"q{i}")
-            if i % 2:
-                router.feedback(d.decision_id, 0.5)
-        state = router.state()
-        router.close()
+    _traffic(path, 25, CONFIG["experts"])
+    _traffic(other, 25, {"a": [0.05], "b": [0.001], "c": [0.02]})
     replayed = Router.open(path, use_snapshot=False)  # the state the events give
     state = replayed.state()
     replayed.close()
@@ -260,7 +261,7 @@ def test_a_snapshot_its_journal_could_not_have_made_is_not_used(
         ("cost", r"re-derives with cost \[0\.5\], the journal has \[0\.03\]"),
         (
             "reward_max",
-            r"reward: 0\.5 is not a finite number in \[reward_min, reward_max\] = \[0, 0\.4\]",
+            r"reward: 0\.5 is not in \[reward_min, reward_max\] = \[0, 0\.4\]",
         ),
     ],
 )

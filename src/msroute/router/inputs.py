@@ -8,7 +8,6 @@ router keeps no copy of past decisions): its status and its routed cost are read
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -63,19 +62,18 @@ def check_count(value: object, name: str) -> int:
 
 
 def check_reward(reward: object, cfg: RouterConfig, policy: BasePolicy) -> float:
-    """A feedback's reward as a float: a real number, finite, in ``[reward_min, reward_max]``
+    """A feedback's reward as a float: a finite real number (``finite_real``) in
+    ``[reward_min, reward_max]``
     (``reward_max`` unset: the upper end of the ``policy``'s ``reward_range``, which holds the
     configured range: ``msroute.router.state.check_reward_range``)."""
-    if isinstance(reward, bool) or not isinstance(reward, int | float | np.floating):
-        raise InvalidFeedbackError(f"reward: must be a number, got {reward!r:.80}")
-    r = float(reward) if not isinstance(reward, int) or abs(reward) < 2**1023 else math.inf
+    r = finite_real(reward, "reward", InvalidFeedbackError)
     hi = policy.reward_range[1] if cfg.reward_max is None else cfg.reward_max
-    if not math.isfinite(r) or not cfg.reward_min <= r <= hi:
+    if not cfg.reward_min <= r <= hi:
         unset = (
             " (reward_max unset: the most the policy learns from)" if cfg.reward_max is None else ""
         )
         raise InvalidFeedbackError(
-            f"reward: {reward!r} is not a finite number in [reward_min, reward_max] = "
+            f"reward: {reward!r} is not in [reward_min, reward_max] = "
             f"[{cfg.reward_min:g}, {hi:g}]{unset}"
         )
     return r

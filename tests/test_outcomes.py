@@ -102,6 +102,9 @@ BAD = [
     ("", r"is empty"),
     ("prompt_id,a,a|usd\np1,0_1,1\n", r"column 'a': expected a number, got '0_1'"),
     ("prompt_id,a,a|usd\np1,1,1\n,,\n", r"line 3, column 'prompt_id'"),  # blank cells all
+    # ``a`` is ``a:score``: two columns for one cell (one was silently dropped)
+    ("prompt_id,a,a:score,a|usd\np1,1,0,1\n", r"columns 'a' and 'a:score' both name model 'a'"),
+    ("prompt_id,a:score,a,a|usd\np1,1,0,1\n", r"columns 'a:score' and 'a' both name model 'a'"),
 ]
 
 
@@ -109,6 +112,20 @@ BAD = [
 def test_malformed_tables_name_file_line_and_column(text, match):
     with pytest.raises(DataFormatError, match=match):
         read_outcomes(text, "bad.csv")
+
+
+def test_a_header_of_20000_models_reads_every_column_in_place():
+    # The header's checks are linear in its columns (benchmarks/bench_outcome_header.py
+    # measures it: they were quadratic, 20 s for this table); this reads one that wide.
+    k = 20_000
+    header = ["prompt_id"] + [f"m{i}" for i in range(k)] + [f"m{i}|usd" for i in range(k)][::-1]
+    row = ["p1"] + [str(i % 2) for i in range(k)] + [str(k - 1 - i) for i in range(k)]
+    t = read_outcomes(",".join(header) + "\n" + ",".join(row) + "\n", "wide.csv")
+    assert t.models == tuple(f"m{i}" for i in range(k))
+    np.testing.assert_array_equal(t.scores[0, 0], np.arange(k) % 2)
+    np.testing.assert_array_equal(t.costs[0, :, 0], np.arange(k))  # cost columns reversed
+    with pytest.raises(DataFormatError, match=r"columns 'm5' and 'm5:score' both name"):
+        read_outcomes(",".join([*header, "m5:score"]) + "\n", "wide.csv")
 
 
 def test_malformed_json_lines_are_named(tmp_path):

@@ -102,6 +102,10 @@ BAD = [
     ("", r"is empty"),
     ("prompt_id,a,a|usd\np1,0_1,1\n", r"column 'a': expected a number, got '0_1'"),
     ("prompt_id,a,a|usd\np1,1,1\n,,\n", r"line 3, column 'prompt_id'"),  # blank cells all
+    # only ASCII decimal numbers: float() reads the digits of every script
+    ("prompt_id,a,a|usd\np1,1,\u0663\n", r"column 'a\|usd': expected a number, got '\u0663'"),
+    ("prompt_id,a,a|usd\np1,\uff11,1\n", r"column 'a': expected a number, got '\uff11'"),
+    ("prompt_id,a,a|usd\np1,1,1e\u0663\n", r"column 'a\|usd': expected a number, got '1e"),
     # ``a`` is ``a:score``: two columns for one cell (one was silently dropped)
     ("prompt_id,a,a:score,a|usd\np1,1,0,1\n", r"columns 'a' and 'a:score' both name model 'a'"),
     ("prompt_id,a:score,a,a|usd\np1,1,0,1\n", r"columns 'a:score' and 'a' both name model 'a'"),

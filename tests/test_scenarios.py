@@ -140,6 +140,7 @@ def test_csv_loaders_read_and_align(tmp_path: Path) -> None:
     [
         ("expert,code\nsmall,0.5,0.1\n", 2, "expected 2 comma-separated fields"),
         ("expert,code\nsmall,abc\n", 2, "code must be a number, got 'abc'"),
+        ("expert,code\nsmall,\uff10.5\n", 2, "code must be a number, got '\uff10.5'"),  # fullwidth
         ("expert,code\nsmall,0.5\nlarge,1.5\n", 3, "must be in [0, 1]"),
         ("expert,code\nsmall,nan\n", 2, "must be in [0, 1]"),
         ("expert,code\nsmall,0.5\n\nsmall,0.7\n", 4, "listed again (first on line 2)"),

@@ -22,10 +22,12 @@ SIMPLEX_ATOL = 1e-8
 QUOTE_LIMIT = 80
 
 
-#: A number as a data file writes it: decimal, optionally with an exponent (or a non-finite
-#: word, which the caller refuses by name).
+#: A number as a data file writes it: ASCII decimal digits, optionally with an exponent (or a
+#: non-finite word, which the caller refuses by name). ASCII only: ``float`` also reads the
+#: digits of other scripts (Arabic-Indic ``٣``, fullwidth ``３``), which no data file means.
 _DECIMAL = re.compile(
-    r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE
+    r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
+    re.IGNORECASE | re.ASCII,
 )
 
 
@@ -33,8 +35,9 @@ def parse_decimal(text: str) -> float:
     """A number read from a data file's cell, as a float (InvalidValueError, a ValueError, if
     it is not one).
 
-    Stricter than ``float``, which also takes ``1_000`` (Python's digit grouping) and other
-    spellings no data file means: a cell ``0_1`` would otherwise be read as 1.
+    Stricter than ``float``, which also takes ``1_000`` (Python's digit grouping), digits of
+    other scripts and other spellings no data file means: a cell ``0_1`` would otherwise be
+    read as 1, a cell ``٣`` as 3.
 
     Examples
     --------
@@ -44,6 +47,10 @@ def parse_decimal(text: str) -> float:
     Traceback (most recent call last):
     ...
     msroute.errors.InvalidValueError: not a decimal number: '0_1'
+    >>> parse_decimal("\uff13")  # a fullwidth 3
+    Traceback (most recent call last):
+    ...
+    msroute.errors.InvalidValueError: not a decimal number: '３'
     """
     t = text.strip()
     if not _DECIMAL.fullmatch(t):

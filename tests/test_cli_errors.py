@@ -110,6 +110,40 @@ def test_a_toml_integer_of_thousands_of_digits_names_the_file(
     assert f"{cfg}: not valid TOML" in err
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[fig2]\nseeds = " + "[" * 5000 + "]" * 5000,  # the parser's RecursionError
+        "[" + ".".join(["fig2"] * 50_000) + "]\n",  # parsed, then too deep to walk safely
+    ],
+)
+def test_a_toml_file_nested_thousands_deep_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    argv = ["reproduce", "fig2", "--config", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]
+    err = _fails_in_one_line(argv, capsys)
+    assert f"{cfg}: tables or arrays nested more than 32 levels deep" in err
+
+
+def test_toml_nesting_is_read_to_its_documented_limit(tmp_path: Path) -> None:
+    from msroute._toml import MAX_DEPTH, read_toml
+    from msroute.errors import ConfigError
+
+    path = tmp_path / "c.toml"
+    for depth in (MAX_DEPTH, MAX_DEPTH + 1):
+        arrays = "x = " + "[" * depth + "1" + "]" * depth  # x's array is level 1
+        tables = "[" + ".".join(["t"] * depth) + "]\ny = 1"
+        for text in (arrays, tables):
+            path.write_text(text)
+            if depth == MAX_DEPTH:
+                assert read_toml(path, ConfigError, "config")
+            else:
+                with pytest.raises(ConfigError, match=f"nested more than {MAX_DEPTH} levels"):
+                    read_toml(path, ConfigError, "config")
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -285,6 +319,8 @@ def test_serve_with_a_binary_config_is_one_line(
     [
         ("m_draws = " + "9" * 5000, "not valid TOML"),  # over Python's limit on integer digits
         ("\ufeff" + "[service]\nport = 0\n", "port"),  # a BOM is the text's start
+        ("x = " + "[" * 5000 + "]" * 5000, "nested more than 32 levels deep"),  # RecursionError
+        ("x = " + "{a = " * 5000 + "1" + "}" * 5000, "nested more than 32 levels deep"),
     ],
 )
 def test_serve_config_text_errors_are_one_line(

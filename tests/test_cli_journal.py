@@ -173,6 +173,30 @@ def test_evaluate_refuses_a_candidate_that_names_no_expert(
     assert out == "" and err.count("\n") == 1 and named in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('{"mid": 1' + "0" * 5000 + "}", "not JSON: 'Exceeds the limit (4300 digits)"),
+        ('{"mid": 1' + "0" * 400 + ', "small": 0}', "got <an integer of 401 digits>"),
+        ('{"mid": 1e999, "small": 0}', "candidate_q['mid']: must be a finite probability"),
+        ('{"mid": 0.7, "mid": 0.3, "small": 0.7}', "not JSON: \"the key 'mid' appears twice"),
+        ('{"mid": true, "small": 0}', "candidate_q['mid']: must be a finite probability"),
+        ("[" * 100_000, "not JSON"),
+    ],
+)
+def test_evaluate_refuses_a_candidate_file_it_cannot_read_as_numbers(
+    tmp_path: Path, journal: Path, capsys: pytest.CaptureFixture[str], text: str, named: str
+) -> None:
+    q = tmp_path / "q.json"
+    q.write_text(text)
+    assert main(["journal", "evaluate", str(journal), "--q", str(q)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and named in err and "Traceback" not in err
+    assert len(err) < 500
+    assert main(["journal", "evaluate", str(journal), "--q", str(tmp_path)]) == 2
+    assert f"--q {tmp_path}: cannot read it" in capsys.readouterr().err
+
+
 def test_export_never_writes_over_the_journal(
     tmp_path: Path, journal: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

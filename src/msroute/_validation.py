@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from msroute.errors import InvalidTypeError, InvalidValueError
+from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -56,6 +56,18 @@ def parse_decimal(text: str) -> float:
     if not _DECIMAL.fullmatch(t):
         raise InvalidValueError(f"not a decimal number: {quoted(t)}")
     return float(t)
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique, as ``object_pairs_hook`` of ``json.loads``
+    (``json`` keeps the last of a repeated key, silently dropping the first):
+    ``DataFormatError`` naming the key otherwise."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DataFormatError(f"the key {quoted(key)} appears twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:

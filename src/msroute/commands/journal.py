@@ -170,13 +170,18 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from msroute._validation import quoted, unique_keys
     from msroute.errors import InvalidValueError
     from msroute.router.ope import evaluate
 
     try:
-        q = json.loads(args.q.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidValueError(f"--q {args.q}: not JSON: {exc}") from exc
+        raw = args.q.read_bytes()
+    except OSError as exc:
+        raise InvalidValueError(f"--q {args.q}: cannot read it: {exc.strerror or exc}") from exc
+    try:  # ValueError: JSON's errors, a key given twice, an integer of thousands of digits
+        q = json.loads(raw.decode(), object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidValueError(f"--q {args.q}: not JSON: {quoted(str(exc), 200)}") from exc
     if not isinstance(q, dict):
         raise InvalidValueError(
             f"--q {args.q}: must be a JSON object of expert id -> probability, "

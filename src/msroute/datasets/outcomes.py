@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray, parse_decimal, quoted
+from msroute._validation import FloatArray, IntArray, parse_decimal, quoted, unique_keys
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError, InvalidValueError
 
@@ -405,7 +405,7 @@ def _from_jsonl(text: str, source: str) -> OutcomeTable:
             continue
         where = f"{source}, line {lineno}"
         try:
-            obj = json.loads(line, object_pairs_hook=_unique_keys)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except (ValueError, RecursionError) as exc:  # ValueError: also an integer too long
             raise DataFormatError(f"{where}: not a JSON object ({quoted(str(exc), 200)})") from None
         if not isinstance(obj, dict):
@@ -424,16 +424,6 @@ def _from_jsonl(text: str, source: str) -> OutcomeTable:
     if header is None:
         raise DataFormatError(f"{source} is empty: expected one JSON object per line")
     return _table(rows, header, _layout(header, header_at), source)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are unique (``json`` keeps the last of a repeated key)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise DataFormatError(f"the key {quoted(key)} appears twice")
-        seen.add(key)
-    return dict(pairs)
 
 
 def read_outcomes(text: str, source: str, *, jsonl: bool = False) -> OutcomeTable:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, finite_real
+from msroute._validation import FloatArray, finite_real, quoted
 from msroute.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Estimate", "OPEResult", "evaluate"]
@@ -201,12 +201,13 @@ def _check_candidate(q: Mapping[str, float]) -> dict[str, float]:
         )
     out = {}
     for k, v in q.items():
-        real = isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
-        p = float(v) if real else math.nan
-        if not math.isfinite(p) or p < 0:
-            raise InvalidValueError(
-                f"candidate_q[{k!r}]: must be a finite probability >= 0, got {v!r}"
-            )
+        name = f"candidate_q[{quoted(k)}]"
+        try:
+            p = finite_real(v, name)
+        except InvalidValueError:
+            p = math.nan  # not a number, or not finite (an int of 400 digits too)
+        if not p >= 0:
+            raise InvalidValueError(f"{name}: must be a finite probability >= 0, got {quoted(v)}")
         out[str(k)] = p
     total = sum(out.values())
     if abs(total - 1.0) > 1e-9:

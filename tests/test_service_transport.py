@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -200,6 +201,78 @@ def test_refused_body_is_answered_whole_before_the_close(server: ServerProcess) 
         assert reader.at_end()
 
 
+def _decisions(server: ServerProcess) -> int:
+    with _connect(server) as sock:
+        head = f"GET /v1/routers/llm HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {TOKEN}"
+        sock.sendall(head.encode() + b"\r\nConnection: close\r\n\r\n")
+        status, _, body = Reader(sock).response()
+        assert status == 200
+        return int(json.loads(body)["decisions"])
+
+
+GARBAGE = (
+    b"GARBAGE\r\n\r\n",
+    b"\x00\x01\x02 not http\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+)
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+@pytest.mark.parametrize(("valid", "apart"), [(1, False), (2, False), (2, True)])
+def test_requests_before_bytes_that_are_not_http_get_their_answers_first(
+    server: ServerProcess, garbage: bytes, valid: int, apart: bool
+) -> None:
+    """Pipelined valid requests followed by garbage (in one packet, or the garbage sent on its
+    own while they are served): each valid request is answered (its decision is journaled),
+    then the garbage gets 400 and the connection ends."""
+    before = _decisions(server)
+    decide = _request("/v1/routers/llm/decisions", b'{"context": "tech"}')
+    with _connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = Reader(sock)
+        if apart:
+            sock.sendall(decide * valid)
+            sock.sendall(garbage)
+        else:
+            sock.sendall(decide * valid + garbage)
+        answers = [reader.response() for _ in range(valid + 1)]
+        assert reader.at_end()
+    assert [a[0] for a in answers] == [201] * valid + [400]
+    assert all(a[2].startswith(b'{"decision_id":') for a in answers[:valid])
+    assert answers[-1][1]["content-type"] == "application/problem+json"
+    assert json.loads(answers[-1][2])["status"] == 400
+    assert _decisions(server) == before + valid  # every journaled decision was answered
+
+
+def test_a_request_cut_off_by_bad_bytes_is_not_served_and_the_one_before_is(
+    server: ServerProcess,
+) -> None:
+    """A request whose chunked body turns into garbage is refused (400) and not applied; the
+    complete request before it in the same packet is answered first."""
+    before = _decisions(server)
+    decide = _request("/v1/routers/llm/decisions", b'{"context": "tech"}')
+    head = f"POST /v1/routers/llm/decisions HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+    cut = (head + 'Transfer-Encoding: chunked\r\n\r\n5\r\n{"con\r\nZZ\r\n').encode()
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(decide + cut)
+        assert reader.response()[0] == 201
+        assert reader.response()[0] == 400
+        assert reader.at_end()
+    assert _decisions(server) == before + 1
+
+
+def test_bytes_that_are_not_http_alone_get_400_at_once(server: ServerProcess) -> None:
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        status, headers, body = reader.response()
+        assert status == 400 and headers["connection"] == "close"
+        assert b"not a valid HTTP/1.1 request" in body
+        assert reader.at_end()
+
+
 def test_serve_opens_the_routers_then_runs_uvicorn_on_its_socket_with_the_guarded_protocol(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,6 +393,24 @@ def test_a_request_sent_in_pieces_within_the_deadline_is_served(tmp_path: Path) 
         time.sleep(READ_TIMEOUT_S * 1.5)
         sock.sendall(raw)
         assert reader.response()[0] == 201
+
+
+def test_a_request_pipelined_behind_another_and_never_finished_is_cut_off(
+    tmp_path: Path,
+) -> None:
+    """The second request's bytes arrive while the first is served (which armed no deadline
+    for them): it still gets 408 within the read deadline, after the first one's answer."""
+    decide = _request("/v1/routers/llm/decisions", b'{"context": "tech"}')
+    stalled = _request("/v1/routers/llm/decisions", b"x" * 100)[:-95]
+    with (
+        served(tmp_path, service={"read_timeout_s": READ_TIMEOUT_S}) as (srv, _),
+        _connect(srv) as sock,
+    ):
+        started = time.monotonic()
+        sock.sendall(decide + stalled)
+        data = _closed_within(sock, READ_TIMEOUT_S + 10)
+        assert time.monotonic() - started < READ_TIMEOUT_S + 10
+    assert data.startswith(b"HTTP/1.1 201 ") and b"HTTP/1.1 408 Request Timeout" in data
 
 
 class StubProtocol:

@@ -18,7 +18,17 @@
   that arrives a byte at a time, so without this a few hundred slow connections would pile up and
   hold the server's file descriptors and memory. Only time spent waiting for the client counts:
   the deadline is lifted once the app has read the body (or answers without reading it), so a
-  request that waits for a slow disk is never cut off.
+  request that waits for a slow disk is never cut off. A request pipelined behind another
+  gets its deadline when the app begins it, if its bytes arrived while the other was served.
+- **Every request read in full is answered.** When bytes that are not HTTP follow complete
+  requests (pipelined in the same packet, or arriving while one is served), uvicorn answers the
+  garbage with ``400`` and closes the connection at once, so the answers of the requests before
+  it, whose effects the app may already have committed (a journaled decision), were never sent.
+  The guard holds the 400 (a problem document, as every error of the service) and the close
+  back until every request read in full before the garbage has been answered, then sends it;
+  nothing after the garbage is read. A request that
+  was cut off by the garbage (its body incomplete) is not served: it ends when the connection
+  closes, as if its client had gone away.
 
 The app tells the connection where a request stands through ``ReadDeadline``, an ASGI
 middleware: uvicorn starts each request's task inside ``data_received``, so the task inherits a
@@ -27,13 +37,17 @@ created in).
 
 Relied on of uvicorn (pinned in ``pyproject.toml``, checked by ``tests/test_service_transport.py``):
 the import path of ``HttpToolsProtocol`` and that ``uvicorn.Config(http=...)`` accepts a protocol
-class, which uvicorn constructs with keyword arguments that are passed through unchanged.
+class, which uvicorn constructs with keyword arguments that are passed through unchanged; that a
+parse error makes its ``data_received`` write the 400 and close the transport; and, to know which
+requests are still unanswered (``_queued``, ``_cut_off_in_app``), its ``cycle`` and ``pipeline``
+attributes and the cycles' ``more_body`` and ``response_complete``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from http import HTTPStatus
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,14 +60,23 @@ _GUARD: contextvars.ContextVar[GuardedHttpTools | None] = contextvars.ContextVar
     "msroute_connection_guard", default=None
 )
 
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\n"
+_CLOSING_RESPONSE = (
+    b"HTTP/1.1 %d %s\r\ncontent-type: application/problem+json\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
 )
-_TIMEOUT_BODY = (
-    b'{"type":"about:blank","title":"Request Timeout","status":408,'
-    b'"detail":"request: not received in full within %gs"}'
-)
+_PROBLEM = b'{"type":"about:blank","title":"%s","status":%d,"detail":"%s"}'
+
+
+def closing_problem(status: int, detail: str) -> bytes:
+    """A whole ``application/problem+json`` response that closes the connection (``detail``:
+    ASCII without quotes or backslashes)."""
+    title = HTTPStatus(status).phrase.encode()
+    body = _PROBLEM % (title, status, detail.encode())
+    return _CLOSING_RESPONSE % (status, title, len(body), body)
+
+
+#: What bytes that are not HTTP/1.1 get (instead of uvicorn's text/plain 400).
+_REFUSAL = closing_problem(400, "request: not a valid HTTP/1.1 request; the connection is closed")
 
 
 class GatheringTransport:
@@ -67,9 +90,28 @@ class GatheringTransport:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        #: While not None, writes go here and a close is only recorded (``capture``).
+        self._captured: list[bytes] | None = None
+        self._close_captured = False
+
+    def capture(self) -> None:
+        """From now on, hold what is written and a close back (``release`` returns them)."""
+        self._captured = []
+        self._close_captured = False
+
+    def release(self) -> tuple[bytes, bool]:
+        """Stop capturing; the bytes written since ``capture`` and whether a close was asked."""
+        data = b"".join(self._captured or ())
+        closed = self._close_captured
+        self._captured = None
+        self._close_captured = False
+        return data, closed
 
     def write(self, data: bytes) -> None:
         """Queue ``data``; the first write of a turn schedules the flush."""
+        if self._captured is not None:
+            self._captured.append(data)
+            return
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
@@ -85,6 +127,9 @@ class GatheringTransport:
 
     def close(self) -> None:
         """Write what is queued, then close (the real transport sends its buffer first)."""
+        if self._captured is not None:
+            self._close_captured = True
+            return
         self.flush()
         self._transport.close()
 
@@ -118,6 +163,11 @@ class GuardedHttpTools(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         #: A request of this connection has been read and is not yet answered in full.
         self._serving = False
+        #: Requests of this connection the app has begun and not finished.
+        self._in_app = 0
+        #: The answer to bytes that are not HTTP, held until the requests before them
+        #: are answered (None: no such bytes came; empty: sent).
+        self._refusal: bytes | None = None
 
     # asyncio.Protocol --------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:  # uvloop's are not asyncio.Transport
@@ -127,13 +177,43 @@ class GuardedHttpTools(asyncio.Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # after bytes that are not HTTP: nothing more is read
         if self._deadline is None and not self._serving:
             self._arm()  # the first byte of a request
         contextvars.copy_context().run(self._feed, data)
 
     def _feed(self, data: bytes) -> None:
         _GUARD.set(self)
-        self._inner.data_received(data)
+        transport = self._transport
+        assert transport is not None  # data comes after connection_made
+        transport.capture()
+        try:
+            self._inner.data_received(data)
+        finally:
+            written, closed = transport.release()
+        if not closed:
+            if written:
+                transport.write(written)
+            return
+        # uvicorn refused the bytes (its 400) and closed: answer the requests before them
+        # first. Checked at the next turn, once the app has begun the requests just parsed.
+        self._disarm()
+        self._refusal = _REFUSAL
+        self._loop.call_soon(self._send_refusal)
+
+    def _send_refusal(self) -> None:
+        """Send the held refusal and close, once no request read in full is unanswered: none
+        is in the app (but one whose body the garbage cut off, which waits for it in vain) and
+        none waits in uvicorn's pipeline."""
+        transport = self._transport
+        if not self._refusal or transport is None or transport.is_closing():
+            return
+        if self._in_app > _cut_off_in_app(self._inner) or _queued(self._inner):
+            return
+        refusal, self._refusal = self._refusal, b""  # sent once; nothing more is read
+        transport.write(refusal)
+        transport.close()
 
     def eof_received(self) -> None:
         self._inner.eof_received()
@@ -149,6 +229,23 @@ class GuardedHttpTools(asyncio.Protocol):
         self._inner.resume_writing()
 
     # where the request stands (told by ReadDeadline) -------------------------------------------
+    def request_begun(self, has_body: bool) -> None:
+        """The app has begun a request of this connection. Its body, if it has one, is read
+        under the deadline: one that began arriving while an earlier request was served (and
+        armed nothing) gets its ``read_timeout_s`` from now."""
+        self._in_app += 1
+        if not has_body:
+            self.request_read()
+        elif self._deadline is None:
+            self._arm()
+
+    def request_ended(self) -> None:
+        """The app has finished a request (answered it, or raised: uvicorn then answers 500
+        in the same step); a held refusal is sent at the next turn if nothing else waits."""
+        self._in_app -= 1
+        if self._refusal:
+            self._loop.call_soon(self._send_refusal)
+
     def request_read(self) -> None:
         """The app has the request's body (or answers without it): waiting is the server's."""
         self._serving = True
@@ -173,9 +270,23 @@ class GuardedHttpTools(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        body = _TIMEOUT_BODY % self._read_timeout_s
-        transport.write(_TIMEOUT_RESPONSE % (len(body), body))
+        detail = f"request: not received in full within {self._read_timeout_s:g}s"
+        transport.write(closing_problem(408, detail))
         transport.close()
+
+
+def _queued(inner: Any) -> bool:
+    """Whether uvicorn's protocol holds a pipelined request read in full, not yet begun."""
+    return any(not cycle.more_body for cycle, _ in inner.pipeline)
+
+
+def _cut_off_in_app(inner: Any) -> int:
+    """1 if the request whose body the garbage cut off is in the app (it waits for a body that
+    never comes, until the connection closes), else 0."""
+    cycle = inner.cycle
+    if cycle is None or not cycle.more_body or cycle.response_complete:
+        return 0
+    return 0 if any(c is cycle for c, _ in inner.pipeline) else 1
 
 
 def guarded_http_tools(read_timeout_s: float) -> type[GuardedHttpTools]:
@@ -201,8 +312,7 @@ class ReadDeadline:
             await self.app(scope, receive, send)
             return
 
-        if not _has_body(scope):
-            guard.request_read()
+        guard.request_begun(_has_body(scope))
 
         async def receive_body() -> Message:
             message = await receive()
@@ -217,7 +327,10 @@ class ReadDeadline:
                 guard.response_sent()
             await send(message)
 
-        await self.app(scope, receive_body, send_response)
+        try:
+            await self.app(scope, receive_body, send_response)
+        finally:
+            guard.request_ended()
 
 
 def _has_body(scope: Scope) -> bool:

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from _service import ROUTER, TOKEN, write_config
+from _service import ROUTER, TOKEN, served, write_config
 from msroute.service.auth import BearerToken
 from msroute.service.config import load_service_config
 from msroute.service.fastpath import (
@@ -33,6 +33,7 @@ from msroute.service.fastpath import (
     FastPath,
     JSONAnswer,
     json_bytes,
+    json_refusal,
     json_too_deep,
 )
 from msroute.service.routers import ServedRouters
@@ -330,3 +331,70 @@ def test_deeply_nested_bodies_are_400_before_any_parser(tmp_path: Path, path: st
         assert inner.seen == []  # FastAPI never saw them
 
     run(tmp_path, body)
+
+
+#: What Python's JSON parser takes besides UTF-8 (``json.detect_encoding``): with a byte order
+#: mark, and without one (told by the zero bytes of the first characters).
+OTHER_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-16", "utf-32-le", "utf-32-be", "utf-32")
+#: A 3,000-deep array behind a string whose character U+2200 encodes, in UTF-16 and UTF-32, to
+#: a byte that reads as a quote: a scan of the bytes saw one string to the end and no bracket.
+HIDDEN_DEPTH = '{"context": "\u2200", "eligible": ' + "[" * 3000 + "]" * 3000 + "}"
+
+
+@pytest.mark.parametrize("encoding", OTHER_ENCODINGS)
+def test_json_that_is_not_utf8_is_refused_before_any_parser(tmp_path: Path, encoding: str) -> None:
+    raw = HIDDEN_DEPTH.encode(encoding)
+    assert json_refusal(raw) == (
+        415,
+        f"body: JSON must be encoded as UTF-8 (RFC 8259), not {json.detect_encoding(raw).upper()}",
+    )
+    valid = b'{"context": "tech"}'.decode().encode(encoding)
+    refused = json_refusal(valid)  # a valid request too: the encoding alone is refused
+    assert refused is not None and refused[0] == 415
+
+    async def body(app: FastPath, inner: Inner) -> None:
+        for path in (DECISIONS, FEEDBACK, "/v1/routers/{name}/experts", "/v1/routers/nope/x"):
+            target = path.format(name="llm", decision_id="d-1")
+            for chunks in (1, 3):
+                status, problem, _ = await request(app, target, raw, chunks=chunks)
+                assert status == 415 and "UTF-8" in problem["detail"], (path, chunks)
+        assert inner.seen == []
+
+    run(tmp_path, body)
+
+
+def test_a_utf8_byte_order_mark_is_taken_and_scanned(tmp_path: Path) -> None:
+    assert json_refusal(HIDDEN_DEPTH.encode("utf-8-sig")) == (
+        400,
+        f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels",
+    )
+
+    async def body(app: FastPath, inner: Inner) -> None:
+        dec = await _decide(app)
+        raw = '{"context": "tech", "decision_id": "bom-1"}'.encode("utf-8-sig")
+        status, answer, _ = await request(app, "/v1/routers/llm/decisions", raw)
+        assert status == 201 and answer["decision_id"] == "bom-1" and dec
+        assert inner.seen == []
+
+    run(tmp_path, body)
+
+
+def test_hidden_depth_in_utf16_and_utf32_is_a_4xx_over_http(tmp_path: Path) -> None:
+    """Over HTTP, on both hot endpoints and a FastAPI one: 415, never 500, nothing applied."""
+    with served(tmp_path) as (_, client):
+        before = client.get("/v1/routers/llm").json()
+        did = client.post("/v1/routers/llm/decisions", json={"context": "tech"}).json()
+        for encoding in OTHER_ENCODINGS:
+            raw = HIDDEN_DEPTH.encode(encoding)
+            for method, path in (
+                ("POST", "/v1/routers/llm/decisions"),
+                ("POST", f"/v1/routers/llm/decisions/{did['decision_id']}/feedback"),
+                ("PATCH", "/v1/routers/llm"),
+            ):
+                resp = client.request(
+                    method, path, content=raw, headers={"Content-Type": "application/json"}
+                )
+                assert resp.status_code == 415, (encoding, path, resp.text)
+                assert "UTF-8" in resp.json()["detail"]
+        after = client.get("/v1/routers/llm").json()
+        assert after["decisions"] == before["decisions"] + 1 and after["pending"] == 1

@@ -16,9 +16,14 @@ the FastAPI endpoints: the same ``ServedRouters`` operations, the
 same ``JSONResponse``, the same problem table for the router's errors.
 
 Every JSON request body (``POST``, ``PUT``, ``PATCH``, whatever the route) is checked here before
-any JSON parser sees it: nested deeper than ``MAX_JSON_DEPTH`` arrays or objects, it is refused
-with 400. No request of the API nests deeper than three levels, and Python's parser would
-otherwise recurse once per level.
+any JSON parser sees it (``json_refusal``): a body that is not UTF-8 is refused with 415, and one
+nested deeper than ``MAX_JSON_DEPTH`` arrays or objects with 400. No request of the API nests
+deeper than three levels, and Python's parser would otherwise recurse once per level. The depth
+is read from the bytes, which is exact for UTF-8 (no byte of a multi-byte character is a quote,
+a backslash or a bracket) but not for the UTF-16 and UTF-32 that Python's parser also takes
+(``json.detect_encoding``), where a character's bytes can read as a quote and hide every bracket
+after it; RFC 8259 requires UTF-8 of JSON between systems, so the others are refused rather
+than scanned in a second way.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from msroute.service.problems import (
 )
 from msroute.service.routers import ServedRouters
 
-__all__ = ["DECISIONS", "FEEDBACK", "MAX_JSON_DEPTH", "FastPath", "json_too_deep"]
+__all__ = ["DECISIONS", "FEEDBACK", "MAX_JSON_DEPTH", "FastPath", "json_refusal", "json_too_deep"]
 
 #: The path templates of the two hot endpoints (their label in the request-latency metric).
 DECISIONS = "/v1/routers/{name}/decisions"
@@ -64,6 +69,7 @@ MAX_JSON_DEPTH = 32
 #: parser refuses anyway), so the scan is linear in the body: no backtracking, no rescans.
 _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_UTF8 = frozenset({"utf-8", "utf-8-sig"})
 
 
 def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -84,6 +90,18 @@ def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
         elif first in (b"]", b"}"):
             depth -= 1
     return False
+
+
+def json_refusal(body: bytes) -> tuple[int, str] | None:
+    """Why a JSON body is refused before any parser sees it, as (status, detail), or None:
+    415 if it is not UTF-8 (by the parser's own detection, ``json.detect_encoding``; a UTF-8
+    byte order mark is taken), 400 if it nests deeper than ``MAX_JSON_DEPTH``."""
+    encoding = json.detect_encoding(body)
+    if encoding not in _UTF8:
+        return 415, f"body: JSON must be encoded as UTF-8 (RFC 8259), not {encoding.upper()}"
+    if json_too_deep(body):
+        return 400, f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    return None
 
 
 #: The feedback answers, encoded once.
@@ -190,15 +208,16 @@ class FastPath:
         body = await self._body(receive)
         if body is None:  # the client went away
             return
-        if json_too_deep(body):
-            await _too_deep(scope, receive, send)
+        refusal = json_refusal(body)
+        if refusal is not None:
+            await problem_response(*refusal)(scope, receive, send)
             return
         try:
             content = json.loads(body)
             request: DecisionRequest | FeedbackRequest = (
                 DecisionRequest if deciding else FeedbackRequest
             ).model_validate(content)
-        except (ValueError, ValidationError):  # FastAPI answers with the problem it names
+        except (ValueError, RecursionError, ValidationError):  # FastAPI answers, naming it
             await self.app(scope, _replay(body, receive), send)
             return
         scope["route"] = route
@@ -214,7 +233,7 @@ class FastPath:
         return None
 
     async def _app_checked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The FastAPI app, once the body is known not to nest too deeply."""
+        """The FastAPI app, once a JSON body is known to be UTF-8 and not to nest too deeply."""
         try:
             body = await self._body(receive)
         except HTTPException as exc:  # a chunked body over the limit (BodyLimit)
@@ -224,8 +243,9 @@ class FastPath:
             return
         if body is None:
             return
-        if _declares_json(scope) and json_too_deep(body):
-            await _too_deep(scope, receive, send)
+        refusal = json_refusal(body) if _declares_json(scope) else None
+        if refusal is not None:
+            await problem_response(*refusal)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -276,8 +296,3 @@ def _declares_json(scope: Scope) -> bool:
         if key == b"content-type":
             return not value or json_content(value.decode("latin-1"))
     return True
-
-
-async def _too_deep(scope: Scope, receive: Receive, send: Send) -> None:
-    detail = f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-    await problem_response(400, detail)(scope, receive, send)

@@ -2,10 +2,12 @@
 
 - A router killed by SIGKILL leaves its last events in the tail; opening the journal folds them
   in: every acknowledged call is there, and the state is the one of a twin router that saw the
-  same calls, bit for bit. A torn last frame (the write the process died in) is dropped; a tail
-  already folded before the kill is not folded twice.
-- A tail that does not continue the journal, does not match it, is not a tail, or holds a
-  malformed frame is refused with ``JournalError``, and so is a stale tail under a new journal.
+  same calls, bit for bit. A torn last frame (the write the process died in) is dropped, and
+  nothing else: cut at every byte, a tail gives the frames before the cut; a tail already folded
+  before the kill is not folded twice; a tail of format 2 is still read.
+- A tail that does not continue the journal, does not match it, is not a tail, holds a
+  malformed frame or any flipped bit (its lengths' included) is refused with ``JournalError``,
+  and so is a stale tail under a new journal.
 - A failed or short write cuts the tail back: the call fails, nothing changes, the next call
   works. A failed fold fails no call and is tried again. A transaction that cannot start
   (BEGIN fails, or the tail is at its limit) gives no event number twice.
@@ -22,6 +24,8 @@ import logging
 import os
 import shutil
 import sqlite3
+import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,10 +145,8 @@ def test_a_killed_router_loses_nothing_acknowledged(
     path = copy(dead, tmp_path)
     acked = dead[1]
     assert len(acked) == CALLS + CALLS // 2
-    owner, rows, torn = read_tail(tail_path(path))
-    assert (
-        owner == run_id(path) and torn == 0 and len(rows) == len(acked) + 1
-    )  # and the expert's addition
+    rows, torn = read_tail(tail_path(path), run_id(path))
+    assert torn == 0 and len(rows) == len(acked) + 1  # and the expert's addition
     assert raw_events(path) == 0  # no fold ran: every event is in the tail only
     reopened = Router.open(path)
     assert not tail_path(path).exists()
@@ -175,7 +177,7 @@ def test_a_torn_last_frame_is_dropped_with_a_warning(
 ) -> None:
     path = copy(dead, tmp_path)
     tail = tail_path(path)
-    _, rows, _ = read_tail(tail)
+    rows, _ = read_tail(tail, run_id(path))
     with tail.open("r+b") as f:  # the last frame (the last feedback) loses its last 3 bytes
         f.truncate(tail.stat().st_size - 3)
     with caplog.at_level(logging.WARNING, logger="msroute.router"):
@@ -190,13 +192,28 @@ def test_a_torn_last_frame_is_dropped_with_a_warning(
 
 def test_a_tail_folded_before_the_kill_is_not_folded_twice(tmp_path: Path) -> None:
     path, acked = killed(tmp_path, "no-empty")
-    _, rows, _ = read_tail(tail_path(path))
+    rows, _ = read_tail(tail_path(path), run_id(path))
     folded = raw_events(path)
     assert folded > 0 and rows[0][0] <= folded  # the tail still holds folded events
     reopened = Router.open(path)
     assert comparable(reopened.state()) == comparable(twin().state())
     reopened.close()
     assert raw_events(path) == len(acked) + 1
+
+
+def sealed(body: bytes) -> bytes:
+    """A frame of format 3 holding ``body`` (its checksums computed)."""
+    lengths = struct.pack("<II", len(body), zlib.crc32(body))
+    return lengths + struct.pack("<I", zlib.crc32(lengths)) + body
+
+
+def frame_starts(data: bytes, head: int) -> list[int]:
+    """Where each frame of a format 3 tail starts (``head``: its header's length)."""
+    starts, pos = [], head
+    while pos < len(data):
+        starts.append(pos)
+        pos += 12 + int.from_bytes(data[pos : pos + 4], "little")
+    return starts
 
 
 def _write_tail(path: Path, rows: list[Any], run_id: str) -> None:
@@ -211,7 +228,7 @@ def test_a_tail_that_does_not_continue_or_match_the_journal_is_refused(
 ) -> None:
     path = copy(dead, tmp_path)
     tail = tail_path(path)
-    _, rows, _ = read_tail(tail)
+    rows, _ = read_tail(tail, run_id(path))
     _write_tail(tail, [(r[0] + 5, *r[1:]) for r in rows], run_id(path))
     with pytest.raises(JournalError, match="starts at event 6 but the journal ends at event 0"):
         Router.open(path)
@@ -230,16 +247,11 @@ def test_what_is_not_a_tail_is_refused(dead: tuple[Path, list[str]], tmp_path: P
     tail.write_bytes(b"SQLite format 3\x00")
     with pytest.raises(JournalError, match="not a journal tail"):
         Router.open(path)
-    body = bytearray(good)
     head = len(header(run_id(path)))
-    size = int.from_bytes(body[head : head + 4], "little")
-    start = head + 8
-    body[start + 8 * 3 : start + 8 * 3 + 4] = (10**6).to_bytes(4, "little")  # kind's length
-    fixed = bytes(body[start : start + size])
-    import zlib
-
-    body[head + 4 : head + 8] = zlib.crc32(fixed).to_bytes(4, "little")
-    tail.write_bytes(bytes(body))  # its checksum holds: not an unfinished write
+    size = int.from_bytes(good[head : head + 4], "little")
+    body = bytearray(good[head + 12 : head + 12 + size])
+    body[8 * 3 : 8 * 3 + 4] = (10**6).to_bytes(4, "little")  # kind's length
+    tail.write_bytes(good[:head] + sealed(bytes(body)))  # its checksums hold: not unfinished
     with pytest.raises(JournalError, match="malformed frame"):
         Router.open(path)
     for cut in (5, len(MAGIC) + 1, head - 1):  # the process died creating it: nothing to fold
@@ -266,29 +278,126 @@ def test_the_tail_of_another_journal_is_refused(
     assert tail_path(other).exists() and raw_events(other) == 0
 
 
-def test_a_damaged_frame_before_the_end_is_refused_not_dropped(
+def test_a_damaged_frame_is_refused_not_dropped(
     dead: tuple[Path, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Only the last frame can be an unfinished write: a frame that fails its checksum with
-    frames after it is damage, and opening refuses the tail (their acknowledged events are
-    not dropped); a last frame that fails its checksum is dropped with a warning."""
+    """Only a frame the file ends inside can be an unfinished write: a whole frame that fails
+    its checksum is damage, the last one too, and opening refuses the tail (its acknowledged
+    events are not dropped); zero bytes after the last whole frame (a size that reached the
+    disk before its data) are dropped with a warning."""
     path = copy(dead, tmp_path)
     tail = tail_path(path)
     good = tail.read_bytes()
-    body = bytearray(good)
-    body[len(header(run_id(path))) + 8 + 2] ^= 1  # a bit of the first frame's first event
-    tail.write_bytes(bytes(body))
-    with pytest.raises(JournalError, match=r"fails its checksum and \d+ bytes follow it"):
-        Router.open(path)
-    assert tail.exists() and raw_events(path) == 0
-    body = bytearray(good)
-    body[-1] ^= 1  # a bit of the last frame
-    tail.write_bytes(bytes(body))
+    for where in (len(header(run_id(path))) + 12 + 2, len(good) - 1):  # first frame, last one
+        body = bytearray(good)
+        body[where] ^= 1
+        tail.write_bytes(bytes(body))
+        with pytest.raises(JournalError, match=r"fails its checksum \(\d+ bytes follow it\)"):
+            Router.open(path)
+        assert tail.exists() and raw_events(path) == 0
+    tail.write_bytes(good + bytes(100))
     with caplog.at_level(logging.WARNING, logger="msroute.router"):
         reopened = Router.open(path)
-    assert "unfinished write" in caplog.text
-    assert reopened._journal.last_seq == len(dead[1])  # all but the last frame's one event
+    assert "100 bytes of an unfinished write" in caplog.text
+    assert reopened._journal.last_seq == len(dead[1]) + 1  # every acknowledged event
     reopened.close()
+
+
+def _killed_in_process(path: Path, decisions: int) -> Path:
+    """A journal at "normal" of ``decisions`` decisions (one frame each) whose router stopped
+    as a killed process does; its tail."""
+    router = Router(CONFIG, journal=path)
+    for i in range(decisions):
+        router.route(context="xy"[i % 2], decision_id=f"q{i}")
+    _crash(router)
+    return tail_path(path)
+
+
+def test_a_flipped_bit_in_a_length_is_refused_not_read_as_an_unfinished_write(
+    tmp_path: Path,
+) -> None:
+    """Issue 44: a flipped bit in the length of a frame (or of the header's run id) made the
+    tail look cut short there: every later frame was dropped (40 acknowledged decisions came
+    back as 13). Each bit of the header's and of every frame's lengths and checksums is
+    flipped in turn: opening refuses the tail, and leaves both files as they were."""
+    path = tmp_path / "j.db"
+    tail = _killed_in_process(path, 40)
+    good = tail.read_bytes()
+    head = len(header(run_id(path)))
+    starts = frame_starts(good, head)
+    assert len(starts) == 40
+    id_length = len(MAGIC)
+    for pos in [id_length, id_length + 1, *range(head - 4, head), *starts[13:14]]:
+        for byte in range(pos, pos + (12 if pos in starts else 1)):
+            for bit in range(8):
+                body = bytearray(good)
+                body[byte] ^= 1 << bit
+                tail.write_bytes(bytes(body))
+                with pytest.raises(JournalError, match="the tail is damaged"):
+                    Router.open(path)
+                assert raw_events(path) == 0
+    tail.write_bytes(good)
+    reopened = Router.open(path)
+    assert reopened.state()["decisions"] == 40
+    reopened.close()
+
+
+def test_every_flipped_bit_of_a_tail_is_refused(tmp_path: Path) -> None:
+    """Every bit of the header and of the frames' lengths and checksums, and one bit of every
+    other byte, flipped alone: the tail is refused (``read_tail`` raises), never read with
+    fewer events."""
+    path = tmp_path / "j.db"
+    tail = _killed_in_process(path, 3)
+    owner = run_id(path)
+    good = tail.read_bytes()
+    rows, torn = read_tail(tail, owner)
+    assert len(rows) == 3 and torn == 0
+    head = len(header(owner))
+    lengths = {s + i for s in frame_starts(good, head) for i in range(12)}
+    for byte in range(len(good)):
+        for bit in range(8) if byte < head or byte in lengths else [byte % 8]:
+            body = bytearray(good)
+            body[byte] ^= 1 << bit
+            tail.write_bytes(bytes(body))
+            with pytest.raises(JournalError):
+                read_tail(tail, owner)
+
+
+def test_a_cut_short_tail_drops_only_its_unfinished_last_frame(tmp_path: Path) -> None:
+    """Cut at every byte, a tail gives the frames that end before the cut: the header cut short
+    gives none (the process died creating it), and a frame cut short, at its header or in its
+    body, is the one write that was never acknowledged."""
+    path = tmp_path / "j.db"
+    tail = _killed_in_process(path, 3)
+    owner = run_id(path)
+    good = tail.read_bytes()
+    head = len(header(owner))
+    ends = [*frame_starts(good, head)[1:], len(good)]
+    for cut in range(len(good) + 1):
+        tail.write_bytes(good[:cut])
+        rows, torn = read_tail(tail, owner)
+        whole = [end for end in ends if end <= cut]
+        assert [r[2] for r in rows] == [f"q{i}" for i in range(len(whole))], cut
+        assert torn == (cut if cut < head else cut - max([head, *whole])), cut
+
+
+def test_a_tail_of_format_2_is_still_read(tmp_path: Path) -> None:
+    """A tail an earlier msroute left (format 2: no checksum of its header or lengths) is
+    folded as before."""
+    path = tmp_path / "j.db"
+    tail = _killed_in_process(path, 5)
+    owner = run_id(path)
+    good = tail.read_bytes()
+    ident = owner.encode()
+    old = bytearray(tail_module.MAGIC_2 + struct.pack("<H", len(ident)) + ident)
+    for start in frame_starts(good, len(header(owner))):
+        size = int.from_bytes(good[start : start + 4], "little")
+        old += good[start : start + 8] + good[start + 12 : start + 12 + size]
+    tail.write_bytes(bytes(old))
+    reopened = Router.open(path)
+    assert [e["ref"] for e in reopened.decisions_since()] == [f"q{i}" for i in range(5)]
+    reopened.close()
+    assert not tail.exists()
 
 
 # ---------------------------------------------------------------------- failures in process
@@ -320,7 +429,7 @@ def test_a_failed_write_of_the_tail_changes_nothing(
     assert router.route(context="x", decision_id="next").decision_id == "next"
     assert router.writable
     router._journal._tail.close(remove=False)  # type: ignore[union-attr]  # as if killed
-    _, rows, torn = read_tail(tail)
+    rows, torn = read_tail(tail, router._journal.run_id)
     assert torn == 0 and [r[2] for r in rows] == [*(f"q{i}" for i in range(10)), "next"]
 
 

@@ -10,15 +10,27 @@ folds the tail into SQLite in batches, and whenever a transaction writes anythin
 (a snapshot, a meta entry), in one SQLite transaction committed at ``synchronous = FULL``
 before the tail is emptied (so a power loss cannot keep the tail's emptying and lose the fold).
 
-File layout: a header, ``MAGIC`` and the journal's run id (``<u16 length>`` and its UTF-8
-bytes: a tail names the journal it belongs to, so another journal's is refused), then frames.
-A frame is one committed transaction:
-``<u32 body length><u32 crc32 of the body>`` and the body, its events one after the other,
-each ``_ROW`` (seq, time, probs_seq or -1, the byte lengths of kind, ref, payload and probs,
--1 for a NULL) followed by those bytes (UTF-8 text, the distribution's raw float64 bytes).
-A last frame that is cut short or fails its checksum ends the tail: it was being written when
-the process died, so its transaction was never acknowledged. A frame that fails its checksum
-with bytes after it is damage, not an unfinished write: the tail is refused.
+File layout (format 3): a header, ``MAGIC``, the journal's run id (``<u16 length>`` and its
+UTF-8 bytes: a tail names the journal it belongs to, so another journal's is refused) and a
+``<u32 crc32>`` of the header's bytes before it; then frames. A frame is one committed
+transaction: ``<u32 body length><u32 crc32 of the body><u32 crc32 of those 8 bytes>`` and the
+body, its events one after the other, each ``_ROW`` (seq, time, probs_seq or -1, the byte
+lengths of kind, ref, payload and probs, -1 for a NULL) followed by those bytes (UTF-8 text, the
+distribution's raw float64 bytes).
+
+Every byte is checked, lengths included, so damage is never taken for an unfinished write. The
+process that died while appending leaves a prefix of its last frame: fewer bytes than a frame
+header, or a frame header that checks whose body the file ends inside. That frame was never
+acknowledged and is dropped; so are zero bytes after the last whole frame (a file whose size
+reached the disk before its data, what a power loss can leave), and a header the process died
+writing (a prefix of this journal's header: no frame yet). Anything else that does not check
+(a damaged header, a frame header, a whole frame whose body fails its checksum, the last one
+included) is damage and the tail is refused: its frames were acknowledged.
+
+Format 2 (``MAGIC_2``: no header checksum, frames of ``<u32 body length><u32 crc32 of the body>``)
+is still read, as it was: a router of an earlier msroute may have left one. Its lengths are not
+checked, so a frame cut short or failing its checksum at its end is dropped. The two magics
+differ in more than one bit: no flipped bit makes one format read as the other.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from msroute.errors import JournalError
 __all__ = [
     "INSERT_EVENT",
     "MAGIC",
+    "MAGIC_2",
     "Row",
     "Tail",
     "fold_leftover",
@@ -46,8 +59,11 @@ __all__ = [
     "tail_path",
 ]
 
-#: The first bytes of a tail file (its format's version is the last byte).
-MAGIC = b"msroute-tail\x00\x02"
+#: The first bytes of a tail file of format 3, the one written.
+MAGIC = b"msroute-tail-v3\n"
+
+#: The first bytes of a tail file of format 2 (read only).
+MAGIC_2 = b"msroute-tail\x00\x02"
 
 #: One ``events`` row, in the column order of the journal's INSERT: seq, kind, ref, time,
 #: payload (JSON text), probs (raw bytes or None), probs_seq (or None).
@@ -62,8 +78,13 @@ INSERT_EVENT = (
 _log = logging.getLogger("msroute.router")
 
 _ID = struct.Struct("<H")
-_FRAME = struct.Struct("<II")
+_CRC = struct.Struct("<I")
+_FRAME_2 = struct.Struct("<II")  # body length, crc32 of the body
+_FRAME = struct.Struct("<III")  # and the crc32 of those 8 bytes
 _ROW = struct.Struct("<qdqiiii")
+
+#: How to move a refused tail out of the way (every refusal says it).
+_MOVE = "move it away to open the journal without it"
 
 
 def tail_path(journal: Path) -> Path:
@@ -74,7 +95,14 @@ def tail_path(journal: Path) -> Path:
 def header(run_id: str) -> bytes:
     """The first bytes of the tail of the journal whose run id is ``run_id``."""
     ident = run_id.encode()
-    return b"".join((MAGIC, _ID.pack(len(ident)), ident))
+    head = b"".join((MAGIC, _ID.pack(len(ident)), ident))
+    return head + _CRC.pack(zlib.crc32(head))
+
+
+def _header_2(run_id: str) -> bytes:
+    """The header of a format 2 tail of the journal whose run id is ``run_id``."""
+    ident = run_id.encode()
+    return b"".join((MAGIC_2, _ID.pack(len(ident)), ident))
 
 
 def _frame(rows: Sequence[Row]) -> bytes:
@@ -98,7 +126,8 @@ def _frame(rows: Sequence[Row]) -> bytes:
         )
         parts += (k, r, p) if probs is None else (k, r, p, probs)
     body = b"".join(parts)
-    return b"".join((_FRAME.pack(len(body), zlib.crc32(body)), body))
+    lengths = _FRAME_2.pack(len(body), zlib.crc32(body))
+    return b"".join((lengths, _CRC.pack(zlib.crc32(lengths)), body))
 
 
 def _rows(body: bytes, where: str) -> list[Row]:
@@ -135,47 +164,103 @@ def _rows(body: bytes, where: str) -> list[Row]:
     return rows
 
 
-def read_tail(path: Path) -> tuple[str | None, list[Row], int]:
-    """The run id a tail file names (None if the process died while creating it), its rows,
-    and how many bytes at its end were cut short (an unfinished write: ignored). JournalError
-    when it is not a tail, is damaged before its end, or its events are out of order."""
-    data = path.read_bytes()
-    not_a_tail = f"{path}: not a journal tail (remove it if it is not one)"
-    fixed = len(MAGIC) + _ID.size
-    if not data.startswith(MAGIC):
-        if len(data) < len(MAGIC) and MAGIC.startswith(data):  # died while creating it
-            return None, [], len(data)
-        raise JournalError(not_a_tail)
-    pos = fixed + (_ID.unpack_from(data, len(MAGIC))[0] if len(data) >= fixed else 0)
-    if len(data) < max(pos, fixed):
-        return None, [], len(data)  # died while writing its header
-    try:
-        run_id = data[fixed:pos].decode()
-    except UnicodeDecodeError:
-        raise JournalError(not_a_tail) from None
+def _damaged(path: Path, what: str) -> JournalError:
+    return JournalError(
+        f"{path}: {what}: the tail is damaged, not cut short by an unfinished write, and its "
+        f"frames were acknowledged ({_MOVE})"
+    )
+
+
+def _frames(data: bytes, pos: int, path: Path) -> tuple[list[Row], int]:
+    """The rows of the format 3 frames from byte ``pos`` on, and where the last whole one
+    ends (module docstring: what is dropped, what is refused)."""
     rows: list[Row] = []
-    while pos + _FRAME.size <= len(data):
-        length, crc = _FRAME.unpack_from(data, pos)
+    size = len(data)
+    while size - pos >= _FRAME.size:
+        length, crc, check = _FRAME.unpack_from(data, pos)
+        if zlib.crc32(data[pos : pos + _FRAME_2.size]) != check:
+            if not data[pos:].strip(b"\0"):
+                break  # a size that reached the disk before its data
+            raise _damaged(path, f"the header of the frame at byte {pos} fails its checksum")
         end = pos + _FRAME.size + length
+        if end > size:
+            break  # the process died writing this frame
         body = data[pos + _FRAME.size : end]
+        if zlib.crc32(body) != crc:
+            raise _damaged(
+                path, f"the frame at byte {pos} fails its checksum ({size - end} bytes follow it)"
+            )
+        rows.extend(_rows(body, str(path)))
+        pos = end
+    return rows, pos
+
+
+def _frames_2(data: bytes, pos: int, path: Path) -> tuple[list[Row], int]:
+    """The rows of the format 2 frames from byte ``pos`` on, and where the last whole one
+    ends: a last frame cut short or failing its checksum is dropped."""
+    rows: list[Row] = []
+    while pos + _FRAME_2.size <= len(data):
+        length, crc = _FRAME_2.unpack_from(data, pos)
+        end = pos + _FRAME_2.size + length
+        body = data[pos + _FRAME_2.size : end]
         if len(body) < length:
             break
         if zlib.crc32(body) != crc:
             if end < len(data):
-                raise JournalError(
-                    f"{path}: the frame at byte {pos} of the journal's tail fails its checksum "
-                    f"and {len(data) - end} bytes follow it: the tail is damaged (move it away "
-                    "to open the journal without it)"
+                raise _damaged(
+                    path,
+                    f"the frame at byte {pos} fails its checksum and {len(data) - end} "
+                    "bytes follow it",
                 )
             break
         rows.extend(_rows(body, str(path)))
         pos = end
+    return rows, pos
+
+
+def _other_header(data: bytes, path: Path, run_id: str) -> JournalError:
+    """Why a tail that does not start with the header of the journal whose run id is
+    ``run_id`` is refused."""
+    for magic, checked in ((MAGIC, True), (MAGIC_2, False)):
+        if not data.startswith(magic):
+            continue
+        fixed = len(magic) + _ID.size
+        end = fixed + (_ID.unpack_from(data, len(magic))[0] if len(data) >= fixed else 0)
+        if checked:
+            whole = len(data) >= end + _CRC.size
+            if not whole or _CRC.unpack_from(data, end)[0] != zlib.crc32(data[:end]):
+                return _damaged(path, "its header fails its checksum")
+        try:
+            owner = data[fixed:end].decode()
+        except UnicodeDecodeError:
+            return _damaged(path, "its header is not a journal's run id")
+        return JournalError(
+            f"{path}: the tail of another journal (run {owner}; this journal's run is "
+            f"{run_id}): {_MOVE}"
+        )
+    return JournalError(f"{path}: not a journal tail (remove it if it is not one)")
+
+
+def read_tail(path: Path, run_id: str) -> tuple[list[Row], int]:
+    """The rows of the tail file at ``path`` of the journal whose run id is ``run_id``, and
+    how many bytes at its end were an unfinished write (ignored; module docstring). JournalError
+    when it is not a tail, is another journal's, is damaged, or its events are out of order."""
+    data = path.read_bytes()
+    head, head_2 = header(run_id), _header_2(run_id)
+    if data.startswith(head):
+        rows, pos = _frames(data, len(head), path)
+    elif data.startswith(head_2):
+        rows, pos = _frames_2(data, len(head_2), path)
+    elif head.startswith(data) or head_2.startswith(data) or not data.strip(b"\0"):
+        return [], len(data)  # the process died while creating it
+    else:
+        raise _other_header(data, path, run_id)
     for before, after in itertools.pairwise(rows):
         if after[0] != before[0] + 1:
             raise JournalError(
                 f"{path}: the journal's tail holds event {after[0]} after event {before[0]}"
             )
-    return run_id, rows, len(data) - pos
+    return rows, len(data) - pos
 
 
 def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, create: bool) -> int:
@@ -192,18 +277,12 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
         raise JournalError(
             f"{path}: the tail of an earlier journal is in the way; remove it or choose a new file"
         )
-    owner, rows, torn = read_tail(path)
-    if owner is not None and owner != run_id:
-        raise JournalError(
-            f"{path}: the tail of another journal (run {owner}; this journal's run is "
-            f"{run_id}): move it away to open the journal without it"
-        )
+    rows, torn = read_tail(path, run_id)
     new = [r for r in rows if r[0] > last]
     if new and new[0][0] != last + 1:
         raise JournalError(
             f"{path}: the journal's tail starts at event {new[0][0]} but the journal ends at "
-            f"event {last}: it does not continue this journal (move it away to open the journal "
-            "without it)"
+            f"event {last}: it does not continue this journal ({_MOVE})"
         )
     old = [(r[0], r[1], r[2]) for r in rows if r[0] <= last]
     if old:
@@ -214,7 +293,7 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
         if [tuple(h) for h in held] != old:
             raise JournalError(
                 f"{path}: the journal's tail does not match the journal's events "
-                f"{old[0][0]}-{old[-1][0]} (move it away to open the journal without it)"
+                f"{old[0][0]}-{old[-1][0]} ({_MOVE})"
             )
     if torn:
         _log.warning(

@@ -415,6 +415,42 @@ def test_patched_bounds_are_journaled_and_the_config_file_wins_at_restart(tmp_pa
         assert state(client)["bounds"]["upper"] == patched["upper"]
 
 
+def test_a_lone_surrogate_in_a_name_is_422_naming_it(
+    api: tuple[ServerProcess, httpx.Client],
+) -> None:
+    """A JSON escape can spell a lone surrogate, which UTF-8 cannot encode: a cost name made of
+    one is refused (422, naming the field; quoted escaped in an ASCII problem document), never
+    500, and changes nothing; a value made of one is refused by the schema."""
+    _, client = api
+    before = state(client)
+    did = client.post("/v1/routers/llm/decisions", json=CTX).json()["decision_id"]
+    lone = '"\\ud800"'
+    for method, path, raw, named in (
+        ("PATCH", "/v1/routers/llm", '{"upper": {%s: 0.1}}', "upper."),
+        ("PATCH", "/v1/routers/llm", '{"lower": {%s: null}}', "lower."),
+        ("POST", "/v1/routers/llm/experts", '{"id": "new", "cost": {%s: 0.1}}', "cost"),
+        (
+            "POST",
+            f"/v1/routers/llm/decisions/{did}/feedback",
+            '{"reward": 0.5, "cost": {%s: 1}}',
+            "cost",
+        ),
+        ("POST", "/v1/routers/llm/decisions", '{"context": %s}', "context"),
+    ):
+        resp = client.request(
+            method,
+            path,
+            content=(raw % lone).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        if method == "PATCH":  # the name quoted, escaped, as sent
+            assert b"\\ud800" in resp.content, resp.content
+        assert named in problem(resp, 422)["detail"], raw
+    after = state(client)
+    assert after["decisions"] == before["decisions"] + 1 and after["bounds"] == before["bounds"]
+    assert after["pending"] == before["pending"] + 1  # the feedback was not applied
+
+
 def test_infeasible_removal_is_409(api: tuple[ServerProcess, httpx.Client]) -> None:
     _, client = api
     # Without the two cheap experts the budget of 0.02 per decision cannot be met.

@@ -4,10 +4,14 @@ Every error response of the service is a problem document ``{"type", "title", "s
 "detail"}`` whose ``detail`` names the offending field. msroute's own errors map to a status by
 ``STATUS_OF`` (first matching class wins); request bodies that do not match the schema are
 422 with one ``errors`` entry per field (never echoing the values sent); unparsable JSON is 400.
+A problem document is written in ASCII (other characters as JSON escapes): a name quoted from
+the request may hold what UTF-8 cannot encode (a lone surrogate, which a JSON escape in the
+request can spell), and the error must still be answered, with the name as sent.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
@@ -30,6 +34,7 @@ from msroute.errors import (
 __all__ = [
     "PROBLEM_JSON",
     "STATUS_OF",
+    "ProblemResponse",
     "install_problem_handlers",
     "internal_problem",
     "json_content",
@@ -66,6 +71,15 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
 )
 
 
+class ProblemResponse(JSONResponse):
+    """A JSON response written in ASCII: every string, whatever it holds, is encodable."""
+
+    media_type = PROBLEM_JSON
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def problem_response(
     status: int,
     detail: str,
@@ -73,7 +87,7 @@ def problem_response(
     errors: Sequence[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
-) -> JSONResponse:
+) -> ProblemResponse:
     """A problem+json response with the standard title of ``status`` (and ``extra`` members)."""
     body: dict[str, Any] = {
         "type": "about:blank",
@@ -84,7 +98,7 @@ def problem_response(
     }
     if errors is not None:
         body["errors"] = list(errors)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+    return ProblemResponse(body, status_code=status, headers=headers)
 
 
 def _message(exc: BaseException) -> str:

@@ -68,6 +68,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
@@ -175,6 +176,24 @@ def _size(row: Row) -> int:
     return len(row[4]) + (0 if row[5] is None else len(row[5]))
 
 
+def _check_one_name(path: Path, label: str) -> None:
+    """Refuse a journal file that is missing or has another name (a hard link): its tail and
+    SQLite's WAL are found next to the name it is opened by, so opened by the other name it
+    would miss the events they hold, and write a WAL of its own beside them."""
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise JournalError(f"{label}: no such journal")
+    if st.st_nlink > 1:
+        raise JournalError(
+            f"{label}: the journal file has {st.st_nlink} names (hard links); its tail and "
+            "SQLite's WAL are found by name, so it must have one: remove the other links (a "
+            "symbolic link is fine), or copy the journal instead"
+        )
+
+
 def open_journal(
     path: str | os.PathLike[str] | None, sync: str = "full", *, create: bool
 ) -> Journal | MemoryJournal:
@@ -196,13 +215,15 @@ class Journal(EventLog):
     """
 
     def __init__(self, path: str | os.PathLike[str], sync: str = "full", *, create: bool) -> None:
-        self.path: Path | None = Path(path)
-        label = str(self.path)
+        label = str(Path(path))
         self.label = label
-        if not create and not self.path.is_file():
-            raise JournalError(f"{label}: no such journal")
+        #: The file itself, symbolic links resolved: its side files (the tail, SQLite's WAL)
+        #: are found next to it by name, whatever name the journal is opened by.
+        self.path: Path | None = Path(os.path.realpath(path))
+        if not create:
+            _check_one_name(self.path, label)
         try:
-            self._db = sqlite3.connect(label, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise JournalError(f"{label}: cannot open the journal: {exc}") from exc
         try:

@@ -143,7 +143,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    install_problem_handlers(app)
+    install_problem_handlers(app, service.redact)
     # The two hot endpoints return their JSON directly: the response models document them (and
     # the schema tests check the answers against them) without a second validation per request.
     # Every route but /healthz carries the token dependency.
@@ -152,9 +152,11 @@ def create_app(
     @app.get("/healthz", response_model=Health, tags=["operations"], responses=_problems(503))
     async def healthz() -> Response:
         """Health probe; needs no token. 503 while a router cannot write its journal (a full
-        disk, an I/O error): the problem's ``routers`` names each such router and why. A router
-        that failed is probed first (``RouterOwner.recover``: one small write between groups),
-        so a router whose disk recovered is healthy again without waiting for traffic."""
+        disk, an I/O error): the problem's ``routers`` names each such router and why (its
+        journal named by the router, never by its path). A router that failed is checked
+        first (one small write between groups, or a reopen), so a router whose disk recovered
+        is healthy again without waiting for traffic; probes share one check, at most one a
+        second per router (``RouterOwner.recover``)."""
         for owner in service.owners.values():
             if not owner.writable:
                 await owner.recover()

@@ -283,7 +283,7 @@ class FastPath:
             status = await self.routers.feedback(name, decision_id, request)
             return JSONAnswer(_STATUS_BODIES[status])
         except MSRouteError as exc:
-            return msroute_problem(exc, f"POST {scope['path']}")
+            return msroute_problem(exc, f"POST {scope['path']}", self.routers.redact)
         except Exception:
             _log.exception("POST %s", scope["path"])
             return internal_problem()

@@ -10,8 +10,15 @@ group did, every call of the group fails with the Router's ``JournalError``
 and none is acknowledged; the Router has rolled the group back in memory too and goes on, so the
 next group tries the disk again. ``RouterOwner.writable`` is False from a failed write until a
 group commits: a service reports it as unhealthy. A Router that could not even read its journal
-back (``Router.failure`` says why) is reopened in place before the next group, at most once
-every ``REOPEN_INTERVAL_S`` seconds, so it recovers by itself once the disk does.
+back (``Router.failure`` says why) is reopened in place before the next group, so it recovers
+by itself once the disk does; a reopen rebuilds the state from the journal, so attempts are
+spaced by ``REOPEN_INTERVAL_S`` seconds, or twice the last attempt's duration if longer (a
+router spends at most a third of its time rebuilding however large its journal).
+
+A health check asks the owner to check its journal now (``recover``): the checks that arrive
+while one runs share it, and for ``PROBE_INTERVAL_S`` seconds after one the next are answered
+from it, so a flood of health checks costs one check per interval, and a reopen no more often
+than the traffic's own.
 
 The calls run on the event loop's thread and the COMMIT on the owner's own thread, which waits
 for the disk without the GIL while the event loop serves HTTP and the next group fills up: under
@@ -44,8 +51,11 @@ _log = logging.getLogger("msroute.service")
 #: Calls applied in one group at most (bounds the latency of the first call of a group).
 MAX_GROUP = 256
 
-#: Seconds between two attempts to reopen a router that cannot read its journal.
+#: Seconds between two attempts to reopen a router that cannot read its journal (at least).
 REOPEN_INTERVAL_S = 1.0
+
+#: Seconds during which the last check ``recover`` made answers the next ones.
+PROBE_INTERVAL_S = 1.0
 
 
 @dataclass(slots=True)
@@ -77,6 +87,8 @@ class RouterOwner:
         self.groups = 0
         self.calls = 0
         self._next_reopen = 0.0
+        self._next_probe = 0.0
+        self._probing: asyncio.Task[bool] | None = None  # the check ``recover`` runs, shared
         self._lock = asyncio.Lock()  # held while a group is applied and committed
 
     @property
@@ -93,17 +105,34 @@ class RouterOwner:
         return self._router.failure
 
     async def recover(self) -> bool:
-        """Check the router's journal now, between two groups (``Router.probe``: one small
-        write, or a reopen where the router needs one), and return ``writable``: what a health
-        check calls so that a router whose disk recovered is healthy again without waiting for
-        traffic."""
-        router = self._router
-        if router is None:
+        """Check the router's journal between two groups (``Router.probe``: one small write,
+        or a reopen where the router needs one and its reopen interval has passed), and return
+        ``writable``: what a health check calls so that a router whose disk recovered is healthy
+        again without waiting for traffic. Callers during a check share it; within
+        ``PROBE_INTERVAL_S`` of one, ``writable`` is answered without a new check."""
+        if self._router is None:
             return False
-        async with self._lock:
-            return bool(
-                await asyncio.get_running_loop().run_in_executor(self._executor, router.probe)
-            )
+        if self._probing is None:
+            if time.monotonic() < self._next_probe:
+                return self.writable
+            self._probing = asyncio.get_running_loop().create_task(self._probe())
+        return await asyncio.shield(self._probing)
+
+    async def _probe(self) -> bool:
+        try:
+            async with self._lock:
+                router = self._router
+                if router is None:
+                    return False
+                if _needs_reopen(router):
+                    if time.monotonic() >= self._next_reopen:
+                        await self._reopen(router)
+                    return self.writable
+                loop = asyncio.get_running_loop()
+                return bool(await loop.run_in_executor(self._executor, router.probe))
+        finally:
+            self._next_probe = time.monotonic() + PROBE_INTERVAL_S
+            self._probing = None
 
     async def start(self) -> Router:
         """Open the router on the owner thread and start serving calls."""
@@ -187,13 +216,16 @@ class RouterOwner:
     async def _reopen(self, router: Router) -> None:
         """Reopen a router that cannot read its journal (not one that merely failed its last
         write: its state is the journal's, and the next group tries the disk)."""
-        self._next_reopen = time.monotonic() + REOPEN_INTERVAL_S
+        started = time.monotonic()
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, router.reopen)
         except Exception as exc:
             _log.error("router %s: cannot reopen the journal: %s", self.name, exc)
         else:
             _log.warning("router %s: journal reopened after a failure", self.name)
+        finally:
+            ended = time.monotonic()
+            self._next_reopen = ended + max(REOPEN_INTERVAL_S, 2 * (ended - started))
 
 
 def _needs_reopen(router: Router) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -108,20 +108,20 @@ def _message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def msroute_problem(exc: MSRouteError, where: str) -> JSONResponse:
+def msroute_problem(
+    exc: MSRouteError, where: str, redact: Callable[[str], str] = str
+) -> JSONResponse:
     """The problem response for an msroute error raised while serving ``where`` (method, path).
 
-    The status comes from ``STATUS_OF``; errors that are not about a value (5xx) are logged.
+    The status comes from ``STATUS_OF``; errors that are not about a value (5xx) are logged
+    whole. The answer's detail is the message through ``redact`` (the service's takes journal
+    paths out).
     """
     status = next(s for cls, s in STATUS_OF if isinstance(exc, cls))
+    message = _message(exc)
     if status >= 500:
-        _log.error("%s: %s", where, _message(exc))
-    return problem_response(status, _message(exc))
-
-
-async def _msroute_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, MSRouteError)
-    return msroute_problem(exc, f"{request.method} {request.url.path}")
+        _log.error("%s: %s", where, message)
+    return problem_response(status, redact(message))
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -166,8 +166,14 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return internal_problem()
 
 
-def install_problem_handlers(app: FastAPI) -> None:
-    """Make every error of ``app`` a problem+json response."""
+def install_problem_handlers(app: FastAPI, redact: Callable[[str], str] = str) -> None:
+    """Make every error of ``app`` a problem+json response (msroute errors' messages through
+    ``redact``)."""
+
+    async def _msroute_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, MSRouteError)
+        return msroute_problem(exc, f"{request.method} {request.url.path}", redact)
+
     app.add_exception_handler(MSRouteError, _msroute_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -4,6 +4,10 @@
 and closes them on stop. Its ``decide`` and ``feedback``
 are the two hot operations, called by the FastAPI endpoints and by the fast path alike, so both
 count and time requests the same way.
+
+The journals' paths stay on the server: an error message that names a journal file (a
+``JournalError`` names it first) is answered with the router's name in its place
+(``ServedRouters.redact``); the server log keeps the path.
 """
 
 from __future__ import annotations
@@ -64,11 +68,27 @@ class ServedRouters:
         self.clocks: dict[str, DelayClock] = {}
         #: Whether ``start`` has opened the routers (and ``stop`` not yet closed them).
         self.started = False
+        # Each journal's path as configured and as resolved (through symlinks), longest first.
+        named = {
+            form: name
+            for name, cfg in config.routers.items()
+            for form in (str(cfg["journal"]), str(Path(cfg["journal"]).resolve()))
+        }
+        self._journals = sorted(named.items(), key=lambda item: -len(item[0]))
+
+    def redact(self, text: str) -> str:
+        """``text`` with each journal path in it replaced by the router's name (what an answer
+        says; the server log keeps the path)."""
+        for path, name in self._journals:
+            if path in text:
+                text = text.replace(path, f"the journal of router {name}")
+        return text
 
     def failures(self) -> dict[str, str]:
-        """Each router that cannot write its journal, and why (empty when all can)."""
+        """Each router that cannot write its journal, and why (empty when all can; journal
+        paths redacted)."""
         return {
-            name: owner.failure or "the last write failed"
+            name: self.redact(owner.failure or "the last write failed")
             for name, owner in self.owners.items()
             if not owner.writable
         }

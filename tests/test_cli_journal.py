@@ -80,7 +80,8 @@ def test_export_rows_use_the_api_names_and_match_the_schema(
     first = rows[0]
     assert first["decision_id"] == "q0" and "ref" not in first and "probs" not in first
     assert set(first["cost"]) == {"usd", "gpu"}
-    assert set(first["propensities"]) == {"big", "mid", "small"}
+    # The pacer may narrow the first decisions (the budget must hold from the first one on).
+    assert len(first["propensities"]) >= 2 and set(first["propensities"]) <= {"big", "mid", "small"}
     assert math.isclose(sum(first["propensities"].values()), 1.0)
     assert first["draw_propensities"] == [first["propensities"][d] for d in first["draws"]]
     eligible = next(r for r in rows if r["decision_id"] == "e0")

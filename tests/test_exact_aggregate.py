@@ -155,7 +155,7 @@ def test_a_journal_that_recorded_no_policy_arguments_replays_the_linear_default(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "j.db"
-    linear = {**ROUTER, "params": {"surrogate": "linear"}}
+    linear = {**ROUTER, "pacing": False, "params": {"surrogate": "linear"}}  # as they ran
     with Router(linear, journal=path) as router:
         _traffic(router, 60)
         want = router.state()

@@ -83,7 +83,7 @@ def test_the_router_routes_with_a_plugin(toy_plugin: Path) -> None:
             "cost_names": ["usd"],
             "seed": 0,
             "experts": {"a": [1.0], "b": [0.5], "c": [0.0]},
-            "constraints": {"upper": {"usd": 1.0}},
+            "constraints": {"upper": {"usd": 2.0}},  # the dearest team fits: nothing paced
         }
     )
     decision = router.route()

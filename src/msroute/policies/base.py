@@ -41,6 +41,7 @@ from msroute._validation import (
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies._deprecated import DeprecatedPolicyAttribute
 from msroute.policies.duals import cost_scale
+from msroute.policies.pacing import Pacer
 from msroute.policies.state_walk import carry_state, check_state, declared_names
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem
@@ -76,15 +77,20 @@ class Decision:
         Each run's context (contextual policies), None for a context-free decision.
     round : int
         How many decisions the policy had made before this one (0 for the first).
+    cost : ndarray, shape (R, d), or None
+        What the decision was booked at, its team's table cost (each distinct expert once),
+        when the policy is paced (``BasePolicy.pace``); the realized cost fed back replaces it
+        in the pacer's spend. None for a policy that is not paced.
     """
 
     draws: IntArray
     probs: FloatArray | None
     context: IntArray | None
     round: int
+    cost: FloatArray | None = None
 
     def __post_init__(self) -> None:
-        for arr in (self.draws, self.probs, self.context):
+        for arr in (self.draws, self.probs, self.context, self.cost):
             if isinstance(arr, np.ndarray):
                 arr.flags.writeable = False
 
@@ -207,8 +213,11 @@ class BasePolicy:
     cost_limit: ClassVar[float] = 1e6
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
-    #: The round counter and the random stream: the state every policy has.
-    _state_attrs: ClassVar[tuple[str, ...]] = ("t", "streams")
+    #: The round counter and the random stream: the state every policy has; and the pacer of
+    #: a paced policy (``pace``; None otherwise).
+    _state_attrs: ClassVar[tuple[str, ...]] = ("t", "streams", "pacer")
+    #: The realized-spend pacing of the runs (``msroute.policies.pacing``), None when unpaced.
+    pacer: Pacer | None = None
     #: The state arrays of this class that run along the expert axis, with that axis (counted
     #: from the end): what ``resized`` carries expert by expert. A class declares only its own.
     _expert_axes: ClassVar[dict[str, int]] = {}
@@ -305,8 +314,13 @@ class BasePolicy:
         a sizeable share of a decision. Anything else calls ``select``.
         """
         ctx = None if self.n_contexts == 1 else context
-        draws, probs = self._select(ctx, eligible)
-        decision = Decision(draws, probs, ctx, self.t)
+        pacer = self.pacer
+        if pacer is None:
+            draws, probs = self._select(ctx, eligible)
+            decision = Decision(draws, probs, ctx, self.t)
+        else:
+            draws, probs = self._select(ctx, pacer.restrict(self.t + 1, eligible))
+            decision = Decision(draws, probs, ctx, self.t, pacer.book(draws))
         self.t += 1
         return decision
 
@@ -364,6 +378,8 @@ class BasePolicy:
         if not self._batch_in_range(d, r, c):
             self._check_ranges(d, r, c)
         self._update(decision, r, c)
+        if self.pacer is not None and decision.cost is not None:
+            self.pacer.settle(decision.cost, c, was_open=True)
         if _debug_checks:
             check_state(self)
 
@@ -429,6 +445,54 @@ class BasePolicy:
         a sizeable share of a route + feedback pair. Anything else calls ``update``.
         """
         self._update(decision, reward, cost)
+        if self.pacer is not None and decision.cost is not None:
+            self.pacer.settle(decision.cost, cost, was_open=True)
+
+    # ------------------------------------------------------------------ pacing
+    def pace(self) -> Self:
+        """Pace this policy's runs: every bound holds on the realized time-averaged spend,
+        whatever the policy learns (``msroute.policies.pacing``; docs/budgets.md states the
+        guarantee). Each decision's eligible experts are narrowed to those the remaining budget
+        pays for, and each decision is booked at its team's table cost (``Decision.cost``)
+        until ``update`` (or ``settle``) reports what it really cost.
+
+        Recorded with the constructor arguments (``pacing=True``), so a saved, resized or
+        rebuilt policy is paced too. Returns the policy.
+        """
+        if self.pacer is None:
+            if self.t:
+                raise InvalidValueError(
+                    f"pace() on a policy that has made {self.t} decision(s): pace it when it "
+                    "is built (make_policy(..., pacing=True)), so that every decision is booked"
+                )
+            self.pacer = Pacer(self.problem_batch)
+            self._init_kwargs["pacing"] = True
+        return self
+
+    @classmethod
+    def build(cls, problem: Any, **kwargs: Any) -> Self:
+        """The policy built with ``kwargs``, paced if ``pacing`` is true (a constructor
+        argument of every policy that no class's ``__init__`` takes: ``make_policy``, a loaded
+        policy file and ``resized`` build through here)."""
+        pacing = kwargs.pop("pacing", False)
+        if not isinstance(pacing, bool):
+            raise InvalidTypeError(f"pacing must be True or False, got {pacing!r:.80}")
+        policy = cls(problem, **kwargs)
+        return policy.pace() if pacing else policy
+
+    def settle(self, booked: ArrayLike, realized: ArrayLike | None, *, was_open: bool) -> None:
+        """Tell the pacer how a decision ended when ``update`` does not: a feedback that came
+        late (its realized cost, ``was_open=False``), or a decision closed without one (an
+        expiry or a removed expert: ``realized=None``). ``booked`` is the decision's ``cost``.
+        Nothing happens for a policy that is not paced."""
+        if self.pacer is None:
+            return
+        b = np.asarray(booked, dtype=np.float64).reshape(self.n_runs, self.n_costs)
+        r = None
+        if realized is not None:
+            r = np.asarray(realized, dtype=np.float64).reshape(self.n_runs, self.n_costs)
+            self.check_cost(r)
+        self.pacer.settle(b, r, was_open)
 
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""
@@ -513,7 +577,7 @@ class BasePolicy:
                 f"old_index: {len(index)} entries in [0, {self.n_experts}) or None, one per "
                 f"expert of the new problem ({problem.n_experts}), got {index!r:.120}"
             )
-        new = type(self)(problem, **self._init_kwargs)
+        new = type(self).build(problem, **self._init_kwargs)
         before = [p.constraints.to_dict() for p in self.problem_batch.problems]
         after = [p.constraints.to_dict() for p in new.problem_batch.problems]
         # Another constraint set: what the class learned about the old one starts afresh.

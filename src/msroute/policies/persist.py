@@ -4,7 +4,7 @@ A router serving real traffic must survive restarts: ``save_policy`` writes ever
 policy has learned, and ``load_policy`` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
-Format (``format_version`` 3, ``FORMAT_VERSION``)
+Format (``format_version`` 5, ``FORMAT_VERSION``)
 -------------------------------------------------
 One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
 zip tool (``unzip -p router.npz manifest.json``):
@@ -15,7 +15,9 @@ zip tool (``unzip -p router.npz manifest.json``):
   ``{"list": [...]}``, a string-keyed mapping as ``{"dict": {...}}``), ``problems`` (``m_draws``,
   ``cbar`` and ``constraints`` of each distinct problem, the latter by
   ``Constraints.to_dict``), ``problem_of_run`` (which problem each run uses), ``state`` (the
-  non-array state: the round counter ``t``, the generator state of each run's streams under
+  non-array state: the round counter ``t``, ``pacer`` (None for a policy that is not
+  paced; a paced one's ``kwargs`` hold ``pacing: true`` and its pacer's arrays are
+  ``state.pacer.spend`` and the like), the generator state of each run's streams under
   ``streams.uniforms.generators`` and the like, counters such as ``dual.n_steps``) and
   ``arrays`` (the names of the array state).
 * ``problem.<i>.costs.npy`` — the cost matrix (K, d) of distinct problem ``i``.
@@ -96,7 +98,7 @@ __all__ = [
 #: afresh (a Thompson policy warns that its draws restart). Version 4: a policy's
 #: constructor arguments may be completed for older files by the class
 #: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 _OLD_STREAMS = tuple(
     f"streams.{stream}.{part}"
     for stream in ("normals", "spare_uniforms", "spare_normals")
@@ -106,7 +108,7 @@ _OLD_STREAMS = tuple(
 #: and older ones).
 _LEGACY_ENTRIES: dict[int, tuple[str, ...]] = {1: ("_ctx", "_q_play"), 2: _OLD_STREAMS}
 #: State entries new in each format version: files of older versions keep the fresh policy's.
-_NEW_ENTRIES: dict[int, tuple[str, ...]] = {3: ("streams.gamma_state",)}
+_NEW_ENTRIES: dict[int, tuple[str, ...]] = {3: ("streams.gamma_state",), 5: ("pacer",)}
 _FORMAT = "msroute-policy"
 _MANIFEST = "manifest.json"
 
@@ -374,7 +376,7 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
     ]
     runs = [problems[i] for i in manifest["problem_of_run"]]
     kwargs: dict[str, Any] = {k: _decode_kwarg(v) for k, v in manifest["kwargs"].items()}
-    policy = cls(runs, **cls._legacy_kwargs(version, kwargs))
+    policy = cls.build(runs, **cls._legacy_kwargs(version, kwargs))
     state: dict[str, StateValue] = dict(manifest["state"])
     for key in manifest["arrays"]:
         state[key] = arrays[f"state.{key}"]

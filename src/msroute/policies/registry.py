@@ -134,7 +134,8 @@ def get_policy_class(name: str) -> type[BasePolicy]:
 
 
 def make_policy(name: str, problem: Any, **kwargs: Any) -> BasePolicy:
-    """Build the policy registered under ``name``; ``kwargs`` go to its constructor.
+    """Build the policy registered under ``name``; ``kwargs`` go to its constructor, except
+    ``pacing=True``, which paces it (``BasePolicy.pace``: every registered policy takes it).
 
     Raises
     ------
@@ -147,10 +148,11 @@ def make_policy(name: str, problem: Any, **kwargs: Any) -> BasePolicy:
     params = inspect.signature(cls).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         accepted = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        accepted.append("pacing")
         unknown = sorted(set(kwargs) - set(accepted))
         if unknown:
             raise InvalidTypeError(
                 f"policy {name!r} has no parameter {', '.join(unknown)}; "
                 f"its parameters: {', '.join(accepted)}"
             )
-    return cls(problem, **kwargs)
+    return cls.build(problem, **kwargs)

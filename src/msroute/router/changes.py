@@ -20,7 +20,16 @@ from msroute.router.state import RouterState, legacy_policy_kwargs
 __all__ = ["FIXED_KEYS", "SETTING_KEYS", "config_changes", "journal_policy_kwargs"]
 
 #: Configuration keys a running router cannot change (``Router.open`` refuses them).
-FIXED_KEYS = ("policy", "m_draws", "cost_names", "contexts", "seed", "horizon", "params")
+FIXED_KEYS = (
+    "policy",
+    "m_draws",
+    "cost_names",
+    "contexts",
+    "seed",
+    "horizon",
+    "pacing",
+    "params",
+)
 #: Configuration keys that change no state: a ``configure`` event sets them.
 SETTING_KEYS = frozenset(
     {

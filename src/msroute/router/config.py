@@ -16,6 +16,7 @@ Format (the same one ``msroute serve`` reads):
     reward_max = 3.0               # optional (unset: the policy's most, 1e6); the range must lie
                                    # in the policy's reward_range, [0, 1e6] for the built-in ones
     horizon = 100000               # T for the hyperparameters that need one (baselines' duals)
+    pacing = true                  # every bound holds on the realized spend (docs/budgets.md)
     name = "support-queue"         # optional label
     [experts]                      # stable string ids -> cost vector (one value per cost name)
     big = [0.030, 1.0]
@@ -57,6 +58,7 @@ _KEYS = {
     "reward_min",
     "reward_max",
     "horizon",
+    "pacing",
     "name",
     "experts",
     "constraints",
@@ -163,6 +165,7 @@ class RouterConfig:
     reward_min: float = 0.0
     reward_max: float | None = None
     horizon: int = 100_000
+    pacing: bool = True
     name: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -249,7 +252,10 @@ class RouterConfig:
         for k, v in params.items():
             if v is not None and not isinstance(v, bool | int | float | str):
                 raise RouterConfigError(f"params.{k}: must be a number, string or bool, got {v!r}")
-        reserved = sorted(set(params) & {"horizon", "n_runs", "seed", "n_contexts"})
+        pacing = data.get("pacing", True)
+        if not isinstance(pacing, bool):
+            raise RouterConfigError(f"pacing: must be true or false, got {pacing!r:.80}")
+        reserved = sorted(set(params) & {"horizon", "n_runs", "seed", "n_contexts", "pacing"})
         if reserved:
             raise RouterConfigError(
                 f"params.{reserved[0]}: set by the router (use the top-level key where one exists)"
@@ -271,6 +277,7 @@ class RouterConfig:
             reward_min=reward_min,
             reward_max=reward_max,
             horizon=_int(data.get("horizon", 100_000), "horizon", 1),
+            pacing=pacing,
             name=name,
             params=dict(params),
         )
@@ -288,6 +295,7 @@ class RouterConfig:
             "on_missing": self.on_missing,
             "reward_min": self.reward_min,
             "horizon": self.horizon,
+            "pacing": self.pacing,
             "experts": {k: list(v) for k, v in self.experts.items()},
             "constraints": {"upper": dict(self.upper), "lower": dict(self.lower)},
             "params": dict(self.params),

@@ -196,7 +196,10 @@ class Router(Transactional):
         )
         journal = Journal(path, create=False)
         try:
-            cfg = RouterConfig.from_dict(json.loads(journal.meta("config")))
+            stored = json.loads(journal.meta("config"))
+            if isinstance(stored, dict):  # journals that name no pacing ran without it
+                stored.setdefault("pacing", False)
+            cfg = RouterConfig.from_dict(stored)
             router = cls.__new__(cls)
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)

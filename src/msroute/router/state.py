@@ -359,7 +359,8 @@ class RouterState:
     def cache_decision(self, p: Pending, cols: IntArray, probs: FloatArray | None) -> Decision:
         """Give ``p`` this decision value for the current layout."""
         ctx = None if p.context is None else self.ctx_arrays[p.context]
-        p.decision, p.layout = Decision(cols, probs, ctx, p.n), self.layout
+        booked = None if self.policy.pacer is None else p.cost[None, :]
+        p.decision, p.layout = Decision(cols, probs, ctx, p.n, booked), self.layout
         return p.decision
 
     def push_deadline(self, deadline: float, n: int, ref: str) -> None:
@@ -446,6 +447,8 @@ def policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
     (M >= 2), the exact surrogate (``TEAM_OMD_PARAMS``); then the ``params`` of the
     configuration (which override them)."""
     kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
+    if cfg.pacing:
+        kwargs["pacing"] = True
     if issubclass(get_policy_class(cfg.policy), OMDApproachability):
         kwargs.update(DEFAULT_OMD_PARAMS)
         if cfg.m_draws > 1:
@@ -478,6 +481,7 @@ def legacy_policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
     """``policy_kwargs`` for a journal that recorded none (created before journals recorded
     them): the OMD family then ran the linear surrogate in every case."""
     kwargs = policy_kwargs(cfg)
+    kwargs.pop("pacing", None)  # such journals ran unpaced
     if issubclass(get_policy_class(cfg.policy), OMDApproachability):
         kwargs["surrogate"] = cfg.params.get("surrogate", "linear")
     return kwargs
@@ -569,7 +573,8 @@ def _decide(
     draws = [ids[c] for c in cols]
     team_cols = list(dict.fromkeys(cols))
     team = [ids[c] for c in team_cols]
-    cost = state.team_cost(team_cols)
+    # A paced policy booked the team at its table cost already (the same floats).
+    cost = state.team_cost(team_cols) if dec.cost is None else dec.cost[0]
     drawn = propensities = None
     if dec.probs is not None:
         probs = dec.probs[0].tolist()
@@ -623,6 +628,8 @@ def _feedback(state: RouterState, event: Feedback, trusted: bool) -> None:
         state.cost_sum += event.cost - event.realized
     if pending is None:
         state.late += 1
+        if event.cost is not None:  # the pacer counts the late cost as the averages do
+            state.policy.settle(event.realized[None, :], event.cost[None, :], was_open=False)
         return
     del state.pending[event.ref]
     learned = pending.cost if event.cost is None else event.cost
@@ -641,14 +648,17 @@ def _expire(state: RouterState, event: Expire, trusted: bool) -> None:
         learn = state.policy.update_trusted if trusted else state.policy.update
         learn(state.decision_of(pending), np.array([event.reward]), pending.cost[None, :])
         state.version += 1
+    else:  # closed at its booking
+        state.policy.settle(pending.cost[None, :], None, was_open=True)
 
 
 def _change(state: RouterState, event: Change, policy: BasePolicy) -> None:
     ids, costs = state._experts_after(event)
     if isinstance(event, RemoveExpert):
         for did in event.expired:
-            del state.pending[did]
+            closed = state.pending.pop(did)
             state.expired += 1
+            policy.settle(closed.cost[None, :], None, was_open=True)
         state.retired.add(event.ref)
     elif isinstance(event, SetBounds):
         state.config = state.config_with(constraints=event.payload())

@@ -184,6 +184,26 @@ def test_killed_after_a_full_disk_the_journal_holds_exactly_what_was_acknowledge
     assert decision_ids(path) == acked
 
 
+def test_a_tail_that_cannot_be_folded_on_a_full_disk_names_the_disk(small_fs: Path) -> None:
+    """Issue 44: folding a killed router's tail on a full disk was reported as "cannot
+    rollback - no transaction is active" (SQLite had rolled back by itself). The open names
+    the full disk and leaves the tail; once space is freed it folds every acknowledged call."""
+    from test_journal_tail import killed
+
+    path, acked = killed(small_fs)
+    tail = small_fs / "j.db-tail"
+    assert tail.exists()
+    filler = fill(small_fs)
+    with pytest.raises(JournalError, match=f"cannot fold the journal's tail: .*({DISK_FULL})"):
+        Router.open(path)
+    assert tail.exists()
+    filler.unlink()
+    reopened = Router.open(path)
+    assert reopened.state()["decisions"] == sum(a.startswith("d") for a in acked)
+    reopened.close()
+    assert not tail.exists()
+
+
 # ---------------------------------------------------------------------- injected failures
 class _FailingInserts:
     """A connection whose event inserts fail once ``armed`` is set, delegating all else."""

@@ -35,6 +35,7 @@ differ in more than one bit: no flipped bit makes one format read as the other.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -309,7 +310,10 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
             db.executemany(INSERT_EVENT, new)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): the error is the cause.
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
             raise
         _log.info("%s: folded %d events into the journal", path, len(new))
     path.unlink()

@@ -150,6 +150,30 @@ def finite_real(value: object, name: str, error: type[Exception] = InvalidValueE
     return x
 
 
+def text_name(value: object, name: str, error: type[Exception] = InvalidValueError) -> str:
+    """``value`` if it is a non-empty string that can be written as UTF-8 (a journal, a file or
+    a response stores it so; a lone surrogate cannot be); otherwise ``error`` naming ``name``.
+
+    Examples
+    --------
+    >>> text_name("big", "expert_id")
+    'big'
+    >>> text_name("\\ud800", "id")
+    Traceback (most recent call last):
+    ...
+    msroute.errors.InvalidValueError: id: '\\ud800' is not UTF-8 text (a lone surrogate at 0)
+    """
+    if not isinstance(value, str) or not value:
+        raise error(f"{name}: must be a non-empty string, got {value!r:.80}")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise error(
+            f"{name}: {quoted(value)} is not UTF-8 text (a lone surrogate at {exc.start})"
+        ) from None
+    return value
+
+
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int, requiring an integral value ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):

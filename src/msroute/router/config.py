@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from msroute._toml import read_toml
+from msroute._validation import text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
@@ -86,10 +87,7 @@ def _int(value: object, key: str, minimum: int) -> int:
 def _names(value: object, key: str) -> tuple[str, ...]:
     if not isinstance(value, Sequence) or isinstance(value, str) or not value:
         raise RouterConfigError(f"{key}: must be a non-empty list of names, got {value!r}")
-    names = tuple(value)
-    for n in names:
-        if not isinstance(n, str) or not n:
-            raise RouterConfigError(f"{key}: names must be non-empty strings, got {n!r}")
+    names = tuple(text_name(n, f"{key}[{i}]", RouterConfigError) for i, n in enumerate(value))
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise RouterConfigError(f"{key}: duplicate names {dup}")
@@ -199,8 +197,7 @@ class RouterConfig:
             raise RouterConfigError("experts: must be a non-empty table of id -> cost vector")
         experts = {}
         for eid, cost in experts_raw.items():
-            if not isinstance(eid, str) or not eid:
-                raise RouterConfigError(f"experts: ids must be non-empty strings, got {eid!r}")
+            text_name(eid, "experts (an id)", RouterConfigError)
             experts[eid] = cost_vector(cost, cost_names, f"experts.{eid}")
         constraints = data.get("constraints", {})
         if not isinstance(constraints, Mapping):
@@ -246,6 +243,8 @@ class RouterConfig:
         name = data.get("name")
         if name is not None and not isinstance(name, str):
             raise RouterConfigError(f"name: must be a string, got {name!r}")
+        if name:
+            text_name(name, "name", RouterConfigError)
         params = data.get("params", {})
         if not isinstance(params, Mapping):
             raise RouterConfigError(f"params: must be a table, got {params!r}")

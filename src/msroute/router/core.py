@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute._validation import text_name
 from msroute.errors import (
     DecisionConflictError,
     InvalidFeedbackError,
@@ -369,10 +370,7 @@ class Router(Transactional):
         """
         self._check_usable()
         if decision_id is not None:
-            if not isinstance(decision_id, str) or not decision_id:
-                raise InvalidFeedbackError(
-                    f"decision_id: must be a non-empty string, got {decision_id!r}"
-                )
+            text_name(decision_id, "decision_id", InvalidFeedbackError)
             known = self._lookup(decision_id, context, eligible)
             if known is not None:
                 return known
@@ -536,8 +534,7 @@ class Router(Transactional):
         """
         self._check_usable()
         state = self._state
-        if not isinstance(expert_id, str) or not expert_id:
-            raise InvalidFeedbackError(f"expert_id: must be a non-empty string, got {expert_id!r}")
+        text_name(expert_id, "expert_id", InvalidFeedbackError)
         if expert_id in state.col:
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is already an expert")
         if expert_id in state.retired:

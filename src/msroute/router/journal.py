@@ -557,11 +557,17 @@ class Journal(EventLog):
 
     def events_of(self, ref: str) -> list[Event]:
         """Every event about one decision (or expert) id, in order: those ``refs`` holds, then
-        those whose ids are still in memory (all later)."""
+        those whose ids are still in memory (all later). None for an id that cannot be stored
+        (a lone surrogate: not UTF-8)."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
         folded, unfolded = self._folded_seq, self._unfolded  # read at once: no copy
         try:
             seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,))]
+        except UnicodeEncodeError:
+            return []
+        except sqlite3.Error as exc:  # an I/O error while reading
+            raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
+        try:
             seqs += self._recent.get(ref, ())
             events: list[Event] = []
             for seq in seqs:

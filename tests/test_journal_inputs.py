@@ -1,0 +1,80 @@
+"""What reaches a journal is checked where it enters (issue 44).
+
+- A string the journal cannot store (a lone surrogate: not UTF-8) is refused by the call that
+  takes it, naming the argument (a decision id, an expert id, a configuration's names), before
+  anything is written: inside a group the other calls commit (at "normal" the encoding error
+  came at the COMMIT and rolled the whole group back). A feedback for such an id is for an
+  unknown decision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msroute.errors import (
+    InvalidFeedbackError,
+    RouterConfigError,
+    UnknownDecisionError,
+)
+from msroute.router import Router
+from test_journal_tail import _crash
+
+CONFIG: dict[str, Any] = {
+    "policy": "omd",
+    "m_draws": 2,
+    "cost_names": ["usd"],
+    "seed": 3,
+    "snapshot_every": 1000,
+    "experts": {"a": [0.03], "b": [0.002], "c": [0.01]},
+    "constraints": {"upper": {"usd": 0.04}},
+}
+
+LONE = "id\ud800"
+
+
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_a_lone_surrogate_is_refused_where_it_enters(tmp_path: Path, sync: str) -> None:
+    router = Router({**CONFIG, "journal_sync": sync}, journal=tmp_path / "j.db")
+    escaped = "'id\\\\ud800' is not UTF-8 text"
+    calls = [
+        (lambda: router.route(decision_id=LONE), InvalidFeedbackError, f"decision_id: {escaped}"),
+        (lambda: router.add_expert(LONE, [0.01]), InvalidFeedbackError, f"expert_id: {escaped}"),
+        (lambda: router.feedback(LONE, 0.5), UnknownDecisionError, "unknown decision"),
+    ]
+    for call, error, match in calls:
+        with pytest.raises(error, match=match) as caught:
+            call()
+        str(caught.value).encode()  # the message itself can be printed as UTF-8
+    for key, value in [
+        ("cost_names", ["usd", LONE]),
+        ("contexts", [LONE]),
+        ("experts", {**CONFIG["experts"], LONE: [0.01]}),
+        ("name", LONE),
+    ]:
+        with pytest.raises(RouterConfigError, match="not UTF-8 text"):
+            router.reconfigure({**CONFIG, key: value})
+        with pytest.raises(RouterConfigError, match="not UTF-8 text"):
+            Router({**CONFIG, key: value})
+    assert router.writable and router.state()["decisions"] == 0
+    router.close()
+
+
+@pytest.mark.parametrize("sync", ["full", "normal"])
+def test_a_lone_surrogate_in_a_group_fails_its_call_only(tmp_path: Path, sync: str) -> None:
+    path = tmp_path / "j.db"
+    router = Router({**CONFIG, "journal_sync": sync}, journal=path)
+    with router.group():
+        router.route(decision_id="before")
+        with pytest.raises(InvalidFeedbackError):
+            router.add_expert(LONE, [0.01])
+        with pytest.raises(InvalidFeedbackError):
+            router.route(decision_id=LONE)
+        router.route(decision_id="after")
+    assert router.writable and router.expert_ids == ["a", "b", "c"]
+    _crash(router)
+    reopened = Router.open(path)
+    assert [e["ref"] for e in reopened.decisions_since()] == ["before", "after"]
+    reopened.close()

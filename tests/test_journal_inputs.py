@@ -5,6 +5,8 @@
   anything is written: inside a group the other calls commit (at "normal" the encoding error
   came at the COMMIT and rolled the whole group back). A feedback for such an id is for an
   unknown decision.
+- Journal positions and row limits beyond SQLite's integers (2^63 and more) read as "none
+  after" and "no limit" (a raw OverflowError before).
 """
 
 from __future__ import annotations
@@ -78,3 +80,20 @@ def test_a_lone_surrogate_in_a_group_fails_its_call_only(tmp_path: Path, sync: s
     reopened = Router.open(path)
     assert [e["ref"] for e in reopened.decisions_since()] == ["before", "after"]
     reopened.close()
+
+
+@pytest.mark.parametrize("journal", ["memory", "full", "normal"])
+def test_positions_beyond_sqlites_integers(tmp_path: Path, journal: str) -> None:
+    config = CONFIG if journal == "memory" else {**CONFIG, "journal_sync": journal}
+    router = Router(config, journal=None if journal == "memory" else tmp_path / "j.db")
+    for i in range(5):
+        router.route(decision_id=f"q{i}")
+    every = router.decisions_since()
+    rows = router.export_rows()
+    assert len(every) == len(rows) == 5
+    for huge in (2**63 - 1, 2**63, 2**64, 10**30):
+        assert router.decisions_since(huge) == router.export_rows(huge) == []
+        assert router.decisions_since(0, huge) == every
+        assert router.export_rows(0, huge) == rows
+        assert router.decisions_since(2, huge) == every[2:]
+    router.close()

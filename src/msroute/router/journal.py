@@ -536,6 +536,10 @@ class Journal(EventLog):
         """The events with ``seq > after``, in order (at most ``limit``): SQLite's, then the
         unfolded ones (the tail's and the open transaction's)."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
+        if after >= self.last_seq:  # none (SQLite's integers end at 2**63 - 1; Python's do not)
+            return
+        if limit is not None and limit >= self.last_seq:
+            limit = None  # all of them
         # A copy: the generator may be read on while the router appends (a fold clears the list).
         folded, unfolded = self._folded_seq, tuple(self._unfolded)
         args: tuple[int, ...] = (after, folded)

@@ -1,4 +1,5 @@
-"""What reaches a journal is checked where it enters (issue 44).
+"""What reaches a journal is checked where it enters, and what a journal holds is checked when it
+is read back (issue 44).
 
 - A string the journal cannot store (a lone surrogate: not UTF-8) is refused by the call that
   takes it, naming the argument (a decision id, an expert id, a configuration's names), before
@@ -7,10 +8,18 @@
   unknown decision.
 - Journal positions and row limits beyond SQLite's integers (2^63 and more) read as "none
   after" and "no limit" (a raw OverflowError before).
+- A journal row the live router could not have written (a feedback or expiry of an unknown
+  decision, an expert added twice or removed while absent, a payload without its fields, a
+  configure event setting a fixed key) refuses the journal with a JournalError naming the
+  journal and the event.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +27,7 @@ import pytest
 
 from msroute.errors import (
     InvalidFeedbackError,
+    JournalError,
     RouterConfigError,
     UnknownDecisionError,
 )
@@ -97,3 +107,52 @@ def test_positions_beyond_sqlites_integers(tmp_path: Path, journal: str) -> None
         assert router.export_rows(0, huge) == rows
         assert router.decisions_since(2, huge) == every[2:]
     router.close()
+
+
+def _journal(path: Path) -> str:
+    """A closed journal of three events (a decision, its feedback, a decision): the first
+    decision's id."""
+    router = Router(CONFIG, journal=path)
+    first = router.route().decision_id
+    router.feedback(first, 0.5)
+    router.route()
+    router.close()
+    return first
+
+
+@pytest.mark.parametrize(
+    ("kind", "ref", "payload", "match"),
+    [
+        ("feedback", "nope", {"reward": 0.5, "cost": None, "status": "late"}, "unknown decision"),
+        ("feedback", "FIRST", {"cost": None, "status": "applied"}, "payload has no 'reward'"),
+        ("feedback", "FIRST", [1, 2], "list indices"),
+        ("expire", "nope", {"reward": None}, "expires but is not pending"),
+        ("add_expert", "a", {"cost": [0.1]}, "already an expert"),
+        ("add_expert", "z", {"cost": "x"}, "cost: must be a list"),
+        ("remove_expert", "zz", {"expired": []}, "removes 'zz'"),
+        ("configure", None, {"seed": 4}, r"sets \['seed'\]"),
+        ("set_bounds", None, {"upper": {"usd": -1.0}, "lower": {}}, "infeasible"),
+        ("decision", "q", {"n": 2}, "payload has no"),
+    ],
+)
+def test_a_bogus_row_is_refused_naming_the_journal_and_the_event(
+    tmp_path: Path, kind: str, ref: str | None, payload: Any, match: str
+) -> None:
+    path = tmp_path / "j.db"
+    first = _journal(path)
+    ref = first if ref == "FIRST" else ref
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(
+            "INSERT INTO events(seq, kind, ref, time, payload) VALUES (4, ?, ?, 0, ?)",
+            (kind, ref, json.dumps(payload)),
+        )
+        db.commit()
+    named = f"{path}: event 4 \\({kind}{'' if ref is None else f' {ref!r}'}\\): .*{match}"
+    for use_snapshot in (True, False):
+        with pytest.raises(JournalError, match=named):
+            Router.open(path, use_snapshot=use_snapshot)
+    shutil.copy(path, tmp_path / "copy.db")  # refused, not changed: it opens without the row
+    with contextlib.closing(sqlite3.connect(tmp_path / "copy.db")) as db:
+        db.execute("DELETE FROM events WHERE seq = 4")
+        db.commit()
+    Router.open(tmp_path / "copy.db").close()

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from msroute.errors import InvalidFeedbackError, JournalError, MSRouteError
+from msroute.errors import JournalError, MSRouteError
 from msroute.policies.persist import policy_bytes, policy_from_bytes
 from msroute.policies.registry import get_policy_class
-from msroute.router.changes import FIXED_KEYS
-from msroute.router.config import RouterConfig
+from msroute.router.changes import FIXED_KEYS, SETTING_KEYS
+from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.inputs import check_reward, decision_cost
 from msroute.router.journal import Event as JournalEvent
 from msroute.router.pending import Pending
@@ -259,36 +259,63 @@ def _pending_from_journal(
 
 
 def replay(router: Router, event: JournalEvent) -> None:
-    """Apply one journal event (no write); a decision is re-derived and verified."""
+    """Apply one journal event (no write); a decision is re-derived and verified. An event the
+    state refuses (one the live router could not have written) is a JournalError naming the
+    journal and the event."""
+    seq, kind, ref, _, _, _ = event
+    try:
+        _replay(router, event)
+    except JournalError:
+        raise
+    except (EventMismatch, MSRouteError, KeyError, TypeError, ValueError, IndexError) as exc:
+        detail = f"its payload has no {exc}" if isinstance(exc, KeyError) else str(exc)
+        about = "" if ref is None else f" {ref!r}"
+        raise JournalError(
+            f"{router._journal.label}: event {seq} ({kind}{about}): {detail}"
+        ) from exc
+
+
+def _replay(router: Router, event: JournalEvent) -> None:
+    """``replay``: one event applied, its errors raised as they come."""
     seq, kind, ref, _, payload, _ = event
     label = router._journal.label
     state = router._state
-    try:
-        if kind == "decision":
-            _replay_decision(router, event)
-        elif kind == "configure":
-            apply(state, Configure(dict(payload)))
-        elif kind == "set_bounds":
-            apply(state, SetBounds(dict(payload["upper"]), dict(payload["lower"])), trusted=False)
-        elif ref is None:
-            raise JournalError(f"{label}: event {seq} ({kind}) has no id")
-        elif kind == "feedback":
-            pending = state.pending.get(ref)
-            realized = pending.cost if pending is not None else decision_cost(router._journal, ref)
-            cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
-            reward = check_reward(payload["reward"], state.config, state.policy)  # as live
-            fed = Feedback(ref, reward, cost, realized, payload["status"])
-            apply(state, fed, trusted=False)
-        elif kind == "expire":
-            apply(state, Expire(ref, payload["reward"]), trusted=False)
-        elif kind == "add_expert":
-            apply(state, AddExpert(ref, list(payload["cost"])), trusted=False)
-        elif kind == "remove_expert":
-            apply(state, RemoveExpert(ref, list(payload["expired"])), trusted=False)
-        else:
-            raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
-    except (EventMismatch, InvalidFeedbackError) as exc:
-        raise JournalError(f"{label}: event {seq}: {exc}") from exc
+    if kind == "decision":
+        _replay_decision(router, event)
+    elif kind == "configure":
+        other = sorted(set(payload) - SETTING_KEYS)
+        if other:
+            raise EventMismatch(f"sets {other}: a configure event sets only {sorted(SETTING_KEYS)}")
+        apply(state, Configure(dict(payload)))
+    elif kind == "set_bounds":
+        apply(state, SetBounds(dict(payload["upper"]), dict(payload["lower"])), trusted=False)
+    elif ref is None:
+        raise JournalError(f"{label}: event {seq} ({kind}) has no id")
+    elif kind == "feedback":
+        pending = state.pending.get(ref)
+        realized = pending.cost if pending is not None else decision_cost(router._journal, ref)
+        cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
+        reward = check_reward(payload["reward"], state.config, state.policy)  # as live
+        fed = Feedback(ref, reward, cost, realized, payload["status"])
+        apply(state, fed, trusted=False)
+    elif kind == "expire":
+        apply(state, Expire(ref, payload["reward"]), trusted=False)
+    elif kind == "add_expert":
+        if ref in state.col or ref in state.retired:
+            raise EventMismatch(f"{ref!r} is already an expert, or was removed")
+        vec = cost_vector(payload["cost"], state.config.cost_names, "cost")
+        apply(state, AddExpert(ref, list(vec)), trusted=False)
+    elif kind == "remove_expert":
+        expired = list(payload["expired"])
+        on_it = {d for d, p in state.pending.items() if ref in p.draws}
+        if ref not in state.col or len(set(expired)) != len(expired) or set(expired) != on_it:
+            raise EventMismatch(
+                f"removes {ref!r} closing {expired!r}: the experts are {state.ids!r}, and the "
+                f"decisions pending on it {sorted(on_it)!r}"
+            )
+        apply(state, RemoveExpert(ref, expired), trusted=False)
+    else:
+        raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
 
 
 def _replay_decision(router: Router, event: JournalEvent) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from msroute.datasets import CrowdData, build_instance, fit_beta_prior, fit_beta_strength
-from msroute.errors import DataFormatError
+from msroute.errors import DataFormatError, InvalidValueError
 from msroute.scenarios import (
     SCENARIOS,
     files_scenario,
@@ -171,11 +171,13 @@ def test_csv_loaders_reject_files_without_rows(tmp_path: Path) -> None:
         load_costs_csv(binary)
 
 
-def test_costs_loader_rejects_negative_and_infinite(tmp_path: Path) -> None:
-    for value in ("-0.1", "inf"):
+def test_costs_loader_rejects_costs_outside_the_range_of_costs(tmp_path: Path) -> None:
+    for value in ("-0.1", "inf", "nan", "1.000001e12", "1e308"):
         path = _write(tmp_path, "c.csv", f"expert,usd\nsmall,{value}\n")
-        with pytest.raises(DataFormatError, match=r"line 2: usd == .* must be finite and >= 0"):
+        with pytest.raises(DataFormatError, match=r"line 2: usd == .* must be in \[0, 1e\+12\]"):
             load_costs_csv(path)
+    path = _write(tmp_path, "c.csv", "expert,usd\nsmall,1e12\n")  # the range's end is in it
+    assert load_costs_csv(path)[2].tolist() == [[1e12]]
 
 
 def test_files_scenario_checks_the_pair(tmp_path: Path) -> None:
@@ -245,6 +247,15 @@ def test_budget_grid_spans_cheapest_feasible_to_none() -> None:
 
 def test_parse_budget() -> None:
     assert parse_budget("none") is None and parse_budget("0.5") == 0.5
+    assert parse_budget("1e12") == 1e12  # the end of the range of costs and bounds
     for bad in ("-1", "inf", "nan", "cheap"):
         with pytest.raises(ValueError, match="budget level"):
+            parse_budget(bad)
+    # float() reads these as 3, 10 and 1e308: not what a budget level means
+    for bad, named in (
+        ("\uff13", "neither a number"),
+        ("1_0", "neither a number"),
+        ("1e308", r"outside the range of costs and bounds, \[-1e\+12, 1e\+12\]"),
+    ):
+        with pytest.raises(InvalidValueError, match=f"budget level '{bad}'.*{named}"):
             parse_budget(bad)

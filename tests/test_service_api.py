@@ -241,6 +241,7 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
     ("POST", "/v1/routers/llm/experts", b'{"id": "x", "cost": {"usd": NaN}}', 422, "cost"),
     ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"eur": 0.01}}, 422, "eur"),
     ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"usd": -1.0}}, 422, "cost"),
+    ("POST", "/v1/routers/llm/experts", {"id": "x", "cost": {"usd": 1e300}}, 422, "cost.usd"),
     ("DELETE", "/v1/routers/llm/experts/gpt-9", None, 422, "gpt-9"),
     ("POST", "/v1/routers/llm/experts", {"id": "large", "cost": {"usd": 0.01}}, 422, "large"),
     ("GET", "/v1/routers/llm/decisions?since=-1", None, 422, "since"),
@@ -318,6 +319,7 @@ def test_feedback_errors_name_the_field(api: tuple[ServerProcess, httpx.Client])
         (b'{"reward": 1e9}', 422, "reward"),
         (b'{"reward": 1.0, "cost": {"eur": 0.1}}', 422, "eur"),
         (b'{"reward": 1.0, "cost": {"usd": -0.1}}', 422, "cost"),
+        (b'{"reward": 1.0, "cost": {"usd": 1e300}}', 422, "cost.usd"),
         (b'{"reward": 1.0, "rewrd": 2}', 422, "rewrd"),
     ]
     for raw, status, named in cases:
@@ -378,6 +380,10 @@ def test_bounds_change_at_runtime(api: tuple[ServerProcess, httpx.Client]) -> No
         ({"upper": {"usd": True}}, 422, "upper"),
         ({"upper": {"usd": 0.02}, "lower": {"usd": 0.03}}, 422, "usd"),
         ({"budget": {"usd": 0.02}}, 422, "budget"),
+        # The range of costs and bounds, |x| <= 1e12 (1e308 answered 500)
+        ({"upper": {"usd": 1e308}}, 422, "upper.usd"),
+        ({"upper": {"usd": 1.0000001e12}}, 422, "upper.usd"),
+        ({"lower": {"usd": -1e13}}, 422, "lower.usd"),
     ):
         assert named in problem(client.patch(url, json=body), status)["detail"], body
     assert state(client) == before

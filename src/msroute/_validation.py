@@ -16,6 +16,15 @@ IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 UInt64Array = NDArray[np.uint64]
 
+#: The range of every cost and bound msroute takes, in the cost's own unit: a cost (an
+#: expert's table cost, ``cbar``, a realized cost given as feedback, a cost cell of a data file)
+#: lies in ``[0, COST_MAX]``, a bound or a budget in ``[-COST_MAX, COST_MAX]``
+#: (docs/budgets.md, "The range of costs and bounds"). A trillion of the cost's unit per query
+#: is a units mistake, not data. The limit keeps the feasibility LPs' coefficients three orders
+#: of magnitude below the 1e15 from which their solver (HiGHS) refuses a model, and every sum of
+#: costs finite: 2**63 decisions of M experts at the limit sum to M * 9.2e30.
+COST_MAX = 1e12
+
 #: Tolerance for "sums to one" checks on routing distributions.
 SIMPLEX_ATOL = 1e-8
 #: Longest piece of user input an error message quotes.
@@ -171,6 +180,26 @@ def text_name(value: object, name: str, error: type[Exception] = InvalidValueErr
         raise error(
             f"{name}: {quoted(value)} is not UTF-8 text (a lone surrogate at {exc.start})"
         ) from None
+    return value
+
+
+def check_cost_range(value: float, name: str, error: type[Exception] = InvalidValueError) -> float:
+    """``value`` if it lies in the range of costs and bounds, ``[-COST_MAX, COST_MAX]``;
+    otherwise ``error`` naming ``name`` (NaN is outside too).
+
+    Examples
+    --------
+    >>> check_cost_range(0.03, "experts.big.usd")
+    0.03
+    >>> check_cost_range(-5e12, 'upper[0]')  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    msroute.errors.InvalidValueError: upper[0]: -5e+12 is outside the range of costs and bounds
+    """
+    if not -COST_MAX <= value <= COST_MAX:
+        raise error(
+            f"{name}: {value:g} is outside the range of costs and bounds, "
+            f"[{-COST_MAX:g}, {COST_MAX:g}] in the cost's own unit (state it in a larger unit)"
+        )
     return value
 
 

@@ -22,11 +22,13 @@ from numpy.typing import ArrayLike
 from msroute._floor import BoundRow, extreme_cost
 from msroute._floor import max_floor as max_floor_lp
 from msroute._validation import (
+    COST_MAX,
     MIN_FLOOR,
     FloatArray,
     adaptive_gamma,
     as_float_array,
     as_real,
+    check_cost_range,
     check_gamma,
     check_positive_int,
     default_gamma,
@@ -62,7 +64,7 @@ def _bound_tuple(values: Sequence[Bound] | ArrayLike | None, name: str) -> tuple
         if not np.isfinite(fv):
             # NaN is never "no bound": a NaN that reached a bound is a bug upstream.
             raise InvalidValueError(f"{name}[{j}] == {fv}; use None for 'no bound'")
-        out.append(fv)
+        out.append(check_cost_range(fv, f"{name}[{j}]"))
     return tuple(out)
 
 
@@ -73,9 +75,10 @@ class Constraints:
     Parameters
     ----------
     upper : sequence of float or None, length d, optional
-        Packing bounds ``u_j`` ("at most"); ``None`` entries mean no upper bound.
+        Packing bounds ``u_j`` ("at most"); ``None`` entries mean no upper bound. A bound lies
+        in the range of costs and bounds, ``|u_j| <= 1e12`` in the cost's own unit.
     lower : sequence of float or None, length d, optional
-        Covering bounds ``l_j`` ("at least"); ``None`` entries mean no lower bound.
+        Covering bounds ``l_j`` ("at least"); ``None`` entries mean no lower bound (same range).
     names : sequence of str, optional
         Names of the cost coordinates, used in messages and reports.
 
@@ -163,7 +166,9 @@ class Problem:
     Parameters
     ----------
     costs : array_like, shape (K, d)
-        Cost vector ``c_i`` of each expert, entries in ``[0, cbar]``.
+        Cost vector ``c_i`` of each expert, entries in ``[0, cbar]``; ``cbar`` and every bound
+        of ``constraints`` lie in the range of costs and bounds, ``|x| <= 1e12`` in the cost's
+        own unit (``msroute._validation.COST_MAX``; docs/budgets.md).
     m_draws : int
         Number of i.i.d. draws M from the routing policy each round.
     constraints : Constraints
@@ -203,6 +208,9 @@ class Problem:
         if np.any(c < 0):
             i, j = np.argwhere(c < 0)[0]
             raise InvalidValueError(f"costs must be >= 0; costs[{i}, {j}] == {c[i, j]}")
+        if np.any(c > COST_MAX):
+            i, j = np.argwhere(c > COST_MAX)[0]
+            check_cost_range(float(c[i, j]), f"costs[{i}, {j}]")
         if not isinstance(constraints, Constraints):
             raise InvalidTypeError(
                 f"constraints must be a Constraints, got {type(constraints).__name__}"
@@ -222,7 +230,7 @@ class Problem:
         cbar = as_real(cbar, "cbar")
         if not np.isfinite(cbar) or cbar < top:
             raise InvalidValueError(f"cbar == {cbar}, must be finite and >= the largest cost {top}")
-        self.cbar = cbar
+        self.cbar = check_cost_range(cbar, "cbar")
         lo_ori, hi_ori = constraints.lower_array(), constraints.upper_array()
         self._lo = np.where(np.isfinite(lo_ori), lo_ori, 0.0)
         self._hi = np.where(np.isfinite(hi_ori), hi_ori / self.m_draws, cbar)

@@ -17,7 +17,8 @@ with the same keys):
   model must have the same dimensions); the team's reward sums, over dimensions, the best
   member's score.
 * ``MODEL|COST``: the prompt's cost of calling that model, per named cost (``usd``,
-  ``latency_s``...), finite and >= 0. Every model needs every cost name.
+  ``latency_s``...), in the range of costs ``[0, 1e12]`` (``msroute._validation.COST_MAX``).
+  Every model needs every cost name.
 
 Cells are never guessed: a blank cell, ``nan``, a score outside ``[0, 1]``, a negative cost, a
 repeated prompt id, a cost column of a model that has no score column, a model without a cost
@@ -41,7 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, IntArray, parse_decimal, quoted, unique_keys
+from msroute._validation import (
+    COST_MAX,
+    FloatArray,
+    IntArray,
+    check_cost_range,
+    parse_decimal,
+    quoted,
+    unique_keys,
+)
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError, InvalidValueError
 
@@ -120,8 +129,10 @@ class OutcomeTable:
             raise InvalidValueError(f"category must be {p} indices in [0, {x})")
         if not (np.all(np.isfinite(scores)) and scores.min() >= 0.0 and scores.max() <= 1.0):
             raise InvalidValueError("scores must hold numbers in [0, 1]")
-        if not (np.all(np.isfinite(costs)) and costs.min() >= 0.0):
-            raise InvalidValueError("costs must hold finite numbers >= 0")
+        if not (np.all(np.isfinite(costs)) and costs.min() >= 0.0 and costs.max() <= COST_MAX):
+            raise InvalidValueError(
+                f"costs must hold numbers in [0, {COST_MAX:g}] (the range of costs)"
+            )
         for arr in (scores, costs, cat):
             arr.setflags(write=False)
         object.__setattr__(self, "scores", scores)
@@ -317,6 +328,8 @@ def _cell_number(cell: object, where: str, column: str, *, score: bool) -> float
         )
     if not score and value < 0.0:
         raise DataFormatError(f"{where}, column {quoted(column)}: cost {value:g} must be >= 0")
+    if not score:
+        check_cost_range(value, f"{where}, column {quoted(column)}", DataFormatError)
     return value
 
 

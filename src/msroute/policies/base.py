@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from msroute._memory import check_memory
 from msroute._seeding import SeedArg
 from msroute._validation import (
+    COST_MAX,
     BoolArray,
     FloatArray,
     IntArray,
@@ -135,7 +136,6 @@ def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
 
 
 _debug_checks = os.environ.get("MSROUTE_DEBUG", "") not in ("", "0")
-_FMAX = float(np.finfo(np.float64).max)
 
 
 def set_debug_checks(enabled: bool) -> bool:
@@ -207,9 +207,11 @@ class BasePolicy:
     ignores_constraints: ClassVar[bool] = False
     #: Realized costs ``update`` accepts, per cost coordinate, in units of the coordinate
     #: (``cost_scale``: the column's largest table cost, else its
-    #: largest bound): finite, ``>= 0`` and at most ``cost_limit`` units. A round costing a
-    #: million times the dearest expert's table cost is a units mistake, not data; the limit
-    #: also keeps the learned cost estimates, duals and penalties far from overflow.
+    #: largest bound): finite, ``>= 0`` and at most ``cost_limit`` units, and at most
+    #: ``M * COST_MAX`` (a team of M experts at the top of the range of costs, 1e12 each;
+    #: docs/budgets.md). A round costing a million times the dearest expert's table cost is a
+    #: units mistake, not data; the limit also keeps the learned cost estimates, duals,
+    #: penalties and sums of costs far from overflow.
     cost_limit: ClassVar[float] = 1e6
     #: Number of contexts the policy distinguishes (1: context-free).
     n_contexts: int = 1
@@ -271,8 +273,11 @@ class BasePolicy:
         self._rows = np.arange(self.n_runs)
         b = self.problem_batch
         self._cost_unit: FloatArray = cost_scale(b.costs, b.lo_ori, b.hi_ori)
-        with np.errstate(over="ignore"):  # a table near the float limit: the largest float
-            self._cost_cap: FloatArray = np.minimum(self.cost_limit * self._cost_unit, _FMAX)
+        # At most cost_limit units, and at most a team of M experts each at the top of the
+        # range of costs (COST_MAX): what any table in the range can charge a decision.
+        self._cost_cap: FloatArray = np.minimum(
+            self.cost_limit * self._cost_unit, self.m_draws * COST_MAX
+        )
 
     # ------------------------------------------------------------------ public boundary
     def select(
@@ -343,7 +348,7 @@ class BasePolicy:
         cost : array_like, shape (R, d)
             The realized cost vector (each distinct routed expert counted once): finite,
             ``>= 0`` and at most ``cost_limit`` (``1e6``) times the coordinate's unit (its
-            largest table cost; see ``check_cost``).
+            largest table cost) and ``M * 1e12`` (see ``check_cost``).
 
         Raises
         ------
@@ -416,14 +421,19 @@ class BasePolicy:
         """Raise ``InvalidValueError`` unless every realized cost (R, d) can be learned.
 
         A cost must be finite, ``>= 0`` and at most ``cost_limit * unit`` per coordinate (the
-        unit is the column's largest table cost, else its largest bound, else 1). The live
-        router calls this before ``update_trusted``.
+        unit is the column's largest table cost, else its largest bound, else 1) and at most
+        ``M * COST_MAX``. The live router calls this before ``update_trusted``.
         """
         ok = (cost >= 0.0) & (cost <= self._cost_cap)  # False for NaN and inf (the cap is finite)
         if np.count_nonzero(ok) == ok.size:
             return
         r, j = np.argwhere(~ok)[0].tolist()
         x = float(cost[r, j])
+        if x > self.m_draws * COST_MAX and math.isfinite(x):
+            raise InvalidValueError(
+                f"cost {x:g} (coordinate {j}, run {r}) exceeds M = {self.m_draws} times "
+                f"{COST_MAX:g}, the most a team can cost in the range of costs (docs/budgets.md)"
+            )
         if x >= 0.0 and math.isfinite(x):
             raise InvalidValueError(
                 f"cost {x:g} (coordinate {j}, run {r}) exceeds cost_limit = {self.cost_limit:g} "

@@ -18,7 +18,8 @@ Format (the same one ``msroute serve`` reads):
     horizon = 100000               # T for the hyperparameters that need one (baselines' duals)
     pacing = true                  # every bound holds on the realized spend (docs/budgets.md)
     name = "support-queue"         # optional label
-    [experts]                      # stable string ids -> cost vector (one value per cost name)
+    [experts]                      # stable string ids -> cost vector (one value per cost name;
+                                   # costs and bounds lie in [0, 1e12] and [-1e12, 1e12])
     big = [0.030, 1.0]
     small = { usd = 0.002, gpu = 0.0 }
     [constraints]
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from msroute._toml import read_toml
-from msroute._validation import text_name
+from msroute._validation import check_cost_range, text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
@@ -97,8 +98,9 @@ def _names(value: object, key: str) -> tuple[str, ...]:
 def cost_vector(value: object, cost_names: Sequence[str], key: str) -> tuple[float, ...]:
     """A cost vector given as a list in ``cost_names`` order or a dict by cost name.
 
-    Every entry must be a finite number ``>= 0``; a dict must name every cost exactly once.
-    Errors name ``key`` (e.g. ``experts.big`` or ``cost``).
+    Every entry must be a finite number in ``[0, 1e12]`` (the range of costs and bounds,
+    ``msroute._validation.COST_MAX``); a dict must name every cost exactly once. Errors name
+    ``key`` (e.g. ``experts.big`` or ``cost``).
     """
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - set(cost_names))
@@ -124,7 +126,7 @@ def cost_vector(value: object, cost_names: Sequence[str], key: str) -> tuple[flo
         x = _number(v, k)
         if x < 0:
             raise RouterConfigError(f"{k}: costs must be >= 0, got {x}")
-        out.append(x)
+        out.append(check_cost_range(x, k, RouterConfigError))
     return tuple(out)
 
 
@@ -135,7 +137,7 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
     for n, v in value.items():
         if n not in cost_names:
             raise RouterConfigError(f"{key}.{n}: unknown cost name; known: {list(cost_names)}")
-        out[str(n)] = _number(v, f"{key}.{n}")
+        out[str(n)] = check_cost_range(_number(v, f"{key}.{n}"), f"{key}.{n}", RouterConfigError)
     return out
 
 

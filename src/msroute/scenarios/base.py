@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray, default_gamma
+from msroute._validation import (
+    FloatArray,
+    check_cost_range,
+    default_gamma,
+    parse_decimal,
+    quoted,
+)
 from msroute.bounds import floored_reach
 from msroute.errors import InvalidValueError
 from msroute.problem import Constraints
@@ -83,20 +89,21 @@ class ScenarioInstance:
 
 
 def parse_budget(level: str) -> float | None:
-    """The budget of a level string: a finite number >= 0, or None for ``"none"``."""
+    """The budget of a level string: an ASCII decimal number in ``[0, 1e12]`` (the range of
+    costs and bounds, ``msroute._validation.COST_MAX``), or None for ``"none"``."""
     if level == NO_BUDGET:
         return None
     try:
-        value = float(level)
+        value = parse_decimal(level)
     except ValueError:
         raise InvalidValueError(
-            f"budget level {level!r} is neither a number nor {NO_BUDGET!r}"
+            f"budget level {quoted(level)} is neither a number nor {NO_BUDGET!r}"
         ) from None
-    if not (math.isfinite(value) and value >= 0.0):
+    if not value >= 0.0:  # False for NaN too
         raise InvalidValueError(
-            f"budget level {level!r} must be a finite number >= 0 or {NO_BUDGET!r}"
+            f"budget level {quoted(level)} must be a number >= 0 or {NO_BUDGET!r}"
         )
-    return value
+    return check_cost_range(value, f"budget level {quoted(level)}")
 
 
 def format_budget(value: float | None) -> str:

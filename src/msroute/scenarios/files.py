@@ -17,13 +17,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from msroute._validation import FloatArray, parse_decimal, quoted
+from msroute._validation import COST_MAX, FloatArray, parse_decimal, quoted
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError
 from msroute.scenarios.base import Scenario, ScenarioInstance
@@ -56,13 +55,15 @@ def _read_table(
             f"{source}, line {header_line}: the header must name the expert column and at "
             f"least one {what} column, got {quoted(','.join(header))}"
         )
+    seen: set[str] = set()
     for j, name in enumerate(columns):
         if not name:
             raise DataFormatError(f"{source}, line {header_line}: column {j + 2} has no name")
-        if name in columns[:j]:
+        if name in seen:
             raise DataFormatError(
                 f"{source}, line {header_line}: column {quoted(name)} appears twice"
             )
+        seen.add(name)
     if len(rows) < 2:
         raise DataFormatError(f"{source} has a header but no expert row")
     names: list[str] = []
@@ -110,10 +111,10 @@ def _number(cell: str, source: str, lineno: int, column: str, low: float, high: 
         raise DataFormatError(
             f"{source}, line {lineno}: {column} must be a number, got {quoted(cell.strip())}"
         ) from None
-    if not (math.isfinite(value) and low <= value <= high):
-        bounds = f"in [{low:g}, {high:g}]" if math.isfinite(high) else f"finite and >= {low:g}"
+    if not low <= value <= high:  # False for NaN too
         raise DataFormatError(
-            f"{source}, line {lineno}: {column} == {cell.strip()} must be {bounds}"
+            f"{source}, line {lineno}: {column} == {quoted(cell.strip())} must be in "
+            f"[{low:g}, {high:g}]"
         )
     return value
 
@@ -139,7 +140,8 @@ def load_skills_csv(path: PathLike) -> tuple[tuple[str, ...], tuple[str, ...], F
 
 
 def load_costs_csv(path: PathLike) -> tuple[tuple[str, ...], tuple[str, ...], FloatArray]:
-    """Read a costs file (rows experts, one column per named cost, values finite >= 0).
+    """Read a costs file (rows experts, one column per named cost, values in the range of
+    costs, ``[0, 1e12]``: ``msroute._validation.COST_MAX``).
 
     Returns
     -------
@@ -150,9 +152,9 @@ def load_costs_csv(path: PathLike) -> tuple[tuple[str, ...], tuple[str, ...], Fl
     Raises
     ------
     DataFormatError
-        As ``load_skills_csv``, for values that are not finite numbers >= 0.
+        As ``load_skills_csv``, for values that are not numbers in ``[0, 1e12]``.
     """
-    return _read_table(path, "cost", 0.0, math.inf)
+    return _read_table(path, "cost", 0.0, COST_MAX)
 
 
 def files_scenario(

@@ -4,9 +4,10 @@ The request models are strict: a number must be a JSON number (``"0.8"``, ``" 1e
 are refused, not converted), a string a JSON string, and numbers must be finite (JSON has no NaN,
 and the models refuse the ``NaN``/``Infinity`` literals some encoders write). Unknown fields are
 refused, so a typo such as ``"rewrad"`` is a 422 naming the field rather than a silently ignored
-value. What the schema says is thus exactly what is accepted. Ranges that depend on the router
-(the reward's range, the cost names, the expert and context names) are checked by the Router
-itself.
+value. Costs and bounds lie in the range of costs and bounds, ``|x| <= 1e12`` in the cost's
+unit (``msroute._validation.COST_MAX``; costs are also ``>= 0``), so the schema states it. What
+the schema says is thus exactly what is accepted. Ranges that depend on the router (the
+reward's range, the cost names, the expert and context names) are checked by the Router itself.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from msroute._validation import COST_MAX
 
 __all__ = [
     "ID_PATTERN",
@@ -31,6 +34,9 @@ __all__ = [
 ]
 
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+#: A cost (an expert's, or a realized one) and a bound: finite, in the range of costs and bounds.
+Cost = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=COST_MAX)]
+BoundValue = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-COST_MAX, le=COST_MAX)]
 #: Ids travel in URLs and journals: printable, no slash, bounded length.
 ID_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
 Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=ID_PATTERN)]
@@ -112,7 +118,7 @@ class FeedbackRequest(BaseModel):
     )
 
     reward: Finite = Field(description="The team's reward, in the router's reward range.")
-    cost: dict[str, Finite] | None = Field(
+    cost: dict[str, Cost] | None = Field(
         None,
         description="The realized cost by cost name, when it is only known afterwards "
         "(replaces the cost computed at decision time).",
@@ -137,7 +143,7 @@ class ExpertRequest(BaseModel):
     )
 
     id: Ident
-    cost: dict[str, Finite] = Field(description="One value per cost name of the router.")
+    cost: dict[str, Cost] = Field(description="One value per cost name of the router.")
 
 
 class BoundsRequest(BaseModel):
@@ -153,8 +159,8 @@ class BoundsRequest(BaseModel):
         },
     )
 
-    upper: dict[str, Finite | None] | None = Field(None, max_length=1000)
-    lower: dict[str, Finite | None] | None = Field(None, max_length=1000)
+    upper: dict[str, BoundValue | None] | None = Field(None, max_length=1000)
+    lower: dict[str, BoundValue | None] | None = Field(None, max_length=1000)
 
 
 class Bounds(BaseModel):

@@ -198,6 +198,23 @@ def test_evaluate_refuses_a_candidate_file_it_cannot_read_as_numbers(
     assert f"--q {tmp_path}: cannot read it" in capsys.readouterr().err
 
 
+def test_csv_writes_text_that_begins_like_a_formula_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "f.db"
+    experts = {"=1+2": [0.01, 0.0], "-2+3": [0.02, 1.0], "@SUM(A1)": [0.0, 0.0]}
+    router = Router({**CONFIG, "contexts": None, "experts": experts}, journal=path)
+    for i in range(5):
+        router.feedback(router.route(decision_id=f"=cmd{i}").decision_id, 0.5)
+    router.close()
+    text = _export(path, capsys, "--format", "csv")
+    table = list(csv.reader(io.StringIO(text)))
+    cells = {cell for row in table for cell in row}
+    assert {"'=cmd0", "'=1+2"} <= cells  # a decision id and an expert id (a draw)
+    assert not any(c.startswith(("=", "+", "-", "@")) for c in cells), sorted(cells)
+    assert "propensities.=1+2" in table[0]  # a header: its field name comes first
+
+
 def test_export_never_writes_over_the_journal(
     tmp_path: Path, journal: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

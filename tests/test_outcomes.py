@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem
+from msroute.cli import main
 from msroute.datasets import outcomes
 from msroute.datasets.outcomes import OutcomeTable, load_llmrouter, load_outcomes, read_outcomes
 from msroute.errors import DataFormatError, InvalidValueError
@@ -22,6 +23,7 @@ from msroute.experiments.outcomes import (
     default_budgets,
     load_table,
 )
+from msroute.experiments.output import write_csv as write_results_csv
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.registry import make_policy
 from msroute.simulate import simulate
@@ -276,6 +278,28 @@ def test_a_users_table_named_like_the_packaged_one_gets_its_own_budgets(tmp_path
     assert levels == default_budgets(mine, "usd", 2) != LLMROUTER_BUDGETS
     packaged = budget_levels(OutcomeBenchConfig(), load_llmrouter(), "usd")
     assert packaged == LLMROUTER_BUDGETS
+
+
+def test_a_model_named_like_a_spreadsheet_formula_is_written_as_text(tmp_path):
+    """OWASP's advice against CSV injection: a text cell that begins with = + - @ is written
+    behind a ' (a spreadsheet then shows it and runs nothing); numbers stay numbers."""
+    formula = '=HYPERLINK("x.example","ok")'
+    path = tmp_path / "f.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["prompt_id", formula, "-2+3", f"{formula}|usd", "-2+3|usd"])
+        w.writerows([["p1", 1, 0, 1, 0.1], ["p2", 1, 1, 1, 0.1]])
+    argv = ["bench", "--outcomes", str(path), "--seeds", "1", "--horizon", "50", "--budgets", "1"]
+    argv += ["--policies", "uniform", "--m-draws", "1", "--quiet", "--no-plot", "--jobs", "1"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    with (tmp_path / "out" / "f.csv").with_name("bench-f.csv").open(newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["best_single_model"] == "'" + formula  # it ran as a formula before
+    out = tmp_path / "rows.csv"
+    rows = [{"name": "@SUM(A1)", "tab": "\t=1", "plain": "small", "x": -0.5, "n": -3}]
+    write_results_csv(out, rows)
+    text = out.read_text()
+    assert text.splitlines()[1] == "'@SUM(A1),'\t=1,small,-0.5,-3"
 
 
 def test_bench_outcomes_cli_refuses_a_bad_file(tmp_path):

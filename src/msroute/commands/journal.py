@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from msroute._spreadsheet import text_cell
+
 __all__ = ["register"]
 
 #: The first columns of ``export --format csv``; the others follow in order of first use.
@@ -146,19 +148,23 @@ def _write_rows(rows: list[dict[str, Any]], form: str, out: TextIO) -> None:
     for row in flat:
         columns.update(dict.fromkeys(row))
     writer = csv.writer(out)
-    writer.writerow(columns)
+    writer.writerow(text_cell(c) for c in columns)
     for row in flat:
         writer.writerow(_cell(row.get(c)) for c in columns)
 
 
 def _cell(value: Any) -> str:
-    """A CSV cell: empty for None, ``true``/``false``, floats at full precision."""
+    """A CSV cell: empty for None, ``true``/``false``, numbers at full precision, text that
+    begins like a spreadsheet formula (an expert id ``-2+3``) behind a ``'``
+    (``msroute._spreadsheet``)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str):
+        return text_cell(value)
     return str(value)
 
 

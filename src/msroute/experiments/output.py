@@ -16,6 +16,7 @@ import numpy as np
 
 from msroute import _version
 from msroute._atomic import atomic_path, write_text_atomic
+from msroute._spreadsheet import text_cell
 
 __all__ = [
     "Progress",
@@ -29,11 +30,13 @@ __all__ = [
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write tidy rows (all with the same keys) as CSV; floats keep full precision."""
+    """Write tidy rows (all with the same keys) as CSV; floats keep full precision, and text
+    that begins like a spreadsheet formula (a model named ``=HYPERLINK(...)``) is written with
+    a leading ``'`` (``msroute._spreadsheet``)."""
     fields = list(rows[0]) if rows else []
     with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
+        writer.writerow({f: text_cell(f) for f in fields})  # the header
         for row in rows:
             writer.writerow({k: _plain(v) for k, v in row.items()})
     return path
@@ -41,9 +44,11 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str):
+        return text_cell(value)
     return value
 
 

@@ -410,3 +410,59 @@ def test_a_cut_kept_alone_at_its_reach_with_tied_cheapest_experts_is_met_on_thei
         options={"ftol": 1e-14, "maxiter": 500},
     )
     np.testing.assert_allclose(q[0, tied], res.x, atol=1e-7)
+
+
+def test_an_exact_tangent_out_of_reach_moves_toward_the_cheap_expert() -> None:
+    """Near the vertex of a dear expert the exact surrogate's tangent gives it a slope near 0,
+    so the tangent cut is out of reach and its own cheapest expert is the dear one. The step
+    must lower the team's true expected cost instead: mass leaves the dear expert, and the
+    cost the step reaches is at most halfway from the current cost to the floor's least."""
+    from msroute.policies.duals import expected_team_cost
+
+    costs = np.array([[[0.05], [0.004], [0.001]]])  # (R, K, d): one dear, two cheap
+    m, gamma, budget = 3, 0.01, 0.01
+    dual = ApproachabilityDual(
+        np.array([[-np.inf]]),
+        np.array([[budget]]),
+        0.05,
+        1e-12,
+        construction="invariant",
+        scale=np.array([[0.05]]),
+        has_lower=np.array([[False]]),
+        has_upper=np.array([[True]]),
+        surrogate="exact",
+        m_draws=m,
+    )
+    dual.w = np.array([[0.5]])  # the budget's cut is on
+    q0 = np.array([[0.98, 0.01, 0.01]])
+    y = q0 + np.array([[0.05, -0.02, -0.03]])  # the reward's gradient pulls to the dear one
+    q = dual.project(y, gamma, costs, np.array([0]), q0)
+    before = expected_team_cost(q0, costs[:, :, :], m)[0, 0]
+    after = expected_team_cost(q, costs[:, :, :], m)[0, 0]
+    assert q[0, 0] < q0[0, 0] - 0.3  # the dear expert loses mass
+    assert after < before  # toward the budget on the true cost
+    np.testing.assert_allclose(q.sum(), 1.0)
+    assert q.min() >= gamma - 1e-12
+
+
+def test_an_unpaced_team_router_keeps_its_budget_on_three_experts() -> None:
+    """A cold router with a team of three (exact surrogate, anytime eta) used to settle on the
+    dear expert's vertex and spend several times its budget; unpaced, the learner alone now
+    stays within it."""
+    cfg = {
+        "policy": "omd",
+        "m_draws": 3,
+        "cost_names": ["usd"],
+        "seed": 0,
+        "pacing": False,
+        "experts": {"cheap": [0.00013], "mid": [0.00064], "dear": [0.0081]},
+        "constraints": {"upper": {"usd": 0.0015}},
+    }
+    quality = {"cheap": 0.31, "mid": 0.79, "dear": 0.85}
+    rng = np.random.default_rng(0)
+    router = msroute.Router(cfg)
+    for _ in range(3000):
+        d = router.route()
+        p = max(quality[e] for e in d.team)
+        router.feedback(d.decision_id, float(rng.random() < p))
+    assert router.state()["avg_cost"]["usd"] <= 0.0015

@@ -479,7 +479,42 @@ class ApproachabilityDual:
         try:
             return solve_cuts(y, gamma, a, b)[0]
         except EmptyFeasibleSetError:
+            if q0 is not None:
+                a, b = self._toward_reach(a, b, gamma, costs, runs, q0, aggregate)
             return self._project_unreachable(y, gamma, a, b)
+
+    def _toward_reach(
+        self,
+        a: FloatArray,
+        b: FloatArray,
+        gamma: float,
+        costs: FloatArray,
+        runs: IntArray,
+        q0: FloatArray,
+        aggregate: tuple[FloatArray, FloatArray] | None,
+    ) -> tuple[FloatArray, FloatArray]:
+        """The cuts of a step whose cuts miss the floored simplex: each cut out of reach is
+        replaced by one on the *true* cost (``C_j . q``, the aggregate's where there is one)
+        that asks the step to close half the gap between the routing's cost and the least
+        cost the floor allows, ``C_j . q0 - (C_j . q0 - reach_j) / 2``.
+
+        A tangent of the exact surrogate out of reach says nothing about where the cost is
+        lower: at a routing near a dear expert's vertex its slope on that expert is near 0
+        (``M c_i (1 - q_i)^(M-1)``), so the tangent's cheapest expert is the dear one. The
+        true cost's cheapest expert is the cheap one, and half the gap per step moves the
+        routing toward feasibility without jumping to a vertex (the spend itself is held by
+        the pacer, ``msroute.policies.pacing``, meanwhile)."""
+        reach = _reach(a, gamma)
+        out = b < reach
+        sign = np.sign(self.w[runs])[:, :, None]
+        normal = np.swapaxes(costs[runs], 1, 2) * sign  # (R', d, K): the true cost, signed
+        if aggregate is not None:
+            normal = normal * aggregate[0][:, None, None]
+        now = np.einsum("rjk,rk->rj", normal, q0)
+        least = _reach(normal, gamma)
+        a = np.where(out[:, :, None], normal, a)
+        b = np.where(out, now - 0.5 * np.maximum(now - least, 0.0), b)
+        return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
 
     @staticmethod
     def _project_unreachable(

@@ -350,6 +350,10 @@ def test_paper_defaults():
         ("ts", {"reward_scale": 0.0}, ValueError, "reward_scale"),
         ("ts", {"prior_alpha": 0.0}, ValueError, "prior_alpha"),
         ("ts-bwk", {"prior_beta": -2.0}, ValueError, "prior_beta"),
+        # an int beyond the float range: an OverflowError traceback before
+        ("cucb", {"c": 10**400}, ValueError, r"c == <an integer of 401 digits> is beyond the"),
+        ("moe", {"lr": -(10**5000)}, ValueError, r"lr == <an integer of 5001 digits> is beyond"),
+        ("omd", {"eta_mult": 10**400}, ValueError, "eta_mult == <an integer of 401 digits>"),
     ],
 )
 def test_bad_hyperparameters_name_the_parameter(name, kwargs, error, match):

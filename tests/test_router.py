@@ -118,6 +118,12 @@ def same_decision(a: RoutedDecision, b: RoutedDecision) -> None:
         ({"params": {"seed": 1}}, r"params\.seed: set by the router"),
         ({"contexts": []}, "contexts: must be a non-empty list"),
         ({"snapshot_every": 0}, "snapshot_every: must be >= 1"),
+        # integers the journal cannot store: a raw ValueError or OverflowError before
+        ({"horizon": 10**5000}, r"horizon: must be <= 2\*\*63 - 1, got <an integer of 5001 dig"),
+        ({"seed": 2**63}, r"seed: must be <= 2\*\*63 - 1, got 9223372036854775808"),
+        ({"seed": -(10**5000)}, "seed: must be >= 0, got <an integer of 5001 digits>"),
+        ({"params": {"batch": 10**5000}}, r"params\.batch: an integer beyond 64 bits, <an int"),
+        ({"params": {"eta_mult": -(10**400)}}, r"params\.eta_mult: an integer beyond 64 bits"),
     ],
 )
 def test_config_errors_name_the_key(change: dict[str, Any], match: str) -> None:

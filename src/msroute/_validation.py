@@ -139,12 +139,16 @@ def as_float_array(
 
 
 def as_real(value: Any, name: str) -> float:
-    """``value`` as a float (anything ``float()`` accepts); otherwise an error naming ``name``."""
+    """``value`` as a float (anything ``float()`` accepts); otherwise an error naming ``name``
+    (an ``InvalidValueError`` for an integer beyond the float range, which ``float()`` cannot
+    convert)."""
     try:
         return float(value)
+    except OverflowError as exc:
+        raise InvalidValueError(f"{name} == {quoted(value)} is beyond the float range") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(
-            f"{name} must be a real number, got {type(value).__name__} {value!r:.80}"
+            f"{name} must be a real number, got {type(value).__name__} {quoted(value)}"
         ) from exc
 
 

@@ -27,6 +27,9 @@ Format (the same one ``msroute serve`` reads):
     lower = { gpu = 0.1 }
     [params]
     eta_mult = 0.1
+
+Integers (``m_draws``, ``seed``, ``snapshot_every``, ``horizon``, an integer in ``[params]``)
+fit in 64 bits, what the journal stores.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from msroute._toml import read_toml
-from msroute._validation import check_cost_range, text_name
+from msroute._validation import check_cost_range, quoted, text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
@@ -77,11 +80,18 @@ def _number(value: object, key: str) -> float:
     return v
 
 
+#: The largest integer a configuration takes (a 64-bit integer, what the journal stores
+#: exactly): a key of thousands of digits could not be journaled (``json`` refuses to write it).
+INT_MAX = 2**63 - 1
+
+
 def _int(value: object, key: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RouterConfigError(f"{key}: must be an integer, got {value!r}")
+        raise RouterConfigError(f"{key}: must be an integer, got {quoted(value)}")
     if value < minimum:
-        raise RouterConfigError(f"{key}: must be >= {minimum}, got {value}")
+        raise RouterConfigError(f"{key}: must be >= {minimum}, got {quoted(value)}")
+    if value > INT_MAX:
+        raise RouterConfigError(f"{key}: must be <= 2**63 - 1, got {quoted(value)}")
     return value
 
 
@@ -252,7 +262,11 @@ class RouterConfig:
             raise RouterConfigError(f"params: must be a table, got {params!r}")
         for k, v in params.items():
             if v is not None and not isinstance(v, bool | int | float | str):
-                raise RouterConfigError(f"params.{k}: must be a number, string or bool, got {v!r}")
+                raise RouterConfigError(
+                    f"params.{k}: must be a number, string or bool, got {quoted(v)}"
+                )
+            if isinstance(v, int) and not -INT_MAX <= v <= INT_MAX:
+                raise RouterConfigError(f"params.{k}: an integer beyond 64 bits, {quoted(v)}")
         pacing = data.get("pacing", True)
         if not isinstance(pacing, bool):
             raise RouterConfigError(f"pacing: must be true or false, got {pacing!r:.80}")

@@ -70,6 +70,10 @@ def test_make_policy_names_an_unknown_parameter() -> None:
         ("gamma=abc", "gamma must be a real number, got str 'abc'"),
         ("foo=1", "policy 'omd' has no parameter foo"),
         ("horizon=5", r"horizon is set by --horizon"),
+        # ASCII decimal numbers only: int() and float() read these as 0.3, 1 and 0.5
+        ("eta_mult=\u0660.\u0663", "eta_mult must be a real number, got str '\u0660.\u0663'"),
+        ("batch=\uff11", "batch must be an integer, got str"),
+        ("eta_mult=0_5", "eta_mult must be a real number, got str '0_5'"),
     ],
 )
 def test_cli_bad_policy_parameters_are_one_line_errors(

@@ -139,11 +139,12 @@ def as_float_array(
 
 
 def as_real(value: Any, name: str) -> float:
-    """``value`` as a float (anything ``float()`` accepts); otherwise an error naming ``name``
-    (an ``InvalidValueError`` for an integer beyond the float range, which ``float()`` cannot
+    """``value`` as a float (a number, or anything else ``float()`` accepts, but text only as
+    an ASCII decimal number, ``parse_decimal``); otherwise an error naming ``name`` (an
+    ``InvalidValueError`` for an integer beyond the float range, which ``float()`` cannot
     convert)."""
     try:
-        return float(value)
+        return parse_decimal(value) if isinstance(value, str) else float(value)
     except OverflowError as exc:
         raise InvalidValueError(f"{name} == {quoted(value)} is beyond the float range") from exc
     except (TypeError, ValueError) as exc:

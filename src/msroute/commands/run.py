@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from msroute._version import __version__
@@ -12,21 +13,25 @@ from msroute.errors import InvalidValueError
 
 __all__ = ["register"]
 
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+
 
 def _param(text: str) -> tuple[str, Any]:
-    from msroute._validation import quoted
+    """``KEY=VALUE``: the value as an int (ASCII digits), a float (an ASCII decimal number:
+    ``int`` and ``float`` also read other scripts' digits and ``1_0``), or else the string."""
+    from msroute._validation import parse_decimal, quoted
 
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"--param takes KEY=VALUE, got {quoted(text)}")
     if len(value) > 400:
         raise argparse.ArgumentTypeError(f"--param {quoted(key)}: value of {len(value)} characters")
-    for cast in (int, float):
-        try:
-            return key, cast(value)
-        except ValueError:
-            pass
-    return key, value
+    if _ASCII_INT.fullmatch(value.strip()):
+        return key, int(value)
+    try:
+        return key, parse_decimal(value)
+    except ValueError:
+        return key, value
 
 
 def register(subparsers: Any) -> None:

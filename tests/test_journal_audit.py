@@ -172,10 +172,24 @@ def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
         db.commit()
     with caplog.at_level("WARNING", logger="msroute.router"):
         reopened = Router.open(path)
-    assert "checksum does not match" in caplog.text and "not used" in caplog.text
+    assert "HMAC does not match" in caplog.text and "not used" in caplog.text
     assert reopened._snap_seq == seqs[0]  # the one before it, then the events after it
     assert reopened.state() == state
     reopened.close()
+
+
+def resign(db: sqlite3.Connection, seq: int, st: dict[str, Any]) -> None:
+    """Store ``st`` as the router state of snapshot ``seq``, its HMAC recomputed with the
+    journal's key (what only someone holding the journal's meta can do)."""
+    from msroute.router.snapshots import snapshot_state
+
+    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    (policy,) = db.execute("SELECT policy FROM snapshots WHERE seq = ?", (seq,)).fetchone()
+    fields = {k: v for k, v in st.items() if k not in ("format", "hmac")}
+    signed = snapshot_state(
+        bytes.fromhex(meta["snapshot_key"]), meta["run_id"], seq, policy, **fields
+    )
+    db.execute("UPDATE snapshots SET router = ? WHERE seq = ?", (json.dumps(signed), seq))
 
 
 def _forged(st: dict[str, Any], change: str) -> None:
@@ -221,11 +235,9 @@ def _forged(st: dict[str, Any], change: str) -> None:
 def test_a_snapshot_its_journal_could_not_have_made_is_not_used(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, change: str
 ) -> None:
-    """A snapshot whose contents were changed and its checksum recomputed (or whose policy is
-    another journal's) is checked like constructor arguments: it is skipped for the one before
-    it, and the state is the one the events give."""
-    from msroute.router.snapshots import _digest
-
+    """A snapshot whose contents were changed and its HMAC recomputed with the journal's own
+    key (or whose policy is another journal's) is checked like constructor arguments: it is
+    skipped for the one before it, and the state is the one the events give."""
     path, other = tmp_path / "j.db", tmp_path / "other.db"
     _traffic(path, 25, CONFIG["experts"])
     _traffic(other, 25, {"a": [0.05], "b": [0.001], "c": [0.02]})
@@ -240,12 +252,10 @@ def test_a_snapshot_its_journal_could_not_have_made_is_not_used(
                     "SELECT policy FROM snapshots WHERE seq = ?", (seqs[1],)
                 ).fetchone()
             db.execute("UPDATE snapshots SET policy = ? WHERE seq = ?", (blob, seqs[1]))
-        else:
-            (raw,) = db.execute("SELECT router FROM snapshots WHERE seq = ?", (seqs[1],)).fetchone()
-            st = json.loads(raw)
-            _forged(st, change)
-            st["sha256"] = _digest({k: v for k, v in st.items() if k != "sha256"})
-            db.execute("UPDATE snapshots SET router = ? WHERE seq = ?", (json.dumps(st), seqs[1]))
+        (raw,) = db.execute("SELECT router FROM snapshots WHERE seq = ?", (seqs[1],)).fetchone()
+        st = json.loads(raw)
+        _forged(st, change)
+        resign(db, seqs[1], st)
         db.commit()
     with caplog.at_level("WARNING", logger="msroute.router"):
         reopened = Router.open(path)

@@ -5,6 +5,7 @@ journal (``msroute.router.journal``) and the journal of a router without a file
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Hashable, Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ class EventLog:
     last_seq: int
     #: The journal's identity: the prefix of its router's own decision ids, named by its tail.
     run_id: str
+    #: The key that binds its snapshots to it (``msroute.router.snapshots``).
+    snapshot_key: bytes
     #: The last distribution stored under each sharing key, and the event holding it.
     _shared: dict[Hashable, tuple[bytes, int]]
 
@@ -70,6 +73,7 @@ class MemoryJournal(EventLog):
     def __init__(self) -> None:
         self.last_seq = 0
         self.run_id = uuid.uuid4().hex[:12]
+        self.snapshot_key = secrets.token_bytes(32)
         self._shared = {}
         self._events: list[Event] = []
         self._by_ref: dict[str, list[int]] = {}

@@ -13,7 +13,8 @@ start re-derives the configuration of every moment (docs/operations.md).
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config", "policy_kwargs" (JSON),
-                                                       -- "run_id", "created", "refs_upto"
+                                                       -- "run_id", "created", "refs_upto",
+                                                       -- "snapshot_key" (snapshots.py)
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
            probs_seq INTEGER)
     refs(ref TEXT, seq INTEGER, PRIMARY KEY (ref, seq)) WITHOUT ROWID
@@ -67,6 +68,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import sqlite3
 import stat
 import uuid
@@ -77,7 +79,8 @@ from typing import Any, NoReturn
 
 from msroute.errors import InvalidTypeError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
-from msroute.router.tail import INSERT_EVENT, Row, Tail, fold_leftover, tail_path
+from msroute.router.snapshots import bind
+from msroute.router.tail import INSERT_EVENT, Row, Tail, fold_leftover, tail_path, transaction
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -280,6 +283,31 @@ class Journal(EventLog):
         except (JournalError, ValueError, sqlite3.Error) as exc:
             self._db.close()
             raise JournalError(f"{label}: not a usable journal: {exc}") from exc
+        try:
+            self.snapshot_key = self._snapshot_key()
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            self._db.close()
+            raise JournalError(f"{label}: cannot bind the journal's snapshots: {exc}") from exc
+
+    def _snapshot_key(self) -> bytes:
+        """The key that binds this journal's snapshots to it (``msroute.router.snapshots``),
+        made with the journal. A journal made before snapshots were bound gets one now, and
+        the snapshots it accepted until now are bound with it in the same transaction."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'snapshot_key'").fetchone()
+        if row is not None:
+            return bytes.fromhex(str(row[0]))
+        key = secrets.token_bytes(32)
+        bound = bind(self.snapshots(), key, self.run_id)
+        with transaction(self._db):
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES ('snapshot_key', ?)", (key.hex(),)
+            )
+            self._db.executemany(
+                "UPDATE snapshots SET router = ? WHERE seq = ?",
+                [(_encode(state), seq) for seq, state in bound],
+            )
+        _log.info("%s: %d snapshots bound to the journal", self.label, len(bound))
+        return key
 
     def _setup(self, sync: str, create: bool) -> None:
         db = self._db
@@ -318,6 +346,8 @@ class Journal(EventLog):
             db.execute("INSERT INTO meta(key, value) VALUES ('refs_upto', '0')")
             run_id = uuid.uuid4().hex[:12]
             db.execute("INSERT INTO meta(key, value) VALUES ('run_id', ?)", (run_id,))
+            key = secrets.token_hex(32)
+            db.execute("INSERT INTO meta(key, value) VALUES ('snapshot_key', ?)", (key,))
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
 

@@ -62,7 +62,8 @@ def load(router: Router, use_snapshot: bool) -> None:
     for seq, blob, raw in journal.snapshots() if use_snapshot else ():
         label = f"{journal.label}: snapshot {seq}"
         try:
-            router._state = _restore(router, blob, check_snapshot_state(raw, label), seq)
+            st = check_snapshot_state(raw, label, journal.snapshot_key, journal.run_id, seq, blob)
+            router._state = _restore(router, blob, st, seq)
         except (MSRouteError, ValueError, KeyError, TypeError) as exc:
             _log.warning("%s: not used: %s", label, exc)
             router._setup(router._base_config)
@@ -82,6 +83,10 @@ def take_snapshot(router: Router) -> None:
     seq = journal.last_seq
     blob = policy_bytes(state.policy)
     fields = snapshot_state(
+        journal.snapshot_key,
+        journal.run_id,
+        seq,
+        blob,
         ids=state.ids,
         costs=state.costs.tolist(),
         retired=sorted(state.retired),
@@ -112,12 +117,11 @@ def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> Route
     """The state of snapshot ``seq`` (``st``: checked by ``check_snapshot_state``), with its
     pending decisions found again and re-armed: they expire as if never stopped."""
     fresh = router._state
-    # The configuration as changed by the events before the snapshot (format 1 has none).
-    cfg = RouterConfig.from_dict(st["config"]) if "config" in st else fresh.config
+    cfg = RouterConfig.from_dict(st["config"])  # as changed by the events before the snapshot
     policy = policy_from_bytes(blob, f"{router._journal.label}: snapshot")
     policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
     ids = list(st["ids"])
-    counters = st.get("counters", st)
+    counters = st["counters"]
     state = RouterState(
         config=cfg,
         policy=policy,
@@ -133,29 +137,14 @@ def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> Route
         version=int(counters["version"]),
         cost_sum=np.array(st["cost_sum"], dtype=np.float64),
     )
-    if "pending" in st and isinstance(st["pending"], dict):  # snapshots of format 1
-        for did, (n, draws, probs, ctx, cost, deadline) in st["pending"].items():
-            state.pending[did] = Pending(
-                int(n),
-                tuple(draws),
-                None if probs is None else tuple(probs),
-                ctx,
-                np.array(cost, dtype=np.float64),
-                float(deadline),
-                None,
-                -1,
-                0,
-            )
-            _restore_decision(router, state, did)
-    else:
-        _pending_from_journal(router, state, int(st["pending_from"]), seq, int(st["pending"]))
+    _pending_from_journal(router, state, int(st["pending_from"]), seq, int(st["pending"]))
     for did, p in state.pending.items():
         state.push_deadline(p.deadline, p.n, did)
-    _check_restored(state, router._base_config, "config" in st)
+    _check_restored(state, router._base_config)
     return state
 
 
-def _check_restored(state: RouterState, base: RouterConfig, own_config: bool) -> None:
+def _check_restored(state: RouterState, base: RouterConfig) -> None:
     """Refuse (JournalError: ``load`` then tries the snapshot before) a restored state that
     its journal could not have made, as a constructor refuses its arguments: the keys a running
     router cannot change differ from the journal's, the policy is of another class or holds
@@ -182,7 +171,7 @@ def _check_restored(state: RouterState, base: RouterConfig, own_config: bool) ->
         bad.append(f"cost_sum is not {d} finite numbers >= 0")
     if not state.layouts or state.layouts[-1] != state.ids:
         bad.append("the current expert layout is not the state's experts")
-    elif own_config and cfg.experts != {
+    elif cfg.experts != {
         e: tuple(row) for e, row in zip(state.ids, state.costs.tolist(), strict=True)
     }:
         bad.append("the configuration's experts are not the state's")
@@ -204,18 +193,6 @@ def _check_restored(state: RouterState, base: RouterConfig, own_config: bool) ->
         bad.append("the policy's experts, costs or bounds are not the state's")
     if bad:
         raise JournalError(f"the restored state is not one this journal made: {'; '.join(bad)}")
-
-
-def _restore_decision(router: Router, state: RouterState, did: str) -> None:
-    """Give a pending decision restored from a snapshot the whole distribution it was
-    drawn from, read back from its journal event, as the live router holds it: a policy
-    may learn from every expert's probability, not only the drawn ones' (OMD's model
-    estimator does). Only while the expert layout is still the decision's, as live."""
-    p = state.pending[did]
-    for _, kind, _, _, payload, blob in router._journal.events_of(did):
-        if kind == "decision" and blob is not None and payload["layout"] == state.layout:
-            cols = np.array([[state.col[e] for e in p.draws]], dtype=np.int64)
-            state.cache_decision(p, cols, np.frombuffer(blob, dtype=np.float64)[None, :])
 
 
 def _pending_from_journal(

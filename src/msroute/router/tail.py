@@ -43,7 +43,7 @@ import os
 import sqlite3
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from msroute.errors import JournalError
@@ -58,6 +58,7 @@ __all__ = [
     "header",
     "read_tail",
     "tail_path",
+    "transaction",
 ]
 
 #: The first bytes of a tail file of format 3, the one written.
@@ -264,6 +265,22 @@ def read_tail(path: Path, run_id: str) -> tuple[list[Row], int]:
     return rows, len(data) - pos
 
 
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One SQLite transaction on ``db`` (in autocommit mode) around the block: committed at
+    its end, rolled back if it raises. SQLite may have rolled back already (a full disk does):
+    then the block's error is raised, not the ROLLBACK's "no transaction is active"."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        raise
+
+
 def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, create: bool) -> int:
     """Fold the tail at ``path`` that a router left (it stopped without closing) into the
     journal open on ``db``, whose last event is ``last`` and whose run id is ``run_id``: the
@@ -305,16 +322,8 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
         )
     if new:
         db.execute("PRAGMA synchronous = FULL")
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(db):
             db.executemany(INSERT_EVENT, new)
-            db.execute("COMMIT")
-        except BaseException:
-            # SQLite may have rolled back already (a full disk does): the error is the cause.
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-            raise
         _log.info("%s: folded %d events into the journal", path, len(new))
     path.unlink()
     return new[-1][0] if new else last

@@ -268,3 +268,53 @@ def test_max_floor_matches_an_independent_lp_and_the_witness_meets_the_bounds(se
     assert start.min() >= floor
     assert m * float(start @ costs[:, 0]) <= upper[0] * (1 + 1e-7)
     assert float(start @ costs[:, 1]) >= lower[1] * (1 - 1e-7)
+
+
+# ---------------------------------------------------------------------- a floor that holds
+def _play_omd(pol: OMDApproachability, rounds: int, seed: int = 0) -> float:
+    """Immediate feedback on the SKILLS instance; returns the smallest share q ever had."""
+    rng = np.random.default_rng(seed)
+    least = 1.0
+    for _ in range(rounds):
+        d = pol.select()
+        team = sorted(set(d.draws[0].tolist()))
+        reward = float(rng.random() < SKILLS[0, team].max())
+        pol.update(d, np.array([reward]), CHEAP[team].sum(axis=0)[None, :])
+        least = min(least, float(pol.q.min()))
+    return least
+
+
+def test_a_given_gamma_holds_under_the_decaying_floor() -> None:
+    """The model variant's floor decays; a user's gamma is a floor all the same (it fell to
+    gamma / sqrt(n) before, 0.0014 from 0.025)."""
+    problem = usd(CHEAP, 1, 0.003)
+    pol = OMDApproachability(problem, horizon=1, gamma=0.025, eta_schedule="anytime", seed=0)
+    assert pol.floor == "decay" and pol.floor_min == 0.025
+    assert _play_omd(pol, 3000) >= 0.025 - 1e-12
+
+
+def test_explore_starts_the_decaying_floor_above_a_holding_gamma() -> None:
+    problem = usd(CHEAP, 1, 0.003)
+    pol = OMDApproachability(
+        problem, horizon=1, gamma=0.005, explore=0.05, eta_schedule="anytime", seed=0
+    )
+    assert (pol.gamma, pol.floor_min) == (0.05, 0.005)
+    least = _play_omd(pol, 3000)
+    assert least == pytest.approx(0.005, abs=1e-12)  # decayed from 0.05 down to gamma, no lower
+    with pytest.raises(ValueError, match="explore == 0.05 needs floor='decay'"):
+        OMDApproachability(problem, horizon=1, explore=0.05, variant="paper")
+
+
+def test_a_recorded_gamma_of_a_decaying_floor_is_read_as_its_start() -> None:
+    """Policy files and journals written before ``explore`` existed recorded the decaying
+    floor's start as ``gamma``: they resume as they ran (no floor held)."""
+    old = {"gamma": 0.02, "variant": "model", "eta_schedule": "anytime"}
+    assert OMDApproachability._recorded_kwargs(old) == {**old, "gamma": None, "explore": 0.02}
+    new = {"gamma": 0.02, "explore": 0.02, "variant": "model"}
+    assert OMDApproachability._recorded_kwargs(new) == new  # explore recorded: today's meaning
+    fixed = {"gamma": 0.02, "variant": "paper"}
+    assert OMDApproachability._recorded_kwargs(fixed) == fixed
+    pol = OMDApproachability.build(
+        usd(CHEAP, 1, 0.003), horizon=1, **OMDApproachability._recorded_kwargs(old)
+    )
+    assert (pol.gamma, pol.floor_min) == (0.02, 0.0)

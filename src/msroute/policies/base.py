@@ -552,6 +552,12 @@ class BasePolicy:
         file does not name it (``msroute.policies.persist``). Here: unchanged."""
         return kwargs
 
+    @classmethod
+    def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Constructor arguments recorded by a policy file or a journal, as this msroute reads
+        them (a class whose arguments changed meaning translates the old ones); unchanged."""
+        return kwargs
+
     def resized(self, problem: Problem, old_index: Sequence[int | None]) -> Self:
         """This policy over another expert set (and bounds), keeping what it learned.
 

@@ -97,12 +97,21 @@ class OMDApproachability(BasePolicy):
     n_runs : int, optional
     seed : int or SeedSequence, optional
     gamma : float, optional
-        Exploration floor; with the decaying floor, the floor of the first QP step. By default
-        it adapts to the bounds (``msroute.Problem.exploration_floor``): the paper's ``1/(10K)``
-        (Section 6.2) wherever that is feasible with slack, else half the largest floor at
-        which Assumption 1 holds, so that any bounds some routing with every share > 0 meets
-        are accepted (a budget just above the cheapest routing, a $5 expert among cheap ones).
-        A batch shares the smallest floor of its runs.
+        The exploration floor: every expert's share is at least ``gamma`` at every step (given,
+        it holds under either floor schedule). By default it adapts to the bounds
+        (``msroute.Problem.exploration_floor``): the paper's ``1/(10K)`` (Section 6.2)
+        wherever that is feasible with slack, else half the largest floor at which Assumption 1
+        holds, so that any bounds some routing with every share > 0 meets are accepted (a
+        budget just above the cheapest routing, a $5 expert among cheap ones); with the
+        decaying floor and no ``gamma``, no floor holds beyond the decaying one. A batch shares
+        the smallest floor of its runs.
+    explore : float, optional
+        The decaying floor's start (``floor="decay"`` only): the n-th QP step's floor is
+        ``max(gamma, explore / sqrt(n))``. Default: the adaptive floor above (or ``gamma``
+        where that is larger). A floor that holds keeps every expert logged often enough for
+        off-policy evaluation (``msroute.evaluate``) and costs about ``K gamma`` of the traffic
+        routed at random; a decaying one costs nothing in the long run and supports
+        estimates only of routings near the logged one (docs/router.md).
     eta : float, optional
         Proximal parameter; default ``eta_mult * sqrt(2 T K M (1/gamma + M - 1))``
         (Theorem 1's ``eta*`` scaled by ``eta_mult``).
@@ -217,6 +226,7 @@ class OMDApproachability(BasePolicy):
         n_runs: int | None = None,
         seed: SeedArg = None,
         gamma: float | None = None,
+        explore: float | None = None,
         eta: float | None = None,
         eta_mult: float | None = None,
         batch: int | None = None,
@@ -261,6 +271,7 @@ class OMDApproachability(BasePolicy):
         self.floor = spec.floor if floor is None else floor
         if self.floor not in FLOORS:
             raise InvalidValueError(f"floor == {self.floor!r}, must be one of {', '.join(FLOORS)}")
+        self.floor_min = self._choose_floors(gamma, explore, check_feasible)
         self.ix = check_hyper(spec.ix_per_k / k if ix is None else ix, "ix", strict=False)
         variant_mult = spec.eta_mult if schedule == "fixed" else spec.anytime_eta_mult
         if eta_mult is None:
@@ -330,6 +341,44 @@ class OMDApproachability(BasePolicy):
             for p in problems:
                 p.check_feasible(chosen)
         return chosen
+
+    def _choose_floors(self, gamma: float | None, explore: float | None, check: bool) -> float:
+        """The floor that holds at every step, with ``self.gamma`` set to the first step's:
+        under the fixed schedule both are ``gamma``; under the decaying one the start is
+        ``explore`` (default: the adaptive floor, or a larger ``gamma``) and the floor that
+        holds is the user's ``gamma`` (0 when none is given). Where either is given, the start
+        is recorded with the constructor arguments (``explore``), which tells a recorded
+        ``gamma`` of this meaning from one saved before it (``_recorded_kwargs``)."""
+        if self.floor != "decay":
+            if explore is not None:
+                raise InvalidValueError(
+                    f"explore == {explore!r} needs floor='decay' (the decaying floor's start); "
+                    f"this policy's floor is {self.floor!r}"
+                )
+            return self.gamma
+        hold = 0.0 if gamma is None else self.gamma
+        if explore is not None:
+            start = check_gamma(explore, self.n_experts)
+            if start <= 0.0:
+                raise InvalidValueError("explore must be > 0: the decaying floor starts there")
+            self.gamma = max(start, hold)
+            if check and self.gamma != hold:
+                for p in dict.fromkeys(self.problem_batch.problems):
+                    p.check_feasible(self.gamma)
+        if gamma is not None or explore is not None:
+            self._init_kwargs.setdefault("explore", self.gamma)
+        return hold
+
+    @classmethod
+    def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Recorded constructor arguments (a policy file's, a journal's) as this msroute reads
+        them: those of a decaying floor recorded before ``explore`` existed name its start
+        ``gamma``; it is their ``explore``, and no floor held beyond it."""
+        variant = kwargs.get("variant") or cls._default_variant
+        schedule = kwargs.get("floor") or (VARIANTS[variant].floor if variant in VARIANTS else "")
+        if schedule == "decay" and "explore" not in kwargs and kwargs.get("gamma") is not None:
+            return {**kwargs, "explore": kwargs["gamma"], "gamma": None}
+        return kwargs
 
     def _start(self, check: bool) -> FloatArray:
         """The first q of every run and context, (R, X, K): uniform (Algorithm 1), or where the
@@ -411,11 +460,12 @@ class OMDApproachability(BasePolicy):
         return self.dual.w.copy()
 
     def validate_state(self, prefix: str) -> None:
-        """A loaded q is a routing distribution on the floored simplex: ``q >= gamma`` (for a
-        fixed floor; a decaying one, ``msroute.policies.omd_variants``, lets q go below gamma
-        while it stays positive) and each row sums to one (``msroute.policies.check_state``)."""
+        """A loaded q is a routing distribution on the floored simplex: ``q >= gamma``, the
+        floor that holds (a decaying one, ``msroute.policies.omd_variants``, lets q go below
+        its start while it stays positive) and each row sums to one
+        (``msroute.policies.check_state``)."""
         q = self._q
-        floor = self.gamma if getattr(self, "floor", "fixed") == "fixed" else 0.0
+        floor = self.floor_min
         k = q.shape[-1]
         worst = float(np.max(np.abs(q.sum(axis=-1) - 1.0))) if q.size else 0.0
         if q.size and (q.min() < floor - SIMPLEX_ATOL or worst > SIMPLEX_ATOL * max(1, k)):
@@ -561,7 +611,7 @@ class OMDApproachability(BasePolicy):
             steps = self._steps[runs, ctx]
             for step in np.unique(steps):
                 sel = np.flatnonzero(steps == step)
-                gamma = floor_at(self.gamma, self.floor, int(step))
+                gamma = max(self.floor_min, floor_at(self.gamma, self.floor, int(step)))
                 part = None if aggregate is None else (aggregate[0][sel], aggregate[1][sel])
                 self._q[runs[sel], ctx[sel]] = self.dual.project(
                     y[sel], gamma, costs, runs[sel], q0[sel], part

@@ -376,7 +376,7 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
     ]
     runs = [problems[i] for i in manifest["problem_of_run"]]
     kwargs: dict[str, Any] = {k: _decode_kwarg(v) for k, v in manifest["kwargs"].items()}
-    policy = cls.build(runs, **cls._legacy_kwargs(version, kwargs))
+    policy = cls.build(runs, **cls._recorded_kwargs(cls._legacy_kwargs(version, kwargs)))
     state: dict[str, StateValue] = dict(manifest["state"])
     for key in manifest["arrays"]:
         state[key] = arrays[f"state.{key}"]

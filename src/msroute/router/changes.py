@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from msroute.errors import JournalError, RouterConfigError
+from msroute.policies.registry import get_policy_class
 from msroute.router.config import RouterConfig
 from msroute.router.journal import Journal
 from msroute.router.state import RouterState, legacy_policy_kwargs
@@ -111,4 +112,4 @@ def journal_policy_kwargs(journal: Journal, cfg: RouterConfig) -> dict[str, Any]
         raise JournalError(
             f"{journal.label}: the policy_kwargs entry is not a JSON object: {raw[:80]!r}"
         )
-    return kwargs
+    return get_policy_class(cfg.policy)._recorded_kwargs(kwargs)

@@ -20,7 +20,6 @@ conservative for larger teams, which pay each distinct model once).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -36,7 +35,8 @@ from msroute.experiments.config import check_policies
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.metrics import feasible
 from msroute.outcome_env import OutcomeEnv, SampleMode
-from msroute.policies.registry import get_policy_class, make_policy
+from msroute.policies.live import live_kwargs
+from msroute.policies.registry import make_policy
 from msroute.problem import Constraints, Problem
 from msroute.problem_batch import ProblemBatch
 from msroute.scenarios.base import format_budget, parse_budget
@@ -196,9 +196,9 @@ def _policy_cell(
     )
     batch = ProblemBatch(_problems(table, m, budgets, n_seeds, j))
     run_map = np.tile(np.arange(n_seeds), len(budgets))
-    kwargs: dict[str, Any] = {}
-    if "n_contexts" in inspect.signature(get_policy_class(policy)).parameters:
-        kwargs["n_contexts"] = table.n_contexts
+    # The live router's configuration (anytime OMD, paced): what the bench reports is what a
+    # router gets; only the baselines' duals read the horizon.
+    kwargs = live_kwargs(policy, m, table.n_contexts)
     seeds = [np.random.SeedSequence([s, _POLICY_KEY]) for _ in budgets for s in cfg.seed_list]
     pol = make_policy(policy, batch, horizon=cfg.horizon, seed=seeds, **kwargs)
     run = simulate_summary({policy: pol}, env, batch, cfg.horizon, run_map=run_map)[policy]

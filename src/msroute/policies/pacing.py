@@ -39,6 +39,7 @@ excess.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -115,6 +116,16 @@ class Pacer:
         finite = np.where(self._upper, np.abs(self.hi), np.where(self._lower, self.lo, 0.0))
         self._unit: FloatArray = np.where(unit > 0, unit, np.where(finite > 0, finite, 1.0))
         self._rows = [row.tolist() for row in self.costs] if r == 1 else None
+        # One run's bounds as (bound, dearest team) and (bound, least expert) pairs; an absent
+        # bound as one nothing can break (the fast check of ``_clear_one``).
+        self._upper_one = [
+            (h, w) if math.isfinite(h) else (math.inf, -math.inf)
+            for h, w in zip(self.hi[0].tolist(), self._worst_all[0].tolist(), strict=True)
+        ]
+        self._lower_one = [
+            (v, least) if math.isfinite(v) else (0.0, math.inf)
+            for v, least in zip(self.lo[0].tolist(), self._least_all[0].tolist(), strict=True)
+        ]
         self.spend: FloatArray = np.zeros((r, d))
         self.open: FloatArray = np.zeros(r)
         self.excess_max: FloatArray = np.zeros((r, d))
@@ -149,6 +160,8 @@ class Pacer:
     def restrict(self, n: int, eligible: BoolArray | None) -> BoolArray | None:
         """The eligible set of decision ``n`` (1-based) after pacing: (R, K), or None where
         every expert stays eligible (``eligible`` None and nothing narrowed)."""
+        if self._rows is not None and self._clear_one(n):
+            return eligible  # one run with room for any team (the live router's common case)
         room, need = self.rooms(n)
         if bool(np.all(room >= self._worst_all)) and bool(np.all(need <= self._least_all)):
             return eligible  # no set of experts can break a bound: the common case
@@ -164,6 +177,26 @@ class Pacer:
             self.recovered += empty
         self.restricted += narrowed
         return fits
+
+    def _clear_one(self, n: int) -> bool:
+        """``rooms`` of one run against the dearest team and the least expert, in Python
+        floats: whether no set of experts can break a bound at decision ``n``."""
+        reports = max(float(self.n_reports[0]), 1.0)
+        open_ = float(self.open[0])
+        spend = self.spend[0].tolist()
+        if self._any_upper:
+            emax, esum = self.excess_max[0].tolist(), self.excess_sum[0].tolist()
+            for j, (hi, worst) in enumerate(self._upper_one):
+                room = n * hi * (1.0 - _REL_SLACK) - spend[j]
+                if room - _EXCESS_FACTOR * emax[j] - open_ * esum[j] / reports < worst:
+                    return False
+        if self._any_lower:
+            smax, ssum = self.shortfall_max[0].tolist(), self.shortfall_sum[0].tolist()
+            for j, (lo, least) in enumerate(self._lower_one):
+                need = n * lo * (1.0 + _REL_SLACK) - spend[j]
+                if need + _EXCESS_FACTOR * smax[j] + open_ * ssum[j] / reports > least:
+                    return False
+        return True
 
     def _fitting(self, room: FloatArray, need: FloatArray, elig: BoolArray) -> BoolArray:
         """The largest set per run, from the least dear expert on, whose worst team fits."""

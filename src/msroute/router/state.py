@@ -30,6 +30,7 @@ from msroute.errors import (
     RouterConfigError,
 )
 from msroute.policies.base import BasePolicy, Decision
+from msroute.policies.live import DEFAULT_OMD_PARAMS, TEAM_OMD_PARAMS, live_kwargs
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
@@ -57,27 +58,6 @@ __all__ = [
     "legacy_policy_kwargs",
     "policy_kwargs",
 ]
-
-#: OMD in a router, which does not know its horizon: Corollary 2's anytime eta ``a sqrt(n)``,
-#: the model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
-#: decaying floor) with the multiplier that ``benchmarks/bench_router_defaults.py`` found best
-#: through the Router on both its workloads (real LLM answers with 14 task contexts, and TREC
-#: pools), and a budget margin of 3 standard deviations of the time-averaged realized cost, so
-#: that a budget holds in every run rather than on average over runs.
-DEFAULT_OMD_PARAMS: dict[str, Any] = {
-    "eta_schedule": "anytime",
-    "eta_mult": 0.001,
-    "variant": "model",
-    "budget_margin": 3.0,
-}
-
-#: OMD in a router that routes teams (M >= 2), on top of ``DEFAULT_OMD_PARAMS``: the exact
-#: surrogate, which approaches the team's expected realized cost (each distinct expert paid
-#: once) with the anytime margin, where the paper's ``C^T q <= u/M`` pays for M calls. Through
-#: the Router on TREC pools (K = 20, M = 3, tight budget and expert cap; 3 seeds) it earned
-#: 2.913 against 2.787, within both bounds (``benchmarks/bench_router_defaults.py``); at M = 1
-#: the two are the same routing, so one expert per query keeps the cheaper linear path.
-TEAM_OMD_PARAMS: dict[str, Any] = {"surrogate": "exact"}
 
 
 @dataclass(frozen=True)
@@ -443,17 +423,11 @@ def constraints_of(cfg: RouterConfig) -> Constraints:
 
 def policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
     """The policy's constructor arguments for a configuration: its horizon, one run, its
-    seed; for the OMD family ``DEFAULT_OMD_PARAMS``, the number of contexts and, for a team
-    (M >= 2), the exact surrogate (``TEAM_OMD_PARAMS``); then the ``params`` of the
-    configuration (which override them)."""
+    seed, the live defaults (``msroute.policies.live.live_kwargs``: pacing, and for the OMD
+    family ``DEFAULT_OMD_PARAMS``, ``TEAM_OMD_PARAMS`` for a team, the number of contexts);
+    then the ``params`` of the configuration (which override them)."""
     kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
-    if cfg.pacing:
-        kwargs["pacing"] = True
-    if issubclass(get_policy_class(cfg.policy), OMDApproachability):
-        kwargs.update(DEFAULT_OMD_PARAMS)
-        if cfg.m_draws > 1:
-            kwargs.update(TEAM_OMD_PARAMS)
-        kwargs["n_contexts"] = max(1, len(cfg.contexts or ()))
+    kwargs.update(live_kwargs(cfg.policy, cfg.m_draws, len(cfg.contexts or ()), pacing=cfg.pacing))
     kwargs.update(cfg.params)
     return kwargs
 

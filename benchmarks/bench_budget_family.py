@@ -1,0 +1,156 @@
+"""The budget guarantee and the live router's defaults, over a generated family of instances.
+
+Each instance of ``msroute.experiments.family`` (K 2-50, M 1-5, 1-3 cost coordinates with
+packing and covering bounds, budgets from just above the cheapest routing the router accepts
+to generous, contexts, eligibility masks, per-call cost noise, price rises seen only in the
+feedback, delayed and missing feedback, a bound changed and an expert removed mid-run) is run
+through ``msroute.Router`` query by query, once per candidate configuration, on the same
+traffic. Per candidate: the runs that end over any bound (no tolerance), the worst spend /
+bound, the mean reward / OPT (OPT: the certified best fixed routing per context under the
+table costs), the share of decisions the pacer narrowed, and the seconds per run.
+
+Usage::
+
+    python benchmarks/bench_budget_family.py                        # every candidate, 200 instances
+    python benchmarks/bench_budget_family.py --candidates default --instances 1000
+    python benchmarks/bench_budget_family.py --out results/family   # CSV + JSON sidecar
+
+The default candidate is the Router's own configuration (nothing overridden), so its figures
+are what a user of the live router gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import msroute  # noqa: E402
+from msroute.experiments.family import family_instance, opt_reward, run_instance  # noqa: E402
+
+#: Candidate configurations: policy, params (over the Router's defaults), pacing.
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "unpaced": {"pacing": False},
+    "before (eta_mult 0.001, margin 3, exact for teams)": {
+        "params": {"eta_mult": 0.001, "budget_margin": 3.0}
+    },
+    "eta_mult 0.0003": {"params": {"eta_mult": 0.0003}},
+    "eta_mult 0.003": {"params": {"eta_mult": 0.003}},
+    "eta_mult 0.01": {"params": {"eta_mult": 0.01}},
+    "linear surrogate": {"params": {"surrogate": "linear"}},
+    "budget_margin 0": {"params": {"budget_margin": 0.0}},
+    "paper variant, eta_mult 0.1": {"params": {"variant": "paper", "eta_mult": 0.1}},
+    "library (fixed eta, horizon known, linear)": {
+        "params": {"eta_schedule": "fixed", "surrogate": "linear"},
+        "horizon": True,
+        "pacing": False,
+    },
+    "cbwk": {"policy": "cbwk"},
+}
+
+
+def _task(name: str, seed: int, horizon: int) -> dict[str, Any]:
+    spec = CANDIDATES[name]
+    inst = family_instance(seed, horizon)
+    res = run_instance(
+        inst,
+        horizon,
+        policy=spec.get("policy", "omd"),
+        params=spec.get("params"),
+        pacing=spec.get("pacing", True),
+        config={"horizon": horizon} if spec.get("horizon") else None,
+    )
+    return {"candidate": name, **inst.features(), **res.row()}
+
+
+def _opt(seed: int, horizon: int) -> tuple[int, float]:
+    return seed, opt_reward(family_instance(seed, horizon))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--instances", type=int, default=200)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--horizon", type=int, default=3000)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES))
+    ap.add_argument("--out", type=Path, default=None, help="write <out>.csv and <out>.json")
+    args = ap.parse_args(argv)
+    unknown = [c for c in args.candidates if c not in CANDIDATES]
+    if unknown:
+        ap.error(f"unknown candidate(s) {unknown}; known: {list(CANDIDATES)}")
+    seeds = list(range(args.first, args.first + args.instances))
+    tic = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    opts: dict[int, float] = {}
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(_opt, s, args.horizon) for s in seeds]
+        futures += [pool.submit(_task, c, s, args.horizon) for c in args.candidates for s in seeds]
+        done = 0
+        for fut in as_completed(futures):
+            out = fut.result()
+            if isinstance(out, tuple):
+                opts[out[0]] = out[1]
+            else:
+                rows.append(out)
+            done += 1
+            if done % 50 == 0:
+                print(
+                    f"  {done}/{len(futures)} ({time.perf_counter() - tic:.0f} s)", file=sys.stderr
+                )
+    for row in rows:
+        row["opt_reward"] = opts[row["seed"]]
+        row["reward_over_opt"] = row["reward"] / row["opt_reward"]
+    wall = time.perf_counter() - tic
+    print(
+        f"{len(seeds)} instances (seeds {seeds[0]}..{seeds[-1]}), T = {args.horizon}, "
+        f"msroute {msroute.__version__}, {wall:.0f} s on {args.jobs} processes"
+    )
+    print(
+        f"| candidate | runs | over a bound | worst spend/bound | reward/OPT (mean) | "
+        f"reward/OPT (p10) | paced decisions | s/run |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for c in args.candidates:
+        sel = [r for r in rows if r["candidate"] == c]
+        ratio = np.array([r["reward_over_opt"] for r in sel])
+        print(
+            f"| {c} | {len(sel)} | {sum(r['over'] for r in sel)} | "
+            f"{max(r['worst'] for r in sel):.4f} | {ratio.mean():.4f} | "
+            f"{np.quantile(ratio, 0.1):.4f} | "
+            f"{np.mean([r['restricted'] for r in sel]) / args.horizon:.1%} | "
+            f"{np.mean([r['seconds'] for r in sel]):.2f} |"
+        )
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        rows.sort(key=lambda r: (args.candidates.index(r["candidate"]), r["seed"]))
+        with open(args.out.with_suffix(".csv"), "w", newline="") as fh:
+            fields = list(dict.fromkeys(k for r in rows for k in r))  # cost names differ
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        sidecar = {
+            "msroute_version": msroute.__version__,
+            "seeds": seeds,
+            "horizon": args.horizon,
+            "candidates": {c: CANDIDATES[c] for c in args.candidates},
+            "seconds": wall,
+            "jobs": args.jobs,
+        }
+        args.out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -33,10 +33,10 @@ from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import msroute  # noqa: E402
-from msroute.experiments.family import family_instance, opt_reward, run_instance  # noqa: E402
+import msroute
+from msroute.experiments.family import family_instance, opt_reward, run_instance
 
 #: Candidate configurations: policy, params (over the Router's defaults), pacing.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -97,14 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(_opt, s, args.horizon) for s in seeds]
         futures += [pool.submit(_task, c, s, args.horizon) for c in args.candidates for s in seeds]
-        done = 0
-        for fut in as_completed(futures):
+        for done, fut in enumerate(as_completed(futures), start=1):
             out = fut.result()
             if isinstance(out, tuple):
                 opts[out[0]] = out[1]
             else:
                 rows.append(out)
-            done += 1
             if done % 50 == 0:
                 print(
                     f"  {done}/{len(futures)} ({time.perf_counter() - tic:.0f} s)", file=sys.stderr
@@ -118,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         f"msroute {msroute.__version__}, {wall:.0f} s on {args.jobs} processes"
     )
     print(
-        f"| candidate | runs | over a bound | worst spend/bound | reward/OPT (mean) | "
-        f"reward/OPT (p10) | paced decisions | s/run |"
+        "| candidate | runs | over a bound | worst spend/bound | reward/OPT (mean) | "
+        "reward/OPT (p10) | paced decisions | s/run |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for c in args.candidates:

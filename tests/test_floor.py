@@ -301,7 +301,7 @@ def test_explore_starts_the_decaying_floor_above_a_holding_gamma() -> None:
     assert (pol.gamma, pol.floor_min) == (0.05, 0.005)
     least = _play_omd(pol, 3000)
     assert least == pytest.approx(0.005, abs=1e-12)  # decayed from 0.05 down to gamma, no lower
-    with pytest.raises(ValueError, match="explore == 0.05 needs floor='decay'"):
+    with pytest.raises(ValueError, match=r"explore == 0\.05 needs floor='decay'"):
         OMDApproachability(problem, horizon=1, explore=0.05, variant="paper")
 
 

@@ -6,6 +6,7 @@
   decision id is handed out twice. Opened by its real name afterwards, it holds the same.
 - A journal file with a second name (a hard link) is refused: its tail and SQLite's WAL are
   found by name, so opened by the other name it would miss them.
+- A journal path that is not a path (a number, bytes, a NUL inside) is refused naming it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from msroute.errors import JournalError
+from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 from msroute.router import Router
 from msroute.router.tail import tail_path
-from test_journal_tail import CALLS, comparable, copy, killed, twin
+from test_journal_tail import CALLS, CONFIG, comparable, copy, killed, twin
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +73,14 @@ def test_a_journal_with_a_second_name_is_refused(
     router.close()
     shutil.copy(path, other)  # a copy is another journal, and may be opened
     Router.open(other).close()
+
+
+@pytest.mark.parametrize("path", [123, None, b"j.db", "", "j\x00.db"])
+def test_a_journal_path_that_is_not_one_is_refused(tmp_path: Path, path: object) -> None:
+    """Not a path, or one with a NUL: refused naming ``journal`` (raw TypeError and ValueError
+    before), by ``Router.open`` and by a new router alike."""
+    with pytest.raises((InvalidTypeError, InvalidValueError), match=r"^journal: "):
+        Router.open(path)  # type: ignore[arg-type]
+    if path is not None:  # a router without a journal
+        with pytest.raises((InvalidTypeError, InvalidValueError), match=r"^journal: "):
+            Router(CONFIG, journal=path)  # type: ignore[arg-type]

@@ -77,7 +77,8 @@ from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore
 from pathlib import Path
 from typing import Any, NoReturn
 
-from msroute.errors import InvalidTypeError, JournalError
+from msroute._validation import quoted
+from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
 from msroute.router.snapshots import bind
 from msroute.router.tail import INSERT_EVENT, Row, Tail, fold_leftover, tail_path, transaction
@@ -179,6 +180,20 @@ def _size(row: Row) -> int:
     return len(row[4]) + (0 if row[5] is None else len(row[5]))
 
 
+def _file_path(path: object) -> Path:
+    """A journal's path as given (a str or path-like naming a file), else InvalidTypeError or
+    InvalidValueError naming it."""
+    try:
+        name = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        name = None
+    if not isinstance(name, str) or not name:
+        raise InvalidTypeError(f"journal: must be a file path, got {path!r:.80}")
+    if "\x00" in name:
+        raise InvalidValueError(f"journal: {quoted(name)} holds a NUL character: not a file path")
+    return Path(name)
+
+
 def _check_one_name(path: Path, label: str) -> None:
     """Refuse a journal file that is missing or has another name (a hard link): its tail and
     SQLite's WAL are found next to the name it is opened by, so opened by the other name it
@@ -218,11 +233,12 @@ class Journal(EventLog):
     """
 
     def __init__(self, path: str | os.PathLike[str], sync: str = "full", *, create: bool) -> None:
-        label = str(Path(path))
+        given = _file_path(path)
+        label = str(given)
         self.label = label
         #: The file itself, symbolic links resolved: its side files (the tail, SQLite's WAL)
         #: are found next to it by name, whatever name the journal is opened by.
-        self.path: Path | None = Path(os.path.realpath(path))
+        self.path: Path | None = Path(os.path.realpath(given))
         if not create:
             _check_one_name(self.path, label)
         try:

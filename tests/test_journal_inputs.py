@@ -10,8 +10,9 @@ is read back (issue 44).
   after" and "no limit" (a raw OverflowError before).
 - A journal row the live router could not have written (a feedback or expiry of an unknown
   decision, an expert added twice or removed while absent, a payload without its fields, a
-  configure event setting a fixed key) refuses the journal with a JournalError naming the
-  journal and the event.
+  configure event setting a fixed key), or a column edited into a value the journal never
+  writes (a payload that is not a JSON object, a time that is not a number), refuses the
+  journal with a JournalError naming the journal and the event.
 """
 
 from __future__ import annotations
@@ -125,7 +126,6 @@ def _journal(path: Path) -> str:
     [
         ("feedback", "nope", {"reward": 0.5, "cost": None, "status": "late"}, "unknown decision"),
         ("feedback", "FIRST", {"cost": None, "status": "applied"}, "payload has no 'reward'"),
-        ("feedback", "FIRST", [1, 2], "list indices"),
         ("expire", "nope", {"reward": None}, "expires but is not pending"),
         ("add_expert", "a", {"cost": [0.1]}, "already an expert"),
         ("add_expert", "z", {"cost": "x"}, "cost: must be a list"),
@@ -156,3 +156,30 @@ def test_a_bogus_row_is_refused_naming_the_journal_and_the_event(
         db.execute("DELETE FROM events WHERE seq = 4")
         db.commit()
     Router.open(tmp_path / "copy.db").close()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "payload = 'not json'",
+        "payload = '[1, 2]'",
+        "payload = x'ff00'",
+        "time = 'noon'",
+        "probs = 'text'",
+    ],
+)
+def test_a_row_edited_into_what_no_journal_writes_is_refused_naming_it(
+    tmp_path: Path, edit: str
+) -> None:
+    """A column of ``events`` edited by hand into a value the journal never writes (a payload
+    that is not a JSON object, a time that is not a number, a distribution that is not bytes)
+    is a JournalError naming the journal and the event (a raw JSON or conversion error
+    before)."""
+    path = tmp_path / "j.db"
+    _journal(path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(f"UPDATE events SET {edit} WHERE seq = 3")
+        db.commit()
+    named = f"{path}: event 3: not an event the journal wrote"
+    with pytest.raises(JournalError, match=named):
+        Router.open(path, use_snapshot=False)

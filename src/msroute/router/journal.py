@@ -576,7 +576,7 @@ class Journal(EventLog):
                 state = json.loads(router)
             except (ValueError, TypeError):
                 state = None
-            yield int(seq), bytes(policy), state
+            yield int(seq), policy if isinstance(policy, bytes) else b"", state
 
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
         """The events with ``seq > after``, in order (at most ``limit``): SQLite's, then the
@@ -595,7 +595,7 @@ class Journal(EventLog):
         left = limit
         try:
             for seq, kind, ref, time, payload, probs in self._db.execute(sql, args):
-                yield int(seq), str(kind), ref, float(time), json.loads(payload), probs
+                yield self._stored_event(seq, kind, ref, time, payload, probs)
                 left = None if left is None else left - 1
             for row in unfolded[max(after - folded, 0) :]:
                 if left is not None and left <= 0:
@@ -627,10 +627,27 @@ class Journal(EventLog):
                     )
                     continue
                 s, k, r, t, p, b = self._db.execute(sql, (seq,)).fetchone()
-                events.append((int(s), str(k), r, float(t), json.loads(p), b))
+                events.append(self._stored_event(s, k, r, t, p, b))
         except sqlite3.Error as exc:  # an I/O error while reading
             raise JournalError(f"{self.label}: cannot read the journal: {exc}") from exc
         return events
+
+    def _stored_event(
+        self, seq: int, kind: object, ref: object, time: object, payload: object, probs: object
+    ) -> Event:
+        """A row of SQLite's ``events`` as ``events`` yields it, its payload decoded; one the
+        journal cannot have written (edited by hand) is a JournalError naming the event."""
+        try:
+            decoded = json.loads(payload)  # type: ignore[arg-type]
+            if not isinstance(decoded, dict) or not isinstance(kind, str):
+                raise TypeError("its kind is not text, or its payload not a JSON object")
+            if not isinstance(ref, str | None) or not isinstance(probs, bytes | None):
+                raise TypeError("its id is not text, or its distribution not bytes")
+            return int(seq), kind, ref, float(time), decoded, probs  # type: ignore[arg-type]
+        except (ValueError, TypeError) as exc:
+            raise JournalError(
+                f"{self.label}: event {seq}: not an event the journal wrote ({exc})"
+            ) from exc
 
     def _unfolded_event(self, row: Row, folded: int, unfolded: Sequence[Row]) -> Event:
         """An unfolded row as ``events`` yields it: the payload decoded, the distribution

@@ -352,6 +352,10 @@ def test_a_surrogate_in_an_id_is_quoted_in_one_line(capsys: pytest.CaptureFixtur
     [
         (["bench", "trec-sharp", "--m-draws", "3"], "--m-draws applies to --skills/--costs"),
         (["bench", "trec-sharp", "--budget-cost", "x"], "scenario 'trec-sharp' sets its own"),
+        # one budget twice ran, and was reported, twice (exit 0)
+        (["bench", "trec-sharp", "--budgets", "1,2,1.0"], "levels '1' and '1.0' are the same"),
+        (["bench", "trec-sharp", "--budgets", "none,1,none"], "levels 'none' and 'none' are"),
+        (["bench", "llmrouter", "--budgets", "1e308"], "'1e308': 1e+308 is outside the range"),
     ],
 )
 def test_bench_flags_a_named_scenario_ignores_are_refused(
@@ -360,6 +364,14 @@ def test_bench_flags_a_named_scenario_ignores_are_refused(
     err = _fails_in_one_line([*argv, "--quiet", "--out", str(tmp_path / "o")], capsys)
     assert named in err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_list_flag_is_refused_not_read_as_the_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for flag in ("--budgets", "--policies"):
+        argv = ["bench", "trec-sharp", flag, ",", "--quick", "--quiet", "--out", str(tmp_path)]
+        assert "no name in ','" in _usage_error(argv, capsys)
 
 
 def test_repeated_names_and_unknown_shown_policies_are_refused_before_any_cell(

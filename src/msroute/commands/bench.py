@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from msroute._validation import quoted
 from msroute.commands._args import int_arg
 from msroute.commands.reproduce import available_cores
 from msroute.errors import InvalidValueError
@@ -18,7 +19,10 @@ QUICK: dict[str, Any] = {"seeds": 2, "horizon": 1000, "n_budgets": 4}
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:  # an empty flag is no request for the defaults
+        raise argparse.ArgumentTypeError(f"no name in {quoted(text)}")
+    return names
 
 
 def register(subparsers: Any) -> None:

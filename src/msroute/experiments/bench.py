@@ -36,7 +36,7 @@ from msroute.experiments.output import Progress, Summary, preload_plotting, publ
 from msroute.experiments.schedule import run_cells
 from msroute.experiments.sweep import policy_variants, sweep_worker
 from msroute.policies.registry import POLICIES
-from msroute.scenarios import Scenario, ScenarioInstance, get_scenario, parse_budget
+from msroute.scenarios import Scenario, ScenarioInstance, get_scenario, parse_budgets
 
 __all__ = ["OPT_CELL", "BenchConfig", "bench_worker", "default_policies", "run_bench"]
 
@@ -93,8 +93,7 @@ class BenchConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidValueError(f"{name} == {value!r}, must be an integer >= 1")
         check_policies(self.policies)
-        for level in self.budgets:
-            parse_budget(level)
+        parse_budgets(self.budgets)
         if not self.oracle_tol > 0:
             raise InvalidValueError(f"oracle_tol == {self.oracle_tol}, must be > 0")
 

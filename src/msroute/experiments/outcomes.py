@@ -39,7 +39,7 @@ from msroute.policies.live import live_kwargs
 from msroute.policies.registry import make_policy
 from msroute.problem import Constraints, Problem
 from msroute.problem_batch import ProblemBatch
-from msroute.scenarios.base import format_budget, parse_budget
+from msroute.scenarios.base import format_budget, parse_budget, parse_budgets
 
 __all__ = [
     "LLMROUTER",
@@ -108,9 +108,8 @@ class OutcomeBenchConfig:
         ):
             raise InvalidValueError(f"m_draws == {self.m_draws!r}, must be integers >= 1")
         check_policies(self.policies)
-        for level in self.budgets:
-            if parse_budget(level) is None:
-                raise InvalidValueError("an outcome bench needs numeric budgets, not 'none'")
+        if None in parse_budgets(self.budgets):
+            raise InvalidValueError("an outcome bench needs numeric budgets, not 'none'")
         if self.mode not in ("replace", "permutation"):
             raise InvalidValueError(f"mode == {self.mode!r}, must be 'replace' or 'permutation'")
         if not self.oracle_tol > 0:

@@ -24,6 +24,7 @@ from msroute.scenarios.base import (
     ScenarioInstance,
     format_budget,
     parse_budget,
+    parse_budgets,
 )
 from msroute.scenarios.crowd import trec_paper, trec_sharp, web
 from msroute.scenarios.files import (
@@ -48,6 +49,7 @@ __all__ = [
     "load_costs_csv",
     "load_skills_csv",
     "parse_budget",
+    "parse_budgets",
 ]
 
 #: Registered scenario names and their factories.

@@ -28,7 +28,14 @@ from msroute.bounds import floored_reach
 from msroute.errors import InvalidValueError
 from msroute.problem import Constraints
 
-__all__ = ["NO_BUDGET", "Scenario", "ScenarioInstance", "format_budget", "parse_budget"]
+__all__ = [
+    "NO_BUDGET",
+    "Scenario",
+    "ScenarioInstance",
+    "format_budget",
+    "parse_budget",
+    "parse_budgets",
+]
 
 #: The budget level that means "unconstrained".
 NO_BUDGET = "none"
@@ -104,6 +111,21 @@ def parse_budget(level: str) -> float | None:
             f"budget level {quoted(level)} must be a number >= 0 or {NO_BUDGET!r}"
         )
     return check_cost_range(value, f"budget level {quoted(level)}")
+
+
+def parse_budgets(levels: Sequence[str]) -> list[float | None]:
+    """Each level's budget (``parse_budget``), each budget once: two levels naming the same
+    budget (``2`` and ``2.0``) would run, and be reported, twice."""
+    values = [parse_budget(level) for level in levels]
+    first: dict[float | None, str] = {}
+    for level, value in zip(levels, values, strict=True):
+        if value in first:
+            raise InvalidValueError(
+                f"budget levels {quoted(first[value])} and {quoted(level)} are the same budget; "
+                "give each once"
+            )
+        first[value] = level
+    return values
 
 
 def format_budget(value: float | None) -> str:

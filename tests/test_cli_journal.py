@@ -144,7 +144,11 @@ def test_evaluate_prints_json_without_nan(
 ) -> None:
     q = tmp_path / "q.json"
     q.write_text(json.dumps({"mid": 0.5, "small": 0.5}))
-    assert main(["journal", "evaluate", str(journal), "--q", str(q)]) == 0
+    # A handful of decisions: refused by default, given with --min-ess 0.
+    assert main(["journal", "evaluate", str(journal), "--q", str(q)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "effective sample size" in err and "Traceback" not in err
+    assert main(["journal", "evaluate", str(journal), "--q", str(q), "--min-ess", "0"]) == 0
     out = _strict_json(capsys.readouterr().out)
     assert out["n"] >= 1 and out["ips"]["reward"]["value"] is not None
 
@@ -283,9 +287,9 @@ def test_export_rows_of_a_router_evaluate_as_its_journal(journal: Path) -> None:
     candidate = {"mid": 0.5, "small": 0.25, "tiny": 0.25}
     with Router.open(journal) as router:
         rows = router.export_rows(0, 10_000)
-        expected = msroute.evaluate(router, candidate).to_dict()
+        expected = msroute.evaluate(router, candidate, min_ess=0).to_dict()
     assert rows == list(export_rows(_events(journal), _config(journal)))
-    assert msroute.evaluate(rows, candidate).to_dict() == expected
+    assert msroute.evaluate(rows, candidate, min_ess=0).to_dict() == expected
 
 
 def _events(path: Path) -> list[Any]:

@@ -73,7 +73,9 @@ def test_estimates_cover_the_exact_truth() -> None:
     for est in (res.ips_cost["usd"], res.snips_cost["usd"]):
         assert est.low <= want_c <= est.high, (est, want_c)
     assert 0 < res.ess <= res.n
-    assert evaluate(router, FAR).ess < res.ess / 5
+    with pytest.raises(msroute.UnsupportedEstimateError, match="effective sample size is"):
+        evaluate(router, FAR)  # the log barely supports it: refused by default
+    assert evaluate(router, FAR, min_ess=0).ess < res.ess / 5
     # The logging policy's own q' gives weights near 1: a high effective sample size.
     own = router.state()["q"]
     assert evaluate(router, own).ess > res.ess
@@ -92,7 +94,7 @@ def test_weights_are_the_exact_ratio_over_the_ordered_draws() -> None:
         },
         {"seq": 2, "kind": "feedback", "ref": "x", "reward": 2.0, "cost": None},
     ]
-    res = evaluate(log, {"a": 0.25, "b": 0.75})
+    res = evaluate(log, {"a": 0.25, "b": 0.75}, min_ess=0)  # one decision
     w = (0.25 / 0.5) * (0.75 / 0.25)
     assert res.ips_reward.value == pytest.approx(w * 2.0)
     assert res.snips_reward.value == pytest.approx(2.0)
@@ -155,11 +157,11 @@ def _spoiled(events: list[dict], change: str) -> list[dict]:
 )
 def test_a_spoiled_log_is_refused_naming_the_event(change: str, named: str) -> None:
     events = logged_router(None, n=40).decisions_since(0, 10**6)
-    before = evaluate(events, CANDIDATE).to_dict()
+    before = evaluate(events, CANDIDATE, min_ess=0).to_dict()  # 40 decisions
     with pytest.raises(msroute.errors.InvalidValueError) as info:
-        evaluate(_spoiled(events, change), CANDIDATE)
+        evaluate(_spoiled(events, change), CANDIDATE, min_ess=0)
     assert named in str(info.value)
-    assert evaluate(events, CANDIDATE).to_dict() == before  # the log itself is untouched
+    assert evaluate(events, CANDIDATE, min_ess=0).to_dict() == before  # the log itself is untouched
 
 
 def test_a_candidate_is_checked_against_the_logs_experts() -> None:
@@ -169,9 +171,13 @@ def test_a_candidate_is_checked_against_the_logs_experts() -> None:
         with pytest.raises(msroute.errors.InvalidValueError, match=r"\['bb'\] are not experts"):
             evaluate(source, typo)
     as_numpy = {e: np.float64(p) for e, p in CANDIDATE.items()}  # numpy numbers are numbers
-    assert evaluate(router, as_numpy).to_dict() == evaluate(router, CANDIDATE).to_dict()
+    a, b = evaluate(router, as_numpy, min_ess=0), evaluate(router, CANDIDATE, min_ess=0)
+    assert a.to_dict() == b.to_dict()
     with pytest.raises(msroute.errors.InvalidValueError, match="level: must be a number"):
         evaluate(router, CANDIDATE, level="0.9")  # type: ignore[arg-type]
+    for bad in (-1.0, float("nan"), float("inf"), "100"):
+        with pytest.raises(msroute.errors.InvalidValueError, match="min_ess: must be"):
+            evaluate(router, CANDIDATE, min_ess=bad)  # type: ignore[arg-type]
 
 
 def test_cli_evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

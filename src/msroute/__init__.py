@@ -43,6 +43,7 @@ from msroute.errors import (
     ResourceError,
     RouterConfigError,
     UnknownDecisionError,
+    UnsupportedEstimateError,
 )
 from msroute.metrics import (
     bound_report,
@@ -161,6 +162,7 @@ __all__ = [
     "Trajectory",
     "UniformPolicy",
     "UnknownDecisionError",
+    "UnsupportedEstimateError",
     "__version__",
     "available_policies",
     "batch_sum_max_reward",

@@ -33,6 +33,7 @@ __all__ = [
     "RouterConfigError",
     "UnknownDecisionError",
     "UnknownRouterError",
+    "UnsupportedEstimateError",
 ]
 
 
@@ -110,6 +111,13 @@ class DecisionConflictError(MSRouteError, ValueError):
 class InvalidFeedbackError(MSRouteError, ValueError):
     """A route or feedback call carries a bad value (NaN reward, unknown cost name, unknown
     context or expert); the message names the field, and nothing changed."""
+
+
+class UnsupportedEstimateError(MSRouteError, ValueError):
+    """An off-policy estimate the log cannot support: the logging policy rarely drew what the
+    candidate draws, so the effective sample size of the importance weights is below
+    ``min_ess`` and the estimate and its interval would claim a precision they lack; the message
+    gives the effective sample size."""
 
 
 class JournalError(MSRouteError):

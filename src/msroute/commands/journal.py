@@ -71,6 +71,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--q", type=Path, required=True, help="JSON object: expert id -> probability"
     )
     evaluate.add_argument("--level", type=float, default=0.95, help="CI level (default 0.95)")
+    evaluate.add_argument(
+        "--min-ess",
+        type=float,
+        default=None,
+        help="the smallest effective sample size an estimate is given for (default 100; "
+        "0 gives one whatever the log's support)",
+    )
     evaluate.set_defaults(func=_evaluate)
 
 
@@ -193,7 +200,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"--q {args.q}: must be a JSON object of expert id -> probability, "
             f"got {type(q).__name__}"
         )
-    result = evaluate(args.path, q, level=args.level)
+    extra = {} if args.min_ess is None else {"min_ess": args.min_ess}
+    result = evaluate(args.path, q, level=args.level, **extra)
     print(json.dumps(_finite_or_none(result.to_dict()), indent=2, allow_nan=False))
     return 0
 

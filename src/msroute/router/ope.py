@@ -17,7 +17,10 @@ Estimates (n = the decisions with a logged reward):
 * Self-normalized IPS: ``sum(w r) / sum(w)``; interval by the delta method,
   ``± z sqrt(sum(w^2 (r - V)^2)) / sum(w)``.
 * Effective sample size ``(sum w)^2 / sum(w^2)``: how many on-policy samples the estimate is
-  worth; a small one warns that q' is far from what was logged.
+  worth. Below ``min_ess`` (default ``MIN_ESS``) the estimate is refused
+  (``UnsupportedEstimateError``): with few effective samples the normal intervals cover far
+  less often than their level says (measured in ``benchmarks/bench_ope_coverage.py``,
+  docs/router.md), and a point estimate resting on a handful of weights is not one.
 
 The same for each cost coordinate (the realized cost, or the cost reported with the feedback).
 Decisions whose reward never came are left out, which is unbiased only if the reward is missing
@@ -38,9 +41,12 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray, finite_real, quoted
-from msroute.errors import InvalidTypeError, InvalidValueError
+from msroute.errors import InvalidTypeError, InvalidValueError, UnsupportedEstimateError
 
-__all__ = ["Estimate", "OPEResult", "evaluate"]
+__all__ = ["MIN_ESS", "Estimate", "OPEResult", "evaluate"]
+
+#: The smallest effective sample size ``evaluate`` gives an estimate for, by default.
+MIN_ESS = 100.0
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,7 @@ def evaluate(
     candidate_q: Mapping[str, float],
     *,
     level: float = 0.95,
+    min_ess: float = MIN_ESS,
 ) -> OPEResult:
     """IPS and self-normalized IPS estimates of a fixed distribution's reward and cost.
 
@@ -233,9 +240,15 @@ def evaluate(
         The distribution q' to evaluate (M i.i.d. draws per decision, as the log's policy).
     level : float, default 0.95
         Confidence level of the intervals.
+    min_ess : float, default ``MIN_ESS`` (100)
+        The smallest effective sample size of the weights an estimate is given for; 0 gives
+        one whatever the support (its intervals then cover less often than ``level``).
 
     Raises
     ------
+    UnsupportedEstimateError
+        The effective sample size is below ``min_ess``: the log rarely drew what q' draws
+        (a policy that converged, or a decaying floor, logs little of the other experts).
     InvalidValueError
         q' not a distribution or naming an id that is not an expert of the log, a log without
         propensities (a team policy) or with no rewards, or an event an estimate cannot use (a
@@ -244,6 +257,8 @@ def evaluate(
     """
     if not isinstance(level, int | float | np.floating) or not 0.0 < level < 1.0:
         raise InvalidValueError(f"level: must be a number in (0, 1), got {level!r}")
+    if not isinstance(min_ess, int | float | np.floating) or not 0.0 <= min_ess < math.inf:
+        raise InvalidValueError(f"min_ess: must be a finite number >= 0, got {min_ess!r}")
     q_new = _check_candidate(candidate_q)
     events, names, experts = _read_log(journal_or_log)
     unknown = sorted(set(q_new) - experts)
@@ -278,6 +293,17 @@ def evaluate(
         reward, cost = rewards[did]
         r[i] = reward
         c[i] = e["cost"] if cost is None else cost
+    ess = float(w.sum() ** 2 / np.sum(w * w)) if np.any(w > 0) else 0.0
+    if ess < min_ess:
+        raise UnsupportedEstimateError(
+            f"the log cannot support an estimate of this candidate: the importance weights' "
+            f"effective sample size is {ess:.1f} of {len(used)} decisions (min_ess = "
+            f"{min_ess:g}; the largest weight is {float(w.max()):.3g}): the logged routing "
+            "rarely drew what the candidate draws. Evaluate candidates nearer the logged "
+            "routing, or log with a floor that holds (params gamma, docs/router.md); "
+            "min_ess=0 gives the estimate anyway, with intervals that cover less often than "
+            "their level"
+        )
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
     ips_c = [_ips(w, c[:, j], z) for j in range(len(names))]
     sn_c = [_snips(w, c[:, j], z) for j in range(len(names))]
@@ -287,7 +313,7 @@ def evaluate(
         snips_reward=_snips(w, r, z),
         ips_cost=dict(zip(names, ips_c, strict=True)),
         snips_cost=dict(zip(names, sn_c, strict=True)),
-        ess=float(w.sum() ** 2 / np.sum(w * w)) if np.any(w > 0) else 0.0,
+        ess=ess,
         max_weight=float(w.max()),
         level=level,
     )

@@ -14,6 +14,7 @@ Usage: ``python benchmarks/bench_ope_coverage.py [--seeds 200] [--horizon 3000] 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -99,13 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         f"msroute {msroute.__version__}: {args.seeds} seeds x M in {args.m}, T = {args.horizon}, "
         f"min_ess = {args.min_ess:g}, {time.perf_counter() - tic:.0f} s"
     )
-    print("| M | candidate | ESS | runs | refused | IPS cover | SNIPS cover | IPS err | SNIPS err |")
+    head = "| M | candidate | ESS | runs | refused | IPS cover | SNIPS cover | IPS err | SNIPS err"
+    print(head + " |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for m in args.m:
         for name in ("uniform", "cheapest", "near the learned"):
             sel = [r for r in rows if r["M"] == m and r["candidate"] == name]
             refused = sum(r["refused"] for r in sel)
-            for lo, hi in zip(BUCKETS[:-1], BUCKETS[1:], strict=True):
+            for lo, hi in itertools.pairwise(BUCKETS):
                 b = [r for r in sel if not r["refused"] and lo <= r["ess"] < hi]
                 if not b:
                     continue

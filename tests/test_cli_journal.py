@@ -43,8 +43,8 @@ def _strict_json(text: str) -> Any:
 @pytest.fixture
 def journal(tmp_path: Path) -> Path:
     """A journal with every kind of event but configure: decisions (with and without an
-    eligible set), feedback (with a reported cost, and late), an expiry, an expert added and one
-    removed, bounds changed."""
+    eligible set), feedback (with a reported cost, and late), an expiry, an expert added, one
+    repriced and one removed, bounds changed."""
     path = tmp_path / "j.db"
     router = Router(CONFIG, journal=path)
     ids = [router.route(context="a", decision_id=f"q{i}").decision_id for i in range(6)]
@@ -53,6 +53,7 @@ def journal(tmp_path: Path) -> Path:
     router.feedback("q1", 1.0, cost={"usd": 0.02})
     router.add_expert("tiny", {"usd": 0.001, "gpu": 0.0})
     router.route(context="b", decision_id="after-add")
+    router.set_expert_cost("mid", {"usd": 0.009})
     router.set_bounds(upper={"usd": 0.025}, lower={"gpu": None})
     router.expire(now=1e12)  # every pending decision is past its deadline
     router.feedback(ids[2], 0.3)  # late
@@ -98,6 +99,8 @@ def test_export_rows_use_the_api_names_and_match_the_schema(
         "tiny",
     }  # and after one was removed (a bounds change keeps the layout)
     assert math.isclose(sum(last["propensities"].values()), 1.0)
+    repriced = next(r for r in rows if r["kind"] == "set_cost")
+    assert repriced["expert_id"] == "mid" and repriced["cost"] == {"usd": 0.009, "gpu": 0.5}
     reported = next(r for r in rows if r["kind"] == "feedback" and r["decision_id"] == "q1")
     assert reported["cost"] == {"usd": 0.02, "gpu": pytest.approx(reported["cost"]["gpu"])}
     assert next(r for r in rows if r["kind"] == "add_expert")["cost"] == {"usd": 0.001, "gpu": 0.0}

@@ -1,5 +1,8 @@
-"""Configuration is versioned: runtime bound changes and a changed config on restart are
-journaled events, replayed like every other; what a running router cannot take is refused."""
+"""Configuration is versioned: runtime changes (bounds, experts added, removed or repriced) and
+a changed config on restart are journaled events, replayed like every other. A restart merges
+three ways: what the config file changed since the one applied last wins, the rest of the
+router's state (runtime changes included) stays; what a running router cannot take is
+refused."""
 
 from __future__ import annotations
 
@@ -191,35 +194,186 @@ def test_a_config_a_running_router_cannot_take_is_refused_naming_each_key(
     Router(CONFIG, journal=path).close()
     before = kinds(path)
     bad = cfg(seed=4, m_draws=3)
-    bad["experts"] = {**CONFIG["experts"], "big": [0.05, 1.0]}
+    bad["experts"] = {**CONFIG["experts"], "big": [0.05, 1.0]}  # a price: that one it takes
     with pytest.raises(RouterConfigError) as info:
         Router.open(path, config=bad)
     message = str(info.value)
     assert "\n" not in message
-    for key in ("seed (3 -> 4)", "m_draws (2 -> 3)", "experts.big (cost"):
+    for key in ("seed (3 -> 4)", "m_draws (2 -> 3)"):
         assert key in message
+    assert "experts.big" not in message
     assert kinds(path) == before
     Router.open(path).close()  # and the journal was closed again
 
 
-def test_an_expert_removed_at_runtime_but_still_configured_is_refused_by_name(
+def test_an_expert_removed_at_runtime_stays_removed_unless_the_file_changes_it(
     tmp_path: Path,
 ) -> None:
-    """A restart with a configuration that still lists an expert removed at runtime (ids are
-    never reused) is refused, naming it and what to do; without it the journal opens."""
+    """An expert removed at runtime and left in the file as it was stays removed at a restart
+    (nothing journaled). A file that changes its price, or drops it and lists it again later,
+    asks for an id that is never reused: refused, naming it and what to do."""
     path = tmp_path / "j.db"
     router = Router(CONFIG, journal=path)
     gone = next(iter(CONFIG["experts"]))
     router.remove_expert(gone)
     router.close()
     before = kinds(path)
-    with pytest.raises(RouterConfigError, match=f"experts.{gone} .*drop it from the config"):
-        Router.open(path, config=CONFIG)
+    with Router.open(path, config=CONFIG) as reopened:
+        assert gone not in reopened.expert_ids
     assert kinds(path) == before
-    kept = cfg()
-    del kept["experts"][gone]
-    Router.open(path, config=kept).close()
-    assert kinds(path) == before  # nothing to change
+    repriced = cfg(experts={**CONFIG["experts"], gone: [0.5, 1.0]})
+    with pytest.raises(RouterConfigError, match=f"experts.{gone} .*drop it from the config"):
+        Router.open(path, config=repriced)
+    assert kinds(path) == before
+    dropped = cfg()
+    del dropped["experts"][gone]
+    Router.open(path, config=dropped).close()  # recorded as the configuration applied last
+    with pytest.raises(RouterConfigError, match=f"experts.{gone} .*never reused"):
+        Router.open(path, config=CONFIG)
+    assert kinds(path) == before  # no event: only the applied configuration was recorded
+
+
+# ---------------------------------------------------------------------- runtime changes last
+def test_runtime_changes_last_over_a_restart_with_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    traffic(router, 10)
+    router.set_bounds(upper={"usd": 0.03})
+    router.add_expert("new", [0.004, 0.2])
+    router.set_expert_cost("mid", {"usd": 0.008})
+    router.remove_expert("tiny")
+    traffic(router, 10, start=10)
+    state = router.state()
+    router.close()
+    before = kinds(path)
+    for _ in range(2):
+        with Router.open(path, config=CONFIG) as reopened:
+            assert comparable(reopened.state()) == comparable(state)
+            assert reopened.config.experts["mid"] == (0.008, 0.5)
+            assert "new" in reopened.expert_ids and "tiny" not in reopened.expert_ids
+    assert kinds(path) == before  # nothing to apply, nothing journaled
+
+
+def test_the_files_later_edits_win_and_what_it_left_keeps_the_state(tmp_path: Path) -> None:
+    """Three-way: the file applied last, the journal's state, the new file. Each value the new
+    file changed is applied (a bound, a price, an expert dropped, a setting, the price of an
+    expert added at runtime); each it left keeps the runtime value. The next restart with that
+    file applies nothing, and a runtime change made after it lasts again."""
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    traffic(router, 10)
+    router.set_bounds(upper={"usd": 0.03}, lower={"gpu": 0.2})
+    router.add_expert("new", [0.004, 0.2])
+    router.set_expert_cost("mid", [0.008, 0.5])
+    router.close()
+    edited = cfg(
+        experts={
+            "big": [0.03, 1.0],
+            "small": [0.003, 0.0],  # repriced by the file
+            "mid": [0.010, 0.5],  # as before in the file: the runtime price stays
+            "new": [0.005, 0.2],  # the expert added at runtime, priced by the file
+        },  # "tiny" dropped by the file
+        constraints={"upper": {"usd": 0.04}, "lower": {"gpu": 0.15}},  # lower edited
+        feedback_ttl_s=900.0,
+    )
+    with Router.open(path, config=edited) as reopened:
+        assert reopened.config.experts == {
+            "big": (0.03, 1.0),
+            "small": (0.003, 0.0),
+            "mid": (0.008, 0.5),
+            "new": (0.005, 0.2),
+        }
+        # upper: the file left it at 0.04, the runtime 0.03 stays; lower: the file's edit.
+        assert reopened.state()["bounds"] == {"upper": {"usd": 0.03}, "lower": {"gpu": 0.15}}
+        assert reopened.config.feedback_ttl_s == 900.0
+        state = reopened.state()
+        reopened.set_bounds(upper={"usd": 0.035})  # after the restart, at runtime again
+    assert kinds(path)[-6:] == [
+        "set_cost",
+        "set_cost",
+        "set_bounds",
+        "remove_expert",
+        "configure",
+        "set_bounds",
+    ]
+    before = kinds(path)
+    with Router.open(path, config=edited) as again:
+        assert comparable(again.state()) == comparable(state) | {
+            "bounds": {"upper": {"usd": 0.035}, "lower": {"gpu": 0.15}},
+            "policy_version": state["policy_version"] + 1,  # the runtime change
+        }
+    assert kinds(path) == before
+    with Router.open(path, use_snapshot=False) as replayed:  # every change replays
+        assert replayed.config.experts["small"] == (0.003, 0.0)
+        assert replayed.state()["bounds"]["upper"] == {"usd": 0.035}
+
+
+def test_a_price_change_is_journaled_and_replayed_exactly_and_keeps_what_was_learned(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    live = Router(CONFIG, journal=path)
+    traffic(live, 30)
+    held = live.route(decision_id="held")  # routed at the old price
+    learned = state_dict(live.policy)
+    assert live.set_expert_cost("mid", {"usd": 0.02}) == {"usd": 0.02, "gpu": 0.5}
+    after = state_dict(live.policy)
+    # What OMD learned of the experts' rewards and realized costs is carried over.
+    kept = [
+        k
+        for k in learned
+        if k.startswith(("_visits", "_steps", "_reward_sum", "estimator.", "cost_est."))
+    ]
+    assert len(kept) == 8 and all(np.array_equal(learned[k], after[k]) for k in kept)
+    assert live.state()["experts"] == list(CONFIG["experts"])
+    assert live.config.experts["mid"] == (0.02, 0.5)
+    assert live.route(decision_id="x", eligible=["mid"]).cost == {"usd": 0.02, "gpu": 0.5}
+    live.feedback("held", 0.5)  # learned at the cost it was routed at
+    traffic(live, 30, start=30)
+    state = live.state()
+    backup = tmp_path / "copy.db"  # a live journal is read through its router's connection
+    with contextlib.closing(sqlite3.connect(backup)) as b:
+        live._journal._db.backup(b)  # type: ignore[union-attr]
+    assert kinds(backup).count("set_cost") == 1
+    for use_snapshot in (True, False):
+        reopened = Router.open(backup, use_snapshot=use_snapshot)
+        assert comparable(reopened.state()) == comparable(state)
+        assert reopened.config.experts["mid"] == (0.02, 0.5)
+        same_policy(reopened, live)
+        reopened.close()
+    replayed = Router.open(backup, use_snapshot=False)
+    for i in range(60, 70):  # and the next decisions are the same
+        a, b = live.route(decision_id=f"q{i}"), replayed.route(decision_id=f"q{i}")
+        assert (a.draws, a.propensities, a.cost) == (b.draws, b.propensities, b.cost)
+    replayed.close()
+    live.close()
+    assert held.cost["usd"] != 0.02 or "mid" not in held.team
+
+
+@pytest.mark.parametrize(
+    ("expert", "cost", "error", "match"),
+    [
+        ("nope", {"usd": 0.1}, InvalidFeedbackError, "expert_id: unknown expert 'nope'"),
+        ("small", {"cpu": 0.1}, InvalidFeedbackError, r"cost: unknown cost name\(s\) \['cpu'\]"),
+        ("small", {"usd": -1.0}, InvalidFeedbackError, r"cost\.usd: costs must be >= 0"),
+        ("small", {"usd": math.nan}, InvalidFeedbackError, r"cost\.usd: must be finite"),
+        ("small", [0.1], InvalidFeedbackError, "cost: needs 2 values"),
+        ("big", {"usd": 5.0}, InfeasibleConstraintsError, "usd"),
+    ],
+)
+def test_a_refused_price_change_changes_nothing(
+    tmp_path: Path, expert: str, cost: Any, error: type[Exception], match: str
+) -> None:
+    path = tmp_path / "j.db"
+    router = Router(cfg(experts={"big": [0.03, 1.0], "small": [0.002, 0.0]}), journal=path)
+    traffic(router, 10)
+    before = router.state()
+    with pytest.raises(error, match=match):
+        router.set_expert_cost(expert, cost)
+    assert router.state() == before
+    assert router.set_expert_cost("small", [0.002, 0.0]) == {"usd": 0.002, "gpu": 0.0}
+    router.close()
+    assert "set_cost" not in kinds(path)  # the same price again: no event
 
 
 def test_an_infeasible_config_change_changes_nothing(tmp_path: Path) -> None:

@@ -507,7 +507,8 @@ def test_switching_journal_sync_folds_and_closing_removes_the_tail(tmp_path: Pat
     journal = router._journal
     assert isinstance(journal, Journal) and len(journal._unfolded) == 5
     router.reconfigure({**CONFIG, "journal_sync": "full"})
-    assert len(journal._unfolded) == 6  # the change itself is the tail's last frame
+    # The change records the configuration it applied (a meta entry): a SQLite transaction.
+    assert journal._unfolded == [] and not journal._tail.holds_rows
     router.route(context="x", decision_id="q5")
     assert journal._unfolded == [] and not journal._tail.holds_rows  # folded, SQLite from now on
     router.reconfigure({**CONFIG, "journal_sync": "normal"})

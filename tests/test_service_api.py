@@ -396,29 +396,73 @@ def test_bounds_change_at_runtime(api: tuple[ServerProcess, httpx.Client]) -> No
     assert state(client)["bounds"]["upper"] == ROUTER["constraints"]["upper"]
 
 
-def test_patched_bounds_are_journaled_and_the_config_file_wins_at_restart(tmp_path: Path) -> None:
-    """A PATCH is journaled and replayed; at a restart the config file's bounds are applied
-    again (docs/operations.md: a changed configuration is applied as journaled events), so a
-    change meant to last goes into the file too."""
+def test_runtime_changes_last_over_a_restart_and_the_files_later_edits_win(
+    tmp_path: Path,
+) -> None:
+    """A bound lowered, an expert added and an expert repriced over HTTP are journaled and
+    kept at a restart with the same config file (the OpenAPI text says so). A file edited
+    afterwards wins where it changed something: its bound, and the price of the expert added
+    over HTTP once the file lists it (which it may: the id was never removed)."""
     data = tmp_path / "data"
-    patched = {"upper": {"usd": 0.018}}
     with served(tmp_path, data_dir=data) as (server, client):
-        assert client.patch("/v1/routers/llm", json=patched).status_code == 200
+        assert client.patch("/v1/routers/llm", json={"upper": {"usd": 0.018}}).status_code == 200
+        added = {"id": "mini", "cost": {"usd": 0.004}}
+        assert client.post("/v1/routers/llm/experts", json=added).status_code == 201
+        resp = client.patch("/v1/routers/llm/experts/small", json={"cost": {"usd": 0.0015}})
+        assert resp.status_code == 200 and resp.json() == {"id": "small", "cost": {"usd": 0.0015}}
         client.post("/v1/routers/llm/decisions", json=CTX)
-        text = client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text
-        rows = [json.loads(line) for line in text.splitlines()]
-        assert any(r["kind"] == "set_bounds" and r["upper"] == patched["upper"] for r in rows)
+        doc = client.get("/openapi.json").json()["paths"]
+        assert "restart keeps" in doc["/v1/routers/{name}"]["patch"]["description"]
+        assert "restart keeps" in doc["/v1/routers/{name}/experts"]["post"]["description"]
+        kept = state(client)
         assert server.terminate() == -15
-    # The same file again: its bound is applied again, and the log says so.
-    with served(tmp_path, data_dir=data) as (_, client):
-        assert state(client)["bounds"]["upper"] == ROUTER["constraints"]["upper"]
+    with served(tmp_path, data_dir=data) as (server, client):  # the same file
+        assert state(client) == kept
+        assert kept["bounds"]["upper"] == {"usd": 0.018}
+        assert kept["expert_costs"]["mini"] == {"usd": 0.004}
+        assert kept["expert_costs"]["small"] == {"usd": 0.0015}
+        assert server.terminate() == -15
+    edited = {
+        **ROUTER,
+        "experts": {**ROUTER["experts"], "mini": [0.005]},
+        "constraints": {"upper": {"usd": 0.019}},
+    }
+    with served(tmp_path, {"llm": edited}, data_dir=data) as (_, client):
+        now = state(client)
+        assert now["bounds"]["upper"] == {"usd": 0.019}  # the file's edit
+        assert now["expert_costs"]["mini"] == {"usd": 0.005}  # listed and priced by the file
+        assert now["expert_costs"]["small"] == {"usd": 0.0015}  # the file left it: runtime's
     assert "configuration change applied" in (tmp_path / "server.log").read_text()
-    # The file updated to the patched bound: it stays.
-    with served(tmp_path, data_dir=data) as (_, client):
-        assert client.patch("/v1/routers/llm", json=patched).status_code == 200
-    routers = {"llm": {**ROUTER, "constraints": patched}}
-    with served(tmp_path, routers, data_dir=data) as (_, client):
-        assert state(client)["bounds"]["upper"] == patched["upper"]
+
+
+def test_an_experts_price_changes_at_runtime(api: tuple[ServerProcess, httpx.Client]) -> None:
+    _, client = api
+    url = "/v1/routers/llm/experts/medium"
+    resp = client.patch(url, json={"cost": {"usd": 0.011}})
+    assert resp.status_code == 200 and resp.json() == {"id": "medium", "cost": {"usd": 0.011}}
+    assert state(client)["expert_costs"]["medium"] == {"usd": 0.011}
+    dec = client.post("/v1/routers/llm/decisions", json={**CTX, "eligible": ["medium"]}).json()
+    assert dec["cost"] == {"usd": 0.011}
+    rows = client.get("/v1/routers/llm/decisions", params={"limit": 10_000}).text.splitlines()
+    assert any(json.loads(r)["kind"] == "set_cost" for r in rows)
+    before = state(client)
+    for path, body, status, named in (
+        ("/v1/routers/llm/experts/gpt-9", {"cost": {"usd": 0.01}}, 422, "gpt-9"),
+        (url, {"cost": {"eur": 0.01}}, 422, "eur"),
+        (url, {"cost": {"usd": -0.01}}, 422, "cost"),
+        (url, {"cost": {"usd": "0.01"}}, 422, "cost"),
+        (url, {"price": {"usd": 0.01}}, 422, "price"),
+    ):
+        assert named in problem(client.patch(path, json=body), status)["detail"], body
+    assert state(client) == before
+    # The two cheapest experts priced up: at the second, no routing meets the budget.
+    assert client.patch("/v1/routers/llm/experts/tiny", json={"cost": {"usd": 1.0}}).is_success
+    before = state(client)
+    expensive = client.patch("/v1/routers/llm/experts/small", json={"cost": {"usd": 1.0}})
+    assert "usd" in problem(expensive, 409)["detail"]
+    assert state(client) == before
+    assert client.patch("/v1/routers/llm/experts/tiny", json={"cost": {"usd": 0.001}}).is_success
+    assert client.patch(url, json={"cost": {"usd": 0.012}}).status_code == 200  # as configured
 
 
 def test_a_lone_surrogate_in_a_name_is_422_naming_it(

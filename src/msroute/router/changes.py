@@ -1,24 +1,40 @@
 """What differs between the configuration a router runs and a new one, as journal events.
 
 ``Router.open(path, config=...)`` and ``Router.reconfigure`` take a router to a new
-configuration by events (docs/operations.md, "Configuration changes"): experts added, the
-bounds, experts removed, then the settings that change no state. The keys a running router
-cannot change are refused, each named. Also: the policy's constructor arguments a journal
-recorded (``journal_policy_kwargs``).
+configuration by events (docs/operations.md, "Configuration changes"). The merge is three-way:
+the configuration applied last (``applied_config``: the journal records each one it applies;
+a journal that never applied one, its creation configuration), the router's state (which runtime
+changes moved: bounds set, experts added, removed or repriced) and the new configuration. What
+the new configuration changed since the one applied last wins; everything it left as it was
+keeps the router's state, so a runtime change lasts until the file itself changes that value.
+The events, in order: experts added, experts repriced, the bounds, experts removed, then the
+settings that change no state. The keys a running router cannot change are refused, each named.
+Also: the policy's constructor arguments a journal recorded (``journal_policy_kwargs``).
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from msroute.errors import JournalError, RouterConfigError
 from msroute.policies.registry import get_policy_class
 from msroute.router.config import RouterConfig
+from msroute.router.eventlog import MemoryJournal
 from msroute.router.journal import Journal
 from msroute.router.state import RouterState, legacy_policy_kwargs
 
-__all__ = ["FIXED_KEYS", "SETTING_KEYS", "config_changes", "journal_policy_kwargs"]
+__all__ = [
+    "APPLIED_CONFIG",
+    "FIXED_KEYS",
+    "SETTING_KEYS",
+    "applied_config",
+    "applied_entry",
+    "config_changes",
+    "journal_policy_kwargs",
+    "put_applied",
+]
 
 #: Configuration keys a running router cannot change (``Router.open`` refuses them).
 FIXED_KEYS = (
@@ -43,58 +59,115 @@ SETTING_KEYS = frozenset(
         "name",
     }
 )
+#: The journal's meta entry holding the configuration ``reconfigure`` applied last (JSON).
+APPLIED_CONFIG = "applied_config"
+
+Change = tuple[str, str | None, dict[str, Any]]
+
+
+def applied_config(journal: Journal | MemoryJournal) -> RouterConfig:
+    """The configuration the journal's router was last taken to (``APPLIED_CONFIG``), or for a
+    journal that never was, the one it was created with."""
+    try:
+        raw = journal.meta(APPLIED_CONFIG)
+    except (JournalError, KeyError):
+        raw = journal.meta("config")
+    try:
+        return RouterConfig.from_dict(json.loads(raw))
+    except (ValueError, RouterConfigError) as exc:
+        label = journal.label
+        raise JournalError(f"{label}: its applied configuration is unusable: {exc}") from exc
+
+
+def applied_entry(config: RouterConfig) -> str:
+    """The ``APPLIED_CONFIG`` entry of a configuration (its journal path left out)."""
+    return json.dumps({**config.to_dict(), "journal": None})
+
+
+def put_applied(journal: Journal | MemoryJournal, entry: str) -> None:
+    """Record ``entry`` as the configuration applied last, in the open transaction."""
+    try:
+        journal.put_meta(APPLIED_CONFIG, entry)
+    except (sqlite3.Error, OSError) as exc:
+        raise JournalError(f"{journal.label}: cannot write the journal: {exc}") from exc
 
 
 def config_changes(
-    state: RouterState, new: RouterConfig, label: str
-) -> list[tuple[str, str | None, dict[str, Any]]]:
+    state: RouterState, new: RouterConfig, label: str, base: RouterConfig | None = None
+) -> list[Change]:
     """The events that take a router in ``state`` to ``new``: (kind, id, payload) in the order
-    ``Router.open`` applies them (empty when nothing differs). ``label`` names the journal in
-    the error.
+    ``Router.open`` applies them (empty when nothing differs). ``base``: the configuration
+    applied last (default: the state's, a two-way comparison); what ``new`` changed since
+    ``base`` is applied, the rest of the state kept. ``label`` names the journal in the error.
 
     Raises
     ------
     RouterConfigError
-        ``new`` differs in a key a running router cannot change; one line naming each.
+        ``new`` differs in a key a running router cannot change, or adds or reprices an
+        expert id removed earlier; one line naming each.
     """
     cur = state.config
+    old = cur if base is None else base
     refused = [
         f"{key} ({getattr(cur, key)!r} -> {getattr(new, key)!r})"
         for key in FIXED_KEYS
         if getattr(cur, key) != getattr(new, key)
     ]
+    added: list[Change] = []
+    repriced: list[Change] = []
     for eid, vec in new.experts.items():
-        if eid in state.col and tuple(state.cost_rows[state.col[eid]]) != tuple(vec):
-            was = state.cost_rows[state.col[eid]]
-            refused.append(f"experts.{eid} (cost {was} -> {list(vec)}: use a new id)")
-        elif eid in state.retired:
+        if old.experts.get(eid) == vec:
+            continue  # the file left it as it was: the state's (repriced or removed) stands
+        if eid in state.retired:
             refused.append(
                 f"experts.{eid} (removed earlier; ids are never reused: drop it from the "
                 "configuration)"
             )
+        elif eid not in state.col:
+            added.append(("add_expert", eid, {"cost": list(vec)}))
+        elif tuple(state.cost_rows[state.col[eid]]) != tuple(vec):
+            repriced.append(("set_cost", eid, {"cost": list(vec)}))
     if refused:
         raise RouterConfigError(
             f"{label}: the configuration differs from the journal's in "
             f"key(s) a running router cannot change: {'; '.join(refused)}; keep the "
             "journal's values or start a new journal"
         )
-    changes: list[tuple[str, str | None, dict[str, Any]]] = [
-        ("add_expert", eid, {"cost": list(vec)})
-        for eid, vec in new.experts.items()
-        if eid not in state.col
-    ]
-    if new.upper != cur.upper or new.lower != cur.lower:
-        changes.append(("set_bounds", None, {"upper": new.upper, "lower": new.lower}))
-    changes += [("remove_expert", e, {}) for e in state.ids if e not in new.experts]
-    settings = {
-        key: value
-        for key, value in new.to_dict().items()
-        if key in SETTING_KEYS and value != cur.to_dict().get(key)
+    changes = added + repriced
+    bounds = {
+        side: _merged(getattr(cur, side), getattr(old, side), getattr(new, side))
+        for side in ("upper", "lower")
     }
-    settings.update({k: None for k in SETTING_KEYS - new.to_dict().keys() if k in cur.to_dict()})
-    if settings:
-        changes.append(("configure", None, settings))
+    if bounds["upper"] != cur.upper or bounds["lower"] != cur.lower:
+        changes.append(("set_bounds", None, bounds))
+    dropped = [e for e in old.experts if e not in new.experts]
+    changes += [("remove_expert", e, {}) for e in state.ids if e in dropped]
+    settings = _merged(_settings(cur.to_dict()), _settings(old.to_dict()), _settings(new.to_dict()))
+    changed = {k: v for k, v in settings.items() if v != cur.to_dict().get(k)}
+    changed.update({k: None for k in _settings(cur.to_dict()) if k not in settings})
+    if changed:
+        changes.append(("configure", None, changed))
     return changes
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k in SETTING_KEYS}
+
+
+def _merged(cur: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``cur`` with every entry that ``new`` changed since ``old`` (set, or removed) as in
+    ``new``."""
+    out = dict(cur)
+    for key in old.keys() | new.keys():
+        if key not in new:
+            if key in old:
+                out.pop(key, None)
+        elif old.get(key, _ABSENT) != new[key]:
+            out[key] = new[key]
+    return out
+
+
+_ABSENT = object()
 
 
 def journal_policy_kwargs(journal: Journal, cfg: RouterConfig) -> dict[str, Any]:

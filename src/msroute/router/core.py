@@ -44,13 +44,21 @@ from msroute.errors import (
 )
 from msroute.policies.base import BasePolicy
 from msroute.router import recovery, reports
-from msroute.router.changes import config_changes, journal_policy_kwargs
+from msroute.router.changes import (
+    applied_config,
+    applied_entry,
+    config_changes,
+    journal_policy_kwargs,
+    put_applied,
+)
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.inputs import (
+    bounds_event,
     check_client_id,
     check_cost,
     check_count,
     check_now,
+    check_price,
     check_repeat,
     check_reward,
     closed_status,
@@ -71,6 +79,7 @@ from msroute.router.state import (
     RoutedDecision,
     RouterState,
     SetBounds,
+    SetCost,
     apply,
     policy_kwargs,
 )
@@ -167,15 +176,16 @@ class Router(Transactional):
         use_snapshot : bool, default True
             False replays the whole journal from the start (verifying every decision).
         config : RouterConfig or mapping, optional
-            The configuration the router should now run (a service's config file). Where it
-            differs from the journal's, the differences that a running router can take are
-            applied as journaled events, in one transaction, each checked first: experts
-            added, then the bounds, then experts removed, then the settings that change no
-            state (``feedback_ttl_s``, ``on_missing``, ``reward_min``, ``reward_max``,
-            ``snapshot_every``, ``journal_sync``, ``name``). A difference in any other key
-            (``policy``, ``m_draws``, ``cost_names``, ``contexts``, ``seed``, ``horizon``,
-            ``params``, or the cost of an existing expert id) is refused, naming each key.
-            ``journal`` is not compared.
+            The configuration the router should now run (a service's config file), applied
+            by ``reconfigure``: what it changed since the configuration applied last is
+            applied as journaled events, in one transaction, each checked first (experts
+            added, experts repriced, the bounds, experts removed, then the settings that
+            change no state: ``feedback_ttl_s``, ``on_missing``, ``reward_min``,
+            ``reward_max``, ``snapshot_every``, ``journal_sync``, ``name``); what it left as
+            it was keeps the journal's state, runtime changes included. A difference in any
+            other key (``policy``, ``m_draws``, ``cost_names``, ``contexts``, ``seed``,
+            ``horizon``, ``params``), or an expert id removed earlier that it adds or reprices,
+            is refused, naming each. ``journal`` is not compared.
 
         Raises
         ------
@@ -226,19 +236,26 @@ class Router(Transactional):
         self, config: RouterConfig | Mapping[str, Any]
     ) -> list[tuple[str, str | None, dict[str, Any]]]:
         """The journal events that take this router to ``config``: (kind, id, payload) in the
-        order ``open`` applies them (empty when nothing differs; ``msroute.router.changes``).
+        order ``open`` applies them (empty when nothing differs). A three-way merge
+        (``msroute.router.changes``): what ``config`` changed since the configuration applied
+        last wins over the router's state; the rest of the state, runtime changes included,
+        is kept.
 
         Raises
         ------
         RouterConfigError
-            ``config`` differs in a key a running router cannot change; one line naming each.
+            ``config`` differs in a key a running router cannot change, or adds or reprices an
+            expert id removed earlier; one line naming each.
         """
         new = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
-        return config_changes(self._state, new, self._journal.label)
+        base = applied_config(self._journal)
+        return config_changes(self._state, new, self._journal.label, base)
 
     def reconfigure(self, config: RouterConfig | Mapping[str, Any]) -> list[str]:
-        """Take the router to ``config`` by journaled events (see ``open``): all of them
-        in one transaction, or none. Returns one line per change applied (also logged).
+        """Take the router to ``config`` by journaled events (see ``open`` and
+        ``config_changes``): all of them in one transaction, or none, with ``config`` recorded
+        as the configuration applied last (the base of the next merge). Returns one line per
+        change applied (also logged).
 
         Raises
         ------
@@ -252,8 +269,10 @@ class Router(Transactional):
         self._check_usable()
         if self._depth:
             raise MSRouteError("reconfigure() inside a group(): call it on its own")
-        changes = self.config_changes(config)
-        if not changes:
+        new = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
+        changes = self.config_changes(new)
+        applied = applied_entry(new)
+        if not changes and applied == applied_entry(applied_config(self._journal)):
             return []
         lines = []
         self._begin()
@@ -263,6 +282,7 @@ class Router(Transactional):
                 policy = None if isinstance(event, Configure) else self._state.policy_after(event)
                 self._commit_event(event, time.time(), policy)
                 lines.append(f"{kind} {ref or ''} {event.payload()}".replace("  ", " "))
+            put_applied(self._journal, applied)
         except BaseException:
             self._journal.rollback()
             self._reload_committed()  # from _setup: no failed write pending
@@ -275,11 +295,13 @@ class Router(Transactional):
 
     def _event_of(
         self, kind: str, ref: str | None, payload: dict[str, Any]
-    ) -> AddExpert | RemoveExpert | SetBounds | Configure:
+    ) -> AddExpert | RemoveExpert | SetCost | SetBounds | Configure:
         """The event of one of ``config_changes``' entries (a removal closes the decisions
         pending on the expert when it is applied)."""
         if kind == "add_expert":
             return AddExpert(str(ref), list(payload["cost"]))
+        if kind == "set_cost":
+            return SetCost(str(ref), list(payload["cost"]))
         if kind == "remove_expert":
             return self._removal(str(ref))
         if kind == "set_bounds":
@@ -561,12 +583,28 @@ class Router(Transactional):
             raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
         self._change(self._removal(expert_id))
 
+    def set_expert_cost(
+        self, expert_id: str, cost: Mapping[str, float] | Sequence[float]
+    ) -> dict[str, float]:
+        """Change an expert's price (its cost vector) from the next decision on, journaled and
+        replayed; returns its cost now, by cost name.
+
+        ``cost`` is a list in cost-name order, or a dict by cost name (costs not named keep
+        theirs). Checked first (``InvalidFeedbackError``; ``InfeasibleConstraintsError`` if no
+        routing meets the bounds at the new price): nothing changes. The policy keeps what it
+        learned; decisions already routed keep the cost they were routed at."""
+        self._check_usable()
+        vec, changed = check_price(self._state, expert_id, cost)
+        if changed:
+            self._change(SetCost(expert_id, list(vec)))
+        return dict(zip(self.config.cost_names, vec, strict=True))
+
     def _removal(self, expert_id: str) -> RemoveExpert:
         """The removal of an expert, closing the pending decisions that routed to it."""
         gone = [d for d, p in self._state.pending.items() if expert_id in p.draws]
         return RemoveExpert(expert_id, gone)
 
-    def _change(self, event: AddExpert | RemoveExpert | SetBounds) -> None:
+    def _change(self, event: AddExpert | RemoveExpert | SetCost | SetBounds) -> None:
         """An expert or bounds change in its own transaction; its policy is built (and the
         change checked) before anything is written."""
         policy = self._state.policy_after(event)  # raises before any change
@@ -602,38 +640,9 @@ class Router(Transactional):
         bounds, restarts (``BasePolicy.resized``).
         """
         self._check_usable()
-        event = self._bounds_event(upper, lower)
+        event = bounds_event(self._state, upper, lower)
         if event is not None:
             self._change(event)
-
-    def _bounds_event(self, upper: object, lower: object) -> SetBounds | None:
-        """The full new bounds of a ``set_bounds`` call (None when they do not change)."""
-        cur = self.config
-        merged: dict[str, dict[str, float]] = {}
-        for key, given, current in (("upper", upper, cur.upper), ("lower", lower, cur.lower)):
-            out = dict(current)
-            if given is not None:
-                if not isinstance(given, Mapping):
-                    raise InvalidFeedbackError(
-                        f"{key}: must be a mapping of cost name to bound, got {given!r:.80}"
-                    )
-                for name, value in given.items():
-                    if value is None:
-                        if name not in cur.cost_names:
-                            raise InvalidFeedbackError(
-                                f"{key}.{name}: unknown cost name; known: {list(cur.cost_names)}"
-                            )
-                        out.pop(name, None)
-                    else:
-                        out[name] = value
-            merged[key] = out
-        try:
-            cfg = self._state.config_with(constraints=merged)
-        except RouterConfigError as exc:
-            raise InvalidFeedbackError(str(exc).replace("constraints.", "")) from exc
-        if cfg.upper == cur.upper and cfg.lower == cur.lower:
-            return None
-        return SetBounds(dict(cfg.upper), dict(cfg.lower))
 
     # ------------------------------------------------------------------ reports
     def state(self) -> dict[str, Any]:

@@ -23,12 +23,15 @@ from msroute.errors import (
 from msroute.policies.base import BasePolicy
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Journal, MemoryJournal
+from msroute.router.state import RouterState, SetBounds
 
 __all__ = [
+    "bounds_event",
     "check_client_id",
     "check_cost",
     "check_count",
     "check_now",
+    "check_price",
     "check_repeat",
     "check_reward",
     "closed_status",
@@ -145,3 +148,60 @@ def same_set(given: object, before: list[str]) -> bool:
     if isinstance(given, str) or not isinstance(given, Sequence | set | frozenset):
         return False
     return all(isinstance(e, str) for e in given) and set(given) == set(before)
+
+
+def bounds_event(state: RouterState, upper: object, lower: object) -> SetBounds | None:
+    """The full new bounds of a ``set_bounds`` call in ``state`` (None when they do not change).
+
+    Raises InvalidFeedbackError (an unknown cost name, a bound that is not a finite number, a
+    lower bound above its upper bound)."""
+    cur = state.config
+    merged: dict[str, dict[str, float]] = {}
+    for key, given, current in (("upper", upper, cur.upper), ("lower", lower, cur.lower)):
+        out = dict(current)
+        if given is not None:
+            if not isinstance(given, Mapping):
+                raise InvalidFeedbackError(
+                    f"{key}: must be a mapping of cost name to bound, got {given!r:.80}"
+                )
+            for name, value in given.items():
+                if value is None:
+                    if name not in cur.cost_names:
+                        raise InvalidFeedbackError(
+                            f"{key}.{name}: unknown cost name; known: {list(cur.cost_names)}"
+                        )
+                    out.pop(name, None)
+                else:
+                    out[name] = value
+        merged[key] = out
+    try:
+        cfg = state.config_with(constraints=merged)
+    except RouterConfigError as exc:
+        raise InvalidFeedbackError(str(exc).replace("constraints.", "")) from exc
+    if cfg.upper == cur.upper and cfg.lower == cur.lower:
+        return None
+    return SetBounds(dict(cfg.upper), dict(cfg.lower))
+
+
+def check_price(
+    state: RouterState, expert_id: object, cost: Mapping[str, float] | Sequence[float]
+) -> tuple[tuple[float, ...], bool]:
+    """An expert's new cost vector (a list in cost-name order, or a dict by cost name whose
+    costs not named keep theirs) and whether it differs from the current one."""
+    if not isinstance(expert_id, str) or expert_id not in state.col:
+        raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r:.80}")
+    names = state.config.cost_names
+    current = tuple(state.cost_rows[state.col[expert_id]])
+    given: object = cost
+    if isinstance(cost, Mapping):
+        unknown = sorted(map(str, set(cost) - set(names)))
+        if unknown:
+            raise InvalidFeedbackError(
+                f"cost: unknown cost name(s) {unknown}; known: {list(names)}"
+            )
+        given = {**dict(zip(names, current, strict=True)), **cost}
+    try:
+        vec = cost_vector(given, names, "cost")
+    except RouterConfigError as exc:
+        raise InvalidFeedbackError(str(exc)) from exc
+    return vec, vec != current

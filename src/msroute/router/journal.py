@@ -13,7 +13,8 @@ start re-derives the configuration of every moment (docs/operations.md).
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
 
     meta(key TEXT PRIMARY KEY, value TEXT)             -- "config", "policy_kwargs" (JSON),
-                                                       -- "run_id", "created", "refs_upto",
+                                                       -- "applied_config" (JSON), "run_id",
+                                                       -- "created", "refs_upto",
                                                        -- "snapshot_key" (snapshots.py)
     events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, payload TEXT, probs BLOB,
            probs_seq INTEGER)
@@ -21,10 +22,10 @@ Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``):
     snapshots(seq INTEGER PRIMARY KEY, policy BLOB, router TEXT)
 
 ``kind`` is ``decision``, ``feedback``, ``expire``, ``add_expert``, ``remove_expert``,
-``set_bounds`` or ``configure``; ``ref`` the decision id (or the expert id; NULL for the last
-two); ``payload`` a JSON object (floats at full precision; docs/operations.md lists each kind's);
-``probs`` the decision's full sampling distribution as little-endian float64 (or NULL). A
-distribution changes only when the policy learns (OMD: once per batch of feedbacks), so a
+``set_cost``, ``set_bounds`` or ``configure``; ``ref`` the decision id (or the expert id; NULL
+for the last two); ``payload`` a JSON object (floats at full precision; docs/operations.md lists
+each kind's); ``probs`` the decision's full sampling distribution as little-endian float64 (or
+NULL). A distribution changes only when the policy learns (OMD: once per batch of feedbacks), so a
 decision whose distribution is byte for byte the last one stored for its context (without a
 mask) stores none and points at that row instead: ``probs_seq`` (NULL otherwise). At K = 10,000
 that saves writing 80 KB for most decisions; reads resolve the pointer, so every reader sees

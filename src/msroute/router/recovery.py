@@ -35,6 +35,7 @@ from msroute.router.state import (
     RemoveExpert,
     RouterState,
     SetBounds,
+    SetCost,
     apply,
     constraints_of,
 )
@@ -282,6 +283,11 @@ def _replay(router: Router, event: JournalEvent) -> None:
             raise EventMismatch(f"{ref!r} is already an expert, or was removed")
         vec = cost_vector(payload["cost"], state.config.cost_names, "cost")
         apply(state, AddExpert(ref, list(vec)), trusted=False)
+    elif kind == "set_cost":
+        if ref not in state.col:
+            raise EventMismatch(f"reprices {ref!r}, which is not an expert")
+        vec = cost_vector(payload["cost"], state.config.cost_names, "cost")
+        apply(state, SetCost(ref, list(vec)), trusted=False)
     elif kind == "remove_expert":
         expired = list(payload["expired"])
         on_it = {d for d, p in state.pending.items() if ref in p.draws}

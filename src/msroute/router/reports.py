@@ -16,7 +16,8 @@ __all__ = ["event_dicts", "export_rows", "summary"]
 
 def summary(st: RouterState, seq: int) -> dict[str, Any]:
     """A JSON-ready summary of a router in state ``st`` whose journal is at ``seq``: counters,
-    averages, bounds and the routing distribution q (per context, for an OMD policy)."""
+    the experts and their costs, averages, bounds and the routing distribution q (per context,
+    for an OMD policy)."""
     cfg = st.config
     names = cfg.cost_names
     avg = st.cost_sum / st.n if st.n else np.zeros(len(names))
@@ -30,6 +31,10 @@ def summary(st: RouterState, seq: int) -> dict[str, Any]:
         "expired": st.expired,
         "policy_version": st.version,
         "experts": list(st.ids),
+        "expert_costs": {
+            e: dict(zip(names, row, strict=True))
+            for e, row in zip(st.ids, st.cost_rows, strict=True)
+        },
         "cost_names": list(names),
         "contexts": list(st.contexts),
         "avg_cost": dict(zip(names, avg.tolist(), strict=True)),
@@ -50,7 +55,8 @@ def summary(st: RouterState, seq: int) -> dict[str, Any]:
 def event_dicts(journal: Journal | MemoryJournal, seq: int, limit: int) -> list[dict[str, Any]]:
     """The journal events after ``seq`` (at most ``limit``), as JSON-ready dicts.
 
-    Each has ``seq``, ``kind`` (decision, feedback, expire, add_expert, remove_expert),
+    Each has ``seq``, ``kind`` (decision, feedback, expire, add_expert, remove_expert,
+    set_cost, set_bounds, configure),
     ``ref`` (the decision or expert id), ``time`` and the event's fields (a decision: its
     ``n``, ``context``, ``eligible``, ``draws``, ``team``, ``probs`` of the draws, ``cost``,
     ``deadline``, ``version``; a feedback: ``reward``, ``cost``, ``status``).

@@ -34,6 +34,7 @@ ROW_KINDS = (
     "expire",
     "add_expert",
     "remove_expert",
+    "set_cost",
     "set_bounds",
     "configure",
 )
@@ -45,6 +46,7 @@ _REF_NAME = {
     "expire": "decision_id",
     "add_expert": "expert_id",
     "remove_expert": "expert_id",
+    "set_cost": "expert_id",
 }
 
 
@@ -109,7 +111,7 @@ def export_row(
         row["ref"] = ref
     if kind == "decision":
         row.update(_decision(seq, payload, blob, list(experts), names))
-    elif kind in ("feedback", "add_expert"):
+    elif kind in ("feedback", "add_expert", "set_cost"):
         row.update(payload)
         row["cost"] = _by_name(payload.get("cost"), names)
     else:

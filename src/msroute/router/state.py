@@ -9,7 +9,7 @@ it by one event. Nothing here reads the clock or touches the journal: the live l
 transition exists once and a replayed journal gives the state of a router that never stopped.
 
 The events, one class per journal kind: ``Decide`` ("decision"), ``Feedback``, ``Expire``,
-``AddExpert``, ``RemoveExpert``, ``SetBounds`` and ``Configure``.
+``AddExpert``, ``RemoveExpert``, ``SetCost``, ``SetBounds`` and ``Configure``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ __all__ = [
     "RoutedDecision",
     "RouterState",
     "SetBounds",
+    "SetCost",
     "apply",
     "build_policy",
     "legacy_policy_kwargs",
@@ -184,6 +185,20 @@ class RemoveExpert:
 
 
 @dataclass(frozen=True, slots=True)
+class SetCost:
+    """Expert ``ref``'s new cost vector (in cost-name order): its price from the next decision
+    on; the policy keeps what it learned about it."""
+
+    kind: ClassVar[str] = "set_cost"
+    ref: str
+    cost: list[float]
+
+    def payload(self) -> dict[str, Any]:
+        """The journal event's fields."""
+        return {"cost": list(self.cost)}
+
+
+@dataclass(frozen=True, slots=True)
 class SetBounds:
     """The whole new bounds on the time-averaged realized costs, by cost name."""
 
@@ -211,11 +226,11 @@ class Configure:
         return dict(self.settings)
 
 
-Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
+Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetCost | SetBounds | Configure
 #: The events that the live layer journals as given (a decision's fields are derived).
-Given = Feedback | Expire | AddExpert | RemoveExpert | SetBounds | Configure
-#: The events that change the expert set or the bounds, and with them the policy.
-Change = AddExpert | RemoveExpert | SetBounds
+Given = Feedback | Expire | AddExpert | RemoveExpert | SetCost | SetBounds | Configure
+#: The events that change the experts, their costs or the bounds, and with them the policy.
+Change = AddExpert | RemoveExpert | SetCost | SetBounds
 
 
 # ---------------------------------------------------------------------- state
@@ -375,7 +390,7 @@ class RouterState:
         return cfg
 
     def policy_after(self, event: Change) -> BasePolicy:
-        """The policy after an expert or bounds change, carrying what the current one learned
+        """The policy after an expert, cost or bounds change, carrying what the current one learned
         (the policy resizes itself: ``BasePolicy.resized``). Raises (InfeasibleConstraints-
         Error, ...) before anything changes."""
         constraints = self.constraints
@@ -396,11 +411,15 @@ class RouterState:
         if isinstance(event, RemoveExpert):
             keep = [i for i, e in enumerate(self.ids) if e != event.ref]
             return [self.ids[i] for i in keep], self.costs[keep]
+        if isinstance(event, SetCost):
+            costs = self.costs.copy()
+            costs[self.col[event.ref]] = event.cost
+            return self.ids, costs
         return self.ids, self.costs
 
     def install(self, ids: list[str], costs: FloatArray, policy: BasePolicy) -> None:
-        """Route over this expert set with this policy: a new layout."""
-        if list(ids) != self.ids:
+        """Route over this expert set (and costs) with this policy: a new layout."""
+        if list(ids) != self.ids or not np.array_equal(costs, self.costs):
             experts = {e: tuple(row) for e, row in zip(ids, costs.tolist(), strict=True)}
             self.config = dataclasses.replace(self.config, experts=experts)
         self.ids = list(ids)

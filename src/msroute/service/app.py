@@ -39,6 +39,8 @@ from msroute.service.models import (
     BoundsRequest,
     DecisionRequest,
     DecisionResponse,
+    ExpertCost,
+    ExpertCostRequest,
     ExpertRequest,
     ExpertResponse,
     FeedbackRequest,
@@ -46,6 +48,7 @@ from msroute.service.models import (
     Health,
     Problem,
     RouterList,
+    RouterSummary,
 )
 from msroute.service.problems import PROBLEM_JSON, install_problem_handlers, problem_response
 from msroute.service.routers import ServedRouters
@@ -193,7 +196,13 @@ def create_app(
         """The names of the routers this process serves."""
         return {"routers": sorted(service.owners)}
 
-    @api.get("/v1/routers/{name}", tags=["routers"], responses=_problems(404, 503))
+    @api.get(
+        "/v1/routers/{name}",
+        response_model=RouterSummary,
+        response_model_exclude_unset=True,
+        tags=["routers"],
+        responses=_problems(404, 503),
+    )
     async def router_state(name: RouterName) -> dict[str, Any]:
         """The router's state: counts, time-averaged cost, bounds, routing distribution."""
         return await service.call(name, lambda r: r.state())
@@ -205,8 +214,10 @@ def create_app(
         responses=_problems(*BODY_ERRORS, 404, 409, 503),
     )
     async def set_bounds(name: RouterName, body: BoundsRequest) -> dict[str, dict[str, float]]:
-        """Change the router's bounds at runtime (journaled, so a restart keeps them); 409 if no
-        routing of its experts meets them (nothing changes). Answers the bounds now enforced."""
+        """Change the router's bounds at runtime; 409 if no routing of its experts meets them
+        (nothing changes). Answers the bounds now enforced. Journaled: a restart keeps them,
+        unless the config file was edited to change the same bound since it was applied
+        (the file's later edit wins)."""
 
         def apply(r: Router) -> dict[str, dict[str, float]]:
             r.set_bounds(upper=body.upper, lower=body.lower)
@@ -279,7 +290,8 @@ def create_app(
         responses=_problems(*BODY_ERRORS, 404, 409, 503),
     )
     async def add_expert(name: RouterName, body: ExpertRequest) -> dict[str, list[str]]:
-        """Add an expert; 409 if the constraints would become infeasible (nothing changes)."""
+        """Add an expert; 409 if the constraints would become infeasible (nothing changes).
+        Journaled: a restart keeps it (a config file that lists the id later prices it)."""
 
         def apply(r: Router) -> list[str]:
             r.add_expert(body.id, dict(body.cost))
@@ -294,13 +306,34 @@ def create_app(
         responses=_problems(404, 409, 422, 503),
     )
     async def remove_expert(name: RouterName, expert_id: IdParam) -> dict[str, list[str]]:
-        """Remove an expert; 409 if the constraints would become infeasible (nothing changes)."""
+        """Remove an expert; 409 if the constraints would become infeasible (nothing changes).
+        Journaled: a restart keeps it removed (its id is never reused)."""
 
         def apply(r: Router) -> list[str]:
             r.remove_expert(expert_id)
             return list(r.expert_ids)
 
         return {"experts": await service.call(name, apply)}
+
+    @api.patch(
+        "/v1/routers/{name}/experts/{expert_id}",
+        response_model=ExpertCost,
+        tags=["experts"],
+        responses=_problems(*BODY_ERRORS, 404, 409, 503),
+    )
+    async def set_expert_cost(
+        name: RouterName, expert_id: IdParam, body: ExpertCostRequest
+    ) -> dict[str, Any]:
+        """Change an expert's price (its cost, by cost name; costs not named keep theirs) from
+        the next decision on; 409 if no routing meets the bounds at the new price (nothing
+        changes). The policy keeps what it learned about the expert; decisions already routed
+        keep their cost. Journaled: a restart keeps it, unless the config file was edited to
+        change the same expert's cost since it was applied (the file's later edit wins)."""
+
+        def apply(r: Router) -> dict[str, float]:
+            return r.set_expert_cost(expert_id, dict(body.cost))
+
+        return {"id": expert_id, "cost": await service.call(name, apply)}
 
     # Outside FastAPI's own layers, so that the requests the fast path answers are capped and
     # timed too. The fast path recognizes its two requests by these routes' own matching.

@@ -24,6 +24,8 @@ __all__ = [
     "BoundsRequest",
     "DecisionRequest",
     "DecisionResponse",
+    "ExpertCost",
+    "ExpertCostRequest",
     "ExpertRequest",
     "ExpertResponse",
     "FeedbackRequest",
@@ -31,6 +33,7 @@ __all__ = [
     "Health",
     "Problem",
     "RouterList",
+    "RouterSummary",
 ]
 
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
@@ -146,6 +149,27 @@ class ExpertRequest(BaseModel):
     cost: dict[str, Cost] = Field(description="One value per cost name of the router.")
 
 
+class ExpertCostRequest(BaseModel):
+    """An expert's new price: its cost by cost name (costs not named keep theirs)."""
+
+    model_config = STRICT | ConfigDict(
+        json_schema_extra={"examples": [{"cost": {"usd": 0.0025}}]},
+    )
+
+    cost: dict[str, Finite] = Field(max_length=1000, description="New costs, by cost name.")
+
+
+class ExpertCost(BaseModel):
+    """An expert's cost from the next decision on, by cost name."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": "open-8x7b", "cost": {"usd": 0.0025}}]}
+    )
+
+    id: str
+    cost: dict[str, float]
+
+
 class BoundsRequest(BaseModel):
     """New bounds on the time-averaged realized cost, by cost name (``null`` removes a bound;
     costs not named keep theirs)."""
@@ -223,3 +247,67 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, Any]] | None = None
+
+
+class RouterSummary(BaseModel):
+    """A router's state (``Router.state()``): counters, experts and their costs, the
+    time-averaged cost and the bounds it is held to, and the routing distribution."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "chat",
+                    "policy": "omd",
+                    "decisions": 1200,
+                    "feedback_applied": 1150,
+                    "feedback_late": 4,
+                    "pending": 30,
+                    "expired": 20,
+                    "policy_version": 1162,
+                    "experts": ["frontier-mini", "self-hosted-8b"],
+                    "expert_costs": {
+                        "frontier-mini": {"usd": 0.004},
+                        "self-hosted-8b": {"usd": 0.0005},
+                    },
+                    "cost_names": ["usd"],
+                    "contexts": [],
+                    "avg_cost": {"usd": 0.0021},
+                    "bounds": {"upper": {"usd": 0.0025}, "lower": {}},
+                    "q": {"frontier-mini": 0.45, "self-hosted-8b": 0.55},
+                    "seq": 2391,
+                }
+            ]
+        }
+    )
+
+    name: str | None = Field(description="The router's configured label.")
+    policy: str = Field(description="The routing policy.")
+    decisions: int = Field(description="Decisions made (in the journal).")
+    feedback_applied: int = Field(description="Feedback learned from.")
+    feedback_late: int = Field(
+        description="Feedback logged but not learned (late, or an expert removed)."
+    )
+    pending: int = Field(description="Decisions awaiting feedback.")
+    expired: int = Field(description="Decisions expired without feedback.")
+    policy_version: int = Field(description="How many times the policy learned or changed.")
+    experts: list[str] = Field(description="The expert ids, in the router's order.")
+    expert_costs: dict[str, dict[str, float]] = Field(
+        description="Each expert's cost from the next decision on, by cost name."
+    )
+    cost_names: list[str]
+    contexts: list[str] = Field(description="The context names (empty: none).")
+    avg_cost: dict[str, float] = Field(
+        description="Time-averaged realized cost per decision, by cost name."
+    )
+    bounds: Bounds = Field(description="The bounds on the time-averaged cost now enforced.")
+    q: dict[str, float] | None = Field(
+        description="The routing distribution by expert (an OMD policy without contexts; "
+        "else null)."
+    )
+    q_by_context: dict[str, dict[str, float]] | None = Field(
+        None,
+        description="The routing distribution by context, then expert (an OMD policy with "
+        "contexts only; absent otherwise).",
+    )
+    seq: int = Field(description="The journal's last sequence number.")

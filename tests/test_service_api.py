@@ -217,10 +217,37 @@ def test_metrics(api: tuple[ServerProcess, httpx.Client]) -> None:
         'msroute_avg_cost{cost="usd",router="llm"}',
         'msroute_cost_bound{cost="usd",router="llm",side="upper"} 0.02',
         "msroute_request_duration_seconds_bucket",
+        'msroute_feedback_reward_count{router="llm"}',
+        'msroute_feedback_reward_sum{router="llm"}',
     ):
         assert family in text, family
     line = next(x for x in text.splitlines() if x.startswith("msroute_journal_decisions{"))
     assert float(line.split()[-1]) >= st["decisions"] - 1
+
+
+def _reward_metrics(client: httpx.Client) -> tuple[float, float]:
+    text = client.get("/metrics").text
+    values = {
+        line.split("{")[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("msroute_feedback_reward_") and 'router="llm"' in line
+    }
+    return values["msroute_feedback_reward_sum"], values["msroute_feedback_reward_count"]
+
+
+def test_reward_metrics_give_the_mean_reward(api: tuple[ServerProcess, httpx.Client]) -> None:
+    """The first feedback of each decision adds its reward to the router's reward sum and
+    count (a repeat, answered duplicate, does not), so a window's mean reward is their rates'
+    ratio."""
+    _, client = api
+    total, count = _reward_metrics(client)
+    for reward in (0.25, 1.0):
+        dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+        url = f"/v1/routers/llm/decisions/{dec['decision_id']}/feedback"
+        assert client.post(url, json={"reward": reward}).json() == {"status": "applied"}
+    assert client.post(url, json={"reward": 1.0}).json() == {"status": "duplicate"}
+    after_total, after_count = _reward_metrics(client)
+    assert (after_total - total, after_count - count) == (1.25, 2.0)
 
 
 # --- errors -----------------------------------------------------------------------------------

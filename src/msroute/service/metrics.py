@@ -14,11 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    generate_latest,
+)
 
 __all__ = ["FEEDBACK_STATUSES", "DelayClock", "RouterCounters", "ServiceMetrics"]
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", Counter, Gauge, Histogram, Summary)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _DELAY_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
@@ -35,6 +42,7 @@ class RouterCounters:
     decisions: Counter
     feedback: Mapping[str, Counter]
     feedback_delay: Histogram
+    reward: Summary
 
 
 class ServiceMetrics:
@@ -54,6 +62,13 @@ class ServiceMetrics:
             "feedback_delay_seconds",
             "Time from a decision to its first feedback (decisions made by this process).",
             buckets=_DELAY_BUCKETS,
+        )
+        self.reward = self._family(
+            Summary,
+            "feedback_reward",
+            "Rewards of the feedback received by this process (the first feedback of each "
+            "decision: applied, late or expert_removed). rate(_sum) / rate(_count) over a "
+            "window is the mean reward of the window.",
         )
         self.latency = self._family(
             Histogram,
@@ -116,6 +131,7 @@ class ServiceMetrics:
                 decisions=self.decisions.labels(router),
                 feedback={s: self.feedback.labels(router, s) for s in FEEDBACK_STATUSES},
                 feedback_delay=self.feedback_delay.labels(router),
+                reward=self.reward.labels(router),
             )
         return counters
 

@@ -126,6 +126,7 @@ class ServedRouters:
         hot = self.metrics.hot(name)
         hot.feedback[status].inc()
         if status != "duplicate":
+            hot.reward.observe(body.reward)
             delay = self.clocks[name].stop(decision_id)
             if delay is not None:
                 hot.feedback_delay.observe(delay)

@@ -1,10 +1,13 @@
 """MkDocs hooks: the HTTP reference from the service's OpenAPI document, and MathJax bundled.
 
-- A page line ``<!-- openapi -->`` is replaced by the HTTP reference: every endpoint of
-  ``msroute serve`` (parameters, request body, responses and status codes) and every schema,
-  rendered from the OpenAPI document that the app built by ``create_app`` serves at
-  ``/openapi.json``. The document is fetched in process through the app's ASGI interface (no
-  server, no journal opened), so the page is always the running code's.
+- The HTTP reference, between the lines ``<!-- openapi:begin -->`` and ``<!-- openapi:end -->``
+  of a page (docs/reference/http.md): every endpoint of ``msroute serve`` (parameters, request
+  body, responses and status codes) and every schema, rendered from the OpenAPI document that the
+  app built by ``create_app`` serves at ``/openapi.json``. The document is fetched in process
+  through the app's ASGI interface (no server, no journal opened). The rendered reference is
+  committed in the page, so that it reads in the repository too and an API change shows in its
+  diff; ``python docs/_hooks.py`` writes it again, a test fails while the committed one differs
+  from the app's, and the site is built from a fresh rendering.
 - MathJax is served from the site itself, not from a CDN: the hook adds MathJax 3's
   ``tex-svg.js`` (and its licence) from the installed ``django-static-mathjax`` package, a
   verbatim copy of MathJax's release files, to the site's files. SVG output needs no web fonts,
@@ -23,7 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "examples" / "serve.toml"
-OPENAPI_MARKER = re.compile(r"^<!-- openapi -->$", re.M)
+HTTP_REFERENCE = ROOT / "docs" / "reference" / "http.md"
+OPENAPI_REGION = re.compile(r"^<!-- openapi:begin -->\n.*?^<!-- openapi:end -->$", re.M | re.S)
 MATHJAX_URI = "javascripts/vendor/mathjax/"
 MATHJAX_FILES = {"tex-svg.js": "es5/tex-svg.js", "LICENSE": "LICENSE"}
 
@@ -221,8 +225,18 @@ def on_files(files: Any, config: Any, **_: Any) -> Any:
     return files
 
 
+def with_reference(markdown: str) -> str:
+    """``markdown`` with its ``openapi:begin``/``openapi:end`` region rendered afresh (a page
+    without one is returned as it is)."""
+    if not OPENAPI_REGION.search(markdown):
+        return markdown
+    region = f"<!-- openapi:begin -->\n{render_openapi(openapi_document())}<!-- openapi:end -->"
+    return OPENAPI_REGION.sub(lambda _m: region, markdown)
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    if OPENAPI_MARKER.search(markdown):
-        reference = render_openapi(openapi_document())
-        markdown = OPENAPI_MARKER.sub(lambda _m: reference, markdown)
-    return markdown
+    return with_reference(markdown)
+
+
+if __name__ == "__main__":  # python docs/_hooks.py: write the committed HTTP reference again
+    HTTP_REFERENCE.write_text(with_reference(HTTP_REFERENCE.read_text()))

@@ -72,8 +72,10 @@ async def request(
     *,
     headers: dict[str, str] | None = None,
     chunks: int = 1,
+    first: tuple[tuple[str, str], ...] = (),
 ) -> tuple[int, Any, Message]:
-    """POST ``body`` (in ``chunks`` parts) through ``app``; its status, JSON body and scope."""
+    """POST ``body`` (in ``chunks`` parts) through ``app``; its status, JSON body and scope.
+    ``first``: headers sent before the others (a header given twice)."""
     hdrs = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
     hdrs.update(headers or {})
     if chunks == 1:
@@ -88,7 +90,7 @@ async def request(
         "type": "http",
         "method": "POST",
         "path": path,
-        "headers": [(k.encode(), v.encode()) for k, v in hdrs.items() if v],
+        "headers": [(k.encode(), v.encode()) for k, v in [*first, *hdrs.items()] if v],
     }
     sent: list[Message] = []
 
@@ -197,6 +199,26 @@ def test_other_requests_reach_fastapi_with_their_body(
         # The body the fast path read (to bound its nesting) is replayed whole.
         assert inner.seen == [(target, raw)], case
         assert app.routers.metrics.hot("llm").decisions._value.get() == 0
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [(("content-type", "text/plain"),), (("authorization", "Bearer nope"),)],
+    ids=["content-type", "authorization"],
+)
+def test_a_header_given_twice_counts_by_its_first_value_as_fastapi_reads_it(
+    tmp_path: Path, first: tuple[tuple[str, str], ...]
+) -> None:
+    """A first value FastAPI refuses (not JSON, a wrong token) before an ordinary one: the fast
+    path, which read the last value, answered what FastAPI refuses (201 where FastAPI says
+    415 or 401). It hands the request on."""
+
+    async def body(app: FastPath, inner: Inner) -> None:
+        raw = b'{"context": "tech"}'
+        status, _, _ = await request(app, "/v1/routers/llm/decisions", raw, first=first)
+        assert status == 599 and inner.seen == [("/v1/routers/llm/decisions", raw)]
 
     run(tmp_path, body)
 

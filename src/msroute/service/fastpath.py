@@ -250,17 +250,23 @@ class FastPath:
         await self.app(scope, _replay(body, receive), send)
 
     def _ordinary(self, scope: Scope) -> bool:
-        """A JSON body of declared length and an accepted token (else FastAPI answers)."""
-        authorization = ""
-        json_body = sized = False
+        """A JSON body of declared length and an accepted token (else FastAPI answers). A
+        header given twice counts by its first value, as FastAPI reads it."""
+        authorization: str | None = None
+        json_body: bool | None = None
+        sized = False
         for key, value in scope["headers"]:
             if key == b"authorization":
-                authorization = value.decode("latin-1")
+                if authorization is None:
+                    authorization = value.decode("latin-1")
             elif key == b"content-type":
-                json_body = value == b"application/json" or value.startswith(b"application/json;")
+                if json_body is None:
+                    json_body = value == b"application/json" or value.startswith(
+                        b"application/json;"
+                    )
             elif key == b"content-length":
                 sized = True
-        return json_body and sized and self.auth.refusal(authorization) is None
+        return bool(json_body) and sized and self.auth.refusal(authorization or "") is None
 
     @staticmethod
     async def _body(receive: Receive) -> bytes | None:

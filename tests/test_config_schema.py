@@ -54,6 +54,9 @@ def _reproduce(
         ("[fig2]\nshrink = -0.1\n", r"\[fig2\]: shrink == -0\.1, must be in \[0, 1\]"),
         ("[fig2]\nkappa = nan\n", r"\[fig2\]: kappa == nan, must be a finite number"),
         ("[fig2]\neta_mult = inf\n", r"\[fig2\]: eta_mult == inf, must be a finite number"),
+        # subnormal: the sweep ended in a ZeroDivisionError traceback in the projection
+        ("[fig2]\neta_mult = 1e-320\n", r"\[fig2\]: eta_mult == 1e-320 is subnormal \(nonzero"),
+        ("[fig2]\nfraction = 5e-324\n", r"\[fig2\]: fraction == 5e-324 is subnormal"),
         ("[fig2]\neta_mult = '0.1'\n", r"\[fig2\]: eta_mult must be a number, got '0\.1' \(str"),
         ("[fig2]\nhorizon = 1e400\n", r"\[fig2\]: horizon must be an integer, got inf"),
         ("[fig2]\nlevels = ['tight', 'tigth']\n", r"\[fig2\]: unknown level\(s\) \['tigth'\]"),

@@ -354,6 +354,9 @@ def test_paper_defaults():
         ("cucb", {"c": 10**400}, ValueError, r"c == <an integer of 401 digits> is beyond the"),
         ("moe", {"lr": -(10**5000)}, ValueError, r"lr == <an integer of 5001 digits> is beyond"),
         ("omd", {"eta_mult": 10**400}, ValueError, "eta_mult == <an integer of 401 digits>"),
+        # subnormal: a ZeroDivisionError deep in the projection before
+        ("omd", {"eta_mult": 1e-320}, ValueError, r"eta_mult == 1e-320 is subnormal \(nonzero"),
+        ("cbwk", {"dual_step": 5e-324}, ValueError, "dual_step == 5e-324 is subnormal"),
     ],
 )
 def test_bad_hyperparameters_name_the_parameter(name, kwargs, error, match):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,11 @@ UInt64Array = NDArray[np.uint64]
 #: of magnitude below the 1e15 from which their solver (HiGHS) refuses a model, and every sum of
 #: costs finite: 2**63 decisions of M experts at the limit sum to M * 9.2e30.
 COST_MAX = 1e12
+
+#: The smallest positive float of full precision: a positive setting (a step size, a rate)
+#: below it is subnormal, loses its digits and turns into 0 in the first product (a division
+#: by zero deep in a solver), so such settings are refused.
+FLOAT_TINY = sys.float_info.min
 
 #: Tolerance for "sums to one" checks on routing distributions.
 SIMPLEX_ATOL = 1e-8

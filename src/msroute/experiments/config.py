@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from msroute._toml import read_toml
-from msroute._validation import quoted
+from msroute._validation import FLOAT_TINY, quoted
 from msroute.datasets.crowd import DEFAULT_DATASET, check_dataset
 from msroute.errors import ConfigError, InvalidTypeError, InvalidValueError
 from msroute.experiments.protocol import ENVIRONMENTS, LEVELS
@@ -218,6 +218,11 @@ def _check_range(value: float, key: str, low: float, high: float, open_low: bool
     if (value <= low if open_low else value < low) or value > high:
         span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
         raise InvalidValueError(f"{key} == {quoted(value)}, must be in {span}")
+    if 0.0 < abs(value) < FLOAT_TINY:
+        raise InvalidValueError(
+            f"{key} == {quoted(value)} is subnormal "
+            f"(nonzero and below {FLOAT_TINY:.3g}: it has lost digits)"
+        )
 
 
 def with_overrides(config: C, values: Mapping[str, Any], source: str) -> C:

@@ -31,6 +31,7 @@ from msroute._memory import check_memory
 from msroute._seeding import SeedArg
 from msroute._validation import (
     COST_MAX,
+    FLOAT_TINY,
     BoolArray,
     FloatArray,
     IntArray,
@@ -669,4 +670,9 @@ def check_hyper(value: float, name: str, *, low: float = 0.0, strict: bool = Tru
     if not np.isfinite(v) or (v <= low if strict else v < low):
         rel = ">" if strict else ">="
         raise InvalidValueError(f"{name} == {value}, must be a finite number {rel} {low}")
+    if 0.0 < abs(v) < FLOAT_TINY:
+        raise InvalidValueError(
+            f"{name} == {value} is subnormal "
+            f"(nonzero and below {FLOAT_TINY:.3g}: it has lost digits)"
+        )
     return v

@@ -263,6 +263,35 @@ def test_a_request_cut_off_by_bad_bytes_is_not_served_and_the_one_before_is(
     assert _decisions(server) == before + 1
 
 
+@pytest.mark.parametrize("valid", [1, 3])
+def test_a_client_that_half_closes_after_sending_gets_every_answer(
+    server: ServerProcess, valid: int
+) -> None:
+    """A client that ends its side after sending (shutdown of writes; it still reads): each
+    request it sent in full is served and answered, then the connection closes. asyncio closed
+    it at the end of input, and the journaled decisions' answers were lost."""
+    before = _decisions(server)
+    decide = _request("/v1/routers/llm/decisions", b'{"context": "tech"}')
+    with _connect(server) as sock:
+        reader = Reader(sock)
+        sock.sendall(decide * valid)
+        sock.shutdown(socket.SHUT_WR)
+        assert [reader.response()[0] for _ in range(valid)] == [201] * valid
+        assert reader.at_end()
+    assert _decisions(server) == before + valid
+
+
+def test_a_half_close_inside_a_request_ends_the_connection_at_once(server: ServerProcess) -> None:
+    """The end of input cuts a request's body: nothing more can come, so the connection closes
+    without waiting for the read deadline, and nothing was applied."""
+    before = _decisions(server)
+    with _connect(server) as sock:
+        sock.sendall(_request("/v1/routers/llm/decisions", b'{"context": "tech"}')[:-5])
+        sock.shutdown(socket.SHUT_WR)
+        assert _closed_within(sock, 5) == b""
+    assert _decisions(server) == before
+
+
 def test_bytes_that_are_not_http_alone_get_400_at_once(server: ServerProcess) -> None:
     with _connect(server) as sock:
         reader = Reader(sock)

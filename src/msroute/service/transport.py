@@ -26,9 +26,11 @@
   it, whose effects the app may already have committed (a journaled decision), were never sent.
   The guard holds the 400 (a problem document, as every error of the service) and the close
   back until every request read in full before the garbage has been answered, then sends it;
-  nothing after the garbage is read. A request that
-  was cut off by the garbage (its body incomplete) is not served: it ends when the connection
-  closes, as if its client had gone away.
+  nothing after the garbage is read. A request that was cut off by the garbage (its body
+  incomplete) is not served: it ends when the connection closes, as if its client had gone
+  away. So with a client that half-closes its side after sending (the end of its input,
+  ``eof_received``): asyncio closed the connection at once, and the answers of the requests
+  it had sent were lost; the connection now stays open until they are sent.
 
 The app tells the connection where a request stands through ``ReadDeadline``, an ASGI
 middleware: uvicorn starts each request's task inside ``data_received``, so the task inherits a
@@ -165,9 +167,11 @@ class GuardedHttpTools(asyncio.Protocol):
         self._serving = False
         #: Requests of this connection the app has begun and not finished.
         self._in_app = 0
-        #: The answer to bytes that are not HTTP, held until the requests before them
-        #: are answered (None: no such bytes came; empty: sent).
-        self._refusal: bytes | None = None
+        #: The connection ends once every request read in full is answered, with these bytes
+        #: last: the 400 for bytes that are not HTTP, none after the client's end of input
+        #: (None: it goes on). ``_ended``: the close is done.
+        self._ending: bytes | None = None
+        self._ended = False
 
     # asyncio.Protocol --------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:  # uvloop's are not asyncio.Transport
@@ -177,7 +181,7 @@ class GuardedHttpTools(asyncio.Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._refusal is not None:
+        if self._ending is not None:
             return  # after bytes that are not HTTP: nothing more is read
         if self._deadline is None and not self._serving:
             self._arm()  # the first byte of a request
@@ -197,26 +201,38 @@ class GuardedHttpTools(asyncio.Protocol):
                 transport.write(written)
             return
         # uvicorn refused the bytes (its 400) and closed: answer the requests before them
-        # first. Checked at the next turn, once the app has begun the requests just parsed.
-        self._disarm()
-        self._refusal = _REFUSAL
-        self._loop.call_soon(self._send_refusal)
+        # first.
+        self._end(_REFUSAL)
 
-    def _send_refusal(self) -> None:
-        """Send the held refusal and close, once no request read in full is unanswered: none
-        is in the app (but one whose body the garbage cut off, which waits for it in vain) and
-        none waits in uvicorn's pipeline."""
+    def _end(self, last: bytes) -> None:
+        """End the connection once the requests read in full are answered, with ``last``; the
+        check runs at the next turn, once the app has begun the requests just parsed."""
+        self._disarm()
+        if self._ending is None:
+            self._ending = last
+        self._loop.call_soon(self._end_when_answered)
+
+    def _end_when_answered(self) -> None:
+        """Send the last bytes and close, once no request read in full is unanswered: none is
+        in the app (but one whose body was cut off, which waits for it in vain) and none waits
+        in uvicorn's pipeline."""
         transport = self._transport
-        if not self._refusal or transport is None or transport.is_closing():
+        if self._ending is None or self._ended or transport is None or transport.is_closing():
             return
         if self._in_app > _cut_off_in_app(self._inner) or _queued(self._inner):
             return
-        refusal, self._refusal = self._refusal, b""  # sent once; nothing more is read
-        transport.write(refusal)
+        self._ended = True
+        if self._ending:
+            transport.write(self._ending)
         transport.close()
 
-    def eof_received(self) -> None:
+    def eof_received(self) -> bool:
+        """The client will send nothing more (it may still read: a half-close). The transport
+        stays open until the requests it sent in full are answered (asyncio would close it at
+        once, and their answers, their effects committed, were lost)."""
         self._inner.eof_received()
+        self._end(b"")
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -241,10 +257,10 @@ class GuardedHttpTools(asyncio.Protocol):
 
     def request_ended(self) -> None:
         """The app has finished a request (answered it, or raised: uvicorn then answers 500
-        in the same step); a held refusal is sent at the next turn if nothing else waits."""
+        in the same step); an ending connection ends at the next turn if nothing else waits."""
         self._in_app -= 1
-        if self._refusal:
-            self._loop.call_soon(self._send_refusal)
+        if self._ending is not None:
+            self._loop.call_soon(self._end_when_answered)
 
     def request_read(self) -> None:
         """The app has the request's body (or answers without it): waiting is the server's."""

@@ -43,14 +43,15 @@ def _strict_json(text: str) -> Any:
 @pytest.fixture
 def journal(tmp_path: Path) -> Path:
     """A journal with every kind of event but configure: decisions (with and without an
-    eligible set), feedback (with a reported cost, and late), an expiry, an expert added, one
-    repriced and one removed, bounds changed."""
+    eligible set), feedback (with a reported cost, and late), a cost report, an expiry, an
+    expert added, one repriced and one removed, bounds changed."""
     path = tmp_path / "j.db"
     router = Router(CONFIG, journal=path)
     ids = [router.route(context="a", decision_id=f"q{i}").decision_id for i in range(6)]
     router.route(context="b", eligible=["mid", "small"], decision_id="e0")
     router.feedback("q0", 0.5)
     router.feedback("q1", 1.0, cost={"usd": 0.02})
+    assert router.report_cost("q3", {"usd": 0.04}) == "applied"
     router.add_expert("tiny", {"usd": 0.001, "gpu": 0.0})
     router.route(context="b", decision_id="after-add")
     router.set_expert_cost("mid", {"usd": 0.009})
@@ -103,6 +104,9 @@ def test_export_rows_use_the_api_names_and_match_the_schema(
     assert repriced["expert_id"] == "mid" and repriced["cost"] == {"usd": 0.009, "gpu": 0.5}
     reported = next(r for r in rows if r["kind"] == "feedback" and r["decision_id"] == "q1")
     assert reported["cost"] == {"usd": 0.02, "gpu": pytest.approx(reported["cost"]["gpu"])}
+    booked = next(r for r in rows if r["kind"] == "cost")
+    assert booked["decision_id"] == "q3" and booked["cost"]["usd"] == 0.04
+    assert booked["status"] == "applied"
     assert next(r for r in rows if r["kind"] == "add_expert")["cost"] == {"usd": 0.001, "gpu": 0.0}
     assert next(r for r in rows if r["kind"] == "set_bounds")["upper"]["usd"] == 0.025
 

@@ -36,7 +36,6 @@ import numpy as np
 
 from msroute._validation import text_name
 from msroute.errors import (
-    DecisionConflictError,
     InvalidFeedbackError,
     JournalError,
     MSRouteError,
@@ -63,7 +62,7 @@ from msroute.router.inputs import (
     check_reward,
     closed_status,
     decision_cost,
-    same_set,
+    routed_before,
 )
 from msroute.router.journal import Journal, open_journal
 from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
@@ -71,6 +70,7 @@ from msroute.router.state import (
     DEFAULT_OMD_PARAMS,
     AddExpert,
     Configure,
+    CostReport,
     Decide,
     Expire,
     Feedback,
@@ -393,7 +393,7 @@ class Router(Transactional):
         self._check_usable()
         if decision_id is not None:
             text_name(decision_id, "decision_id", InvalidFeedbackError)
-            known = self._lookup(decision_id, context, eligible)
+            known = routed_before(self._journal, self._state, decision_id, context, eligible)
             if known is not None:
                 return known
             check_client_id(decision_id, self._run_id)
@@ -412,53 +412,6 @@ class Router(Transactional):
             # Unmasked decisions of a context share their distribution until the policy learns.
             self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed
-
-    def _lookup(
-        self, did: str, context: str | None, eligible: Sequence[str] | None
-    ) -> RoutedDecision | None:
-        """The decision already routed under this id, read back from the journal (by its
-        indexed id: the router keeps no copy of past decisions, so its memory does not grow
-        with the traffic), or None.
-
-        A repeated id is a retried request: a context or eligible set given with it must be
-        the original one (eligible compared as a set), else ``DecisionConflictError``.
-        """
-        for seq, kind, _, _, payload, blob in self._journal.events_of(did):
-            if kind != "decision":
-                continue
-            if context is not None and context != payload["context"]:
-                raise DecisionConflictError(
-                    f"decision_id {did!r}: already routed with context {payload['context']!r}, "
-                    f"not {context!r}"
-                )
-            if eligible is not None:
-                before = payload["eligible"]
-                if before is None or not same_set(eligible, before):
-                    raise DecisionConflictError(
-                        f"decision_id {did!r}: already routed with eligible "
-                        f"{'all experts' if before is None else before!r}, not {eligible!r}"
-                    )
-            return self._routed_from_event(did, seq, payload, blob)
-        return None
-
-    def _routed_from_event(
-        self, did: str, seq: int, payload: dict[str, Any], blob: bytes | None
-    ) -> RoutedDecision:
-        layout = self._state.layouts[payload["layout"]]
-        props = None
-        if blob is not None:
-            probs = np.frombuffer(blob, dtype=np.float64).tolist()
-            props = {e: p for e, p in zip(layout, probs, strict=True) if p > 0.0}
-        return RoutedDecision(
-            decision_id=did,
-            team=list(payload["team"]),
-            draws=list(payload["draws"]),
-            propensities=props,
-            policy_version=int(payload["version"]),
-            cost=dict(zip(self.config.cost_names, payload["cost"], strict=True)),
-            deadline=float(payload["deadline"]),
-            seq=seq,
-        )
 
     # ------------------------------------------------------------------ feedback
     def feedback(
@@ -520,6 +473,52 @@ class Router(Transactional):
             pending = self._state.pending.get(decision_id)  # it may just have expired
             status = "applied" if pending is not None else closed or "late"
             self._commit_event(Feedback(decision_id, r, c, realized, status), now)
+        return status
+
+    def report_cost(self, decision_id: str, cost: Mapping[str, float] | Sequence[float]) -> str:
+        """Book a decision's realized cost before (or without) its reward (what an LLM call
+        billed, known when its answer arrives): it replaces the decision's current cost (its
+        booking, or the last one reported) in the averages and the pacer's spend at once, so
+        the bounds hold on what calls really cost. A later ``feedback`` learns it unless it
+        reports another.
+
+        Parameters
+        ----------
+        decision_id : str
+        cost : mapping or sequence
+            By cost name (names not given keep the decision's current cost) or a list in
+            cost-name order.
+
+        Returns
+        -------
+        str
+            ``"applied"`` (the decision is pending: it now costs this), ``"late"`` (it was
+            closed: counted in the averages and the spend, not learned) or ``"unchanged"``
+            (the decision already costs this: nothing is written, so a retry is harmless).
+
+        Raises
+        ------
+        UnknownDecisionError
+            The router never issued this id.
+        InvalidFeedbackError
+            An unknown cost name, a negative or non-finite cost (nothing changed).
+        """
+        self._check_usable()
+        if not isinstance(decision_id, str):
+            raise InvalidFeedbackError(f"decision_id: must be a string, got {decision_id!r:.80}")
+        pending = self._state.pending.get(decision_id)
+        realized = decision_cost(self._journal, decision_id) if pending is None else pending.cost
+        if cost is None:
+            raise InvalidFeedbackError("cost: required (by cost name, or in cost-name order)")
+        c = check_cost(cost, realized, self.config.cost_names, self.policy)
+        assert c is not None
+        if np.array_equal(c, realized):
+            return "unchanged"
+        with self._write():
+            now = time.time()
+            self._expire_due(now)  # an expiry closes the decision at the same cost
+            status = "applied" if decision_id in self._state.pending else "late"
+            self._commit_event(CostReport(decision_id, c, realized, status), now)
         return status
 
     def _commit_event(self, event: Given, now: float, policy: BasePolicy | None = None) -> None:

@@ -23,7 +23,8 @@ from msroute.errors import (
 from msroute.policies.base import BasePolicy
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.journal import Journal, MemoryJournal
-from msroute.router.state import RouterState, SetBounds
+from msroute.router.reports import routed_from_event
+from msroute.router.state import RoutedDecision, RouterState, SetBounds
 
 __all__ = [
     "bounds_event",
@@ -36,6 +37,7 @@ __all__ = [
     "check_reward",
     "closed_status",
     "decision_cost",
+    "routed_before",
     "same_set",
 ]
 
@@ -135,12 +137,54 @@ def closed_status(journal: Journal | MemoryJournal, did: str) -> str:
     return "late" if "expire" in kinds else "expert_removed"
 
 
-def decision_cost(journal: Journal | MemoryJournal, did: str) -> FloatArray:
-    """The routed team's cost of a decision that is no longer pending (from the journal)."""
-    for _, kind, _, _, payload, _ in journal.events_of(did):
-        if kind == "decision":
-            return np.array(payload["cost"], dtype=np.float64)
-    raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+def decision_cost(
+    journal: Journal | MemoryJournal, did: str, before: int | None = None
+) -> FloatArray:
+    """The current cost of a decision that is no longer pending, from its journal events (those
+    before event ``before``, all by default): its routed team's cost, replaced by each cost
+    reported since (a cost report, a feedback's cost), the last one standing."""
+    cost = None
+    for seq, kind, _, _, payload, _ in journal.events_of(did):
+        if before is not None and seq >= before:
+            break
+        if kind == "decision" or (kind in ("cost", "feedback") and payload["cost"] is not None):
+            cost = payload["cost"]
+    if cost is None:
+        raise UnknownDecisionError(f"decision_id: unknown decision {did!r}")
+    return np.array(cost, dtype=np.float64)
+
+
+def routed_before(
+    journal: Journal | MemoryJournal,
+    state: RouterState,
+    did: str,
+    context: str | None,
+    eligible: Sequence[str] | None,
+) -> RoutedDecision | None:
+    """The decision already routed under this id, read back from the journal (by its
+    indexed id: the router keeps no copy of past decisions, so its memory does not grow
+    with the traffic), or None.
+
+    A repeated id is a retried request: a context or eligible set given with it must be
+    the original one (eligible compared as a set), else ``DecisionConflictError``.
+    """
+    for seq, kind, _, _, payload, blob in journal.events_of(did):
+        if kind != "decision":
+            continue
+        if context is not None and context != payload["context"]:
+            raise DecisionConflictError(
+                f"decision_id {did!r}: already routed with context {payload['context']!r}, "
+                f"not {context!r}"
+            )
+        if eligible is not None:
+            before = payload["eligible"]
+            if before is None or not same_set(eligible, before):
+                raise DecisionConflictError(
+                    f"decision_id {did!r}: already routed with eligible "
+                    f"{'all experts' if before is None else before!r}, not {eligible!r}"
+                )
+        return routed_from_event(state, did, seq, payload, blob)
+    return None
 
 
 def same_set(given: object, before: list[str]) -> bool:

@@ -22,7 +22,8 @@ Estimates (n = the decisions with a logged reward):
   less often than their level says (measured in ``benchmarks/bench_ope_coverage.py``,
   docs/router.md), and a point estimate resting on a handful of weights is not one.
 
-The same for each cost coordinate (the realized cost, or the cost reported with the feedback).
+The same for each cost coordinate (the realized cost: the one reported with the feedback, else
+the last one reported before it with ``Router.report_cost``, else the routed team's).
 Decisions whose reward never came are left out, which is unbiased only if the reward is missing
 independently of its value.
 """
@@ -268,12 +269,15 @@ def evaluate(
         )
     decisions: dict[str, dict[str, Any]] = {}
     rewards: dict[str, tuple[float, list[float] | None]] = {}
+    reported: dict[str, list[float] | None] = {}
     for e in events:
         kind = e.get("kind")
         if kind == "decision":
             decisions[e["ref"]] = _checked_decision(e, len(names))
         elif kind == "feedback" and e["ref"] not in rewards:
             rewards[e["ref"]] = _checked_feedback(e, len(names))
+        elif kind == "cost" and e["ref"] not in rewards:  # the cost its feedback learns
+            reported[e["ref"]] = _checked_feedback({**e, "reward": 0.0}, len(names))[1]
         elif kind is None:
             raise InvalidValueError(f"an event without a kind: {e!r:.120}")
     used = [d for d in decisions if d in rewards]
@@ -292,7 +296,7 @@ def evaluate(
         w[i] = ratio
         reward, cost = rewards[did]
         r[i] = reward
-        c[i] = e["cost"] if cost is None else cost
+        c[i] = reported.get(did) or e["cost"] if cost is None else cost
     ess = float(w.sum() ** 2 / np.sum(w * w)) if np.any(w > 0) else 0.0
     if ess < min_ess:
         raise UnsupportedEstimateError(

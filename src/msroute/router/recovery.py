@@ -28,6 +28,7 @@ from msroute.router.snapshots import SNAPSHOTS_KEPT, check_snapshot_state, snaps
 from msroute.router.state import (
     AddExpert,
     Configure,
+    CostReport,
     Decide,
     EventMismatch,
     Expire,
@@ -226,6 +227,8 @@ def _pending_from_journal(
                 p.blob, p.blob_layout, shared = blob, int(payload["layout"]), blob
         elif kind in ("feedback", "expire"):
             pending.pop(ref or "", None)
+        elif kind == "cost" and ref in pending:
+            pending[ref].cost = np.array(payload["cost"], dtype=np.float64)
         elif kind == "remove_expert":
             for did in payload["expired"]:
                 pending.pop(did, None)
@@ -269,10 +272,16 @@ def _replay(router: Router, event: JournalEvent) -> None:
         apply(state, SetBounds(dict(payload["upper"]), dict(payload["lower"])), trusted=False)
     elif ref is None:
         raise JournalError(f"{label}: event {seq} ({kind}) has no id")
-    elif kind == "feedback":
+    elif kind in ("feedback", "cost"):
         pending = state.pending.get(ref)
-        realized = pending.cost if pending is not None else decision_cost(router._journal, ref)
+        realized = pending.cost if pending is not None else decision_cost(router._journal, ref, seq)
         cost = None if payload["cost"] is None else np.array(payload["cost"], dtype=np.float64)
+        if kind == "cost":
+            if cost is None or cost.shape != realized.shape:
+                raise EventMismatch(f"reports the cost {payload['cost']!r}: not a cost vector")
+            state.policy.check_cost(cost[None, :])  # as live
+            apply(state, CostReport(ref, cost, realized, payload["status"]), trusted=False)
+            return
         reward = check_reward(payload["reward"], state.config, state.policy)  # as live
         fed = Feedback(ref, reward, cost, realized, payload["status"])
         apply(state, fed, trusted=False)

@@ -9,15 +9,16 @@ import numpy as np
 from msroute.policies.omd import OMDApproachability
 from msroute.router.journal import Journal, MemoryJournal
 from msroute.router.rows import export_row
-from msroute.router.state import RouterState
+from msroute.router.state import RoutedDecision, RouterState
 
-__all__ = ["event_dicts", "export_rows", "summary"]
+__all__ = ["event_dicts", "export_rows", "routed_from_event", "summary"]
 
 
 def summary(st: RouterState, seq: int) -> dict[str, Any]:
     """A JSON-ready summary of a router in state ``st`` whose journal is at ``seq``: counters,
-    the experts and their costs, averages, bounds and the routing distribution q (per context,
-    for an OMD policy)."""
+    the experts and their costs, the realized cost (its time average and the total ``spent``
+    so far, by cost name), bounds and the routing distribution q (per context, for an OMD
+    policy)."""
     cfg = st.config
     names = cfg.cost_names
     avg = st.cost_sum / st.n if st.n else np.zeros(len(names))
@@ -38,6 +39,7 @@ def summary(st: RouterState, seq: int) -> dict[str, Any]:
         "cost_names": list(names),
         "contexts": list(st.contexts),
         "avg_cost": dict(zip(names, avg.tolist(), strict=True)),
+        "spent": dict(zip(names, st.cost_sum.tolist(), strict=True)),
         "bounds": {"upper": dict(cfg.upper), "lower": dict(cfg.lower)},
         "q": None,
         "seq": seq,
@@ -82,3 +84,25 @@ def export_rows(
         )
         for event in journal.events(seq, limit)
     ]
+
+
+def routed_from_event(
+    st: RouterState, did: str, seq: int, payload: dict[str, Any], blob: bytes | None
+) -> RoutedDecision:
+    """The routed decision of a journaled decision event (what a retried request is answered
+    with: the decision as it was made, its cost the routed team's)."""
+    layout = st.layouts[payload["layout"]]
+    props = None
+    if blob is not None:
+        probs = np.frombuffer(blob, dtype=np.float64).tolist()
+        props = {e: p for e, p in zip(layout, probs, strict=True) if p > 0.0}
+    return RoutedDecision(
+        decision_id=did,
+        team=list(payload["team"]),
+        draws=list(payload["draws"]),
+        propensities=props,
+        policy_version=int(payload["version"]),
+        cost=dict(zip(st.config.cost_names, payload["cost"], strict=True)),
+        deadline=float(payload["deadline"]),
+        seq=seq,
+    )

@@ -31,6 +31,7 @@ __all__ = ["ROW_KINDS", "event_of_row", "export_row", "export_rows", "flatten_ro
 ROW_KINDS = (
     "decision",
     "feedback",
+    "cost",
     "expire",
     "add_expert",
     "remove_expert",
@@ -43,6 +44,7 @@ ROW_KINDS = (
 _REF_NAME = {
     "decision": "decision_id",
     "feedback": "decision_id",
+    "cost": "decision_id",
     "expire": "decision_id",
     "add_expert": "expert_id",
     "remove_expert": "expert_id",
@@ -111,7 +113,7 @@ def export_row(
         row["ref"] = ref
     if kind == "decision":
         row.update(_decision(seq, payload, blob, list(experts), names))
-    elif kind in ("feedback", "add_expert", "set_cost"):
+    elif kind in ("feedback", "cost", "add_expert", "set_cost"):
         row.update(payload)
         row["cost"] = _by_name(payload.get("cost"), names)
     else:

@@ -8,8 +8,8 @@ it by one event. Nothing here reads the clock or touches the journal: the live l
 (``msroute.router.recovery``) applies the journal's events to rebuild the state, so each
 transition exists once and a replayed journal gives the state of a router that never stopped.
 
-The events, one class per journal kind: ``Decide`` ("decision"), ``Feedback``, ``Expire``,
-``AddExpert``, ``RemoveExpert``, ``SetCost``, ``SetBounds`` and ``Configure``.
+The events, one class per journal kind, are values of ``msroute.router.events`` (re-exported
+here).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +35,21 @@ from msroute.policies.omd import OMDApproachability
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.problem import Constraints, Problem
 from msroute.router.config import RouterConfig
+from msroute.router.events import (
+    AddExpert,
+    Change,
+    Configure,
+    CostReport,
+    Decide,
+    Event,
+    Expire,
+    Feedback,
+    Given,
+    RemoveExpert,
+    RoutedDecision,
+    SetBounds,
+    SetCost,
+)
 from msroute.router.pending import Pending
 from msroute.router.streams import DecisionStreams
 
@@ -43,6 +58,7 @@ __all__ = [
     "TEAM_OMD_PARAMS",
     "AddExpert",
     "Configure",
+    "CostReport",
     "Decide",
     "Event",
     "EventMismatch",
@@ -59,178 +75,6 @@ __all__ = [
     "legacy_policy_kwargs",
     "policy_kwargs",
 ]
-
-
-@dataclass(frozen=True)
-class RoutedDecision:
-    """One routed query.
-
-    Attributes
-    ----------
-    decision_id : str
-        The id to send feedback with.
-    team : list of str
-        The distinct routed experts, in draw order.
-    draws : list of str
-        The M draws (ids; a multinomial policy may draw an expert more than once).
-    propensities : dict of str -> float, or None
-        The distribution the draws were sampled from (after the eligibility mask; experts with
-        probability 0 left out), or None for policies without a closed form.
-    policy_version : int
-        How many times the policy had learned (or changed experts) before this decision.
-    cost : dict of str -> float
-        The realized cost of the team by cost name (each distinct expert counted once).
-    deadline : float
-        Unix time at which the decision expires: a feedback at or after it is late (the
-        decision is expired at its deadline, not after it).
-    seq : int
-        The journal sequence number of the decision.
-    """
-
-    decision_id: str
-    team: list[str]
-    draws: list[str]
-    propensities: dict[str, float] | None
-    policy_version: int
-    cost: dict[str, float]
-    deadline: float
-    seq: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: decision_id, team, draws, propensities, policy_version, cost, deadline."""
-        return {
-            "decision_id": self.decision_id,
-            "team": list(self.team),
-            "draws": list(self.draws),
-            "propensities": None if self.propensities is None else dict(self.propensities),
-            "policy_version": self.policy_version,
-            "cost": dict(self.cost),
-            "deadline": self.deadline,
-        }
-
-
-# ---------------------------------------------------------------------- events
-@dataclass(frozen=True, slots=True)
-class Decide:
-    """Route query ``n = state.n`` (context and eligible set already resolved by
-    ``RouterState.context_index`` and ``RouterState.eligible_mask``); ``deadline`` None is
-    ``now + feedback_ttl_s``, a replayed decision gives the journaled one."""
-
-    kind: ClassVar[str] = "decision"
-    ref: str
-    context: int | None
-    mask: np.ndarray | None
-    now: float
-    seq: int
-    deadline: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Feedback:
-    """The outcome of decision ``ref``: learned while it is pending (``status`` "applied"),
-    else only counted ("late", "expert_removed", and a journaled "duplicate" never
-    exists). ``cost`` (None: the routed team's) replaces ``realized`` in the averages."""
-
-    kind: ClassVar[str] = "feedback"
-    ref: str
-    reward: float
-    cost: FloatArray | None
-    realized: FloatArray
-    status: str
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        cost = None if self.cost is None else self.cost.tolist()
-        return {"reward": self.reward, "cost": cost, "status": self.status}
-
-
-@dataclass(frozen=True, slots=True)
-class Expire:
-    """Pending decision ``ref`` reached its deadline; ``reward`` None drops its missing
-    reward, a number is learned in its place (``on_missing``)."""
-
-    kind: ClassVar[str] = "expire"
-    ref: str
-    reward: float | None
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return {"reward": self.reward}
-
-
-@dataclass(frozen=True, slots=True)
-class AddExpert:
-    """A new expert with this cost vector (in cost-name order)."""
-
-    kind: ClassVar[str] = "add_expert"
-    ref: str
-    cost: list[float]
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return {"cost": list(self.cost)}
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveExpert:
-    """Remove expert ``ref``; ``expired``: the pending decisions that routed to it, closed."""
-
-    kind: ClassVar[str] = "remove_expert"
-    ref: str
-    expired: list[str]
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return {"expired": list(self.expired)}
-
-
-@dataclass(frozen=True, slots=True)
-class SetCost:
-    """Expert ``ref``'s new cost vector (in cost-name order): its price from the next decision
-    on; the policy keeps what it learned about it."""
-
-    kind: ClassVar[str] = "set_cost"
-    ref: str
-    cost: list[float]
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return {"cost": list(self.cost)}
-
-
-@dataclass(frozen=True, slots=True)
-class SetBounds:
-    """The whole new bounds on the time-averaged realized costs, by cost name."""
-
-    kind: ClassVar[str] = "set_bounds"
-    upper: dict[str, float]
-    lower: dict[str, float]
-    ref: None = None
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return {"upper": dict(self.upper), "lower": dict(self.lower)}
-
-
-@dataclass(frozen=True, slots=True)
-class Configure:
-    """New values of configuration keys that change no other state (``feedback_ttl_s``,
-    ``on_missing``...; None removes a key)."""
-
-    kind: ClassVar[str] = "configure"
-    settings: dict[str, Any]
-    ref: None = None
-
-    def payload(self) -> dict[str, Any]:
-        """The journal event's fields."""
-        return dict(self.settings)
-
-
-Event = Decide | Feedback | Expire | AddExpert | RemoveExpert | SetCost | SetBounds | Configure
-#: The events that the live layer journals as given (a decision's fields are derived).
-Given = Feedback | Expire | AddExpert | RemoveExpert | SetCost | SetBounds | Configure
-#: The events that change the experts, their costs or the bounds, and with them the policy.
-Change = AddExpert | RemoveExpert | SetCost | SetBounds
 
 
 # ---------------------------------------------------------------------- state
@@ -536,13 +380,15 @@ def apply(
     Raises
     ------
     EventMismatch
-        A ``Feedback`` whose status disagrees with the pending set, or an ``Expire`` of a
-        decision that is not pending.
+        A ``Feedback`` or ``CostReport`` whose status disagrees with the pending set, or an
+        ``Expire`` of a decision that is not pending.
     """
     if isinstance(event, Decide):
         return _decide(state, event)
     if isinstance(event, Feedback):
         _feedback(state, event, trusted)
+    elif isinstance(event, CostReport):
+        _cost_report(state, event)
     elif isinstance(event, Expire):
         _expire(state, event, trusted)
     elif isinstance(event, Configure):
@@ -630,6 +476,24 @@ def _feedback(state: RouterState, event: Feedback, trusted: bool) -> None:
     learn(state.decision_of(pending), np.array([event.reward]), learned[None, :])
     state.applied += 1
     state.version += 1
+
+
+def _cost_report(state: RouterState, event: CostReport) -> None:
+    pending = state.pending.get(event.ref)
+    if (pending is None) != (event.status != "applied"):
+        raise EventMismatch(
+            f"cost status {event.status!r} of {event.ref!r} disagrees: the decision is "
+            f"{'not ' if pending is None else ''}pending"
+        )
+    state.cost_sum += event.cost - event.realized
+    # The pacer's spend takes the report now; an open decision stays open until it closes.
+    state.policy.settle(event.realized[None, :], event.cost[None, :], was_open=False)
+    if pending is None:
+        return
+    pending.cost = event.cost
+    decision = pending.decision
+    if decision is not None and decision.cost is not None:  # booked now at the report
+        pending.decision = dataclasses.replace(decision, cost=event.cost[None, :].copy())
 
 
 def _expire(state: RouterState, event: Expire, trusted: bool) -> None:

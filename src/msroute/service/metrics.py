@@ -93,6 +93,12 @@ class ServiceMetrics:
             "Time-averaged realized cost per decision, by cost name.",
             ("router", "cost"),
         )
+        self.spent = self._family(
+            Gauge,
+            "spent",
+            "Total realized cost since the router started, by cost name (dollars for usd).",
+            ("router", "cost"),
+        )
         self.bound = self._family(
             Gauge,
             "cost_bound",
@@ -143,6 +149,8 @@ class ServiceMetrics:
         self.policy_version.labels(router).set(state["policy_version"])
         for cost, value in state["avg_cost"].items():
             self.avg_cost.labels(router, cost).set(value)
+        for cost, value in state["spent"].items():
+            self.spent.labels(router, cost).set(value)
         bounds = {
             (cost, side): value
             for side in ("upper", "lower")

@@ -640,15 +640,17 @@ class Journal(EventLog):
         journal cannot have written (edited by hand) is a JournalError naming the event."""
         try:
             decoded = json.loads(payload)  # type: ignore[arg-type]
-            if not isinstance(decoded, dict) or not isinstance(kind, str):
-                raise TypeError("its kind is not text, or its payload not a JSON object")
-            if not isinstance(ref, str | None) or not isinstance(probs, bytes | None):
-                raise TypeError("its id is not text, or its distribution not bytes")
-            return int(seq), kind, ref, float(time), decoded, probs  # type: ignore[arg-type]
+            at = float(time)  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:
-            raise JournalError(
-                f"{self.label}: event {seq}: not an event the journal wrote ({exc})"
-            ) from exc
+            wrong = str(exc)
+        else:
+            if isinstance(decoded, dict) and isinstance(kind, str):
+                if isinstance(ref, str | None) and isinstance(probs, bytes | None):
+                    return int(seq), kind, ref, at, decoded, probs
+                wrong = "its id is not text, or its distribution not bytes"
+            else:
+                wrong = "its kind is not text, or its payload not a JSON object"
+        raise JournalError(f"{self.label}: event {seq}: not an event the journal wrote ({wrong})")
 
     def _unfolded_event(self, row: Row, folded: int, unfolded: Sequence[Row]) -> Event:
         """An unfolded row as ``events`` yields it: the payload decoded, the distribution

@@ -49,6 +49,10 @@ class ServerProcess:
         How long :meth:`start` waits for ``/healthz``.
     log : path or None
         File that receives the server's output (default: discarded).
+    command : str
+        The ``msroute`` command that serves: ``serve``, or ``gateway``.
+    env : mapping or None
+        More environment variables for the child (an upstream's key).
     """
 
     def __init__(
@@ -60,6 +64,8 @@ class ServerProcess:
         port: int | None = None,
         startup_s: float = 30.0,
         log: str | Path | None = None,
+        command: str = "serve",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.config = Path(config)
         self.data_dir = Path(data_dir)
@@ -68,6 +74,8 @@ class ServerProcess:
         self.startup_s = startup_s
         self.log = None if log is None else Path(log)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.command_name = command
+        self.extra_env = dict(env or {})
 
     @property
     def url(self) -> str:
@@ -95,8 +103,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"msroute serve exited with code {self.proc.returncode} during startup"
-                    + (f"; log: {self.log}" if self.log else "")
+                    f"msroute {self.command_name} exited with code {self.proc.returncode} "
+                    "during startup" + (f"; log: {self.log}" if self.log else "")
                 )
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=1.0) as resp:
@@ -105,13 +113,15 @@ class ServerProcess:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.05)
         self.kill()
-        raise TimeoutError(f"msroute serve did not answer /healthz within {self.startup_s} s")
+        raise TimeoutError(
+            f"msroute {self.command_name} did not answer /healthz within {self.startup_s} s"
+        )
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The child's argv and environment (the token travels in the environment only)."""
-        env = dict(os.environ)
+        env = {**os.environ, **self.extra_env}
         env.pop("MSROUTE_TOKEN", None)
-        cmd = [sys.executable, "-m", "msroute.cli", "serve", "--config", str(self.config)]
+        cmd = [sys.executable, "-m", "msroute.cli", self.command_name, "--config", str(self.config)]
         cmd += ["--data-dir", str(self.data_dir), "--host", HOST, "--port", str(self.port)]
         if self.token is None:
             cmd.append("--no-auth")

@@ -22,7 +22,7 @@ from msroute import _version
 from msroute.errors import MSRouteError, MSRouteWarning
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("reproduce", "run", "bench", "data", "journal", "serve")
+COMMANDS: tuple[str, ...] = ("reproduce", "run", "bench", "data", "journal", "serve", "gateway")
 
 
 class _Parser(argparse.ArgumentParser):

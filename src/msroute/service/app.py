@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import Depends, FastAPI, Query
 from fastapi import Path as PathParam
@@ -54,7 +54,7 @@ from msroute.service.problems import PROBLEM_JSON, install_problem_handlers, pro
 from msroute.service.routers import ServedRouters
 from msroute.service.transport import ReadDeadline
 
-__all__ = ["create_app"]
+__all__ = ["AppExtension", "create_app"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +67,20 @@ MAX_SEQ = 2**63 - 1
 #: The statuses every endpoint with a JSON body can answer besides its own: 400 (not JSON, or
 #: nested too deeply), 413 (too long), 415 (not sent as JSON), 422 (does not match the schema).
 BODY_ERRORS = (400, 413, 415, 422)
+
+
+class AppExtension(Protocol):
+    """More endpoints on the service's app (``msroute gateway``'s), behind the same auth,
+    limits and metrics, started after the routers and stopped before them."""
+
+    def install(self, app: FastAPI, auth: DependsParam, service: ServedRouters) -> None:
+        """Declare the extension's routes on ``app`` (``auth``: the token dependency)."""
+
+    async def start(self, service: ServedRouters) -> None:
+        """Start what the routes need, once the routers are open."""
+
+    async def stop(self) -> None:
+        """Stop it, before the routers close."""
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -98,7 +112,11 @@ class _Protected:
 
 
 def create_app(
-    config: ServiceConfig, *, token: str | None, routers: ServedRouters | None = None
+    config: ServiceConfig,
+    *,
+    token: str | None,
+    routers: ServedRouters | None = None,
+    extension: AppExtension | None = None,
 ) -> ASGIApp:
     """Build the HTTP app serving the routers of ``config``.
 
@@ -114,6 +132,8 @@ def create_app(
         The routers of ``config``, already started (``msroute.service.serve`` opens them
         before it binds a port, so that a router that cannot open is an error on the command
         line); by default the app's lifespan starts them.
+    extension : AppExtension, optional
+        More endpoints, installed after the service's own (``msroute gateway``).
 
     Returns
     -------
@@ -132,7 +152,14 @@ def create_app(
         try:
             if not service.started:
                 await service.start()
-            yield
+            if extension is None:
+                yield
+            else:
+                await extension.start(service)
+                try:
+                    yield
+                finally:
+                    await extension.stop()
         finally:
             await service.stop()
 
@@ -334,6 +361,9 @@ def create_app(
             return r.set_expert_cost(expert_id, dict(body.cost))
 
         return {"id": expert_id, "cost": await service.call(name, apply)}
+
+    if extension is not None:
+        extension.install(app, Depends(auth), service)
 
     # Outside FastAPI's own layers, so that the requests the fast path answers are capped and
     # timed too. The fast path recognizes its two requests by these routes' own matching.

@@ -273,6 +273,7 @@ class RouterSummary(BaseModel):
                     "cost_names": ["usd"],
                     "contexts": [],
                     "avg_cost": {"usd": 0.0021},
+                    "spent": {"usd": 2.52},
                     "bounds": {"upper": {"usd": 0.0025}, "lower": {}},
                     "q": {"frontier-mini": 0.45, "self-hosted-8b": 0.55},
                     "seq": 2391,
@@ -299,6 +300,9 @@ class RouterSummary(BaseModel):
     contexts: list[str] = Field(description="The context names (empty: none).")
     avg_cost: dict[str, float] = Field(
         description="Time-averaged realized cost per decision, by cost name."
+    )
+    spent: dict[str, float] = Field(
+        description="Total realized cost since the router started, by cost name."
     )
     bounds: Bounds = Field(description="The bounds on the time-averaged cost now enforced.")
     q: dict[str, float] | None = Field(

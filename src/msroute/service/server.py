@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from msroute.errors import ConfigError
-from msroute.service.app import create_app
+from msroute.service.app import AppExtension, create_app
 from msroute.service.auth import check_start
 from msroute.service.config import ServiceConfig
 from msroute.service.routers import ServedRouters
@@ -87,6 +87,7 @@ def serve(
     no_auth: bool = False,
     graceful_s: int = 10,
     log_level: str = "info",
+    extension: AppExtension | None = None,
 ) -> None:
     """Serve the routers of ``config`` over HTTP until the process is told to stop.
 
@@ -104,6 +105,8 @@ def serve(
         On SIGTERM, how long in-flight requests may take to finish.
     log_level : str
         Level of the server's log lines (one line per router on start).
+    extension : AppExtension, optional
+        More endpoints on the same app (``msroute gateway``'s).
 
     Raises
     ------
@@ -118,18 +121,23 @@ def serve(
     logging.getLogger("msroute").setLevel(log_level.upper())
     sock = bind(host, port)
     try:
-        _run(_serve(config, sock, required, graceful_s, log_level))
+        _run(_serve(config, sock, required, graceful_s, log_level, extension))
     finally:
         sock.close()
 
 
 async def _serve(
-    config: ServiceConfig, sock: socket.socket, token: str | None, graceful_s: int, log_level: str
+    config: ServiceConfig,
+    sock: socket.socket,
+    token: str | None,
+    graceful_s: int,
+    log_level: str,
+    extension: AppExtension | None,
 ) -> None:
     routers = ServedRouters(config)
     await routers.start()  # the app's lifespan closes them (at shutdown, or if startup fails)
     try:
-        app = create_app(config, token=token, routers=routers)
+        app = create_app(config, token=token, routers=routers, extension=extension)
         collect_for_serving()
         server = uvicorn.Server(
             uvicorn.Config(

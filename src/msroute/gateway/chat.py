@@ -1,0 +1,420 @@
+"""``POST /v1/chat/completions``: route the query, call the team's upstreams, book what it cost.
+
+One request is one decision of the router its model names (``msroute/<router>``), journaled
+before any upstream is called. Every member of the team gets the request (with its own model);
+a team of one answers with its upstream's answer as it came (a stream passes through as
+server-sent events), a team of several with one choice per member, in draw order (a stream
+merges the members' events, each choice's ``index`` moved to the member's place).
+
+Each member's cost is its ``usage`` times its prices (``msroute.gateway.prices``); the team's
+is their sum (a team pays every member), booked on the decision with ``Router.report_cost``
+before the answer is sent (a stream: as soon as it ends), so the router's bounds hold on what
+calls really cost. A member that timed out is booked at its configured cost (its usage never
+came; it may have been billed), one that answered an error at the usage that error reports (else
+nothing), one that answered without a usage at its configured cost. An upstream failure answers
+502 (504 for a timeout) in the OpenAI error format, after the booking; with the router's
+``upstream_error_reward`` set, the booking is a feedback with that reward instead. The call and
+its booking run on even if the client goes away, so what was billed is booked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from msroute.errors import InvalidFeedbackError, MSRouteError
+from msroute.gateway.config import USD, GatewayRouter, Upstream
+from msroute.gateway.metrics import GatewayMetrics
+from msroute.gateway.models import ChatRequest
+from msroute.gateway.prices import Usage
+from msroute.gateway.upstream import Answer, Stream, UpstreamFailure, Upstreams, upstream_body
+from msroute.service.models import DecisionRequest, FeedbackRequest
+from msroute.service.routers import ServedRouters
+
+__all__ = ["MODEL_PREFIX", "ChatHandler", "TextContext", "openai_error", "prompt_text"]
+
+_log = logging.getLogger("msroute.gateway")
+
+#: The model names that pick a router: ``msroute/<router>``.
+MODEL_PREFIX = "msroute/"
+#: A text featurizer: (router name, the prompt's text) -> a context name, or None.
+TextContext = Callable[[str, str], str | None]
+_ERROR_TYPE = {400: "invalid_request_error", 404: "invalid_request_error", 502: "upstream_error"}
+_ERROR_TYPE |= {503: "service_unavailable", 504: "timeout"}
+
+
+def openai_error(
+    status: int, message: str, *, code: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """An error in the OpenAI format, ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = _ERROR_TYPE.get(status, "api_error")
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the last user message (its text parts joined), what a text featurizer reads."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+            return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def decision_headers(decision_id: str, team: Sequence[str]) -> dict[str, str]:
+    """The headers naming a decision and its team (expert ids percent-encoded where needed)."""
+    members = ",".join(quote(e, safe="-._~:@!$&'()*+;=") for e in team)
+    return {"x-msroute-decision-id": decision_id, "x-msroute-team": members}
+
+
+class ChatHandler:
+    """The chat completion endpoint of a gateway (see the module docstring)."""
+
+    def __init__(
+        self,
+        service: ServedRouters,
+        routers: Mapping[str, GatewayRouter],
+        upstreams: Upstreams,
+        metrics: GatewayMetrics,
+        text_context: TextContext | None,
+    ) -> None:
+        self.service = service
+        self.routers = routers
+        self.upstreams = upstreams
+        self.metrics = metrics
+        self.text_context = text_context
+        #: Bookings of streams that ended (awaited when the gateway stops).
+        self.tasks: set[asyncio.Task[Any]] = set()
+        #: Each router's booking of each expert, in dollars.
+        self.booked = {
+            name: {e: float(c[USD]) for e, c in service.config.routers[name]["experts"].items()}
+            for name, gw in routers.items()
+            if gw.upstreams
+        }
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            data = json.loads(await request.body())
+            chat = ChatRequest.model_validate(data)
+        except ValueError as exc:  # not JSON, or not a chat request (ValidationError)
+            return openai_error(400, _invalid(exc))
+        name = chat.model.removeprefix(MODEL_PREFIX)
+        gw = self.routers.get(name) if chat.model.startswith(MODEL_PREFIX) else None
+        if gw is None or not gw.upstreams:
+            known = sorted(MODEL_PREFIX + n for n, g in self.routers.items() if g.upstreams)
+            return openai_error(
+                404,
+                f"model {chat.model!r}: not a router of this gateway; known: {known}",
+                code="model_not_found",
+            )
+        try:
+            decision = await self._route(name, chat)
+        except ValidationError as exc:
+            return openai_error(400, _invalid(exc))
+        except MSRouteError as exc:  # a value the router refuses, or a journal it cannot write
+            status = 400 if isinstance(exc, ValueError) else 503
+            return openai_error(status, self.service.redact(str(exc)))
+        did, team = decision["decision_id"], list(decision["team"])
+        headers = decision_headers(did, team)
+        body = {k: v for k, v in data.items() if k != "msroute"}
+        work = (
+            self._stream(name, gw, did, team, body, headers)
+            if chat.stream
+            else (self._complete(name, gw, did, team, body, headers))
+        )
+        # The calls and the booking go on if the client leaves: what was billed is booked.
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _route(self, name: str, chat: ChatRequest) -> dict[str, Any]:
+        options = chat.msroute
+        context = None if options is None else options.context
+        if context is None and self.text_context is not None:
+            context = self.text_context(name, prompt_text(chat.messages))
+        contexts = self.service.config.routers[name].get("contexts")
+        if context is None and contexts:
+            raise InvalidFeedbackError(
+                f"router {name!r} routes by context: give extra_body={{'msroute': {{'context': "
+                f"...}}}} with one of {list(contexts)}"
+            )
+        request = DecisionRequest(
+            context=context,
+            eligible=None if options is None else options.eligible,
+            decision_id=f"{name}:{secrets.token_hex(10)}",
+        )
+        return await self.service.decide(name, request)
+
+    # ------------------------------------------------------------------ whole answers
+    async def _complete(
+        self,
+        name: str,
+        gw: GatewayRouter,
+        did: str,
+        team: list[str],
+        body: dict[str, Any],
+        headers: dict[str, str],
+    ) -> Response:
+        ups = [gw.upstreams[e] for e in team]
+        results = await asyncio.gather(
+            *(self.upstreams.complete(u, upstream_body(body, u, False)) for u in ups),
+            return_exceptions=True,
+        )
+        usd = sum(self._member_cost(name, e, r) for e, r in zip(team, results, strict=True))
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        refused = await self.book(name, gw, did, usd, failure is not None, headers)
+        if failure is not None and not isinstance(failure, UpstreamFailure):
+            raise failure  # a bug: the server logs it; the call is booked
+        if refused is not None:
+            return refused
+        if isinstance(failure, UpstreamFailure):
+            return openai_error(failure.status, failure.message, headers=headers)
+        answers = [r for r in results if isinstance(r, Answer)]
+        if len(answers) == 1:
+            return JSONResponse(answers[0].body, headers=headers)
+        return JSONResponse(_team_answer(name, did, answers), headers=headers)
+
+    def _member_cost(self, name: str, expert: str, result: object) -> float:
+        """The dollars one member's call is booked at (module docstring), counted in the metrics."""
+        booked = self.booked[name][expert]
+        upstream = self.routers[name].upstreams[expert]
+        if isinstance(result, Answer):
+            self.metrics.seconds.labels(name, expert).observe(result.seconds)
+            outcome = "ok" if result.usage is not None else "no_usage"
+            return self.count(name, upstream, outcome, result.usage, booked)
+        if isinstance(result, UpstreamFailure):
+            outcome, fallback = ("timeout", booked) if result.timed_out else ("error", 0.0)
+            return self.count(name, upstream, outcome, result.usage, fallback)
+        return self.count(name, upstream, "error", None, booked)
+
+    def count(
+        self, name: str, upstream: Upstream, outcome: str, usage: Usage | None, fallback: float
+    ) -> float:
+        usd = fallback if usage is None else upstream.prices.usd(usage)
+        self.metrics.call(name, upstream.expert, outcome, usd, usage)
+        return usd
+
+    async def book(
+        self,
+        name: str,
+        gw: GatewayRouter,
+        did: str,
+        usd: float,
+        failed: bool,
+        headers: Mapping[str, str],
+    ) -> Response | None:
+        """Book the team's dollars on the decision (a feedback with the configured reward for
+        a failed call); the error to answer when the journal refuses it, else None."""
+        try:
+            if failed and gw.upstream_error_reward is not None:
+                request = FeedbackRequest(reward=gw.upstream_error_reward, cost={USD: usd})
+                await self.service.feedback(name, did, request)
+            else:
+                await self.service.call(name, lambda r: r.report_cost(did, {USD: usd}))
+        except MSRouteError as exc:
+            _log.error("router %s: cannot book decision %s at $%.6g: %s", name, did, usd, exc)
+            return openai_error(
+                503,
+                f"the call's cost could not be journaled: {self.service.redact(str(exc))}",
+                headers=headers,
+            )
+        return None
+
+    # ------------------------------------------------------------------ streams
+    async def _stream(
+        self,
+        name: str,
+        gw: GatewayRouter,
+        did: str,
+        team: list[str],
+        body: dict[str, Any],
+        headers: dict[str, str],
+    ) -> Response:
+        ups = [gw.upstreams[e] for e in team]
+        opened = await asyncio.gather(
+            *(self.upstreams.stream(u, upstream_body(body, u, True)) for u in ups),
+            return_exceptions=True,
+        )
+        failure = next((r for r in opened if isinstance(r, BaseException)), None)
+        if failure is not None:
+            for r in opened:
+                if isinstance(r, Stream):
+                    await r.close()
+            usd = sum(self._member_cost(name, e, r) for e, r in zip(team, opened, strict=True))
+            refused = await self.book(name, gw, did, usd, True, headers)
+            if not isinstance(failure, UpstreamFailure):
+                raise failure
+            return refused or openai_error(failure.status, failure.message, headers=headers)
+        streams = [r for r in opened if isinstance(r, Stream)]
+        options = body.get("stream_options")
+        wants_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        n = body.get("n")
+        per_member = n if isinstance(n, int) and n > 1 else 1
+        relay = _Relay(self, name, gw, did, streams, wants_usage, per_member, headers)
+        return StreamingResponse(relay.events(), media_type="text/event-stream", headers=headers)
+
+
+class _Relay:
+    """The server-sent events of a streamed answer, and its booking when it ends."""
+
+    def __init__(
+        self,
+        handler: ChatHandler,
+        name: str,
+        gw: GatewayRouter,
+        did: str,
+        streams: list[Stream],
+        wants_usage: bool,
+        n: int,
+        headers: Mapping[str, str],
+    ) -> None:
+        self.handler, self.name, self.gw, self.did = handler, name, gw, did
+        self.streams, self.wants_usage, self.n, self.headers = streams, wants_usage, n, headers
+        self.failure: UpstreamFailure | None = None
+        self.finished = [False] * len(streams)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            source = self._one() if len(self.streams) == 1 else self._merged()
+            async for event in source:
+                yield b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+            if self.failure is None:
+                if self.wants_usage and len(self.streams) > 1:
+                    yield b"data: " + json.dumps(self._usage_chunk()).encode() + b"\n\n"
+                yield b"data: [DONE]\n\n"
+            else:
+                error = {"error": {"message": self.failure.message, "type": "upstream_error"}}
+                yield b"data: " + json.dumps(error).encode() + b"\n\n"
+        finally:
+            # Booked in a task of its own: this generator may be closed by a client that left.
+            task = asyncio.ensure_future(self._settle())
+            self.handler.tasks.add(task)
+            task.add_done_callback(self.handler.tasks.discard)
+
+    async def _one(self) -> AsyncIterator[dict[str, Any]]:
+        stream = self.streams[0]
+        try:
+            async for event in stream.events():
+                if event is None:
+                    self.finished[0] = True
+                    return
+                if event.get("choices") == [] and event.get("usage") and not self.wants_usage:
+                    continue  # the usage chunk the gateway asked for, not the client
+                yield event
+            self.finished[0] = True
+        except UpstreamFailure as exc:
+            self.failure = exc
+
+    async def _merged(self) -> AsyncIterator[dict[str, Any]]:
+        queue: asyncio.Queue[tuple[int, dict[str, Any] | UpstreamFailure | None]] = asyncio.Queue()
+
+        async def pump(i: int, stream: Stream) -> None:
+            try:
+                async for event in stream.events():
+                    await queue.put((i, event))
+                    if event is None:
+                        return
+                await queue.put((i, None))
+            except UpstreamFailure as exc:
+                await queue.put((i, exc))
+
+        pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(self.streams)]
+        try:
+            left = len(self.streams)
+            while left:
+                i, event = await queue.get()
+                if isinstance(event, UpstreamFailure):
+                    self.failure = event
+                    return
+                if event is None:
+                    self.finished[i] = True
+                    left -= 1
+                    continue
+                choices = event.get("choices")
+                if not choices:
+                    continue  # a member's usage chunk: the team's comes at the end
+                for choice in choices:
+                    if isinstance(choice, dict):
+                        choice["index"] = i * self.n + int(choice.get("index") or 0)
+                        choice["msroute_expert"] = self.streams[i].expert
+                yield event
+        finally:
+            for pump_task in pumps:
+                pump_task.cancel()
+
+    def _usage_chunk(self) -> dict[str, Any]:
+        total = Usage(0, 0)
+        for stream in self.streams:
+            if stream.usage is not None:
+                total = total + stream.usage
+        return {
+            "id": self.did,
+            "object": "chat.completion.chunk",
+            "model": MODEL_PREFIX + self.name,
+            "choices": [],
+            "usage": total.to_openai(),
+        }
+
+    async def _settle(self) -> None:
+        """Close the streams, then book each member: its usage, else (a stream cut short,
+        or one that reported none) its configured cost."""
+        for stream in self.streams:
+            await stream.close()
+        usd = 0.0
+        for done, stream in zip(self.finished, self.streams, strict=True):
+            upstream = self.gw.upstreams[stream.expert]
+            booked = self.handler.booked[self.name][stream.expert]
+            if stream.usage is not None:
+                outcome = "ok" if done else "error"
+            else:
+                outcome = "no_usage" if done else "error"
+            usd += self.handler.count(self.name, upstream, outcome, stream.usage, booked)
+        await self.handler.book(
+            self.name, self.gw, self.did, usd, self.failure is not None, self.headers
+        )
+
+
+def _team_answer(name: str, did: str, answers: list[Answer]) -> dict[str, Any]:
+    """One chat completion with each member's choices, in draw order, and the team's usage."""
+    choices: list[dict[str, Any]] = []
+    total = Usage(0, 0)
+    for answer in answers:
+        for choice in answer.body.get("choices", []):
+            if isinstance(choice, dict):
+                choices.append({**choice, "index": len(choices), "msroute_expert": answer.expert})
+        if answer.usage is not None:
+            total = total + answer.usage
+    created = next((a.body.get("created") for a in answers if "created" in a.body), 0)
+    return {
+        "id": did,
+        "object": "chat.completion",
+        "created": created,
+        "model": MODEL_PREFIX + name,
+        "choices": choices,
+        "usage": total.to_openai(),
+    }
+
+
+def _invalid(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errors = exc.errors()
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', '')}"
+            for e in errors
+        )
+    return "body: not valid JSON"

@@ -1,0 +1,88 @@
+"""The request bodies of the gateway's own endpoints (pydantic models: its OpenAPI schema).
+
+The chat request is OpenAI's: everything but ``model`` and the gateway's ``msroute`` options
+passes to the upstreams as sent (``extra`` allowed). The feedback, cost and score bodies are
+strict, as the service's are (``msroute.service.models``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from msroute.service.models import STRICT, Cost, Finite, Ident
+
+__all__ = ["ChatOptions", "ChatRequest", "CostRequest", "GatewayFeedback", "Score"]
+
+
+class ChatOptions(BaseModel):
+    """What the gateway takes from ``extra_body={"msroute": {...}}``."""
+
+    model_config = STRICT
+
+    context: str | None = Field(
+        None, max_length=128, description="The query's context (routers with contexts)."
+    )
+    eligible: list[Ident] | None = Field(
+        None, min_length=1, max_length=100_000, description="Only these experts may answer."
+    )
+
+
+class ChatRequest(BaseModel):
+    """An OpenAI chat completion request whose ``model`` is ``msroute/<router>``."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "msroute/chat",
+                    "messages": [{"role": "user", "content": "Summarize RFC 9457."}],
+                    "msroute": {"context": "docs"},
+                }
+            ]
+        },
+    )
+
+    model: str = Field(description="msroute/<router>: the router that picks the team.")
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+    msroute: ChatOptions | None = None
+
+
+class GatewayFeedback(BaseModel):
+    """The reward of a gateway decision (its id names its router)."""
+
+    model_config = STRICT | ConfigDict(
+        json_schema_extra={"examples": [{"decision_id": "chat:4f1c2a9e0b7d4c3e", "reward": 1.0}]}
+    )
+
+    decision_id: Ident
+    reward: Finite
+    cost: dict[str, Cost] | None = None
+
+
+class CostRequest(BaseModel):
+    """A decision's realized cost, known before its reward."""
+
+    model_config = STRICT | ConfigDict(json_schema_extra={"examples": [{"cost": {"usd": 0.0042}}]})
+
+    cost: dict[str, Cost] = Field(min_length=1, max_length=1000)
+
+
+class Score(BaseModel):
+    """Langfuse's score body: ``traceId`` is the decision id, a numeric ``value`` the reward.
+    Langfuse's other fields (``id``, ``comment``, ``observationId``...) are accepted and
+    ignored."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [{"traceId": "chat:4f1c2a9e0b7d4c3e", "name": "quality", "value": 0.8}]
+        },
+    )
+
+    traceId: Ident
+    name: str = Field(min_length=1, max_length=200)
+    value: Finite

@@ -1,0 +1,252 @@
+"""msroute gateway end to end: the official openai client against the gateway, over a stub
+upstream on 127.0.0.1 (tests/_upstream.py), both child processes stopped by pid."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from _gateway import KEY_ENV, UPSTREAM_KEY, write_config
+from _server import ServerProcess, free_port
+from _service import TOKEN
+from _upstream import StubUpstream
+
+pytestmark = pytest.mark.timeout(300)
+
+H = {"Authorization": f"Bearer {TOKEN}"}
+HI = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    with StubUpstream(free_port()) as stub:
+        config = write_config(tmp / "gateway.toml", stub.base_url)
+        server = ServerProcess(
+            config,
+            tmp / "data",
+            token=TOKEN,
+            command="gateway",
+            env={KEY_ENV: UPSTREAM_KEY},
+            log=tmp / "gateway.log",
+        )
+        with server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def client(gateway: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=TOKEN, max_retries=0, timeout=30)
+
+
+def rows(gateway: ServerProcess, router: str) -> list[dict[str, Any]]:
+    text = httpx.get(f"{gateway.url}/v1/routers/{router}/decisions?limit=10000", headers=H).text
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def cost_of(gateway: ServerProcess, router: str, did: str) -> float:
+    """The decision's current dollars, from its journal rows (a cost report replaces the
+    decision's booking)."""
+    usd = None
+    for row in rows(gateway, router):
+        if row.get("decision_id") == did and row["kind"] in ("decision", "cost"):
+            usd = row["cost"]["usd"]
+    assert usd is not None
+    return float(usd)
+
+
+def ask(client: openai.OpenAI, router: str, **msroute: Any) -> Any:
+    return client.chat.completions.with_raw_response.create(
+        model=f"msroute/{router}", messages=HI, extra_body={"msroute": msroute}
+    )
+
+
+def test_a_team_of_one_answers_and_books_its_usage(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    raw = ask(client, "chat", eligible=["a"])
+    completion = raw.parse()
+    did = raw.headers["x-msroute-decision-id"]
+    assert raw.headers["x-msroute-team"] == "a" and did.startswith("chat:")
+    assert completion.choices[0].message.content.startswith("answer of stub?prompt=100")
+    assert completion.usage is not None and completion.usage.prompt_tokens == 100
+    # The upstream got its own key, never the gateway's token.
+    assert completion.system_fingerprint == f"Bearer {UPSTREAM_KEY}"
+    # 60 prompt tokens at $2, 40 cached at $0.5, 50 completion at $8 per million.
+    assert cost_of(gateway, "chat", did) == pytest.approx((60 * 2 + 40 * 0.5 + 50 * 8) / 1e6)
+
+
+def test_a_stream_passes_through_and_is_booked(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model="msroute/chat", messages=HI, stream=True, extra_body={"msroute": {"eligible": ["b"]}}
+    ) as response:
+        did = response.headers["x-msroute-decision-id"]
+        chunks = list(response.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "answer of stub?prompt=300&completion=10"
+    assert all(c.usage is None for c in chunks)  # the client did not ask for the usage
+    expected = (300 * 0.5 + 10 * 1.5) / 1e6
+    for _ in range(100):  # booked as the stream ends, just after the last event
+        if cost_of(gateway, "chat", did) == pytest.approx(expected):
+            break
+    assert cost_of(gateway, "chat", did) == pytest.approx(expected)
+    stream = client.chat.completions.create(
+        model="msroute/chat",
+        messages=HI,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"msroute": {"eligible": ["b"]}},
+    )
+    usage = [c.usage for c in stream if c.usage is not None]
+    assert len(usage) == 1 and usage[0].prompt_tokens == 300
+
+
+def test_a_team_of_several_answers_one_choice_per_member(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    for _ in range(40):  # two draws over two experts: a team of two half the time
+        raw = ask(client, "team")
+        if raw.headers["x-msroute-team"].count(",") == 1:
+            break
+    team = raw.headers["x-msroute-team"].split(",")
+    assert len(team) == 2
+    completion = raw.parse()
+    assert [c.index for c in completion.choices] == [0, 1]
+    assert [c.model_extra["msroute_expert"] for c in completion.choices] == team
+    assert completion.usage is not None and completion.usage.prompt_tokens == 30
+    did = raw.headers["x-msroute-decision-id"]
+    assert cost_of(gateway, "team", did) == pytest.approx((30 + 10) / 1e6)  # both members
+    with client.chat.completions.with_streaming_response.create(
+        model="msroute/team", messages=HI, stream=True, stream_options={"include_usage": True}
+    ) as response:
+        members = response.headers["x-msroute-team"].split(",")
+        chunks = list(response.parse())
+    texts: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert sorted(texts) == list(range(len(members)))
+    assert chunks[-1].usage is not None and not chunks[-1].choices
+
+
+@pytest.mark.parametrize(
+    ("member", "status", "usd"),
+    [
+        ("broken", 502, 7 * 1.0 / 1e6),  # what its error reported it billed
+        ("slow", 504, (100 + 50) / 1e6),  # its configured cost: the usage never came
+    ],
+)
+def test_an_upstream_failure_is_an_openai_error_and_books_what_was_billed(
+    gateway: ServerProcess, client: openai.OpenAI, member: str, status: int, usd: float
+) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        ask(client, "chat", eligible=[member])
+    error = caught.value
+    assert error.status_code == status
+    body = error.response.json()["error"]
+    assert member in body["message"] and UPSTREAM_KEY not in error.response.text
+    did = error.response.headers["x-msroute-decision-id"]
+    assert cost_of(gateway, "chat", did) == pytest.approx(usd)
+
+
+def test_an_answer_without_usage_keeps_its_configured_cost(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    raw = ask(client, "chat", eligible=["nousage"])
+    did = raw.headers["x-msroute-decision-id"]
+    assert cost_of(gateway, "chat", did) == pytest.approx((100 + 50) * 3.0 / 1e6)
+    metrics = httpx.get(gateway.url + "/metrics", headers=H).text
+    assert 'msroute_upstream_calls_total{expert="nousage",outcome="no_usage",router="chat"}' in (
+        metrics
+    )
+    assert 'msroute_spent{cost="usd",router="chat"}' in metrics
+
+
+def test_feedback_and_langfuse_scores(gateway: ServerProcess, client: openai.OpenAI) -> None:
+    first = ask(client, "chat", eligible=["a"]).headers["x-msroute-decision-id"]
+    second = ask(client, "chat", eligible=["a"]).headers["x-msroute-decision-id"]
+    url = gateway.url
+    answer = httpx.post(f"{url}/v1/feedback", headers=H, json={"decision_id": first, "reward": 1})
+    assert answer.json() == {"status": "applied"}
+    score = {"traceId": second, "name": "quality", "value": 0.5, "comment": "ok"}
+    answer = httpx.post(f"{url}/api/public/scores", headers=H, json=score)
+    assert answer.json() == {"id": second, "status": "applied"}
+    assert httpx.post(f"{url}/api/public/scores", headers=H, json=score).json()["status"] == (
+        "duplicate"
+    )
+    unknown = httpx.post(f"{url}/v1/feedback", headers=H, json={"decision_id": "x:1", "reward": 1})
+    assert unknown.status_code == 404 and "unknown decision" in unknown.json()["detail"]
+    wrong = httpx.post(f"{url}/api/public/scores", headers=H, json={**score, "value": "good"})
+    assert wrong.status_code == 422
+
+
+def test_requests_the_gateway_refuses(gateway: ServerProcess, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError, match="msroute/chat"):
+        client.chat.completions.create(model="gpt-4o", messages=HI)
+    with pytest.raises(openai.BadRequestError, match=r"routes by context.*'code', 'chat'"):
+        ask(client, "ctx")
+    raw = ask(client, "ctx", context="code")
+    assert raw.headers["x-msroute-team"] in ("a", "b")
+    with pytest.raises(openai.BadRequestError, match="unknown expert id 'zzz'"):
+        ask(client, "chat", eligible=["zzz"])
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=gateway.url + "/v1", api_key="wrong", max_retries=0).models.list()
+    assert sorted(m.id for m in client.models.list()) == [
+        "msroute/chat",
+        "msroute/ctx",
+        "msroute/daily",
+        "msroute/dear",
+        "msroute/team",
+    ]
+
+
+def test_the_budget_holds_when_calls_cost_more_than_configured(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    """Every call of router dear bills twice its configured tokens: booked as it returns,
+    the spend per query stays within the router's bound."""
+    for _ in range(150):
+        ask(client, "dear")
+    state = httpx.get(f"{gateway.url}/v1/routers/dear", headers=H).json()
+    bound = state["bounds"]["upper"]["usd"]
+    spent = state["spent"]["usd"]
+    assert state["decisions"] == 150
+    assert spent / 150 <= bound
+    # The calls did cost twice their booking: the bound held on the real dollars.
+    booked = [r for r in rows(gateway, "dear") if r["kind"] == "decision"]
+    assert spent == pytest.approx(2 * sum(r["cost"]["usd"] for r in booked))
+
+
+def test_a_daily_budget_sets_the_bound_and_is_reported(gateway: ServerProcess) -> None:
+    budget = httpx.get(f"{gateway.url}/v1/routers/daily/budget", headers=H).json()
+    day = budget["budget"]["periods"]["day"]
+    assert day["usd"] == 5.0 and day["spent_usd"] == 0.0
+    assert budget["bound_usd"] == budget["budget"]["query_bound"]
+    assert any(r["kind"] == "set_bounds" for r in rows(gateway, "daily"))
+    metrics = httpx.get(gateway.url + "/metrics", headers=H).text
+    assert 'msroute_budget_usd{period="day",router="daily"} 5.0' in metrics
+
+
+def test_journal_rows_of_the_gateway_are_valid_json_lines(gateway: ServerProcess) -> None:
+    kinds = {r["kind"] for r in rows(gateway, "chat")}
+    assert {"decision", "cost", "feedback"} <= kinds
+
+
+def test_the_config_is_checked_before_serving(tmp_path: Path) -> None:
+    from msroute.errors import ConfigError
+    from msroute.gateway import load_gateway_config
+
+    config = write_config(tmp_path / "g.toml", "http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match=f"environment variable {KEY_ENV} is not set"):
+        load_gateway_config(config, data_dir=tmp_path, environ={})
+    loaded = load_gateway_config(config, data_dir=tmp_path, environ={KEY_ENV: "sk-secret-9f3"})
+    assert loaded.service.routers["chat"]["experts"]["a"] == {"usd": (100 * 2 + 50 * 8) / 1e6}
+    assert "sk-secret-9f3" not in repr(loaded)  # the key stays in the environment

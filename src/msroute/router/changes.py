@@ -93,12 +93,12 @@ def put_applied(journal: Journal | MemoryJournal, entry: str) -> None:
 
 
 def config_changes(
-    state: RouterState, new: RouterConfig, label: str, base: RouterConfig | None = None
+    state: RouterState, new: RouterConfig, base: RouterConfig, label: str
 ) -> list[Change]:
     """The events that take a router in ``state`` to ``new``: (kind, id, payload) in the order
     ``Router.open`` applies them (empty when nothing differs). ``base``: the configuration
-    applied last (default: the state's, a two-way comparison); what ``new`` changed since
-    ``base`` is applied, the rest of the state kept. ``label`` names the journal in the error.
+    applied last; what ``new`` changed since ``base`` is applied, the rest of the state kept.
+    ``label`` names the journal in the error.
 
     Raises
     ------
@@ -106,8 +106,7 @@ def config_changes(
         ``new`` differs in a key a running router cannot change, or adds or reprices an
         expert id removed earlier; one line naming each.
     """
-    cur = state.config
-    old = cur if base is None else base
+    cur, old = state.config, base
     refused = [
         f"{key} ({getattr(cur, key)!r} -> {getattr(new, key)!r})"
         for key in FIXED_KEYS

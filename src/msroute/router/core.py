@@ -249,7 +249,7 @@ class Router(Transactional):
         """
         new = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
         base = applied_config(self._journal)
-        return config_changes(self._state, new, self._journal.label, base)
+        return config_changes(self._state, new, base, self._journal.label)
 
     def reconfigure(self, config: RouterConfig | Mapping[str, Any]) -> list[str]:
         """Take the router to ``config`` by journaled events (see ``open`` and

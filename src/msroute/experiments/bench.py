@@ -35,6 +35,7 @@ from msroute.experiments.config import check_policies
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.experiments.schedule import run_cells
 from msroute.experiments.sweep import policy_variants, sweep_worker
+from msroute.policies.live import live_kwargs
 from msroute.policies.registry import POLICIES
 from msroute.scenarios import Scenario, ScenarioInstance, get_scenario, parse_budgets
 
@@ -166,7 +167,10 @@ def bench_specs(
 
     out = [(OPT_CELL, spec(OPT_CELL, {"tol": cfg.oracle_tol}))]
     for label, name, params in policy_variants(cfg.policies, n_dims):
-        out.append((label, spec(name, params)))
+        # The live router's configuration (anytime OMD, paced): the bench reports what a
+        # router gets (msroute.policies.live).
+        live = live_kwargs(name, scenario.m_draws, 1)
+        out.append((label, spec(name, {**params, **live})))
     return out
 
 

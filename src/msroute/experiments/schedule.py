@@ -23,7 +23,7 @@ from msroute.experiments.cells import (
     instance_key,
 )
 from msroute.experiments.output import Progress
-from msroute.policies.registry import get_policy_class
+from msroute.experiments.sweep import ignores_levels
 
 __all__ = ["compile_ahead", "draw_ahead", "run_cells"]
 
@@ -152,13 +152,13 @@ def _costliest_first(specs: Sequence[CellSpec], todo: list[int]) -> list[int]:
 
     def cost(spec: CellSpec) -> float:
         try:
-            cls = get_policy_class(spec.policy)
+            shared = ignores_levels(spec)
         except InvalidValueError:  # a name the registry does not know (e.g. OPT's cells)
             return 1.0
         from msroute.experiments.cell_costs import relative_cost
 
         # A policy that ignores the constraints plays one level for all (sweep_worker).
-        return relative_cost(spec.policy) / (len(spec.levels) if cls.ignores_constraints else 1)
+        return relative_cost(spec.policy) / (len(spec.levels) if shared else 1)
 
     return sorted(todo, key=lambda i: (envs[stream(specs[i])], -cost(specs[i])))
 

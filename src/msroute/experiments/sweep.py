@@ -14,7 +14,13 @@ from msroute.metrics import feasible, regret_of_averages
 from msroute.policies.registry import get_policy_class, make_policy
 from msroute.simulate import simulate_summary
 
-__all__ = ["merge_seed_blocks", "policy_variants", "split_envs", "sweep_worker"]
+__all__ = [
+    "ignores_levels",
+    "merge_seed_blocks",
+    "policy_variants",
+    "split_envs",
+    "sweep_worker",
+]
 
 #: The run axis of each per-run output of ``sweep_worker`` (0 unless listed).
 _RUN_AXIS = {"rewards": 1}
@@ -58,6 +64,14 @@ def policy_variants(
     return out
 
 
+def ignores_levels(spec: CellSpec) -> bool:
+    """Whether a cell's policy decides the same at every constraint level: its class never
+    reads the constraints (``BasePolicy.ignores_constraints``) and it is not paced (a pacer
+    reads them for it)."""
+    paced = bool(dict(spec.policy_params).get("pacing"))
+    return get_policy_class(spec.policy).ignores_constraints and not paced
+
+
 def sweep_worker(spec: CellSpec) -> CellResult:
     """Run one cell and summarize every run of it, in memory independent of the horizon
     (the rounds stream into the summary: ``msroute.simulate.simulate_summary``).
@@ -80,7 +94,7 @@ def sweep_worker(spec: CellSpec) -> CellResult:
     # (BasePolicy.ignores_constraints; a run's stream is its seed's at every level): it plays
     # the first level only, and each (environment, level, seed) run takes the trajectory of
     # its (environment, seed), which is the played run cell.run_map points at.
-    shared = len(spec.levels) > 1 and get_policy_class(spec.policy).ignores_constraints
+    shared = len(spec.levels) > 1 and ignores_levels(spec)
     played = replace(spec, levels=spec.levels[:1]) if shared else spec
     play = build_batch(played) if shared else cell
     policy = make_policy(

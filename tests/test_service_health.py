@@ -1,11 +1,11 @@
 """Health and journal failures over HTTP: a router that cannot write is a 503 everywhere.
 
-In process (the ASGI app over started routers, no server): every commit of the journal fails as
-on a full disk. The decision that needed it is a 503 problem+json naming the disk, ``/healthz``
-is 503 naming the router and why (so is ``/metrics``, which reads the router), nothing was
-acknowledged; once the disk takes writes again the next call succeeds and ``/healthz`` is 200
-again. A flood of probes while a router must be reopened costs one rebuild, and no answer names
-a journal's path.
+In process (the ASGI app over started routers, no server): every commit of one router's journal
+fails as on a full disk. The decision that needed it is a 503 problem+json naming the disk,
+``/healthz`` is 503 naming the router and why, ``/metrics`` flags it and still shows the other
+router, nothing was acknowledged; once the disk takes writes again the next call succeeds and
+``/healthz`` is 200 again. A flood of probes while a router must be reopened costs one rebuild,
+and no answer names a journal's path.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = load_service_config(
-        write_config(tmp_path / "s.toml", {"llm": ROUTER}), data_dir=tmp_path
+        write_config(tmp_path / "s.toml", {"llm": ROUTER, "other": ROUTER}), data_dir=tmp_path
     )
     real_commit = Journal.commit
     full = {"disk": False}
 
-    def commit(self: Journal) -> None:
-        if full["disk"]:
+    def commit(self: Journal) -> None:  # the disk of router llm's journal fills up
+        if full["disk"] and self.path is not None and self.path.name == "llm.db":
             raise sqlite3.OperationalError("database or disk is full")
         real_commit(self)
 
@@ -69,11 +69,13 @@ def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
                 full["disk"] = True
                 out["failed"] = await client.post(decide, json={"context": "tech"})
                 out["sick"] = await client.get("/healthz")
+                await client.post("/v1/routers/other/decisions", json={"context": "tech"})
                 out["metrics"] = await client.get("/metrics")
                 full["disk"] = False
                 out["after"] = (await client.get("/v1/routers/llm")).json()["decisions"]
                 out["recovered"] = await client.post(decide, json={"context": "tech"})
                 out["healthy_again"] = await client.get("/healthz")
+                out["metrics_again"] = await client.get("/metrics")
         finally:
             await routers.stop()
         return out
@@ -87,7 +89,13 @@ def test_a_full_disk_is_503_and_unhealthy_until_it_recovers(
     sick = out["sick"]
     assert sick.status_code == 503 and sick.headers["content-type"] == PROBLEM_JSON
     assert set(sick.json()["routers"]) == {"llm"} and "llm" in sick.json()["detail"]
-    assert out["metrics"].status_code == 503, out["metrics"].text[:200]
+    # /metrics still answers: the failing router is flagged, the other one's state is fresh.
+    metrics = out["metrics"]
+    assert metrics.status_code == 200, metrics.text[:200]
+    assert 'msroute_journal_writable{router="llm"} 0.0' in metrics.text
+    assert 'msroute_journal_writable{router="other"} 1.0' in metrics.text
+    assert 'msroute_journal_decisions{router="other"} 1.0' in metrics.text
+    assert 'msroute_journal_writable{router="llm"} 1.0' in out["metrics_again"].text
     assert out["after"] == out["before"]  # nothing of the failed call was kept
     assert out["recovered"].status_code == 201, out["recovered"].text
     assert out["healthy_again"].status_code == 200

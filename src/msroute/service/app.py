@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp
 
 from msroute._version import __version__
+from msroute.errors import JournalError
 from msroute.router import Router
 from msroute.service.auth import BearerToken
 from msroute.service.config import ServiceConfig
@@ -212,10 +213,17 @@ def create_app(
         },
     )
     async def metrics() -> Response:
-        """Prometheus metrics (text exposition format)."""
+        """Prometheus metrics (text exposition format). A router that cannot write its journal
+        hides no other router's metrics: ``msroute_journal_writable`` is 0 for it and its state
+        gauges keep the values last read (503 only while the service shuts down)."""
         for name, owner in service.owners.items():
-            state = await owner.call(lambda r: r.state())
-            service.metrics.set_state(name, state, owner.groups, owner.calls)
+            try:
+                state = await owner.call(lambda r: r.state())
+            except JournalError:
+                pass  # the gauges keep the last values; msroute_journal_writable says why
+            else:
+                service.metrics.set_state(name, state, owner.groups, owner.calls)
+            service.metrics.writable.labels(name).set(owner.writable)
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/v1/routers", response_model=RouterList, tags=["routers"])

@@ -77,6 +77,12 @@ class ServiceMetrics:
             ("method", "endpoint"),
             buckets=_LATENCY_BUCKETS,
         )
+        self.writable = self._family(
+            Gauge,
+            "journal_writable",
+            "1 while the router's journal takes writes, 0 from a failed write until one "
+            "commits again (what /healthz reports).",
+        )
         self.pending = self._family(Gauge, "pending_decisions", "Decisions awaiting feedback.")
         self.expired = self._family(
             Gauge, "expired_decisions", "Decisions expired without feedback (in the journal)."

@@ -3,11 +3,16 @@
 Under CI (``CI`` set in the environment) hypothesis runs derandomized, so a CI run explores the
 same examples every time and cannot fail on a draw nobody can reproduce; locally it explores
 fresh examples on each run, as usual.
+
+LiteLLM, which the LiteLLM integration's tests import, reads the price map in its wheel rather
+than fetching one over the network (``LITELLM_LOCAL_MODEL_COST_MAP``): the tests use no network.
 """
 
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from hypothesis import settings
 

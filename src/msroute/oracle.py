@@ -394,15 +394,38 @@ def best_fixed_policy_for(
 class _Grouped:
     """``F(Q) = (1/T) sum_t Phi_t(q_{x_t})`` of stacked per-context policies ``Q`` (X K,): the
     grouped ``SortedRows`` for values and gradients, one per context for the Hessian
-    (block diagonal: a context's policy meets only its own rounds)."""
+    (block diagonal: a context's policy meets only its own rounds).
 
-    def __init__(self, rows: FloatArray, group: IntArray, n_groups: int, m: int, t: int) -> None:
+    With ``pick < 1`` (a judge that keeps the best member's answer with probability ``pick``,
+    else one of the M draws at random, ``msroute.outcome_env.TeamJudge``) each round's reward
+    is ``pick Phi^M_t(q) + (1 - pick) Phi^1_t(q)``: a random draw is distributed as ``q``, so
+    its expected score is the one-draw reward, linear in ``q`` (no Hessian)."""
+
+    def __init__(
+        self, rows: FloatArray, group: IntArray, n_groups: int, m: int, t: int, pick: float = 1.0
+    ) -> None:
         self.k = rows.shape[1]
+        self.pick = pick
         self.all = SortedRows(rows, m, group=group, n_groups=n_groups, divisor=t)
         self.parts = [SortedRows(rows[group == g], m, divisor=t) for g in range(n_groups)]
+        self.one = None
+        if pick < 1.0 and m > 1:
+            self.one = SortedRows(rows, 1, group=group, n_groups=n_groups, divisor=t)
+            self.one_parts = [SortedRows(rows[group == g], 1, divisor=t) for g in range(n_groups)]
 
     def value_and_grad(self, q: FloatArray) -> tuple[float, FloatArray]:
-        return self.all.value_and_grad(q)
+        value, grad = self.all.value_and_grad(q)
+        if self.one is None:
+            return value, grad
+        v1, g1 = self.one.value_and_grad(q)
+        return self.pick * value + (1.0 - self.pick) * v1, self.pick * grad + (1.0 - self.pick) * g1
+
+    def part_value(self, g: int, q: FloatArray) -> float:
+        """Context ``g``'s share of ``F`` at its policy ``q`` (K,)."""
+        value = self.parts[g].value_and_grad(q)[0]
+        if self.one is None:
+            return value
+        return self.pick * value + (1.0 - self.pick) * self.one_parts[g].value_and_grad(q)[0]
 
     def hessian(self, q: FloatArray, idx: np.ndarray) -> FloatArray:
         k, f = self.k, idx.shape[0]
@@ -411,7 +434,7 @@ class _Grouped:
             sel = np.flatnonzero(idx // k == g)
             if sel.size:
                 hess[np.ix_(sel, sel)] = part.hessian(q[g * k : (g + 1) * k], idx[sel] - g * k)
-        return hess
+        return hess if self.one is None else self.pick * hess
 
 
 def contextual_opt(
@@ -424,6 +447,7 @@ def contextual_opt(
     round_costs: ArrayLike | None = None,
     tol: float = 1e-6,
     max_iter: int = 1000,
+    pick: float = 1.0,
 ) -> ContextualOracleResult:
     """``OPT^ctx``: the best fixed policy per context under the *aggregate* budget, certified.
 
@@ -462,6 +486,9 @@ def contextual_opt(
         Certified gap asked (absolute, in reward units).
     max_iter : int, default 1000
         Cap on SLSQP iterations plus Newton steps.
+    pick : float, default 1.0
+        How a team's answer is combined: the best member's with probability ``pick``, else one
+        of the M draws at random (``msroute.outcome_env.best_pick``); 1 is the sum-max reward.
 
     Returns
     -------
@@ -510,7 +537,11 @@ def contextual_opt(
     keyed = np.column_stack([np.repeat(x, n_dims).astype(np.float64), scaled.reshape(-1, k)])
     unique, times = np.unique(keyed, axis=0, return_counts=True)
     rows = unique[:, 1:] * times[:, None]
-    objective = _Grouped(rows, unique[:, 0].astype(np.int64), n_ctx, problem.m_draws, t_len)
+    pick = as_real(pick, "pick")
+    if not 0.0 <= pick <= 1.0:
+        raise InvalidValueError(f"pick == {pick}, must be in [0, 1]")
+    group = unique[:, 0].astype(np.int64)
+    objective = _Grouped(rows, group, n_ctx, problem.m_draws, t_len, pick)
     if problem.m_draws == 1:  # one draw: Phi is linear in q, and the program a linear one
         grad = objective.value_and_grad(poly.center)[1]
         q_lp = poly.repair(poly.linear_max(grad))
@@ -522,8 +553,8 @@ def contextual_opt(
     q = res.q.reshape(n_ctx, k)
     values = np.array(
         [
-            part.value_and_grad(q[g])[0] * t_len / counts[g] if counts[g] else 0.0
-            for g, part in enumerate(objective.parts)
+            objective.part_value(g, q[g]) * t_len / counts[g] if counts[g] else 0.0
+            for g in range(n_ctx)
         ]
     )
     return ContextualOracleResult(

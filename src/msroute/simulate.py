@@ -2,9 +2,10 @@
 
 One round (docs/architecture.md): the environment gives ``skills (R, N, K)``; each policy's
 ``select`` gives the M draws; the routed subset is the distinct draws; the reward is the sum-max of
-the subset and the realized cost the sum of the distinct routed experts' cost vectors; ``update``
-sees only these. Every policy steps on the *same* skills each round (common random numbers),
-so comparisons between policies are paired.
+the subset (a recorded-outcome environment with a judge, ``OutcomeEnv.judge``, may keep another
+member's answer) and the realized cost the sum of the distinct routed experts' cost vectors;
+``update`` sees only these. Every policy steps on the *same* skills each round (common random
+numbers), so comparisons between policies are paired.
 
 For policies whose decisions carry their sampling distribution (``Decision.probs``, e.g.
 OMD-Approachability) the simulator can also record the exact expected reward ``Phi_t(q_t)`` of
@@ -515,12 +516,14 @@ def _play(
             )
     outcome = _Outcome(batch, cost_count)
     recorded = getattr(env, "round_costs", None)  # a recorded-outcome environment's own costs
+    judge = getattr(env, "judge", None)  # its team's answer, where not the best member's
     if contexts is None and context_weights is None and isinstance(env, OutcomeEnv):
         recorded_ctx = env.contexts(0, t_total)
         contexts = recorded_ctx if runs is None else recorded_ctx[:, runs]
         context_weights = env.context_weights()
     ctx_all, weights = check_contexts(contexts, context_weights, t_total, r, env.n_dims)
     every_run = np.arange(r, dtype=np.int64)
+    env_runs = every_run if runs is None else runs  # each run's environment run
     names = list(policies)
     select = {n: _selector(policies[n], ctx_all) for n in names}
     recorders = {n: recorder(t_total, r, d) for n in names}
@@ -556,6 +559,8 @@ def _play(
                         expected[name] = np.empty((t_total, r))
                     q_buf[name][step] = decision.probs
                 reward, cost = outcome(name, v, rows, draws, round_cost)
+                if judge is not None:
+                    reward = judge(t, env_runs, v, rows, draws, reward)
                 pol.update(decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 recorders[name].add(t, reward, cost)

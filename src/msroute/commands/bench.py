@@ -60,6 +60,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--budgets", type=_names, help="comma-separated budget levels (numbers, or 'none')"
     )
+    p.add_argument(
+        "--team-answer",
+        help="outcome tables: how a team's answer is combined: best (the best member's, "
+        "sum-max: an upper bound), judge:P (the best member's with probability P, else a "
+        "random member's) or random (default best)",
+    )
     p.add_argument("--seeds", type=int_arg, help="number of seeds (default 5)")
     p.add_argument("--horizon", type=int_arg, help="rounds per run (default 5000)")
     p.add_argument("--quick", action="store_true", help=f"a run of seconds ({QUICK})")
@@ -80,6 +86,11 @@ def build_config(args: argparse.Namespace) -> Any:
     from msroute.experiments.bench import BenchConfig
     from msroute.scenarios import FILES, files_scenario
 
+    if args.team_answer is not None:
+        raise InvalidValueError(
+            "--team-answer applies to outcome tables (llmrouter, --outcomes FILE): a scenario's "
+            "team is scored by its best member (sum-max)"
+        )
     files = args.skills is not None or args.costs is not None
     if files and args.scenario is not None:
         raise InvalidValueError("give a scenario name or --skills/--costs files, not both")
@@ -158,6 +169,7 @@ def outcome_config(args: argparse.Namespace) -> Any:
         "horizon": args.horizon,
         "budget_cost": args.budget_cost,
         "m_draws": None if args.m_draws is None else (args.m_draws,),
+        "team_answer": args.team_answer,
     }
     values.update({k: v for k, v in given.items() if v is not None})
     return OutcomeBenchConfig(**values)

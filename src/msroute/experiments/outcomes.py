@@ -15,6 +15,11 @@ run), and compared on the run's own prompt sequence with
 
 Both oracles hold the surrogate box of eq. (3) (``C^T q <= u / M``, exact at M = 1 and
 conservative for larger teams, which pay each distinct model once).
+
+A team's answer is its best member's by default (``team_answer="best"``, the paper's sum-max: an
+oracle picker, an upper bound for a real team); ``"judge:P"`` and ``"random"`` score it as a judge
+that picks the best member with probability P (``msroute.outcome_env``), for the policies and
+the oracles alike.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from msroute.errors import InvalidValueError
 from msroute.experiments.config import check_policies
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.metrics import feasible
-from msroute.outcome_env import OutcomeEnv, SampleMode
+from msroute.outcome_env import OutcomeEnv, SampleMode, best_pick
 from msroute.policies.live import live_kwargs
 from msroute.policies.registry import make_policy
 from msroute.problem import Constraints, Problem
@@ -85,6 +90,9 @@ class OutcomeBenchConfig:
         How prompts are drawn from the table.
     oracle_tol : float
         Certified gap asked of each OPT.
+    team_answer : str
+        How a team's answer is combined: ``"best"`` (sum-max), ``"judge:P"`` or ``"random"``
+        (``msroute.outcome_env.best_pick``).
     """
 
     table: str = LLMROUTER
@@ -97,8 +105,10 @@ class OutcomeBenchConfig:
     horizon: int = 20_000
     mode: SampleMode = "replace"
     oracle_tol: float = 1e-6
+    team_answer: str = "best"
 
     def __post_init__(self) -> None:
+        best_pick(self.team_answer)
         for name in ("seeds", "horizon"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -191,7 +201,12 @@ def _policy_cell(
     tic = time.perf_counter()
     n_seeds = cfg.seeds
     env = OutcomeEnv(
-        table, horizon=cfg.horizon, n_runs=n_seeds, seed=_run_seeds(cfg), mode=cfg.mode
+        table,
+        horizon=cfg.horizon,
+        n_runs=n_seeds,
+        seed=_run_seeds(cfg),
+        mode=cfg.mode,
+        team_answer=cfg.team_answer,
     )
     batch = ProblemBatch(_problems(table, m, budgets, n_seeds, j))
     run_map = np.tile(np.arange(n_seeds), len(budgets))
@@ -223,8 +238,16 @@ def _opt_cell(
     paid = env.round_costs(0, cfg.horizon)[:, 0]
     problem = _problems(table, m, [budget], 1, j)[0]
     ones = np.ones((table.n_contexts, table.n_dims))
+    pick = best_pick(cfg.team_answer)
     ctx = contextual_opt(
-        skills, contexts, ones, problem, floor=0.0, round_costs=paid, tol=cfg.oracle_tol
+        skills,
+        contexts,
+        ones,
+        problem,
+        floor=0.0,
+        round_costs=paid,
+        tol=cfg.oracle_tol,
+        pick=pick,
     )
     flat = contextual_opt(
         skills,
@@ -234,6 +257,7 @@ def _opt_cell(
         floor=0.0,
         round_costs=paid,
         tol=cfg.oracle_tol,
+        pick=pick,
     )
     reward = skills.sum(axis=1).mean(axis=0)  # (K,): one model on every prompt of the run
     spend = paid[:, :, j].mean(axis=0)
@@ -375,6 +399,7 @@ def _tidy(
                     "table": LLMROUTER if cfg.table == LLMROUTER else cfg.table,
                     "m_draws": m,
                     "budget": level,
+                    "team_answer": cfg.team_answer,
                     "policy": policy,
                     "seed": seed,
                     "avg_reward": float(r["avg_reward"][run]),

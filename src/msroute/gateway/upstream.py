@@ -15,13 +15,16 @@ expert's booking (its usage never came, and the upstream may have billed it).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import certifi
 import httpx
 
 from msroute.gateway.config import Upstream
@@ -33,6 +36,8 @@ _log = logging.getLogger("msroute.gateway")
 
 #: The most of an upstream's error answer read (to find its usage).
 _ERROR_BYTES = 65536
+#: HTTP clients the upstream connections are spread over (``Upstreams``).
+POOLS = 16
 
 
 class UpstreamFailure(Exception):
@@ -142,14 +147,25 @@ class Upstreams:
 
     def __init__(self, keys: Mapping[str, str], max_connections: int = 256) -> None:
         self._keys = dict(keys)
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
+        per_pool = max(1, max_connections // POOLS)
+        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
         # No redirect is followed and no proxy or .netrc of the environment is used: requests
-        # go to the configured base_url and nowhere else.
-        self._client = httpx.AsyncClient(
-            limits=limits, follow_redirects=False, trust_env=False, timeout=None
-        )
+        # go to the configured base_url and nowhere else. The connections are spread over
+        # POOLS clients taken in turn: an httpx pool does work in the square of its
+        # connections on every request (httpcore's keep-alive check), which with 50 calls
+        # under way cost more than the rest of the gateway together.
+        tls = ssl.create_default_context(cafile=certifi.where())  # httpx's default, loaded once
+        self._clients = [
+            httpx.AsyncClient(
+                limits=limits, follow_redirects=False, trust_env=False, timeout=None, verify=tls
+            )
+            for _ in range(POOLS)
+        ]
+        self._turn = itertools.cycle(self._clients)
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        return next(self._turn)
 
     def _headers(self, upstream: Upstream) -> dict[str, str]:
         key = None if upstream.api_key_env is None else self._keys.get(upstream.api_key_env)
@@ -188,12 +204,13 @@ class Upstreams:
         """Open a streamed chat completion: its status within ``timeout_s``; the events then
         come each within ``timeout_s`` of the last."""
         expert = upstream.expert
-        request = self._client.build_request(
+        client = self._client
+        request = client.build_request(
             "POST", upstream.url, json=body, headers=self._headers(upstream)
         )
         try:
             async with asyncio.timeout(upstream.timeout_s):
-                response = await self._client.send(request, stream=True)
+                response = await client.send(request, stream=True)
         except TimeoutError:
             raise UpstreamFailure(
                 expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
@@ -212,7 +229,8 @@ class Upstreams:
 
     async def close(self) -> None:
         """Close the connections."""
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
 
 async def _read_some(response: httpx.Response) -> bytes:

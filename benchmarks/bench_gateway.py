@@ -1,0 +1,165 @@
+"""What ``msroute gateway`` adds to an LLM call: latency over calling the upstream directly.
+
+Starts the stub OpenAI-compatible upstream (tests/_upstream.py, answering after ``--latency-ms``
+with a usage) and one ``msroute gateway`` per journal ``synchronous`` level (a router of two
+experts on the stub, each call's usage different from its booking, so that every call is a
+journaled decision and a journaled cost report), all child processes on 127.0.0.1. Then
+``--clients`` concurrent clients, each on its own keep-alive connection, POST chat completions
+to the stub directly and to each gateway, in alternating phases of ``--requests`` calls (the
+first tenth of each phase not measured), ``--rounds`` times: side by side in one run, so the
+machine's other load weighs on both alike. Reports p50/p95/p99 latency and calls per second of
+each target, and the gateway's overhead at p50 and p99 (gateway minus direct). Every process is
+killed by its pid at the end, even on failure. Usage::
+
+    python benchmarks/bench_gateway.py [--clients 50] [--requests 2000] [--latency-ms 50]
+                                       [--sync full normal] [--rounds 2]
+
+Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _server import ServerProcess, free_port
+from _upstream import StubUpstream
+from bench_service import TOKEN, Connection
+
+
+def config(base_url: str, latency_ms: float, sync: str) -> str:
+    model = f"stub?latency_ms={latency_ms:g}&prompt=200&completion=50"
+    experts = "".join(
+        f"""
+[routers.bench.experts.{name}]
+base_url = "{base_url}"
+model = "{model}"
+input_usd_per_mtok = {price}
+output_usd_per_mtok = {4 * price}
+"""
+        for name, price in (("big", 2.5), ("small", 0.15))
+    )
+    return f"""
+[routers.bench]
+policy = "omd"
+m_draws = 1
+journal_sync = "{sync}"
+expected_tokens = {{ input = 150, output = 40 }}
+{experts}"""
+
+
+async def phase(
+    port: int, path: str, body: bytes, clients: int, requests: int, cap_s: float
+) -> tuple[list[float], float, int]:
+    """``requests`` calls by ``clients`` clients: latencies (ms) after the warm-up tenth, the
+    measured calls per second, and the errors."""
+    started = 0
+    errors = 0
+    latencies: list[float] = []
+    warmup = requests // 10
+    measured_from = 0.0
+    stop_at = time.monotonic() + cap_s
+
+    async def client() -> None:
+        nonlocal started, errors, measured_from
+        conn = await Connection.open(port)
+        try:
+            while started < requests and time.monotonic() < stop_at:
+                started += 1
+                index = started
+                t0 = time.perf_counter()
+                status, _ = await conn.request("POST", path, body)
+                ms = (time.perf_counter() - t0) * 1000
+                if status != 200:
+                    errors += 1
+                elif index > warmup:
+                    if not measured_from:
+                        measured_from = time.perf_counter()
+                    latencies.append(ms)
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - measured_from if measured_from else float("nan")
+    return latencies, len(latencies) / elapsed, errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=2000, help="calls per phase")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="the stub's answer time")
+    parser.add_argument("--sync", nargs="+", default=["full", "normal"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--time-cap", type=float, default=120.0, help="seconds per phase, at most")
+    args = parser.parse_args()
+    messages = [{"role": "user", "content": "Summarize the following text. " * 20}]
+    with tempfile.TemporaryDirectory() as tmp, StubUpstream(free_port()) as stub:
+        servers = {}
+        try:
+            for sync in args.sync:
+                path = Path(tmp) / f"gateway-{sync}.toml"
+                path.write_text(config(stub.base_url, args.latency_ms, sync))
+                servers[sync] = ServerProcess(
+                    path, Path(tmp) / f"data-{sync}", token=TOKEN, command="gateway"
+                ).start()
+            direct = json.dumps(
+                {
+                    "model": f"stub?latency_ms={args.latency_ms:g}&prompt=200&completion=50",
+                    "messages": messages,
+                }
+            ).encode()
+            routed = json.dumps({"model": "msroute/bench", "messages": messages}).encode()
+            targets = {"direct": (stub.port, "/v1/chat/completions", direct)}
+            for sync, server in servers.items():
+                targets[f"gateway ({sync})"] = (server.port, "/v1/chat/completions", routed)
+            results: dict[str, tuple[list[float], list[float], int]] = {
+                t: ([], [], 0) for t in targets
+            }
+            for _ in range(args.rounds):
+                for name, (port, path, body) in targets.items():
+                    lat, rate, errors = asyncio.run(
+                        phase(port, path, body, args.clients, args.requests, args.time_cap)
+                    )
+                    all_lat, rates, errs = results[name]
+                    all_lat.extend(lat)
+                    rates.append(rate)
+                    results[name] = (all_lat, rates, errs + errors)
+        finally:
+            for server in servers.values():
+                server.kill()
+    print(
+        f"{args.clients} clients, {args.rounds} x {args.requests} calls per target, stub answers "
+        f"in {args.latency_ms:g} ms; {platform.python_version()}, {os.cpu_count()} CPUs\n"
+    )
+    print("| target | p50 ms | p95 ms | p99 ms | calls/s | errors |")
+    print("|---|---|---|---|---|---|")
+    quantiles = {}
+    for name, (lat, rates, errors) in results.items():
+        q = np.percentile(lat, [50, 95, 99]) if lat else [float("nan")] * 3
+        quantiles[name] = q
+        print(
+            f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(rates):.0f} | {errors} |"
+        )
+    print("\n| overhead over direct | p50 ms | p99 ms |")
+    print("|---|---|---|")
+    for name, q in quantiles.items():
+        if name != "direct":
+            base = quantiles["direct"]
+            print(f"| {name} | {q[0] - base[0]:+.2f} | {q[2] - base[2]:+.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -34,9 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _server import ServerProcess, free_port
-from _upstream import StubUpstream
-from bench_service import TOKEN, Connection
+from _server import ServerProcess, free_port  # noqa: E402 (after the path)
+from _upstream import StubUpstream  # noqa: E402
+from bench_service import TOKEN, Connection  # noqa: E402
 
 
 def config(base_url: str, latency_ms: float, sync: str) -> str:

@@ -235,9 +235,14 @@ def test_a_daily_budget_sets_the_bound_and_is_reported(gateway: ServerProcess) -
     assert 'msroute_budget_usd{period="day",router="daily"} 5.0' in metrics
 
 
-def test_journal_rows_of_the_gateway_are_valid_json_lines(gateway: ServerProcess) -> None:
-    kinds = {r["kind"] for r in rows(gateway, "chat")}
-    assert {"decision", "cost", "feedback"} <= kinds
+def test_a_call_journals_its_decision_cost_and_feedback(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    did = ask(client, "chat", eligible=["a"]).headers["x-msroute-decision-id"]
+    body = {"decision_id": did, "reward": 0.25}
+    assert httpx.post(f"{gateway.url}/v1/feedback", headers=H, json=body).status_code == 200
+    kinds = [r["kind"] for r in rows(gateway, "chat") if r.get("decision_id") == did]
+    assert kinds == ["decision", "cost", "feedback"]
 
 
 def test_the_config_is_checked_before_serving(tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ def test_the_example_config_is_the_pages_and_valid(tmp_path: Path) -> None:
     assert "--config examples/gateway.toml" in PAGE.read_text()
 
 
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # LiteLLM's own event loops (see
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # test_litellm)
 def test_the_pages_python_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

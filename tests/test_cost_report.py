@@ -156,17 +156,19 @@ def test_the_budget_holds_on_reported_costs_above_the_table() -> None:
     late = Router(CONFIG)
     decisions = []
     averages = []
+
+    def billed(team: list[str]) -> float:  # 1.5x the table price (the booking learns it)
+        return 1.5 * sum(CONFIG["experts"][e][0] for e in team)
+
     for i in range(600):
         d = reported.route(decision_id=f"q{i}")
-        reported.report_cost(d.decision_id, {"usd": 1.5 * d.cost["usd"]})
+        reported.report_cost(d.decision_id, {"usd": billed(d.team)})
         reported.feedback(d.decision_id, max(SKILL[e] for e in d.team))
         averages.append(reported.state()["avg_cost"]["usd"])
         e = late.route(decision_id=f"q{i}")
         decisions.append(e)
     for e in decisions:
-        late.feedback(
-            e.decision_id, max(SKILL[x] for x in e.team), cost={"usd": 1.5 * e.cost["usd"]}
-        )
+        late.feedback(e.decision_id, max(SKILL[x] for x in e.team), cost={"usd": billed(e.team)})
     assert max(averages[100:]) <= bound
     assert reported.state()["avg_cost"]["usd"] <= bound
     assert late.state()["avg_cost"]["usd"] > bound  # the test can fail: unbooked, it breaks

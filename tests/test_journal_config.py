@@ -318,13 +318,23 @@ def test_a_price_change_is_journaled_and_replayed_exactly_and_keeps_what_was_lea
     learned = state_dict(live.policy)
     assert live.set_expert_cost("mid", {"usd": 0.02}) == {"usd": 0.02, "gpu": 0.5}
     after = state_dict(live.policy)
-    # What OMD learned of the experts' rewards and realized costs is carried over.
+    # What OMD learned of the experts' rewards and realized costs is carried over; the new
+    # price is news about what a call to "mid" costs: its estimates start from it.
     kept = [
         k
         for k in learned
         if k.startswith(("_visits", "_steps", "_reward_sum", "estimator.", "cost_est."))
     ]
-    assert len(kept) == 8 and all(np.array_equal(learned[k], after[k]) for k in kept)
+    assert len(kept) == 8
+    mid = list(CONFIG["experts"]).index("mid")
+    for k in kept:
+        if k.startswith("cost_est."):
+            others = [i for i in range(learned[k].shape[1]) if i != mid]
+            assert np.array_equal(learned[k][:, others], after[k][:, others])
+        else:
+            assert np.array_equal(learned[k], after[k])
+    assert after["cost_est.costs"][0, mid].tolist() == [0.02, 0.5]
+    assert after["pacer.est.costs"][0, mid].tolist() == [0.02, 0.5]
     assert live.state()["experts"] == list(CONFIG["experts"])
     assert live.config.experts["mid"] == (0.02, 0.5)
     assert live.route(decision_id="x", eligible=["mid"]).cost == {"usd": 0.02, "gpu": 0.5}

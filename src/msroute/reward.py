@@ -36,6 +36,7 @@ from msroute.errors import InvalidValueError
 __all__ = [
     "batch_sum_max_reward",
     "context_scaled",
+    "draw_counts",
     "draws_to_mask",
     "expected_reward",
     "expected_reward_grad",
@@ -83,6 +84,17 @@ def sum_max_reward(skills: ArrayLike, subset: ArrayLike) -> float:
     if idx.min() < 0 or idx.max() >= k:
         raise InvalidValueError(f"subset has indices outside [0, {k - 1}]: {idx.tolist()}")
     return float(v[:, idx].max(axis=1).sum())
+
+
+def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
+    """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
+    r = draws.shape[0]
+    if draws.shape == (1, 1) and 0 <= draws[0, 0] < n_experts:  # one run, one draw: one-hot
+        out = np.zeros((1, n_experts))
+        out[0, draws[0, 0]] = 1.0
+        return out
+    flat = draws.ravel() if r == 1 else (draws + (np.arange(r) * n_experts)[:, None]).ravel()
+    return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 
 
 def draws_to_mask(draws: IntArray, n_experts: int) -> np.ndarray:

@@ -55,7 +55,8 @@ class FamilyInstance:
     cost_noise : float
         Sigma of the lognormal noise of each call's realized cost (0: the table's).
     price_from : int or None
-        From this decision on, ``price_factor`` multiplies the realized cost of ``price_experts``.
+        From this decision on, ``price_factor`` multiplies the realized dollars (the first
+        cost) of ``price_experts``.
     price_factor : float
     price_experts : tuple of str
     max_delay : int
@@ -217,20 +218,23 @@ def _draw(rng: np.random.Generator, seed: int, horizon: int) -> FamilyInstance |
             remove_expert=ids[int(rng.integers(k))],
         )
     inst = FamilyInstance(seed, config, skills, **extra)
+    if inst.remove_at is not None and not _achievable(inst, without=inst.remove_expert):
+        inst = dataclasses.replace(inst, remove_at=None, remove_expert="")  # it would be unkeepable
     return inst if _achievable(inst) else None
 
 
-def _achievable(inst: FamilyInstance, slack: float = 0.05) -> bool:
+def _achievable(inst: FamilyInstance, slack: float = 0.05, without: str | None = None) -> bool:
     """Whether some routing of single experts keeps every bound with ``slack`` to spare at the
-    real prices (risen ones included), the lowered budget and the masked share: the instance is
-    one a router can keep (the guarantee assumes it)."""
+    real prices (risen ones included), the lowered budget and the masked share (``without``
+    that expert): the instance is one a router can keep (the guarantee assumes it)."""
     from scipy.optimize import linprog
 
     cfg = inst.config
-    ids, names = list(cfg["experts"]), cfg["cost_names"]
+    ids = [e for e in cfg["experts"] if e != without]
+    names = cfg["cost_names"]
     costs = np.array([cfg["experts"][e] for e in ids])
     if inst.price_from is not None:
-        costs[[e in inst.price_experts for e in ids]] *= inst.price_factor
+        costs[[e in inst.price_experts for e in ids], 0] *= inst.price_factor
     k = len(ids)
     share = inst.mask_share
     masked = np.array([e in inst.mask_experts for e in ids])
@@ -331,7 +335,7 @@ def run_instance(
         reward_sum += float(best.sum())
         paid = table[cols].copy()
         if inst.price_from is not None and t >= inst.price_from:
-            paid[priced[cols]] *= inst.price_factor
+            paid[priced[cols], 0] *= inst.price_factor  # dollars: the price
         if inst.cost_noise:
             sigma = inst.cost_noise
             paid *= np.exp(rng.normal(-0.5 * sigma**2, sigma, len(cols)))[:, None]

@@ -42,13 +42,14 @@ from msroute._validation import (
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies._deprecated import DeprecatedPolicyAttribute
+from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.pacing import Pacer
-from msroute.policies.state_walk import carry_state, check_state, declared_names
+from msroute.policies.state_walk import carry_state, check_state, declared_names, state_attrs
 from msroute.policies.streams import RunStreams
 from msroute.problem import Problem
 from msroute.problem_batch import ProblemBatch
-from msroute.reward import draws_to_mask
+from msroute.reward import draw_counts, draws_to_mask
 
 __all__ = [
     "BasePolicy",
@@ -123,17 +124,6 @@ def _indices_below(draws: IntArray, n: int) -> bool:
     if draws.dtype == np.int64:
         return bool(draws.view(np.uint64).max() < n)
     return bool(draws.min() >= 0 and draws.max() < n)
-
-
-def draw_counts(draws: IntArray, n_experts: int) -> FloatArray:
-    """How often each expert was drawn: draws (R, M) -> counts (R, K) as floats."""
-    r = draws.shape[0]
-    if draws.shape == (1, 1) and 0 <= draws[0, 0] < n_experts:  # one run, one draw: one-hot
-        out = np.zeros((1, n_experts))
-        out[0, draws[0, 0]] = 1.0
-        return out
-    flat = draws.ravel() if r == 1 else (draws + (np.arange(r) * n_experts)[:, None]).ravel()
-    return np.bincount(flat, minlength=r * n_experts).reshape(r, n_experts).astype(np.float64)
 
 
 _debug_checks = os.environ.get("MSROUTE_DEBUG", "") not in ("", "0")
@@ -325,8 +315,8 @@ class BasePolicy:
             draws, probs = self._select(ctx, eligible)
             decision = Decision(draws, probs, ctx, self.t)
         else:
-            draws, probs = self._select(ctx, pacer.restrict(self.t + 1, eligible))
-            decision = Decision(draws, probs, ctx, self.t, pacer.book(draws))
+            draws, probs = self._select(ctx, pacer.restrict(self.t + 1, eligible, ctx))
+            decision = Decision(draws, probs, ctx, self.t, pacer.book(draws, ctx))
         self.t += 1
         return decision
 
@@ -385,7 +375,7 @@ class BasePolicy:
             self._check_ranges(d, r, c)
         self._update(decision, r, c)
         if self.pacer is not None and decision.cost is not None:
-            self.pacer.settle(decision.cost, c, was_open=True)
+            self.pacer.settle(decision.cost, c, True, decision.draws, decision.context)
         if _debug_checks:
             check_state(self)
 
@@ -457,7 +447,7 @@ class BasePolicy:
         """
         self._update(decision, reward, cost)
         if self.pacer is not None and decision.cost is not None:
-            self.pacer.settle(decision.cost, cost, was_open=True)
+            self.pacer.settle(decision.cost, cost, True, decision.draws, decision.context)
 
     # ------------------------------------------------------------------ pacing
     def pace(self) -> Self:
@@ -476,7 +466,7 @@ class BasePolicy:
                     f"pace() on a policy that has made {self.t} decision(s): pace it when it "
                     "is built (make_policy(..., pacing=True)), so that every decision is booked"
                 )
-            self.pacer = Pacer(self.problem_batch)
+            self.pacer = Pacer(self.problem_batch, self._cost_unit, self.n_contexts)
             self._init_kwargs["pacing"] = True
         return self
 
@@ -491,11 +481,20 @@ class BasePolicy:
         policy = cls(problem, **kwargs)
         return policy.pace() if pacing else policy
 
-    def settle(self, booked: ArrayLike, realized: ArrayLike | None, *, was_open: bool) -> None:
-        """Tell the pacer how a decision ended when ``update`` does not: a feedback that came
-        late (its realized cost, ``was_open=False``), or a decision closed without one (an
-        expiry or a removed expert: ``realized=None``). ``booked`` is the decision's ``cost``.
-        Nothing happens for a policy that is not paced."""
+    def settle(
+        self,
+        booked: ArrayLike,
+        realized: ArrayLike | None,
+        *,
+        was_open: bool,
+        decision: Decision | None = None,
+    ) -> None:
+        """Tell the pacer how a decision ended when ``update`` does not: its realized cost
+        reported before its reward, or with a feedback that came late (``was_open=False``),
+        or a decision closed without one (an expiry or a removed expert: ``realized=None``).
+        ``booked`` is the decision's current cost; ``decision``, where known, lets the
+        pacer's estimates learn each expert's cost from the report. Nothing happens for a
+        policy that is not paced."""
         if self.pacer is None:
             return
         b = np.asarray(booked, dtype=np.float64).reshape(self.n_runs, self.n_costs)
@@ -503,7 +502,9 @@ class BasePolicy:
         if realized is not None:
             r = np.asarray(realized, dtype=np.float64).reshape(self.n_runs, self.n_costs)
             self.check_cost(r)
-        self.pacer.settle(b, r, was_open)
+        draws = None if decision is None else decision.draws
+        context = None if decision is None else decision.context
+        self.pacer.settle(b, r, was_open, draws, context)
 
     def _check_eligible(self, eligible: ArrayLike) -> BoolArray | None:
         """The (R, K) mask, or None when every expert is eligible (the unmasked path)."""
@@ -568,7 +569,9 @@ class BasePolicy:
         expert ``old_index[j]`` of this policy, or new: None) while a new expert starts from
         the fresh policy's values; the other state is carried where its shape is unchanged
         (``msroute.policies.state_walk.carry_state``), except, when the bounds change, what the
-        class declares in ``_constraint_attrs`` (its dual: learned about the old bounds).
+        class declares in ``_constraint_attrs`` (its dual: learned about the old bounds), and
+        the cost estimates of an expert whose table price changed (they start from the new
+        price).
         Then ``_after_resize`` lets the class restore its own invariants (OMD: the new experts
         at the exploration floor).
 
@@ -600,8 +603,26 @@ class BasePolicy:
         # Another constraint set: what the class learned about the old one starts afresh.
         fresh = declared_names(type(self), "_constraint_attrs") if before != after else ()
         carry_state(self, new, index, fresh)
+        old_costs = self.problem_batch.costs[0]
+        repriced = [
+            j
+            for j, i in enumerate(index)
+            if i is not None and not np.array_equal(problem.costs[j], old_costs[i])
+        ]
+        for estimate in new._estimates():  # a new price is news about what a call costs
+            estimate.reprice(repriced)
         new._after_resize([j for j, i in enumerate(index) if i is None])
         return new
+
+    def _estimates(self) -> list[CostEstimate]:
+        """The online cost estimates this policy keeps (its own, its pacer's)."""
+        parts: list[object] = [self] if self.pacer is None else [self, self.pacer]
+        return [
+            value
+            for part in parts
+            for name in state_attrs(part)
+            if isinstance(value := getattr(part, name), CostEstimate)
+        ]
 
     def _after_resize(self, added: list[int]) -> None:
         """Restore the class's invariants after ``resized`` carried the state over (``added``:

@@ -27,8 +27,8 @@ import numpy as np
 
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidValueError
-from msroute.policies.base import draw_counts
 from msroute.problem_batch import draws_cost, team_cost
+from msroute.reward import draw_counts
 
 __all__ = ["COST_ESTIMATES", "CostEstimate", "CostEstimateMode", "check_cost_estimate"]
 
@@ -99,6 +99,12 @@ class CostEstimate:
         self.costs: FloatArray = np.array(prior, dtype=np.float64)
         self.n_obs: FloatArray = np.zeros(prior.shape[:2])
         self._floor = (_FLOOR * scale)[:, None, :]
+
+    def reprice(self, experts: list[int]) -> None:
+        """Start these experts' estimates afresh from the prior (their table price changed)."""
+        if experts:
+            self.costs[:, experts] = self.prior[:, experts]
+            self.n_obs[:, experts] = 0.0
 
     def surrogate(self, q: FloatArray) -> FloatArray:
         """``C_hat^T q`` per run: q (R, K) -> (R, d)."""

@@ -12,16 +12,21 @@ restricted distribution, so importance weights stay exact).
 
 The accounting, per run and cost coordinate ``j``, after ``n`` decisions:
 
-* ``spend_j``: each decision booked at its table cost when it is made (``book``), replaced by
-  the realized cost when its feedback reports one (``settle``): the router's count.
+* Each expert's cost per call is *estimated* from the realized costs fed back
+  (``msroute.policies.costs.CostEstimate``, the table as its prior; one estimate per context
+  for a contextual policy, since a task's prompts can be longer than another's).
+* ``spend_j``: each decision booked at its team's estimated cost when it is made (``book``),
+  replaced by the realized cost when its feedback reports one (``settle``): what a router counts.
 * Packing bound ``u_j``: the room for decision ``n`` is ``n u_j - spend_j - reserve_j``, and an
   eligible set ``A`` is allowed only if its worst team fits: the sum of the ``min(M, |A|)``
-  largest ``c_ij`` over ``A`` (each distinct expert is paid once).
+  largest estimated ``c_ij`` over ``A`` (each distinct expert is paid once).
 * Covering bound ``l_j``: every member of ``A`` must have ``c_ij >= n l_j - spend_j +
   reserve_j`` (a team costs at least each of its members).
-* The reserve covers what the table does not know: twice the largest excess of a realized cost
-  over its booking seen so far, plus, for the decisions still open, the mean excess each
-  (``excess`` and ``shortfall`` for the covering side).
+* The reserve covers what the estimates do not know: twice the largest excess of a realized
+  cost over its booking seen so far, plus, for the decisions still open, the mean excess each
+  (``excess`` and ``shortfall`` for the covering side); and what eligibility masks force:
+  twice the most a decision whose eligible experts all lay beyond the room had to overspend
+  (``forced``), so that the other decisions keep room for the next such one.
 
 Within that, the experts are dropped from the dearest (relative to the room) until the worst
 team fits; if no expert fits (a bound lowered below what was spent, prices that rose, a covering
@@ -29,12 +34,11 @@ bound that needs mixing), the decision goes to the one eligible expert that leav
 with the most room after it (each coordinate in its own unit), which moves the spend back
 toward the box as fast as one decision can.
 
-The guarantee (stated in docs/budgets.md): if the realized cost of every decision is its table
-cost (or no larger than the booking plus the reserve) and some eligible expert is inside every
-bound (a *safe* expert), every bound holds on the time-averaged spend after every decision, from
-the first one on. A bound lowered below the average spent so far, or realized prices above
-what the reserve covers, hold again after the decisions the safe expert needs to pay back the
-excess.
+The guarantee (stated in docs/budgets.md): if some eligible expert is inside every bound on its
+own (a *safe* expert) and no call costs more above its booking than the reserve, every bound
+holds on the time-averaged spend after every decision, from the first one on. A bound lowered
+below the average spent so far, or prices that rise until the estimates learn them, hold again
+after the decisions the safe expert needs to pay back the excess.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import ClassVar
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.policies.costs import CostEstimate
 from msroute.problem_batch import ProblemBatch
 
 __all__ = ["Pacer"]
@@ -62,10 +67,16 @@ class Pacer:
     Parameters
     ----------
     batch : ProblemBatch
-        The runs' costs (the table, which books each decision) and original bounds.
+        The runs' cost tables (the estimates' prior) and original bounds.
+    scale : ndarray, shape (R, d)
+        The unit of each cost coordinate (``msroute.policies.duals.cost_scale``).
+    n_contexts : int, default 1
+        Contexts the policy tells apart: the estimates are learned per (run, context).
 
     Attributes
     ----------
+    est : CostEstimate
+        Each expert's estimated cost per call, rows ``r X + x`` (run, context).
     spend : ndarray, shape (R, d)
         Spend so far: decisions at their booking, replaced by realized costs when reported.
     open : ndarray, shape (R,)
@@ -76,6 +87,7 @@ class Pacer:
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = (
+        "est",
         "spend",
         "open",
         "excess_max",
@@ -83,6 +95,7 @@ class Pacer:
         "shortfall_max",
         "shortfall_sum",
         "n_reports",
+        "forced",
         "restricted",
         "recovered",
     )
@@ -94,38 +107,34 @@ class Pacer:
         "shortfall_max": "nonnegative",
         "shortfall_sum": "nonnegative",
         "n_reports": "nonnegative",
+        "forced": "nonnegative",
         "restricted": "nonnegative",
         "recovered": "nonnegative",
     }
 
-    def __init__(self, batch: ProblemBatch) -> None:
-        r, k, d = batch.n_runs, batch.n_experts, batch.n_costs
+    def __init__(self, batch: ProblemBatch, scale: FloatArray, n_contexts: int = 1) -> None:
+        r, d = batch.n_runs, batch.n_costs
         self.m_draws = batch.m_draws
-        self.costs: FloatArray = np.ascontiguousarray(batch.costs, dtype=np.float64)
+        self.n_contexts = n_contexts
+        x = n_contexts
+        self.est = CostEstimate(
+            np.repeat(batch.costs, x, axis=0) if x > 1 else batch.costs,
+            np.repeat(scale, x, axis=0) if x > 1 else scale,
+            mode="distinct",
+        )
         self.lo: FloatArray = np.asarray(batch.lo_ori, dtype=np.float64)
         self.hi: FloatArray = np.asarray(batch.hi_ori, dtype=np.float64)
         self._upper = np.isfinite(self.hi)
         self._lower = np.isfinite(self.lo)
         self._any_upper, self._any_lower = bool(self._upper.any()), bool(self._lower.any())
-        top = np.sort(self.costs, axis=1)[:, ::-1][:, : min(self.m_draws, k)].sum(axis=1)
-        #: The dearest team over every expert (R, d), and the least single expert: when the room
-        #: covers these, no eligible set can break a bound (the fast path).
-        self._worst_all: FloatArray = np.asarray(top, dtype=np.float64)
-        self._least_all: FloatArray = self.costs.min(axis=1)
-        unit = self.costs.max(axis=1)
+        unit = batch.costs.max(axis=1)
         finite = np.where(self._upper, np.abs(self.hi), np.where(self._lower, self.lo, 0.0))
         self._unit: FloatArray = np.where(unit > 0, unit, np.where(finite > 0, finite, 1.0))
-        self._rows = [row.tolist() for row in self.costs] if r == 1 else None
-        # One run's bounds as (bound, dearest team) and (bound, least expert) pairs; an absent
-        # bound as one nothing can break (the fast check of ``_clear_one``).
-        self._upper_one = [
-            (h, w) if math.isfinite(h) else (math.inf, -math.inf)
-            for h, w in zip(self.hi[0].tolist(), self._worst_all[0].tolist(), strict=True)
-        ]
-        self._lower_one = [
-            (v, least) if math.isfinite(v) else (0.0, math.inf)
-            for v, least in zip(self.lo[0].tolist(), self._least_all[0].tolist(), strict=True)
-        ]
+        self._one_run = r == 1
+        # One run's bounds (an absent one as one nothing can break): ``_clear_one``.
+        self._hi_one = [h if math.isfinite(h) else math.inf for h in self.hi[0].tolist()]
+        self._lo_one = [v if math.isfinite(v) else -math.inf for v in self.lo[0].tolist()]
+        self._runs = np.arange(r)
         self.spend: FloatArray = np.zeros((r, d))
         self.open: FloatArray = np.zeros(r)
         self.excess_max: FloatArray = np.zeros((r, d))
@@ -133,8 +142,29 @@ class Pacer:
         self.shortfall_max: FloatArray = np.zeros((r, d))
         self.shortfall_sum: FloatArray = np.zeros((r, d))
         self.n_reports: FloatArray = np.zeros(r)
+        #: Per run and coordinate, the most a decision its mask forced beyond the room spent
+        #: (columns d..2d: fell short of a covering bound).
+        self.forced: FloatArray = np.zeros((r, 2 * d))
         self.restricted: IntArray = np.zeros(r, dtype=np.int64)
         self.recovered: IntArray = np.zeros(r, dtype=np.int64)
+
+    # ------------------------------------------------------------------ the estimates
+    def _rows(self, context: IntArray | None) -> IntArray | None:
+        """The estimate row of each run's decision (None: the runs' own rows, one context)."""
+        if self.n_contexts == 1:
+            return None
+        ctx = np.zeros(self._runs.size, dtype=np.int64) if context is None else context
+        return np.asarray(self._runs * self.n_contexts + ctx, dtype=np.int64)
+
+    def costs(self, context: IntArray | None) -> FloatArray:
+        """The estimated cost of each expert per call for each run's decision: (R, K, d)."""
+        rows = self._rows(context)
+        est = self.est.costs
+        if rows is None:
+            return est
+        if self._one_run:  # basic indexing: a view
+            return est[int(rows[0]) : int(rows[0]) + 1]
+        return np.asarray(est[rows])
 
     # ------------------------------------------------------------------ the restriction
     def rooms(self, n: int) -> tuple[FloatArray, FloatArray]:
@@ -142,65 +172,93 @@ class Pacer:
         upper bound, and the covering need (R, d), ``-inf`` where no lower bound."""
         reports = np.maximum(self.n_reports, 1.0)[:, None]
         open_ = self.open[:, None]
+        d = self.spend.shape[1]
         with np.errstate(invalid="ignore"):  # an absent bound is infinite: inf - x stays inf
             room = (
                 n * self.hi * (1.0 - _REL_SLACK)
                 - self.spend
-                - _EXCESS_FACTOR * self.excess_max
+                - _EXCESS_FACTOR * (self.excess_max + self.forced[:, :d])
                 - open_ * self.excess_sum / reports
             )
             need = (
                 n * self.lo * (1.0 + _REL_SLACK)
                 - self.spend
-                + _EXCESS_FACTOR * self.shortfall_max
+                + _EXCESS_FACTOR * (self.shortfall_max + self.forced[:, d:])
                 + open_ * self.shortfall_sum / reports
             )
         return np.where(self._upper, room, np.inf), np.where(self._lower, need, -np.inf)
 
-    def restrict(self, n: int, eligible: BoolArray | None) -> BoolArray | None:
+    def restrict(
+        self, n: int, eligible: BoolArray | None, context: IntArray | None = None
+    ) -> BoolArray | None:
         """The eligible set of decision ``n`` (1-based) after pacing: (R, K), or None where
         every expert stays eligible (``eligible`` None and nothing narrowed)."""
-        if self._rows is not None and self._clear_one(n):
+        costs = self.costs(context)
+        if self._one_run and self._clear_one(n, costs[0]):
             return eligible  # one run with room for any team (the live router's common case)
         room, need = self.rooms(n)
-        if bool(np.all(room >= self._worst_all)) and bool(np.all(need <= self._least_all)):
-            return eligible  # no set of experts can break a bound: the common case
-        r, k = self.costs.shape[:2]
+        worst = self.m_draws * costs.max(axis=1)  # at least the dearest team's cost
+        if bool(np.all(room >= worst)) and bool(np.all(need <= costs.min(axis=1))):
+            return eligible  # no set of experts can break a bound
+        r, k = costs.shape[:2]
         elig = np.ones((r, k), dtype=bool) if eligible is None else eligible
-        fits = self._fitting(room, need, elig)
+        fits = self._fitting(costs, room, need, elig)
         narrowed = np.asarray((fits != elig).any(axis=1))
         if not narrowed.any():
             return eligible
         empty = np.asarray(~fits.any(axis=1))
         if empty.any():
-            fits[empty] = self._most_room(room[empty], need[empty], elig[empty], empty)
+            picked = self._most_room(costs[empty], room[empty], need[empty], elig[empty], empty)
+            fits[empty] = picked
             self.recovered += empty
+            if eligible is not None:  # a mask forced it: the other decisions keep room for it
+                self._note_forced(costs[empty][picked], room[empty], need[empty], empty)
         self.restricted += narrowed
         return fits
 
-    def _clear_one(self, n: int) -> bool:
-        """``rooms`` of one run against the dearest team and the least expert, in Python
-        floats: whether no set of experts can break a bound at decision ``n``."""
+    def _note_forced(
+        self, cost: FloatArray, room: FloatArray, need: FloatArray, runs: BoolArray
+    ) -> None:
+        """Record what the chosen expert's cost (R', d) takes beyond the room (or falls short
+        of the need) of runs that were within their bounds: what a mask forced."""
+        d = cost.shape[1]
+        with np.errstate(invalid="ignore"):
+            over = np.where(room >= 0.0, np.maximum(cost - room, 0.0), 0.0)
+            short = np.where(need <= 0.0, np.maximum(need - cost, 0.0), 0.0)
+        forced = self.forced[runs]
+        forced[:, :d] = np.maximum(forced[:, :d], np.nan_to_num(over, posinf=0.0))
+        forced[:, d:] = np.maximum(forced[:, d:], np.nan_to_num(short, posinf=0.0))
+        self.forced[runs] = forced
+
+    def _clear_one(self, n: int, costs: FloatArray) -> bool:
+        """``rooms`` of one run against M times its dearest expert and its least one, in
+        Python floats: whether no set of experts can break a bound at decision ``n``."""
         reports = max(float(self.n_reports[0]), 1.0)
         open_ = float(self.open[0])
         spend = self.spend[0].tolist()
+        forced = self.forced[0].tolist()
+        d = len(spend)
         if self._any_upper:
             emax, esum = self.excess_max[0].tolist(), self.excess_sum[0].tolist()
-            for j, (hi, worst) in enumerate(self._upper_one):
-                room = n * hi * (1.0 - _REL_SLACK) - spend[j]
-                if room - _EXCESS_FACTOR * emax[j] - open_ * esum[j] / reports < worst:
+            dearest = costs.max(axis=0).tolist()
+            for j, hi in enumerate(self._hi_one):
+                room = n * hi * (1.0 - _REL_SLACK) - spend[j] - open_ * esum[j] / reports
+                worst = self.m_draws * dearest[j]
+                if room - _EXCESS_FACTOR * (emax[j] + forced[j]) < worst:
                     return False
         if self._any_lower:
             smax, ssum = self.shortfall_max[0].tolist(), self.shortfall_sum[0].tolist()
-            for j, (lo, least) in enumerate(self._lower_one):
-                need = n * lo * (1.0 + _REL_SLACK) - spend[j]
-                if need + _EXCESS_FACTOR * smax[j] + open_ * ssum[j] / reports > least:
+            least = costs.min(axis=0).tolist()
+            for j, lo in enumerate(self._lo_one):
+                need = n * lo * (1.0 + _REL_SLACK) - spend[j] + open_ * ssum[j] / reports
+                if need + _EXCESS_FACTOR * (smax[j] + forced[d + j]) > least[j]:
                     return False
         return True
 
-    def _fitting(self, room: FloatArray, need: FloatArray, elig: BoolArray) -> BoolArray:
+    def _fitting(
+        self, costs: FloatArray, room: FloatArray, need: FloatArray, elig: BoolArray
+    ) -> BoolArray:
         """The largest set per run, from the least dear expert on, whose worst team fits."""
-        costs = self.costs
         ok = elig.copy()
         if self._any_lower:
             ok &= np.all(costs >= need[:, None, :], axis=2)
@@ -235,11 +293,15 @@ class Pacer:
         return np.asarray(top.sum(axis=1), dtype=np.float64)
 
     def _most_room(
-        self, room: FloatArray, need: FloatArray, elig: BoolArray, runs: BoolArray
+        self,
+        costs: FloatArray,
+        room: FloatArray,
+        need: FloatArray,
+        elig: BoolArray,
+        runs: BoolArray,
     ) -> BoolArray:
         """Per run, the one eligible expert that leaves every bound the most room after it,
         each coordinate in its own unit: (R', K) one-hot."""
-        costs = self.costs[runs]
         unit = self._unit[runs][:, None, :]
         upper = np.where(self._upper[runs][:, None, :], (room[:, None, :] - costs) / unit, np.inf)
         lower = np.where(self._lower[runs][:, None, :], (costs - need[:, None, :]) / unit, np.inf)
@@ -251,35 +313,46 @@ class Pacer:
         return out
 
     # ------------------------------------------------------------------ the accounting
-    def book(self, draws: IntArray) -> FloatArray:
-        """Book a decision of every run at its team's table cost (each distinct expert once):
-        draws (R, M) -> the booking (R, d), read-only."""
-        if self._rows is not None:  # one run: Python floats, added in draw order
-            rows = self._rows[0]
+    def book(self, draws: IntArray, context: IntArray | None = None) -> FloatArray:
+        """Book a decision of every run at its team's estimated cost (each distinct expert
+        once): draws (R, M) -> the booking (R, d), read-only."""
+        costs = self.costs(context)
+        if self._one_run:  # one run: Python floats, added in draw order
             team = list(dict.fromkeys(draws[0].tolist()))
-            total = rows[team[0]]
+            rows = costs[0]
+            total = rows[team[0]].tolist()
             for col in team[1:]:
-                total = [a + b for a, b in zip(total, rows[col], strict=True)]
+                total = [a + b for a, b in zip(total, rows[col].tolist(), strict=True)]
             cost = np.array([total], dtype=np.float64)
         else:
-            mask = np.zeros(self.costs.shape[:2])
+            mask = np.zeros(costs.shape[:2])
             mask[np.arange(draws.shape[0])[:, None], draws] = 1.0
-            cost = np.asarray(np.matmul(mask[:, None, :], self.costs)[:, 0, :], dtype=np.float64)
+            cost = np.asarray(np.matmul(mask[:, None, :], costs)[:, 0, :], dtype=np.float64)
         self.spend += cost
         self.open += 1.0
         cost.flags.writeable = False
         return cost
 
-    def settle(self, booked: FloatArray, realized: FloatArray | None, was_open: bool) -> None:
+    def settle(
+        self,
+        booked: FloatArray,
+        realized: FloatArray | None,
+        was_open: bool,
+        draws: IntArray | None = None,
+        context: IntArray | None = None,
+    ) -> None:
         """A decision's outcome: its realized cost (R, d) replaces its booking (None: it stays
         at its booking), and an open decision closes.
 
         A realized cost that differs from the booking is a report: it feeds the reserve (the
-        largest and the mean excess, or shortfall, of a report)."""
+        largest and the mean excess, or shortfall, of a report) and, with the decision's
+        ``draws`` (R, M), the experts' estimated costs."""
         if was_open:
             self.open = np.maximum(self.open - 1.0, 0.0)
         if realized is None:
             return
+        if draws is not None:
+            self.est.update(draws, realized, rows=self._rows(context))
         diff = realized - booked
         if not np.count_nonzero(diff):
             return

@@ -486,8 +486,12 @@ def _cost_report(state: RouterState, event: CostReport) -> None:
             f"{'not ' if pending is None else ''}pending"
         )
     state.cost_sum += event.cost - event.realized
-    # The pacer's spend takes the report now; an open decision stays open until it closes.
-    state.policy.settle(event.realized[None, :], event.cost[None, :], was_open=False)
+    # The pacer's spend takes the report now (and its estimates learn the experts' costs from
+    # it); an open decision stays open until it closes.
+    decision = None if pending is None else state.decision_of(pending)
+    state.policy.settle(
+        event.realized[None, :], event.cost[None, :], was_open=False, decision=decision
+    )
     if pending is None:
         return
     pending.cost = event.cost

@@ -220,9 +220,11 @@ def test_the_budget_holds_when_calls_cost_more_than_configured(
     spent = state["spent"]["usd"]
     assert state["decisions"] == 150
     assert spent / 150 <= bound
-    # The calls did cost twice their booking: the bound held on the real dollars.
-    booked = [r for r in rows(gateway, "dear") if r["kind"] == "decision"]
-    assert spent == pytest.approx(2 * sum(r["cost"]["usd"] for r in booked))
+    # The calls did cost twice their configured price (the bookings learn it): the bound held
+    # on the real dollars.
+    price = {e: c["usd"] for e, c in state["expert_costs"].items()}
+    teams = [r["team"] for r in rows(gateway, "dear") if r["kind"] == "decision"]
+    assert spent == pytest.approx(2 * sum(price[e] for team in teams for e in team))
 
 
 def test_a_daily_budget_sets_the_bound_and_is_reported(gateway: ServerProcess) -> None:

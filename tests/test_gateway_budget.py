@@ -51,7 +51,9 @@ def simulate(
             settings["set"] += 1
         for _ in range(rng.poisson(rate(t) * TICK_S)):
             d = router.route()
-            router.report_cost(d.decision_id, {"usd": markup * d.cost["usd"]})
+            # The table price times the markup (the booking itself learns the markup).
+            price = sum(CONFIG["experts"][e][0] for e in d.team)
+            router.report_cost(d.decision_id, {"usd": markup * price})
             router.feedback(d.decision_id, max(SKILL[e] for e in d.team))
         t += TICK_S
     return settings

@@ -8,7 +8,8 @@ from scipy.optimize import minimize
 
 from msroute import Constraints, InfeasibleConstraintsError, Problem, expected_reward
 from msroute.policies.base import draws_to_mask
-from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
+from msroute.policies.omd import ApproachabilityDual, OMDApproachability
+from msroute.policies.omd_contextual import ContextualOMD
 from msroute.problem_batch import ProblemBatch
 from msroute.reward import batch_sum_max_reward, expected_reward_grad
 

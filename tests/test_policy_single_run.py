@@ -19,7 +19,7 @@ from msroute.policies import base
 from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.costs import CostEstimate
 from msroute.policies.omd import OMDApproachability
-from msroute.policies.omd_variants import _AdditiveModel
+from msroute.policies.reward_model import _AdditiveModel
 from msroute.policies.state_walk import state_dict
 from msroute.router import RouterConfig
 from msroute.router.state import RouterState

@@ -150,6 +150,19 @@ class Polytope:
             raise RuntimeError(f"Frank-Wolfe LP failed: {res.message}")
         return np.asarray(res.x, dtype=np.float64)
 
+    def multipliers(self, g: FloatArray) -> FloatArray:
+        """The bounds' Lagrange multipliers at the maximiser of ``g . s`` over ``P``: (d,), in
+        units of ``g`` per unit of ``C^T q``; positive where an upper bound binds, negative
+        where a lower one does, 0 where neither. At an optimum ``q*`` of a concave ``F`` and
+        ``g = grad F(q*)`` these are the KKT multipliers of the bounds (``q*`` maximises the
+        linearisation too)."""
+        res = self._highs(-g, self.a_ub, self.b_ub, self.a_eq, [(self.floor, None)] * g.shape[0])
+        if res.status != 0:  # pragma: no cover - P is non-empty and bounded here
+            raise RuntimeError(f"multiplier LP failed: {res.message}")
+        dual = -np.asarray(res.ineqlin.marginals, dtype=np.float64)  # >= 0, per row of a_ub
+        d = self.costs.shape[1]
+        return np.asarray(dual[:d] - dual[d:], dtype=np.float64)
+
     def _highs(
         self,
         cost: np.ndarray,

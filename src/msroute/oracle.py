@@ -39,6 +39,7 @@ sweeps with ``OPENBLAS_NUM_THREADS=1`` (or ``OMP_NUM_THREADS=1``).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 
@@ -134,6 +135,10 @@ class ContextualOracleResult:
     converged : bool
         Whether ``gap <= tol``.
     message : str
+    multipliers : ndarray, shape (d,)
+        The bounds' KKT multipliers at ``q`` (``msroute._polytope.Polytope.multipliers``):
+        reward per unit of aggregate surrogate cost, positive where an upper bound binds,
+        negative where a lower one does, 0 for a cost without a bound or with slack.
     """
 
     value: float
@@ -145,6 +150,7 @@ class ContextualOracleResult:
     iterations: int
     converged: bool
     message: str = ""
+    multipliers: FloatArray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 # ---------------------------------------------------------------------------- solver
@@ -551,6 +557,9 @@ def contextual_opt(
     else:
         res = _solve(objective, poly, tol, max_iter)  # type: ignore[arg-type]
     q = res.q.reshape(n_ctx, k)
+    multipliers = np.zeros(c.shape[1])
+    if np.any(bound):
+        multipliers[bound] = poly.multipliers(objective.value_and_grad(res.q)[1])
     values = np.array(
         [
             objective.part_value(g, q[g]) * t_len / counts[g] if counts[g] else 0.0
@@ -567,4 +576,5 @@ def contextual_opt(
         iterations=res.iterations,
         converged=res.converged,
         message=res.message,
+        multipliers=multipliers,
     )

@@ -66,6 +66,31 @@ def register(subparsers: Any) -> None:
         "sum-max: an upper bound), judge:P (the best member's with probability P, else a "
         "random member's) or random (default best)",
     )
+    p.add_argument(
+        "--warm-start",
+        metavar="EVAL",
+        help="outcome tables: start the OMD policies from this eval table (its models are the "
+        "stream's; 'llmrouter' for the packaged one)",
+    )
+    p.add_argument(
+        "--warm-split",
+        metavar="F",
+        type=float,
+        help="outcome tables: split the table by prompt per seed, warm-start on a fraction F "
+        "and stream the rest",
+    )
+    p.add_argument(
+        "--warm-strength",
+        metavar="N",
+        type=float,
+        help="the warm start's pseudo-counts per context and model (default: the router's)",
+    )
+    p.add_argument(
+        "--contexts",
+        choices=["category", "text", "none"],
+        help="outcome tables: what the router sees of a prompt (default category; text: "
+        "clusters of its text)",
+    )
     p.add_argument("--seeds", type=int_arg, help="number of seeds (default 5)")
     p.add_argument("--horizon", type=int_arg, help="rounds per run (default 5000)")
     p.add_argument("--quick", action="store_true", help=f"a run of seconds ({QUICK})")
@@ -86,10 +111,21 @@ def build_config(args: argparse.Namespace) -> Any:
     from msroute.experiments.bench import BenchConfig
     from msroute.scenarios import FILES, files_scenario
 
-    if args.team_answer is not None:
+    outcome_only = [
+        flag
+        for flag, value in (
+            ("--team-answer", args.team_answer),
+            ("--warm-start", args.warm_start),
+            ("--warm-split", args.warm_split),
+            ("--warm-strength", args.warm_strength),
+            ("--contexts", args.contexts),
+        )
+        if value is not None
+    ]
+    if outcome_only:
         raise InvalidValueError(
-            "--team-answer applies to outcome tables (llmrouter, --outcomes FILE): a scenario's "
-            "team is scored by its best member (sum-max)"
+            f"{outcome_only[0]} applies to outcome tables (llmrouter, --outcomes FILE), not to a "
+            "scenario or --skills/--costs files"
         )
     files = args.skills is not None or args.costs is not None
     if files and args.scenario is not None:
@@ -170,6 +206,10 @@ def outcome_config(args: argparse.Namespace) -> Any:
         "budget_cost": args.budget_cost,
         "m_draws": None if args.m_draws is None else (args.m_draws,),
         "team_answer": args.team_answer,
+        "warm_start": args.warm_start,
+        "warm_split": args.warm_split,
+        "warm_strength": args.warm_strength,
+        "contexts": args.contexts,
     }
     values.update({k: v for k, v in given.items() if v is not None})
     return OutcomeBenchConfig(**values)

@@ -29,6 +29,7 @@ naming the file, the line and the column(s).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -188,6 +189,25 @@ class OutcomeTable:
             return None, math.nan, math.nan
         i = int(np.flatnonzero(ok)[np.argmax(reward[ok])])
         return self.models[i], float(reward[i]), float(spend[i])
+
+    def subset(self, rows: IntArray, source: str | None = None) -> OutcomeTable:
+        """The table of prompts ``rows`` (in that order), with the same categories (a category
+        may then have no prompt)."""
+        idx = np.asarray(rows, dtype=np.int64)
+        return dataclasses.replace(
+            self,
+            prompt_ids=tuple(self.prompt_ids[i] for i in idx.tolist()),
+            category=self.category[idx],
+            scores=self.scores[idx],
+            costs=self.costs[idx],
+            source=self.source if source is None else source,
+        )
+
+    def with_contexts(self, names: Sequence[str], index: IntArray) -> OutcomeTable:
+        """The same prompts in other contexts: ``names`` (X',) and each prompt's index (P,)."""
+        return dataclasses.replace(
+            self, categories=tuple(names), category=np.asarray(index, dtype=np.int64)
+        )
 
     def digest(self) -> str:
         """SHA-256 over the table's numbers and names (recorded with results)."""

@@ -31,7 +31,8 @@ from msroute.experiments.schedule import run_cells
 from msroute.metrics import feasible, time_averaged, true_regret
 from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.costs import check_cost_estimate
-from msroute.policies.omd import ContextualOMD, OMDApproachability
+from msroute.policies.omd import OMDApproachability
+from msroute.policies.omd_contextual import ContextualOMD
 from msroute.reward import context_scaled
 from msroute.simulate import simulate
 

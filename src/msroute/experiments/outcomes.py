@@ -34,9 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from msroute.datasets.outcomes import OutcomeTable, describe, load_llmrouter, load_outcomes
+from msroute.datasets.outcomes import OutcomeTable, describe
 from msroute.errors import InvalidValueError
 from msroute.experiments.config import check_policies
+from msroute.experiments.outcome_runs import (
+    CONTEXT_SOURCES,
+    LLMROUTER,
+    RunTables,
+    load_table,
+    run_tables,
+)
 from msroute.experiments.output import Progress, Summary, preload_plotting, publish
 from msroute.metrics import feasible
 from msroute.outcome_env import OutcomeEnv, SampleMode, best_pick
@@ -45,6 +52,7 @@ from msroute.policies.registry import make_policy
 from msroute.problem import Constraints, Problem
 from msroute.problem_batch import ProblemBatch
 from msroute.scenarios.base import format_budget, parse_budget, parse_budgets
+from msroute.warmstart import DEFAULT_STRENGTH, table_contexts, warm_start
 
 __all__ = [
     "LLMROUTER",
@@ -54,9 +62,6 @@ __all__ = [
     "load_table",
     "run_outcome_bench",
 ]
-
-#: The packaged table's name (``msroute bench llmrouter``).
-LLMROUTER = "llmrouter"
 
 #: Budgets of the packaged table, $ per query: cheap (above the small models' price, tight for a
 #: team of two), middle, generous (the most accurate single model fits with room).
@@ -93,6 +98,16 @@ class OutcomeBenchConfig:
     team_answer : str
         How a team's answer is combined: ``"best"`` (sum-max), ``"judge:P"`` or ``"random"``
         (``msroute.outcome_env.best_pick``).
+    warm_start : str or None
+        An eval table (a path, or ``"llmrouter"``) the OMD policies start from
+        (``msroute.warmstart``); the baselines start cold.
+    warm_split : float or None
+        Split the table by prompt per seed: warm on this fraction, stream the rest
+        (``msroute.experiments.outcome_runs``).
+    warm_strength : float
+        The warm start's strength ``N``.
+    contexts : {"category", "text", "none"}
+        What the router sees of a prompt (the comparators stay per category).
     """
 
     table: str = LLMROUTER
@@ -106,9 +121,25 @@ class OutcomeBenchConfig:
     mode: SampleMode = "replace"
     oracle_tol: float = 1e-6
     team_answer: str = "best"
+    warm_start: str | None = None
+    warm_split: float | None = None
+    warm_strength: float = DEFAULT_STRENGTH
+    contexts: str = "category"
 
     def __post_init__(self) -> None:
         best_pick(self.team_answer)
+        if self.warm_start is not None and self.warm_split is not None:
+            raise InvalidValueError("give a warm-start table or a warm split, not both")
+        if self.warm_split is not None and not 0.0 < self.warm_split < 1.0:
+            raise InvalidValueError(f"warm_split == {self.warm_split!r}, must be in (0, 1)")
+        if not (math.isfinite(self.warm_strength) and self.warm_strength >= 0):
+            raise InvalidValueError(
+                f"warm_strength == {self.warm_strength!r}, must be a number >= 0"
+            )
+        if self.contexts not in CONTEXT_SOURCES:
+            raise InvalidValueError(
+                f"contexts == {self.contexts!r}, must be one of {', '.join(CONTEXT_SOURCES)}"
+            )
         for name in ("seeds", "horizon"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -130,10 +161,20 @@ class OutcomeBenchConfig:
         """The seeds of the sweep."""
         return tuple(range(self.first_seed, self.first_seed + self.seeds))
 
+    @property
+    def split(self) -> bool:
+        """Whether every seed streams its own table (``warm_split``)."""
+        return self.warm_split is not None
 
-def load_table(name: str) -> OutcomeTable:
-    """The packaged table (``"llmrouter"``) or a user's outcome file."""
-    return load_llmrouter() if name == LLMROUTER else load_outcomes(name)
+    def tables(self, seed: int) -> RunTables:
+        """The tables of seed ``seed``'s runs."""
+        return run_tables(
+            self.table,
+            seed=seed,
+            warm_start=self.warm_start,
+            warm_split=self.warm_split,
+            contexts=self.contexts,
+        )
 
 
 def budget_levels(cfg: OutcomeBenchConfig, table: OutcomeTable, cost: str) -> tuple[str, ...]:
@@ -173,8 +214,9 @@ def _round_up(value: float) -> float:
     return float(f"{math.ceil(value / scale - 1e-9) * scale:.3g}")
 
 
-def _run_seeds(cfg: OutcomeBenchConfig) -> list[np.random.SeedSequence]:
-    return [np.random.SeedSequence(s) for s in cfg.seed_list]
+def _cell_seeds(cfg: OutcomeBenchConfig, si: int | None) -> tuple[int, ...]:
+    """The seeds a cell runs: all of them batched, or seed index ``si`` alone."""
+    return cfg.seed_list if si is None else (cfg.seed_list[si],)
 
 
 def _problems(
@@ -193,18 +235,23 @@ def _problems(
 
 
 def _policy_cell(
-    table: OutcomeTable, cfg: OutcomeBenchConfig, m: int, policy: str, budgets: list[float], j: int
+    cfg: OutcomeBenchConfig, m: int, policy: str, budgets: list[float], j: int, si: int | None
 ) -> dict[str, Any]:
-    """Every (budget, seed) run of one policy at team size ``m``, batched."""
+    """Every (budget, seed) run of one policy at team size ``m``, batched (seed index ``si``
+    alone where each seed streams its own table)."""
+    from msroute.policies.omd import OMDApproachability
     from msroute.simulate import simulate_summary
 
     tic = time.perf_counter()
-    n_seeds = cfg.seeds
+    seeds = _cell_seeds(cfg, si)
+    tables = cfg.tables(seeds[0])
+    table = tables.routed
+    n_seeds = len(seeds)
     env = OutcomeEnv(
         table,
         horizon=cfg.horizon,
         n_runs=n_seeds,
-        seed=_run_seeds(cfg),
+        seed=[np.random.SeedSequence(s) for s in seeds],
         mode=cfg.mode,
         team_answer=cfg.team_answer,
     )
@@ -213,10 +260,15 @@ def _policy_cell(
     # The live router's configuration (anytime OMD, paced): what the bench reports is what a
     # router gets; only the baselines' duals read the horizon.
     kwargs = live_kwargs(policy, m, table.n_contexts)
-    seeds = [np.random.SeedSequence([s, _POLICY_KEY]) for _ in budgets for s in cfg.seed_list]
-    pol = make_policy(policy, batch, horizon=cfg.horizon, seed=seeds, **kwargs)
+    streams = [np.random.SeedSequence([s, _POLICY_KEY]) for _ in budgets for s in seeds]
+    pol = make_policy(policy, batch, horizon=cfg.horizon, seed=streams, **kwargs)
+    warm = tables.warm
+    if warm is not None and isinstance(pol, OMDApproachability):
+        contexts = table_contexts(warm, table.categories)
+        warm_start(pol, warm, contexts, cfg.warm_strength, pick=best_pick(cfg.team_answer))
     run = simulate_summary({policy: pol}, env, batch, cfg.horizon, run_map=run_map)[policy]
     return {
+        "seeds": list(seeds),
         "avg_reward": run.avg_reward,
         "avg_cost": run.avg_cost,
         "feasible": feasible(run.avg_cost, batch.lo_ori, batch.hi_ori, tol=0.0),
@@ -224,15 +276,17 @@ def _policy_cell(
     }
 
 
-def _opt_cell(
-    table: OutcomeTable, cfg: OutcomeBenchConfig, m: int, budget: float, si: int, j: int
-) -> dict[str, Any]:
-    """OPT^ctx, OPT and the best single model of one (M, budget, seed) run."""
+def _opt_cell(cfg: OutcomeBenchConfig, m: int, budget: float, si: int, j: int) -> dict[str, Any]:
+    """OPT^ctx, OPT and the best single model of one (M, budget, seed) run, on the prompts it
+    streams in their categories."""
     from msroute.oracle import contextual_opt
 
     tic = time.perf_counter()
-    seed = _run_seeds(cfg)[si]
-    env = OutcomeEnv(table, horizon=cfg.horizon, n_runs=1, seed=seed, mode=cfg.mode)
+    seed = cfg.seed_list[si]
+    table = cfg.tables(seed).stream
+    env = OutcomeEnv(
+        table, horizon=cfg.horizon, n_runs=1, seed=np.random.SeedSequence(seed), mode=cfg.mode
+    )
     skills = env.skills(0, cfg.horizon)[:, 0]
     contexts = env.contexts(0, cfg.horizon)[:, 0]
     paid = env.round_costs(0, cfg.horizon)[:, 0]
@@ -299,14 +353,13 @@ def run_outcome_bench(
     budgets = [float(parse_budget(v) or 0.0) for v in levels]
     name = LLMROUTER if cfg.table == LLMROUTER else Path(cfg.table).stem
     tasks: list[tuple[Any, ...]] = []
+    cells: list[int | None] = list(range(cfg.seeds)) if cfg.split else [None]
     for m in cfg.m_draws:
-        tasks += [("policy", table, cfg, m, p, budgets, j) for p in cfg.policies]
-        tasks += [
-            ("opt", table, cfg, m, b, si, j) for b in budgets for si in range(len(cfg.seed_list))
-        ]
+        tasks += [("policy", cfg, m, p, budgets, j, si) for p in cfg.policies for si in cells]
+        tasks += [("opt", cfg, m, b, si, j) for b in budgets for si in range(cfg.seeds)]
     # The longest cells first (OMD's, then the nonlinear oracles of teams), so that the last
     # cells to finish are short ones.
-    tasks.sort(key=lambda t: (t[0] != "policy" or t[4] != "omd", t[0] != "opt" or t[3] == 1))
+    tasks.sort(key=lambda t: (t[0] != "policy" or t[3] != "omd", t[0] != "opt" or t[2] == 1))
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     with progress.track(f"bench {name}", len(tasks)):
         if jobs > 1:
@@ -367,8 +420,9 @@ def run_outcome_bench(
 
 def _label(task: tuple[Any, ...]) -> str:
     if task[0] == "policy":
-        return f"M={task[3]} {task[4]}"
-    return f"M={task[3]} OPT at {task[4]:g} seed {task[5]}"
+        cfg, si = task[1], task[6]
+        return f"M={task[2]} {task[3]}" + ("" if si is None else f" seed {cfg.seed_list[si]}")
+    return f"M={task[2]} OPT at {task[3]:g} seed {task[4]}"
 
 
 def _tidy(
@@ -384,22 +438,23 @@ def _tidy(
     opt: dict[tuple[int, float, int], dict[str, Any]] = {}
     for t, r in zip(tasks, results, strict=True):
         if t[0] == "opt" and r is not None:
-            opt[(t[3], t[4], t[5])] = r
+            opt[(t[2], t[3], t[4])] = r
     rows: list[dict[str, Any]] = []
-    n_seeds = cfg.seeds
     played = [(t, r) for t, r in zip(tasks, results, strict=True) if t[0] == "policy" and r]
-    played.sort(key=lambda tr: (tr[0][3], cfg.policies.index(tr[0][4])))
+    played.sort(key=lambda tr: (tr[0][2], cfg.policies.index(tr[0][3]), tr[1]["seeds"][0]))
     for t, r in played:
-        m, policy = t[3], t[4]
+        m, policy, seeds = t[2], t[3], r["seeds"]
         for li, (level, b) in enumerate(zip(levels, budgets, strict=True)):
-            for si, seed in enumerate(cfg.seed_list):
-                run = li * n_seeds + si
-                o = opt[(m, b, si)]
+            for at, seed in enumerate(seeds):
+                run = li * len(seeds) + at
+                o = opt[(m, b, cfg.seed_list.index(seed))]
                 row: dict[str, Any] = {
                     "table": LLMROUTER if cfg.table == LLMROUTER else cfg.table,
                     "m_draws": m,
                     "budget": level,
                     "team_answer": cfg.team_answer,
+                    "contexts": cfg.contexts,
+                    "warm": _warm_label(cfg),
                     "policy": policy,
                     "seed": seed,
                     "avg_reward": float(r["avg_reward"][run]),
@@ -415,6 +470,13 @@ def _tidy(
                 row["spend_ratio"] = row[f"avg_{cost}"] / b if b > 0 else math.nan
                 rows.append(row)
     return rows
+
+
+def _warm_label(cfg: OutcomeBenchConfig) -> str:
+    """How the OMD policies started: ``cold``, ``split F`` or the eval table's name."""
+    if cfg.warm_split is not None:
+        return f"split {cfg.warm_split:g}"
+    return "cold" if cfg.warm_start is None else Path(cfg.warm_start).name
 
 
 def summarize(rows: Sequence[dict[str, Any]], cost: str) -> list[tuple[Any, ...]]:

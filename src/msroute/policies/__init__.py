@@ -14,7 +14,8 @@ from msroute.policies.base import BasePolicy, Policy, set_debug_checks
 from msroute.policies.fixed import FixedPolicy, UniformPolicy
 from msroute.policies.lagrangian import LagrangianDual
 from msroute.policies.moe import MoEGating
-from msroute.policies.omd import ApproachabilityDual, ContextualOMD, OMDApproachability
+from msroute.policies.omd import ApproachabilityDual, OMDApproachability
+from msroute.policies.omd_contextual import ContextualOMD
 from msroute.policies.persist import PolicyFileError, load_policy, save_policy
 from msroute.policies.registry import (
     POLICIES,

@@ -106,6 +106,19 @@ class CostEstimate:
             self.costs[:, experts] = self.prior[:, experts]
             self.n_obs[:, experts] = 0.0
 
+    def start_at(
+        self, runs: IntArray, n_contexts: int, costs: FloatArray, counted: FloatArray
+    ) -> None:
+        """Start some runs' estimates elsewhere than the table (a warm start's per-context
+        costs): rows ``r X + x`` of run ``r`` in context ``x`` take ``costs[.., x]`` (R', X, K, d)
+        as ``counted[.., x]`` calls (R', X) where that is > 0, and keep the table elsewhere."""
+        k, d = self.costs.shape[1:]
+        has = counted > 0
+        est = self.costs.reshape(-1, n_contexts, k, d)
+        est[runs] = np.where(has[:, :, None, None], costs, est[runs])
+        n_obs = self.n_obs.reshape(-1, n_contexts, k)
+        n_obs[runs] = np.where(has[:, :, None], counted[:, :, None], n_obs[runs])
+
     def surrogate(self, q: FloatArray) -> FloatArray:
         """``C_hat^T q`` per run: q (R, K) -> (R, d)."""
         return np.asarray(np.matmul(q[:, None, :], self.costs)[:, 0, :], dtype=np.float64)

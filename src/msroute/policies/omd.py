@@ -9,7 +9,8 @@ Lemma 5) runs projected online gradient ascent on the unit ball against
 constructions (scale-invariant, one cut per active bound: the default; the paper's single cut
 ``(C w) . q <= h_S(w)``).
 
-The contextual form keeps one ``q`` per context and one shared dual (Remark 2).
+The contextual form keeps one ``q`` per context and one shared dual (Remark 2): every OMD takes
+``n_contexts``; ``msroute.policies.omd_contextual.ContextualOMD`` is Algorithm 2 as printed.
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ from msroute.policies.omd_variants import (
     floor_at,
     make_estimator,
 )
+from msroute.policies.warm import RewardPrior
 from msroute.problem import Problem
 from msroute.problem_batch import ProblemBatch
 from msroute.projection import project_step
 
-__all__ = ["ApproachabilityDual", "ContextualOMD", "OMDApproachability"]
+__all__ = ["ApproachabilityDual", "OMDApproachability"]
 
 EtaSchedule = Literal["fixed", "anytime"]
 
@@ -198,6 +200,7 @@ class OMDApproachability(BasePolicy):
         "_cost_sum",
         "_n_feedback",
         "estimator",
+        "prior",
     )
     #: Per expert: the routing distribution and its gradient, shape (R, X, K). The reward
     #: estimator's arrays are sized by K but are not per expert: they start afresh.
@@ -316,6 +319,7 @@ class OMDApproachability(BasePolicy):
             prior_weight=cost_prior_weight,
         )
         self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
+        self.prior = RewardPrior(r, x, k, self.batch_size)  # a warm start's (``warm_start``)
 
     def _choose_gamma(self, gamma: float | None, check: bool) -> float:
         """The floor, and Assumption 1 checked with it (one LP per distinct problem).
@@ -459,6 +463,56 @@ class OMDApproachability(BasePolicy):
         """Current approachability dual, shape (R, d) (a copy; normalized units by default)."""
         return self.dual.w.copy()
 
+    def warm_start(
+        self,
+        q: FloatArray,
+        w: FloatArray,
+        costs: FloatArray,
+        mean: FloatArray,
+        spread: FloatArray,
+        support: FloatArray,
+        strength: float,
+        runs: IntArray | None = None,
+    ) -> None:
+        """Start runs from an eval table, before any decision (``msroute.warmstart`` builds the
+        arguments from a table; ``msroute.policies.warm`` says what each becomes).
+
+        Parameters
+        ----------
+        q : ndarray, shape (R', X, K)
+            Each context's first routing (the table's certified optimum for the bounds).
+        w : ndarray, shape (R', d)
+            The dual's start (in its units: ``ApproachabilityDual.w``).
+        costs : ndarray, shape (R', X, K, d)
+            Each context's cost estimates (the table's mean per-call costs), counted as
+            ``strength`` calls where the table has the context.
+        mean, spread, support : ndarray, shape (R', X, K), (R', X, K) and (R', X)
+            The table's mean reward per expert and its variance, and its prompts per
+            context.
+        strength : float
+            ``N``, the pseudo-counts (>= 0).
+        runs : ndarray of int, optional
+            The runs to start (default all, R' = R).
+        """
+        if self.t or self._n_feedback:
+            raise InvalidStateError("warm_start: the policy has decided already; start it first")
+        at = np.arange(self.n_runs) if runs is None else np.asarray(runs, dtype=np.int64)
+        r, x, k = at.size, self.n_contexts, self.n_experts
+        cold = self._q[at].copy()
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != (r, x, k) or np.any(q < 0) or np.any(np.abs(q.sum(-1) - 1) > SIMPLEX_ATOL):
+            raise InvalidValueError(f"warm_start: q must be {(r, x, k)} routing distributions")
+        self._q[at] = q
+        self.dual.w[at] = w
+        counted = np.where(np.asarray(support) > 0, float(strength), 0.0)
+        self.cost_est.start_at(at, x, np.asarray(costs, dtype=np.float64), counted)
+        self.prior.set(
+            at, np.asarray(mean), np.asarray(spread), np.asarray(support), strength, cold
+        )
+        if self.prior.on and self.estimator_name == "model":  # the model starts at the table
+            cells = np.repeat(at, x), np.tile(np.arange(x), r)
+            self.estimator.refit(*cells, self.prior.cells(*cells))
+
     def validate_state(self, prefix: str) -> None:
         """A loaded q is a routing distribution on the floored simplex: ``q >= gamma``, the
         floor that holds (a decaying one, ``msroute.policies.omd_variants``, lets q go below
@@ -542,6 +596,8 @@ class OMDApproachability(BasePolicy):
         at: IntArray | slice = slice(None) if r == 1 else runs  # one run: views, not gathers
         by_ctx = self.cost_est.costs.reshape(r, x, k, d)[at]
         visits = self._visits[at].astype(np.float64)
+        if self.prior.on:  # a warm start's pseudo-visits in the table's proportions
+            visits = visits + self.prior.share[at]
         share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
         measured = self.dual.measure(self._q[at].reshape(-1, k), by_ctx.reshape(-1, k, d))
         spend = measured.reshape(runs.shape[0], x, d) * share[..., None]
@@ -580,6 +636,8 @@ class OMDApproachability(BasePolicy):
             self._rows, ctx, q_play, decision.draws, counts, reward, baseline
         )
         self._reward_sum[cell] += reward
+        if self.prior.on:
+            self.prior.observe(self._rows, ctx, decision.draws, reward)
         self._visits[cell] = visits
         if self.n_contexts == 1:
             self.cost_est.update(decision.draws, cost, counts)
@@ -599,7 +657,7 @@ class OMDApproachability(BasePolicy):
         if self.eta_schedule == "fixed":
             eta: FloatArray | float = self.eta
         else:  # Corollary 2: eta = a sqrt(n_x) at the n-th step of context x
-            eta = (self.eta * np.sqrt(self._steps[runs, ctx] + 1.0))[:, None]
+            eta = (self.eta * np.sqrt(self._step_count(runs, ctx) + 1.0))[:, None]
         y = self._q[runs, ctx] + self._grad[runs, ctx] / (self.batch_size * eta)
         q0 = self._q[runs, ctx]
         costs, aggregate = self.cost_est.costs, None
@@ -608,53 +666,27 @@ class OMDApproachability(BasePolicy):
         if self.floor == "fixed":
             self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs
-            steps = self._steps[runs, ctx]
+            steps = self._step_count(runs, ctx)
             for step in np.unique(steps):
                 sel = np.flatnonzero(steps == step)
-                gamma = max(self.floor_min, floor_at(self.gamma, self.floor, int(step)))
+                gamma = max(self.floor_min, floor_at(self.gamma, self.floor, float(step)))
                 part = None if aggregate is None else (aggregate[0][sel], aggregate[1][sel])
                 self._q[runs[sel], ctx[sel]] = self.dual.project(
                     y[sel], gamma, costs, runs[sel], q0[sel], part
                 )
         self._grad[runs, ctx] = 0.0
-        self.estimator.refit(runs, ctx)
+        if self.prior.on:
+            refuted = self.prior.refresh(runs, ctx)
+            if refuted.any():  # the context restarts cold
+                back = runs[refuted], ctx[refuted]
+                self._q[back] = project_step(self.prior.cold[back], self.floor_min)
+            self.estimator.refit(runs, ctx, self.prior.cells(runs, ctx))
+        else:
+            self.estimator.refit(runs, ctx)
 
-
-class ContextualOMD(OMDApproachability):
-    """Contextual OMD with Approachability constraints (Algorithm 2).
-
-    One routing policy per context (case type), updated only on that context's rounds with
-    its own gradient, and one shared approachability dual fed with the policy actually played
-    (Remark 2), so the constraints hold on the aggregate over all contexts.
-
-    The default proximal parameter is Corollary 2's anytime ``eta = a sqrt(n_x)`` with
-    ``a = 2 sqrt(K M (1/gamma + M - 1))`` (times ``eta_mult``, default 1) and ``n_x`` the
-    context's step count; ``eta_schedule="fixed"`` uses Algorithm 1's constant instead. The
-    default variant is Algorithm 2 as printed (``variant="paper"``); the pieces of
-    ``msroute.policies.omd_variants`` apply per context too.
-
-    Reading of Algorithm 2: it refreshes ``q^(x)`` at the *start* of context ``x``'s next
-    visit with the gradient stored at the previous one; we apply the same step at the *end*
-    of the visit (with ``eta = a sqrt(n + 1)``, the value the next visit would use), using the
-    dual of that moment — Algorithm 1's batch-end convention. The two differ only by the dual's
-    drift between visits. ``batch`` averages B visits of a context per step (default 1, as in
-    Algorithm 2).
-
-    Parameters
-    ----------
-    problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible, variant,
-    estimator, floor, ix, model_fit
-        As in ``OMDApproachability``.
-    n_contexts : int
-        Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.
-    eta_mult : float, default 1.0
-    eta_schedule : {"anytime", "fixed"}, default "anytime"
-    """
-
-    name: ClassVar[str] = "omd-contextual"
-    has_propensity: ClassVar[bool] = True
-    _default_schedule: ClassVar[EtaSchedule] = "anytime"
-    _default_batch: ClassVar[int] = 1
-    _default_eta_mult: ClassVar[float] = 1.0
-    _default_variant: ClassVar[str] = "paper"
-    _default_surrogate: ClassVar[Surrogate | None] = "linear"  # Algorithm 2 as printed
+    def _step_count(self, runs: IntArray, ctx: IntArray) -> FloatArray | IntArray:
+        """The QP steps of the runs' contexts, a warm start's included (``RewardPrior``)."""
+        steps = self._steps[runs, ctx]
+        if not self.prior.on:
+            return steps
+        return np.asarray(steps + self.prior.offset[runs, ctx], dtype=np.float64)

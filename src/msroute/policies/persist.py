@@ -4,7 +4,7 @@ A router serving real traffic must survive restarts: ``save_policy`` writes ever
 policy has learned, and ``load_policy`` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
-Format (``format_version`` 5, ``FORMAT_VERSION``)
+Format (``format_version`` 6, ``FORMAT_VERSION``)
 -------------------------------------------------
 One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
 zip tool (``unzip -p router.npz manifest.json``):
@@ -75,6 +75,7 @@ from msroute.policies.state_walk import (
     load_state_dict,
     state_dict,
 )
+from msroute.policies.warm import RewardPrior
 from msroute.problem import Constraints, Problem
 
 if TYPE_CHECKING:  # base.py calls save_policy; persist needs the class for annotations only
@@ -97,8 +98,10 @@ __all__ = [
 #: ``streams.spare_normals``); older files load with those dropped and the generator seeded
 #: afresh (a Thompson policy warns that its draws restart). Version 4: a policy's
 #: constructor arguments may be completed for older files by the class
-#: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value).
-FORMAT_VERSION = 5
+#: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value). Version 5:
+#: a paced policy saves its pacer. Version 6: OMD saves its warm start's prior
+#: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros).
+FORMAT_VERSION = 6
 _OLD_STREAMS = tuple(
     f"streams.{stream}.{part}"
     for stream in ("normals", "spare_uniforms", "spare_normals")
@@ -108,7 +111,11 @@ _OLD_STREAMS = tuple(
 #: and older ones).
 _LEGACY_ENTRIES: dict[int, tuple[str, ...]] = {1: ("_ctx", "_q_play"), 2: _OLD_STREAMS}
 #: State entries new in each format version: files of older versions keep the fresh policy's.
-_NEW_ENTRIES: dict[int, tuple[str, ...]] = {3: ("streams.gamma_state",), 5: ("pacer",)}
+_NEW_ENTRIES: dict[int, tuple[str, ...]] = {
+    3: ("streams.gamma_state",),
+    5: ("pacer",),
+    6: tuple(f"prior.{name}" for name in RewardPrior._state_attrs),  # OMD's warm start
+}
 _FORMAT = "msroute-policy"
 _MANIFEST = "manifest.json"
 
@@ -386,7 +393,8 @@ def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: i
             state.pop(key, None)
     for since, entries in _NEW_ENTRIES.items():
         for key in entries if version < since else ():
-            state.setdefault(key, fresh[key])
+            if key in fresh:  # a policy of another class has no such entry
+                state.setdefault(key, fresh[key])
     if version < 3 and getattr(cls, "thompson", False):
         warnings.warn(
             f"{cls.name}: saved in policy format version {version}, when Thompson sampling drew "

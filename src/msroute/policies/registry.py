@@ -50,7 +50,7 @@ _BUILTIN: dict[str, str] = {
     "ts-bwk": "msroute.policies.bandit:ThompsonSamplingBwK",
     "moe": "msroute.policies.moe:MoEGating",
     "omd": "msroute.policies.omd:OMDApproachability",
-    "omd-contextual": "msroute.policies.omd:ContextualOMD",
+    "omd-contextual": "msroute.policies.omd_contextual:ContextualOMD",
 }
 
 

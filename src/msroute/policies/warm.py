@@ -1,0 +1,227 @@
+"""A warm start's prior inside OMD: pseudo-counts from an eval table, and the check that
+shrinks them where the traffic contradicts them.
+
+An eval table graded before launch tells, per context, each expert's mean reward and cost. A
+warm-started OMD (``OMDApproachability.warm_start``; ``msroute.warmstart`` builds its arguments
+from a table) starts each context at the table's certified best routing and keeps the table's
+knowledge as pseudo-counts of a stated strength ``N``:
+
+* the reward model of the "model" gradient estimator fits each expert's coefficient with a
+  prior: ``N`` pseudo-rounds at the table's mean reward (a ridge toward the table's mean
+  instead of toward 0, ``msroute.policies.reward_model``), so the model's exact gradient, the
+  main term of each step's estimate, points where the table does until the traffic says
+  otherwise;
+* the proximal step counts ``N / B`` steps already taken in the context (Corollary 2's
+  ``eta = a sqrt(n)`` and the decaying floor at step ``n`` start there), so the first steps
+  move as after ``N`` rounds, not as from scratch;
+* the cost estimates count ``N`` calls at the table's per-context costs, and the aggregate cut
+  weighs the contexts by ``N X`` pseudo-visits in the table's proportions.
+
+None of it is traffic: the time-averaged spend, the pacer's, the feedback counts and the dual's
+moments start at zero.
+
+The bias check
+--------------
+Each feedback of a warm-started context is compared with the table's prediction of the team that
+answered (one expert: its mean in the table; a team: its best member's mean, a lower bound of the
+team's own). Per (context, expert) the residuals ``d = r - predicted`` of the rounds the expert took
+part in give ``z = mean(d) / se``, ``se^2 = s^2 (1/n + 1/P_x)`` with ``s^2`` the larger of their
+variance and the expert's variance in the table (so that a few rounds are not taken for certainty),
+``n`` the rounds and ``P_x`` the table's prompts of the context (the table's own sampling error). At
+each QP step of the context its prior's weight is ``N min_i min(1, (c / z_i)^2)`` with ``c =
+BIAS_Z``, for every expert and for the step count (``N / B`` times the same factor): a prior the
+traffic agrees with within ``c`` standard errors keeps its full weight, one it contradicts on any
+expert shrinks as ``1 / z^2``, to nothing as the evidence grows, on every expert of the context (a
+table wrong about the expert it routes to is not trusted about the others, which the traffic has
+barely tried). The check reads every round of each expert, so a prior once contradicted stays so
+when the routing has moved away from it.
+
+A prior off by ``REFUTE_Z`` standard errors or more on some expert is refuted: the context restarts
+cold (its routing back at the policy's own start, no pseudo-count left), keeping what its traffic
+taught the reward model; from a table that routes each context to its worst expert, waiting for the
+shrunk prior to let go would cost far more than the rounds it takes to refute it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.errors import InvalidStateError
+from msroute.policies.reward_model import Prior
+
+__all__ = ["BIAS_Z", "REFUTE_Z", "RewardPrior"]
+
+#: Standard errors within which the traffic may differ from the table without shrinking it.
+BIAS_Z = 2.0
+#: Standard errors beyond which a context's prior is refuted and the context restarts cold.
+REFUTE_Z = 4.0
+#: The least variance of the residuals the check assumes (where the table's and the traffic's
+#: rewards are all the same).
+_VAR_FLOOR = 1e-4
+
+
+class RewardPrior:
+    """The pseudo-counts of a warm start and its bias check, per (run, context, expert).
+
+    All zeros (``on`` False) until ``set``: a policy that was not warm-started carries it
+    unused. See the module docstring.
+
+    Attributes
+    ----------
+    strength : ndarray, shape (R, X, K)
+        ``N`` where the table has the context, else 0.
+    mean : ndarray, shape (R, X, K)
+        The table's mean reward of each expert alone in each context.
+    spread : ndarray, shape (R, X, K)
+        The variance of those rewards over the table's prompts.
+    weight : ndarray, shape (R, X, K)
+        The prior's weight now (``strength`` times the bias check's factor).
+    support : ndarray, shape (R, X)
+        The table's prompts per context.
+    n, resid, resid2 : ndarray, shape (R, X, K)
+        Per expert: the live rounds it took part in, and the sum of their residuals and of
+        their squares.
+    offset : ndarray, shape (R, X)
+        QP steps counted for the prior in each context.
+    cold : ndarray, shape (R, X, K)
+        The routing each context would have started from without the table.
+    share : ndarray, shape (R, X)
+        Pseudo-visits of each context (the aggregate cut's weights).
+    """
+
+    _state_attrs: ClassVar[tuple[str, ...]] = (
+        "on",
+        "strength",
+        "mean",
+        "spread",
+        "weight",
+        "support",
+        "n",
+        "resid",
+        "resid2",
+        "offset",
+        "share",
+        "cold",
+    )
+    _expert_axes: ClassVar[dict[str, int]] = {
+        "strength": -1,
+        "mean": -1,
+        "spread": -1,
+        "weight": -1,
+        "n": -1,
+        "resid": -1,
+        "resid2": -1,
+        "cold": -1,
+    }
+    _state_rules: ClassVar[dict[str, str]] = {
+        "strength": "nonnegative",
+        "spread": "nonnegative",
+        "weight": "nonnegative",
+        "support": "nonnegative",
+        "n": "nonnegative",
+        "resid2": "nonnegative",
+        "offset": "nonnegative",
+        "share": "nonnegative",
+    }
+
+    def __init__(self, n_runs: int, n_contexts: int, n_experts: int, batch: int) -> None:
+        shape = (n_runs, n_contexts, n_experts)
+        self.batch = batch
+        self.on = False
+        self.strength: FloatArray = np.zeros(shape)
+        self.mean: FloatArray = np.zeros(shape)
+        self.spread: FloatArray = np.zeros(shape)
+        self.weight: FloatArray = np.zeros(shape)
+        self.support: FloatArray = np.zeros(shape[:2])
+        self.n: FloatArray = np.zeros(shape)
+        self.resid: FloatArray = np.zeros(shape)
+        self.resid2: FloatArray = np.zeros(shape)
+        self.offset: FloatArray = np.zeros(shape[:2])
+        self.share: FloatArray = np.zeros(shape[:2])
+        self.cold: FloatArray = np.zeros(shape)
+
+    def set(
+        self,
+        runs: IntArray,
+        mean: FloatArray,
+        spread: FloatArray,
+        support: FloatArray,
+        strength: float,
+        cold: FloatArray,
+    ) -> None:
+        """Give runs ``runs`` the table's ``mean`` and ``spread`` (R', X, K) and ``support``
+        (R', X) at strength ``N``, and the routing ``cold`` (R', X, K) a refuted context
+        restarts from; the bias check starts afresh."""
+        has = support > 0
+        self.strength[runs] = np.where(has[:, :, None], strength, 0.0)
+        self.mean[runs] = mean
+        self.spread[runs] = spread
+        self.cold[runs] = cold
+        self.weight[runs] = self.strength[runs]
+        self.support[runs] = support
+        for arr in (self.n, self.resid, self.resid2):
+            arr[runs] = 0.0
+        self.offset[runs] = np.where(has, strength / self.batch, 0.0)
+        total = np.maximum(support.sum(axis=1, keepdims=True), 1.0)
+        self.share[runs] = strength * support.shape[1] * support / total
+        self.on = bool(np.any(self.strength > 0))
+
+    def observe(self, rows: IntArray, ctx: IntArray, draws: IntArray, reward: FloatArray) -> None:
+        """Count one feedback per run: the residual of each run's team against the table's
+        prediction, credited to each distinct member."""
+        means = self.mean[rows, ctx]  # (R, K)
+        if draws.shape[1] == 1:
+            drawn = draws[:, 0]
+            d = reward - means[np.arange(rows.size), drawn]
+            self.n[rows, ctx, drawn] += 1.0
+            self.resid[rows, ctx, drawn] += d
+            self.resid2[rows, ctx, drawn] += d * d
+            return
+        d = reward - np.take_along_axis(means, draws, axis=1).max(axis=1)
+        member = np.zeros(means.shape)
+        np.put_along_axis(member, draws, 1.0, axis=1)
+        self.n[rows, ctx] += member
+        self.resid[rows, ctx] += member * d[:, None]
+        self.resid2[rows, ctx] += member * (d * d)[:, None]
+
+    def refresh(self, runs: IntArray, ctx: IntArray) -> BoolArray:
+        """The bias check at a QP step of ``runs`` in contexts ``ctx``: each expert's weight
+        and the context's step offset (module docstring). Returns which of the cells (R',) were
+        refuted now: their prior is gone, and their routing is to restart at ``cold``."""
+        n = self.n[runs, ctx]
+        seen = n >= 2.0
+        count = np.maximum(n, 1.0)
+        dbar = self.resid[runs, ctx] / count
+        var = np.maximum(self.resid2[runs, ctx] / count - dbar * dbar, self.spread[runs, ctx])
+        var = np.maximum(var, _VAR_FLOOR)
+        support = np.maximum(self.support[runs, ctx], 1.0)[:, None]
+        z2 = dbar * dbar / (var * (1.0 / count + 1.0 / support))
+        with np.errstate(divide="ignore"):
+            factor = np.where(seen, np.minimum(1.0, BIAS_Z**2 / z2), 1.0)
+        shrink = factor.min(axis=1)  # the context's: its most contradicted expert's
+        strength = self.strength[runs, ctx]
+        refuted = (shrink < (BIAS_Z / REFUTE_Z) ** 2) & (strength.max(axis=1) > 0)
+        strength[refuted] = 0.0
+        self.strength[runs, ctx] = strength
+        self.weight[runs, ctx] = strength * shrink[:, None]
+        self.offset[runs, ctx] = strength.max(axis=1) * shrink / self.batch
+        if refuted.any():
+            self.on = bool(np.any(self.strength > 0))
+        return np.asarray(refuted, dtype=bool)
+
+    def cells(self, runs: IntArray, ctx: IntArray) -> Prior:
+        """The prior of the reward model's cells ``(runs, ctx)``: (weight, mean), each (R', K)."""
+        return self.weight[runs, ctx], self.mean[runs, ctx]
+
+    def validate_state(self, prefix: str) -> None:
+        """A loaded prior's weights are at most its strength, and it is on exactly when some
+        strength is positive."""
+        if np.any(self.weight > self.strength):
+            raise InvalidStateError(f"state entry {prefix + 'weight'!r} exceeds the strength")
+        if self.on != bool(np.any(self.strength > 0)):
+            raise InvalidStateError(
+                f"state entry {prefix + 'on'!r} must say whether any strength is positive"
+            )

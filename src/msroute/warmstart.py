@@ -1,0 +1,201 @@
+"""Warm start from an eval table: a router begins where a graded table says it should.
+
+A team that routes LLM calls has graded its models on its own prompts before launch (an outcome
+table, ``msroute.datasets.outcomes``). ``warm_start`` starts an OMD policy from such a table,
+before any traffic:
+
+* each context at the table's certified best routing for the policy's bounds: ``OPT^ctx`` of
+  the table's prompts (``msroute.oracle.contextual_opt``: one routing per context under the
+  aggregate budget, each prompt's own costs), with the floor the policy's first step keeps;
+* the approachability dual at the optimum's multipliers: a bound that binds there is enforced
+  from the first decision (its weight is the multiplier in the dual's units, in the unit ball);
+* the reward and cost estimates as pseudo-counts of strength ``N`` (``DEFAULT_STRENGTH``), with
+  the bias check of ``msroute.policies.warm`` that shrinks a prior the traffic contradicts.
+
+Nothing of the table is traffic: the policy has made no decision, spent nothing and learned from
+no feedback after it. The table's prompts are mapped to the policy's contexts by name (a
+category the policy does not know is refused); a context the table lacks starts cold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from msroute._validation import FloatArray, IntArray
+from msroute.datasets.outcomes import OutcomeTable
+from msroute.errors import InvalidValueError
+from msroute.policies.omd import OMDApproachability
+from msroute.policies.omd_variants import floor_at
+
+__all__ = ["DEFAULT_STRENGTH", "WarmPlan", "plan_warm_start", "table_contexts", "warm_start"]
+
+#: The default strength ``N``: pseudo-rounds per (context, expert) of the table's means, calls
+#: of its per-context costs, and ``N / B`` proximal steps (``msroute.policies.warm``).
+DEFAULT_STRENGTH = 20.0
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """What one problem's runs start from (``plan_warm_start``).
+
+    Attributes
+    ----------
+    q : ndarray, shape (X, K)
+        Each context's first routing (``None`` rows are not possible: a context without table
+        prompts keeps ``cold``'s row).
+    w : ndarray, shape (d,)
+        The dual's start, in the dual's units.
+    costs : ndarray, shape (X, K, d)
+        The table's mean per-call cost of each expert in each context.
+    mean, spread : ndarray, shape (X, K)
+        The table's mean reward of each expert alone in each context (summed over dimensions),
+        and its variance over the context's prompts.
+    support : ndarray, shape (X,)
+        The table's prompts per context.
+    value : float
+        The table's ``OPT^ctx`` (its mean expected reward under ``q``).
+    multipliers : ndarray, shape (d,)
+        The bounds' multipliers at the optimum (reward per unit of cost).
+    """
+
+    q: FloatArray
+    w: FloatArray
+    costs: FloatArray
+    mean: FloatArray
+    spread: FloatArray
+    support: FloatArray
+    value: float
+    multipliers: FloatArray
+
+
+def table_contexts(table: OutcomeTable, names: Sequence[str] | None) -> IntArray:
+    """Each prompt's context index among ``names`` (the policy's contexts, by name); ``None``:
+    one context for all prompts. Raises InvalidValueError naming a category not in ``names``."""
+    if names is None or (len(names) <= 1 and table.n_contexts == 1):
+        return np.zeros(table.n_prompts, dtype=np.int64)
+    index = {n: i for i, n in enumerate(names)}
+    unknown = [c for c in table.categories if c not in index]
+    if unknown:
+        raise InvalidValueError(
+            f"warm start: the table's categor{'ies' if len(unknown) > 1 else 'y'} "
+            f"{', '.join(map(repr, unknown[:5]))} {'are' if len(unknown) > 1 else 'is'} not "
+            f"among the router's contexts ({', '.join(map(repr, names[:10]))})"
+        )
+    mapping = np.array([index[c] for c in table.categories], dtype=np.int64)
+    return np.asarray(mapping[table.category], dtype=np.int64)
+
+
+def plan_warm_start(
+    policy: OMDApproachability,
+    table: OutcomeTable,
+    contexts: IntArray,
+    run: int,
+    strength: float,
+    *,
+    pick: float = 1.0,
+    tol: float = 1e-6,
+) -> WarmPlan:
+    """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
+    contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
+    (``msroute.outcome_env.best_pick``)."""
+    from msroute.oracle import contextual_opt
+
+    problem = policy.problem_batch.problems[run]
+    n_ctx, k = policy.n_contexts, policy.n_experts
+    if table.n_experts != k:
+        raise InvalidValueError(
+            f"warm start: the table has {table.n_experts} models, the policy {k} experts"
+        )
+    first = strength / policy.batch_size + 1.0  # the step the first QP step counts
+    floor = max(policy.floor_min, floor_at(policy.gamma, policy.floor, first))
+    res = contextual_opt(
+        table.scores,
+        contexts,
+        np.ones((n_ctx, table.n_dims)),
+        problem,
+        floor=min(floor, 1.0 / k),
+        round_costs=table.costs,
+        tol=tol,
+        pick=pick,
+    )
+    support = np.bincount(contexts, minlength=n_ctx).astype(np.float64)
+    costs = np.zeros((n_ctx, k, table.costs.shape[2]))
+    np.add.at(costs, contexts, table.costs)
+    reward = table.scores.sum(axis=1)  # (P, K)
+    per = np.maximum(support, 1.0)
+    mean = np.zeros((n_ctx, k))
+    np.add.at(mean, contexts, reward)
+    mean /= per[:, None]
+    spread = np.zeros((n_ctx, k))
+    np.add.at(spread, contexts, (reward - mean[contexts]) ** 2)
+    scale = policy.dual.scale[run] if policy.dual.construction == "invariant" else 1.0
+    w = res.multipliers * scale
+    w = w / max(1.0, float(np.linalg.norm(w)))
+    return WarmPlan(
+        q=res.q,
+        w=w,
+        costs=costs / per[:, None, None],
+        mean=mean,
+        spread=spread / per[:, None],
+        support=support,
+        value=res.value,
+        multipliers=res.multipliers,
+    )
+
+
+def warm_start(
+    policy: OMDApproachability,
+    table: OutcomeTable,
+    contexts: IntArray,
+    strength: float = DEFAULT_STRENGTH,
+    *,
+    pick: float = 1.0,
+) -> list[WarmPlan]:
+    """Start every run of ``policy`` from ``table`` (one plan per distinct problem, shared by
+    the runs on it); returns the plans, in order of the problems' first runs.
+
+    Parameters
+    ----------
+    policy : OMDApproachability
+        A policy that has not decided yet.
+    table : OutcomeTable
+        The eval table, with the policy's experts as its models (in the policy's order).
+    contexts : ndarray of int, shape (P,)
+        Each prompt's context (``table_contexts``).
+    strength : float, default ``DEFAULT_STRENGTH``
+        ``N`` (>= 0).
+    pick : float, default 1.0
+        The team answer's combiner of the optimum.
+    """
+    if not isinstance(policy, OMDApproachability):
+        raise InvalidValueError(
+            f"warm start: policy {type(policy).__name__} is not of the OMD family"
+        )
+    if not (np.isfinite(strength) and strength >= 0):
+        raise InvalidValueError(f"warm start: strength == {strength!r}, must be a number >= 0")
+    problems = policy.problem_batch.problems
+    cold = policy.q if policy.n_contexts > 1 else policy.q[:, None, :]
+    plans: list[WarmPlan] = []
+    done: dict[int, WarmPlan] = {}
+    for run, problem in enumerate(problems):
+        if id(problem) not in done:
+            done[id(problem)] = plan_warm_start(policy, table, contexts, run, strength, pick=pick)
+            plans.append(done[id(problem)])
+    runs = np.arange(len(problems))
+    pl = [done[id(p)] for p in problems]
+    has = np.stack([p.support for p in pl]) > 0
+    q = np.where(has[:, :, None], np.stack([p.q for p in pl]), cold)
+    policy.warm_start(
+        q,
+        np.stack([p.w for p in pl]),
+        np.stack([p.costs for p in pl]),
+        np.stack([p.mean for p in pl]),
+        np.stack([p.spread for p in pl]),
+        np.stack([p.support for p in pl]),
+        float(strength),
+        runs,
+    )
+    return plans

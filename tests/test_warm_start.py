@@ -1,0 +1,158 @@
+"""Warm start from an eval table: OPT^ctx's routing, its dual, pseudo-counts and the bias check."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from msroute import Constraints, Problem
+from msroute.cli import main
+from msroute.datasets.outcomes import OutcomeTable
+from msroute.errors import InvalidStateError, InvalidValueError
+from msroute.oracle import contextual_opt
+from msroute.outcome_env import OutcomeEnv
+from msroute.policies import load_policy
+from msroute.policies.live import live_kwargs
+from msroute.policies.persist import policy_bytes, policy_from_bytes
+from msroute.policies.registry import make_policy
+from msroute.simulate import simulate
+from msroute.warmstart import table_contexts, warm_start
+from test_outcomes import write_csv
+
+#: Per context, each model's chance of a right answer: the best model differs by context, and
+#: the dearest model (3) is the best overall.
+MEANS = np.array([[0.9, 0.3, 0.5, 0.8], [0.2, 0.85, 0.4, 0.9], [0.3, 0.4, 0.95, 0.9]])
+PRICES = np.array([1.0, 1.0, 1.0, 4.0])
+
+
+def graded(seed: int, p: int, means: np.ndarray = MEANS) -> OutcomeTable:
+    """A table of ``p`` prompts graded by chance at ``means``, each call at its model's price
+    give or take a tenth."""
+    rng = np.random.default_rng(seed)
+    x, k = means.shape
+    cat = rng.integers(0, x, p)
+    return OutcomeTable(
+        prompt_ids=tuple(f"p{i}" for i in range(p)),
+        categories=tuple(f"c{i}" for i in range(x)),
+        category=cat,
+        models=tuple(f"m{i}" for i in range(k)),
+        dims=("score",),
+        scores=(rng.random((p, 1, k)) < means[cat][:, None, :]).astype(float),
+        cost_names=("usd",),
+        costs=(PRICES * rng.uniform(0.9, 1.1, (p, k)))[:, :, None],
+    )
+
+
+def inverted(table: OutcomeTable) -> OutcomeTable:
+    return OutcomeTable(
+        prompt_ids=table.prompt_ids,
+        categories=table.categories,
+        category=table.category,
+        models=table.models,
+        dims=table.dims,
+        scores=1.0 - table.scores,
+        cost_names=table.cost_names,
+        costs=table.costs,
+    )
+
+
+def policy(table: OutcomeTable, budget: float, runs: int = 1, horizon: int = 3000):
+    problem = Problem(table.mean_costs(), 1, Constraints(upper=[budget]))
+    kwargs = live_kwargs("omd", 1, table.n_contexts)
+    return make_policy("omd", [problem] * runs, horizon=horizon, seed=list(range(runs)), **kwargs)
+
+
+def run(pol, stream: OutcomeTable, horizon: int, runs: int = 1) -> np.ndarray:
+    env = OutcomeEnv(stream, horizon=horizon, n_runs=runs, seed=list(range(100, 100 + runs)))
+    traj = simulate({"p": pol}, env, pol.problem_batch, horizon)["p"]
+    return traj.rewards.mean(axis=0)
+
+
+def test_a_warm_start_begins_at_the_tables_certified_optimum_and_spends_nothing():
+    table = graded(0, 600)
+    pol = policy(table, budget=1.6)
+    contexts = table_contexts(table, table.categories)
+    (plan,) = warm_start(pol, table, contexts, strength=30.0)
+    ones = np.ones((3, 1))
+    floor = max(pol.floor_min, pol.gamma / np.sqrt(30.0 / pol.batch_size + 1.0))
+    problem = pol.problem_batch.problems[0]
+    opt = contextual_opt(
+        table.scores, contexts, ones, problem, floor=floor, round_costs=table.costs
+    )
+    np.testing.assert_allclose(pol.q[0], opt.q, atol=1e-9)
+    np.testing.assert_allclose(plan.value, opt.value)
+    # The budget binds at the optimum (model 3 is dearer and better): the dual starts on it.
+    assert plan.multipliers[0] > 0 and pol.w[0, 0] > 0
+    state = pol.state()
+    assert state["decisions"] == 0 and state["feedback"] == 0
+    assert np.all(pol.pacer.spend == 0) if pol.pacer is not None else True
+    with pytest.raises(InvalidValueError, match="not among the router's contexts"):
+        table_contexts(table, ["c0", "c1"])
+    run(pol, table, 20)
+    with pytest.raises(InvalidStateError, match="decided already"):
+        warm_start(pol, table, contexts)
+
+
+def test_a_warm_start_saves_and_resumes_bit_for_bit(tmp_path):
+    table = graded(1, 300)
+    pol = policy(table, budget=1.6, runs=2)
+    warm_start(pol, table, table_contexts(table, table.categories), strength=20.0)
+    run(pol, table, 300, runs=2)
+    twin = policy_from_bytes(policy_bytes(pol))
+    pol.save(tmp_path / "p.npz")
+    thrice = load_policy(tmp_path / "p.npz")
+    assert twin.prior.on and np.array_equal(twin.prior.weight, pol.prior.weight)
+    ctx = np.array([0, 2])
+    for _ in range(50):
+        a, b, c = pol.select(ctx), twin.select(ctx), thrice.select(ctx)
+        assert np.array_equal(a.draws, b.draws) and np.array_equal(a.draws, c.draws)
+        for p, d in ((pol, a), (twin, b), (thrice, c)):
+            p.update(d, np.array([1.0, 0.0]), np.array([[1.0], [1.0]]))
+
+
+def test_a_right_prior_learns_faster_and_a_wrong_one_is_refuted_by_the_traffic():
+    eval_table, stream = graded(2, 600), graded(3, 2000)
+    contexts = table_contexts(eval_table, eval_table.categories)
+    runs, horizon = 4, 300
+    cold = run(policy(stream, 1.6, runs, horizon), stream, horizon, runs)
+    right = policy(stream, 1.6, runs, horizon)
+    warm_start(right, eval_table, contexts, strength=20.0)
+    wrong = policy(stream, 1.6, runs, horizon)
+    warm_start(wrong, inverted(eval_table), contexts, strength=20.0)
+    assert np.all(wrong.q[:, np.arange(3), MEANS.argmin(axis=1)] > 0.9)  # each at its worst
+    right_reward, wrong_reward = (
+        run(right, stream, horizon, runs),
+        run(wrong, stream, horizon, runs),
+    )
+    assert right_reward.mean() > cold.mean() + 0.03
+    # The traffic has refuted the inverted table in every context of every run: no pseudo-count
+    # is left, and each context went back to a cold start, which it learns from.
+    assert not wrong.prior.on and np.all(wrong.prior.weight == 0)
+    assert np.all(right.prior.strength == 20.0)
+    assert wrong_reward.mean() > cold.mean() - 0.2
+    assert np.all(wrong.q[:, np.arange(3), MEANS.argmin(axis=1)] < 0.5)
+
+
+def test_bench_warm_split_streams_the_other_prompts(tmp_path, capsys):
+    path = tmp_path / "mine.csv"
+    write_csv(path, graded(4, 400))
+    out = tmp_path / "out"
+    args = ["bench", "--outcomes", str(path), "--seeds", "2", "--horizon", "400", "--m-draws"]
+    args += ["1", "--policies", "omd,uniform", "--budgets", "1.6", "--out", str(out)]
+    args += ["--jobs", "1", "--quiet", "--no-plot"]
+    assert main([*args, "--warm-split", "0.5"]) == 0
+    with (out / "bench-mine.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["warm"] for r in rows} == {"split 0.5"} and len(rows) == 4
+    # Each seed streams its own half: the comparators differ between seeds.
+    assert len({r["opt_reward"] for r in rows}) == 2
+    assert all(r["feasible"] == "True" for r in rows if r["policy"] == "omd")
+    other = tmp_path / "other.csv"
+    text = path.read_text().replace("m3", "m9")
+    other.write_text(text)
+    assert main([*args, "--warm-start", str(other)]) == 2
+    assert (
+        "other models than the stream; missing m3; not in the stream m9" in capsys.readouterr().err
+    )

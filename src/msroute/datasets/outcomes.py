@@ -203,6 +203,24 @@ class OutcomeTable:
             source=self.source if source is None else source,
         )
 
+    def with_models(self, models: Sequence[str]) -> OutcomeTable:
+        """The table of these models only, in this order (an InvalidValueError names the models
+        the table lacks)."""
+        missing = [m for m in models if m not in self.models]
+        if missing:
+            raise InvalidValueError(
+                f"{self.source or 'the table'} has no column for model(s) "
+                f"{', '.join(map(repr, missing[:5]))} (its models: "
+                f"{', '.join(map(repr, self.models[:10]))})"
+            )
+        order = [self.models.index(m) for m in models]
+        return dataclasses.replace(
+            self,
+            models=tuple(models),
+            scores=self.scores[:, :, order],
+            costs=self.costs[:, order],
+        )
+
     def with_contexts(self, names: Sequence[str], index: IntArray) -> OutcomeTable:
         """The same prompts in other contexts: ``names`` (X',) and each prompt's index (P,)."""
         return dataclasses.replace(

@@ -78,18 +78,7 @@ def _aligned(warm: OutcomeTable, stream: OutcomeTable) -> OutcomeTable:
             f"dimensions {list(warm.dims)}; the stream {list(stream.cost_names)} and "
             f"{list(stream.dims)}"
         )
-    order = [warm.models.index(m) for m in stream.models]
-    return OutcomeTable(
-        prompt_ids=warm.prompt_ids,
-        categories=warm.categories,
-        category=warm.category,
-        models=stream.models,
-        dims=warm.dims,
-        scores=warm.scores[:, :, order],
-        cost_names=warm.cost_names,
-        costs=warm.costs[:, order],
-        source=warm.source,
-    )
+    return warm.with_models(stream.models)
 
 
 def _split(table: OutcomeTable, fraction: float, seed: int) -> tuple[OutcomeTable, OutcomeTable]:

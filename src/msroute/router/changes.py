@@ -46,6 +46,7 @@ FIXED_KEYS = (
     "horizon",
     "pacing",
     "params",
+    "warm_start",
 )
 #: Configuration keys that change no state: a ``configure`` event sets them.
 SETTING_KEYS = frozenset(

@@ -27,6 +27,10 @@ Format (the same one ``msroute serve`` reads):
     lower = { gpu = 0.1 }
     [params]
     eta_mult = 0.1
+    [warm_start]                   # optional: start from an eval table (msroute.warmstart)
+    table = "eval.csv"             # an outcome table whose models are the experts' ids (its
+                                   # categories the contexts); relative: to this file's folder
+    strength = 20                  # pseudo-counts per context and expert (default 20)
 
 Integers (``m_draws``, ``seed``, ``snapshot_every``, ``horizon``, an integer in ``[params]``)
 fit in 64 bits, what the journal stores.
@@ -45,7 +49,10 @@ from msroute._validation import check_cost_range, quoted, text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
-__all__ = ["RouterConfig", "cost_vector"]
+__all__ = ["DEFAULT_WARM_STRENGTH", "RouterConfig", "cost_vector", "resolve_warm_table"]
+
+#: The warm start's default strength (``msroute.warmstart.DEFAULT_STRENGTH``).
+DEFAULT_WARM_STRENGTH = 20.0
 
 Sync = Literal["full", "normal"]
 
@@ -68,6 +75,7 @@ _KEYS = {
     "experts",
     "constraints",
     "params",
+    "warm_start",
 }
 
 
@@ -151,6 +159,37 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
     return out
 
 
+def _warm_start(value: object) -> dict[str, Any] | None:
+    """``warm_start = {table = "eval.csv", strength = N}``, validated (strength >= 0)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise RouterConfigError(f"warm_start: must be a table (table, strength), got {value!r:.80}")
+    unknown = sorted(set(value) - {"table", "strength"})
+    if unknown:
+        raise RouterConfigError(f"warm_start: unknown key(s) {unknown}; known: table, strength")
+    table = value.get("table")
+    if not isinstance(table, str) or not table:
+        raise RouterConfigError(f"warm_start.table: must be a file path, got {table!r:.80}")
+    strength = _number(value.get("strength", DEFAULT_WARM_STRENGTH), "warm_start.strength")
+    if strength < 0:
+        raise RouterConfigError(f"warm_start.strength: must be >= 0, got {strength}")
+    return {"table": table, "strength": strength}
+
+
+def resolve_warm_table(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` with a relative ``warm_start.table`` taken relative to ``base`` (a config
+    file's folder)."""
+    warm = data.get("warm_start")
+    if not isinstance(warm, Mapping) or not isinstance(warm.get("table"), str):
+        return dict(data)
+    table = Path(warm["table"])
+    return {
+        **data,
+        "warm_start": {**warm, "table": str(table if table.is_absolute() else base / table)},
+    }
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     """A validated router configuration (build it with ``from_dict`` or ``from_toml``).
@@ -178,14 +217,16 @@ class RouterConfig:
     pacing: bool = True
     name: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    warm_start: dict[str, Any] | None = None
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RouterConfig:
-        """Read and validate a TOML file; errors name the file and the key."""
+        """Read and validate a TOML file; errors name the file and the key. A relative
+        ``warm_start.table`` is taken relative to the file's folder."""
         p = Path(path)
         data = read_toml(p, RouterConfigError, "router config")
         try:
-            return cls.from_dict(data)
+            return cls.from_dict(resolve_warm_table(data, p.parent))
         except RouterConfigError as exc:
             raise RouterConfigError(f"{p}: {exc}") from exc
 
@@ -276,6 +317,7 @@ class RouterConfig:
                 f"params.{reserved[0]}: set by the router (use the top-level key where one exists)"
             )
         return cls(
+            warm_start=_warm_start(data.get("warm_start")),
             policy=policy.lower(),
             m_draws=_int(data["m_draws"], "m_draws", 1),
             cost_names=cost_names,
@@ -315,7 +357,7 @@ class RouterConfig:
             "constraints": {"upper": dict(self.upper), "lower": dict(self.lower)},
             "params": dict(self.params),
         }
-        for key in ("contexts", "journal", "reward_max", "name"):
+        for key in ("contexts", "journal", "reward_max", "name", "warm_start"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = list(value) if isinstance(value, tuple) else value

@@ -1,23 +1,22 @@
 """The live router: one policy routing queries one at a time, with ids, deadlines and a journal.
 
-docs/architecture.md, "The router and the journal": the router wraps one registered policy with
-R = 1. Experts have stable string ids (a removed id is never reused), costs and contexts have
-names. Each ``route`` makes decision n with randomness that is a pure function of (seed, n)
-(``DecisionStreams``), so the journal re-derives every decision
-bit for bit. Feedback may come late, in any order, or never: a decision expires after
-``feedback_ttl_s`` (its missing reward is dropped or replaced by ``on_missing``); a reward for an
-expired decision is logged ("late"), not learned.
+docs/architecture.md, "The router and the journal": one registered policy with R = 1; experts have
+stable string ids (never reused), costs and contexts have names. Decision n's randomness is a pure
+function of (seed, n) (``DecisionStreams``): the journal re-derives every decision bit for bit.
+Feedback may come late, in any order, or never: a decision expires after ``feedback_ttl_s`` (its
+missing reward dropped or replaced by ``on_missing``); a reward for an expired decision is logged
+("late"), not learned.
 
 Every state change is one journal event committed before the call returns (or at the end of a
-``Router.group`` block); the state can always be rebuilt from the last snapshot plus the
-events after it (``Router.open``, module ``msroute.router.recovery``). A call that cannot be
-journaled (a full disk, an I/O error) raises ``JournalError`` and changes nothing, in memory
-or on disk, and a group is all or nothing; bounds and settings change by journaled events too
-(``Router.set_bounds``, ``Router.open(config=...)``). docs/operations.md states each guarantee.
+``Router.group`` block); the state can always be rebuilt from the last snapshot plus the events
+after it (``Router.open``, module ``msroute.router.recovery``). A call that cannot be journaled (a
+full disk, an I/O error) raises ``JournalError`` and changes nothing, in memory or on disk, and a
+group is all or nothing; bounds and settings change by journaled events too (``Router.set_bounds``,
+``Router.open(config=...)``). docs/operations.md states each guarantee.
 
 This module is the live layer: each call validates its input, applies its event with
-``msroute.router.state.apply`` (the one transition function, which replay uses too) and journals
-it, inside a transaction that commits, or rolls back both journal and memory (the base class,
+``msroute.router.state.apply`` (the one transition function, which replay uses too) and journals it,
+inside a transaction that commits, or rolls back both journal and memory (the base class,
 ``msroute.router.transactions.Transactional``).
 """
 
@@ -65,7 +64,6 @@ from msroute.router.inputs import (
     routed_before,
 )
 from msroute.router.journal import Journal, open_journal
-from msroute.router.snapshots import SNAPSHOT_RETRY_EVENTS
 from msroute.router.state import (
     DEFAULT_OMD_PARAMS,
     AddExpert,
@@ -84,6 +82,7 @@ from msroute.router.state import (
     policy_kwargs,
 )
 from msroute.router.transactions import Transactional
+from msroute.router.warm import record_warm_start, recorded_warm_sha256
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
 
@@ -115,6 +114,8 @@ class Router(Transactional):
     A router is not thread-safe: one caller (one event loop) at a time.
     """
 
+    _warm_sha256: str | None = None  # the warm-start table's (``msroute.router.warm``)
+
     def __init__(
         self,
         config: RouterConfig | Mapping[str, Any],
@@ -124,6 +125,7 @@ class Router(Transactional):
         self._base_config = cfg
         self._policy_kwargs = policy_kwargs(cfg)
         self._setup(cfg)
+        self._warm_sha256 = self._state.warm_sha256
         path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
         self._run_id = self._journal.run_id
@@ -135,6 +137,7 @@ class Router(Transactional):
             # decisions with these, whatever a later msroute's defaults.
             log.put_meta("policy_kwargs", json.dumps(self.policy._init_kwargs))
             log.put_meta("created", repr(time.time()))
+            record_warm_start(log, cfg, self._warm_sha256)
             log.commit()
         except (sqlite3.Error, OSError) as exc:  # a full disk at the first write
             log.rollback()
@@ -214,6 +217,7 @@ class Router(Transactional):
             router = cls.__new__(cls)
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)
+            router._warm_sha256 = recorded_warm_sha256(journal, cfg)
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.run_id
@@ -310,7 +314,7 @@ class Router(Transactional):
 
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the state before any event, no transaction."""
-        self._state = RouterState.initial(cfg, self._policy_kwargs)
+        self._state = RouterState.initial(cfg, self._policy_kwargs, self._warm_sha256)
         self._reset_transactions()
         self._snap_seq = 0
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
@@ -665,19 +669,8 @@ class Router(Transactional):
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:
-        """Take the periodic snapshot when it is due. Its failure fails no call (the events are
-        already durable, and a snapshot only shortens recovery): it is logged and tried again
-        ``SNAPSHOT_RETRY_EVENTS`` events later."""
-        if self._journal.path is None:
-            return
-        last = self._journal.last_seq
-        if last - self._snap_seq < self.config.snapshot_every or last < self._snap_retry:
-            return
-        try:
-            recovery.take_snapshot(self)
-        except JournalError as exc:
-            self._snap_retry = last + SNAPSHOT_RETRY_EVENTS
-            _log.warning("%s (the events are durable; retried later)", exc)
+        """Take the periodic snapshot when it is due (``recovery.maybe_snapshot``)."""
+        recovery.maybe_snapshot(self)
 
     def snapshot(self) -> None:
         """Store a snapshot of the policy and the router's state in the journal now (inside a

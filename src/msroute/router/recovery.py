@@ -24,7 +24,12 @@ from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.inputs import check_reward, decision_cost
 from msroute.router.journal import Event as JournalEvent
 from msroute.router.pending import Pending
-from msroute.router.snapshots import SNAPSHOTS_KEPT, check_snapshot_state, snapshot_state
+from msroute.router.snapshots import (
+    SNAPSHOT_RETRY_EVENTS,
+    SNAPSHOTS_KEPT,
+    check_snapshot_state,
+    snapshot_state,
+)
 from msroute.router.state import (
     AddExpert,
     Configure,
@@ -77,6 +82,23 @@ def load(router: Router, use_snapshot: bool) -> None:
     router._snap_seq = after
     if not journal.in_transaction:  # reconfigure() sets it after its COMMIT
         journal.set_sync(router._state.config.journal_sync)  # the snapshot's or a change's
+
+
+def maybe_snapshot(router: Router) -> None:
+    """Take the router's periodic snapshot when it is due. Its failure fails no call (the events
+    are already durable, and a snapshot only shortens recovery): it is logged and tried again
+    ``SNAPSHOT_RETRY_EVENTS`` events later."""
+    journal = router._journal
+    if journal.path is None:
+        return
+    last = journal.last_seq
+    if last - router._snap_seq < router.config.snapshot_every or last < router._snap_retry:
+        return
+    try:
+        take_snapshot(router)
+    except JournalError as exc:
+        router._snap_retry = last + SNAPSHOT_RETRY_EVENTS
+        _log.warning("%s (the events are durable; retried later)", exc)
 
 
 def take_snapshot(router: Router) -> None:

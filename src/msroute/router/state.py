@@ -101,6 +101,7 @@ class RouterState:
     cost_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
     pending: dict[str, Pending] = field(default_factory=dict)
     deadlines: list[tuple[float, int, str]] = field(default_factory=list)  # (deadline, n, id)
+    warm_sha256: str | None = None  # the warm-start table's, where one is configured
 
     def __post_init__(self) -> None:
         self.col = {e: i for i, e in enumerate(self.ids)}
@@ -113,15 +114,22 @@ class RouterState:
             self.cost_sum = np.zeros(len(self.config.cost_names))
 
     @classmethod
-    def initial(cls, cfg: RouterConfig, kwargs: dict[str, Any] | None = None) -> RouterState:
+    def initial(
+        cls,
+        cfg: RouterConfig,
+        kwargs: dict[str, Any] | None = None,
+        warm_sha256: str | None = None,
+    ) -> RouterState:
         """The state before any event: the policy over the configured experts, built with
         ``kwargs`` (a journal's recorded constructor arguments; default:
-        ``policy_kwargs(cfg)``).
+        ``policy_kwargs(cfg)``), and started from the configured warm-start table
+        (``msroute.router.warm``; ``warm_sha256``: the SHA-256 a journal recorded of it).
 
         Raises
         ------
         InfeasibleConstraintsError, ResourceError, RouterConfigError
-            The experts cannot meet the bounds, or a ``params`` value is invalid.
+            The experts cannot meet the bounds, a ``params`` value is invalid, or the
+            warm-start table is unusable or not the one recorded.
         """
         check_reward_range(cfg)
         ids = list(cfg.experts)
@@ -131,7 +139,13 @@ class RouterState:
         contexts = {c: i for i, c in enumerate(cfg.contexts or ())}
         given = policy_kwargs(cfg) if kwargs is None else kwargs
         policy = build_policy(cfg, costs, constraints_of(cfg), given)
-        return cls(cfg, policy, ids, costs, contexts)
+        state = cls(cfg, policy, ids, costs, contexts)
+        if cfg.warm_start is not None:
+            from msroute.router.warm import apply_warm_start
+
+            names = list(cfg.contexts or ())
+            state.warm_sha256 = apply_warm_start(policy, cfg.warm_start, ids, names, warm_sha256)
+        return state
 
     @property
     def layout(self) -> int:

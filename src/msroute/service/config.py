@@ -35,6 +35,7 @@ from typing import Any
 from msroute._toml import read_toml
 from msroute.errors import ConfigError, MSRouteError
 from msroute.router import RouterConfig
+from msroute.router.config import resolve_warm_table
 
 __all__ = ["ROUTER_NAME", "ServiceConfig", "load_service_config"]
 
@@ -167,6 +168,15 @@ def load_service_config(path: str | Path, *, data_dir: str | Path = ".") -> Serv
     """
     path = Path(path)
     data = read_toml(path, ConfigError, "service config")
+    routers = data.get("routers")
+    if isinstance(routers, Mapping):  # a relative warm-start table: next to this file
+        data = {
+            **data,
+            "routers": {
+                name: resolve_warm_table(cfg, path.parent) if isinstance(cfg, Mapping) else cfg
+                for name, cfg in routers.items()
+            },
+        }
     try:
         return ServiceConfig.from_dict(data, data_dir=data_dir)
     except ConfigError as exc:

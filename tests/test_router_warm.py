@@ -1,0 +1,105 @@
+"""A router's warm_start = {table, strength}: applied, recorded, replayed, refused if changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from msroute.errors import JournalError, RouterConfigError
+from msroute.router import Router
+from test_outcomes import write_csv
+from test_warm_start import graded
+
+
+def config(table_path, journal=None, **extra):
+    cfg = {
+        "policy": "omd",
+        "m_draws": 1,
+        "cost_names": ["usd"],
+        "contexts": ["c0", "c1", "c2"],
+        "experts": {f"m{i}": [p] for i, p in enumerate([1.0, 1.0, 1.0, 4.0])},
+        "constraints": {"upper": {"usd": 1.6}},
+        "warm_start": {"table": str(table_path), "strength": 30},
+        "seed": 3,
+        **extra,
+    }
+    if journal is not None:
+        cfg["journal"] = str(journal)
+    return cfg
+
+
+def traffic(router, n, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        d = router.route(context=f"c{rng.integers(3)}")
+        router.feedback(d.decision_id, float(rng.random() < 0.7))
+
+
+def test_a_router_starts_from_its_table_and_replays_exactly(tmp_path):
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(0, 600))
+    router = Router(config(table, tmp_path / "r.db", snapshot_every=50))
+    assert router.policy.prior.on
+    state = router.state()
+    assert state["decisions"] == 0 and all(v == 0 for v in state["spent"].values())
+    # The table's routing: each context on its best model the budget allows (never uniform).
+    assert np.all(router.policy.q[0].max(axis=1) > 0.5)
+    traffic(router, 120)
+    router.close()
+    db = sqlite3.connect(tmp_path / "r.db")
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'warm_start'").fetchone()
+    db.close()
+    record = json.loads(raw)
+    assert record["strength"] == 30 and record["table"] == str(table)
+    assert record["sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
+    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=50))
+    traffic(twin, 120)
+    for use_snapshot in (True, False):
+        again = Router.open(tmp_path / "r.db", use_snapshot=use_snapshot)
+        for _ in range(30):
+            a, b = again.route(context="c1"), twin.route(context="c1")
+            assert a.team == b.team and a.propensities == b.propensities
+            again.feedback(a.decision_id, 1.0)
+            twin.feedback(b.decision_id, 1.0)
+        again.close()
+        twin.close()
+        twin = Router.open(tmp_path / "twin.db")
+    twin.close()
+
+
+def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(1, 300))
+    Router(config(table, tmp_path / "r.db")).close()
+    write_csv(table, graded(2, 300))
+    with pytest.raises(JournalError, match="has changed since this router was created"):
+        Router.open(tmp_path / "r.db")
+    cfg = config(table)
+    cfg["experts"] = {**cfg["experts"], "m7": [1.0]}
+    with pytest.raises(RouterConfigError, match=r"no column for model.*'m7'"):
+        Router(cfg)
+    with pytest.raises(RouterConfigError, match="cannot start from a table"):
+        Router(config(table, policy="cbwk"))
+    with pytest.raises(RouterConfigError, match="not among the router's contexts"):
+        Router(config(table, contexts=["c0", "c1"]))
+    with pytest.raises(RouterConfigError, match=r"warm_start\.strength: must be >= 0"):
+        Router({**config(table), "warm_start": {"table": str(table), "strength": -1}})
+    with pytest.raises(RouterConfigError, match="cannot read"):
+        Router(config(tmp_path / "absent.csv"))
+
+
+def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
+    write_csv(tmp_path / "eval.csv", graded(3, 300))
+    (tmp_path / "router.toml").write_text(
+        'policy = "omd"\nm_draws = 1\ncost_names = ["usd"]\ncontexts = ["c0", "c1", "c2"]\n'
+        'journal = "r.db"\n[experts]\nm0 = [1.0]\nm1 = [1.0]\nm2 = [1.0]\nm3 = [4.0]\n'
+        '[constraints]\nupper = { usd = 1.6 }\n[warm_start]\ntable = "eval.csv"\n'
+    )
+    router = Router.from_config(tmp_path / "router.toml")
+    assert router.config.warm_start == {"table": str(tmp_path / "eval.csv"), "strength": 20.0}
+    assert router.policy.prior.on
+    router.close()

@@ -254,6 +254,9 @@ def test_the_config_is_checked_before_serving(tmp_path: Path) -> None:
     config = write_config(tmp_path / "g.toml", "http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match=f"environment variable {KEY_ENV} is not set"):
         load_gateway_config(config, data_dir=tmp_path, environ={})
+    # A key is sent as a header's value: a line break would end the header (and start another).
+    with pytest.raises(ConfigError, match=f"variable {KEY_ENV} holds characters a key cannot"):
+        load_gateway_config(config, data_dir=tmp_path, environ={KEY_ENV: "sk-1\r\nx-more: 1"})
     loaded = load_gateway_config(config, data_dir=tmp_path, environ={KEY_ENV: "sk-secret-9f3"})
     assert loaded.service.routers["chat"]["experts"]["a"] == {"usd": (100 * 2 + 50 * 8) / 1e6}
     assert "sk-secret-9f3" not in repr(loaded)  # the key stays in the environment

@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: What a key may hold: it is sent in the ``Authorization`` header as is.
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
 _UPSTREAM_KEYS = frozenset(
     {
         "base_url",
@@ -210,8 +212,14 @@ def _upstream(
                 f"{key}.api_key_env: must name an environment variable (the key stays in it), "
                 f"got {env!r:.80}"
             )
-        if not environ.get(env):
+        secret = environ.get(env)
+        if not secret:
             raise ConfigError(f"{key}.api_key_env: the environment variable {env} is not set")
+        if not _HEADER_VALUE.fullmatch(secret):
+            raise ConfigError(
+                f"{key}.api_key_env: the environment variable {env} holds characters a key "
+                "cannot have in an HTTP header (only visible ASCII and spaces)"
+            )
     model = _text(table.get("model"), f"{key}.model")
     return Upstream(
         expert=expert,

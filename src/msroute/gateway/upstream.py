@@ -1,10 +1,11 @@
-"""Calls to the upstream OpenAI-compatible endpoints, with httpx, each within its timeout.
+"""Calls to the upstream OpenAI-compatible endpoints, each within its timeout.
 
-An upstream is reached at its configured ``base_url`` only: the client follows no redirect and
-ignores the environment's proxy settings, so no request goes to another host. Its key, read
-from the environment variable the config names, travels in its ``Authorization`` header and
-nowhere else; the gateway's own token is never forwarded, and nothing an upstream answers on
-an error (which may quote a key) is echoed to the client or the log but its status.
+An upstream is reached at its configured ``base_url`` only, through the gateway's own HTTP/1.1
+client (``msroute.gateway.http1``: it follows no redirect and uses no proxy, so no request goes
+to another host). Its key, read from the environment variable the config names, travels in its
+``Authorization`` header and nowhere else; the gateway's own token is never forwarded, and
+nothing an upstream answers on an error (which may quote a key) is echoed to the client or the
+log but its status.
 
 A failure is an ``UpstreamFailure``: 504 for a timeout, 502 for anything else (a connection
 refused, an error status, an answer that is not a chat completion), with what the call is known
@@ -15,19 +16,15 @@ expert's booking (its usage never came, and the upstream may have billed it).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
-import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import certifi
-import httpx
-
 from msroute.gateway.config import Upstream
+from msroute.gateway.http1 import HTTPFailure, Pool, Response, Target, target, tls_context
 from msroute.gateway.prices import Usage, usage_of
 
 __all__ = ["Answer", "Stream", "UpstreamFailure", "Upstreams", "upstream_body"]
@@ -36,8 +33,6 @@ _log = logging.getLogger("msroute.gateway")
 
 #: The most of an upstream's error answer read (to find its usage).
 _ERROR_BYTES = 65536
-#: HTTP clients the upstream connections are spread over (``Upstreams``).
-POOLS = 16
 
 
 class UpstreamFailure(Exception):
@@ -83,7 +78,7 @@ class Stream:
     event's JSON (``None`` for the closing ``[DONE]``); ``usage`` is set once the usage chunk
     has passed; ``close()`` ends the call."""
 
-    def __init__(self, expert: str, response: httpx.Response, timeout_s: float) -> None:
+    def __init__(self, expert: str, response: Response, timeout_s: float) -> None:
         self.expert = expert
         self.usage: Usage | None = None
         self._response = response
@@ -98,21 +93,21 @@ class Stream:
             The next event did not come within the timeout, the connection broke, or an event
             was not JSON.
         """
-        lines = self._response.aiter_lines()
+        lines = _lines(self._response.chunks())
         while True:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     line = await anext(lines, None)
             except TimeoutError:
                 raise self._failure(504, f"no event within {self._timeout_s:g}s") from None
-            except httpx.HTTPError as exc:
-                raise self._failure(502, f"the stream broke ({type(exc).__name__})") from exc
+            except HTTPFailure as exc:
+                raise self._failure(502, f"the stream broke: {exc}") from exc
             if line is None:
                 return
-            if not line.startswith("data:"):
+            if not line.startswith(b"data:"):
                 continue  # comments, event names, the blank lines between events
             data = line[5:].strip()
-            if data == "[DONE]":
+            if data == b"[DONE]":
                 yield None
                 return
             try:
@@ -131,45 +126,54 @@ class Stream:
 
     async def close(self) -> None:
         """End the call (the upstream stops sending)."""
-        await self._response.aclose()
+        self._response.release()
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The lines of a body (ended by LF or CRLF, the terminator removed); the last line
+    even without its terminator."""
+    rest = b""
+    async for chunk in chunks:
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        for line in parts:
+            yield line[:-1] if line.endswith(b"\r") else line
+    if rest:
+        yield rest
 
 
 class Upstreams:
-    """The gateway's HTTP client and each upstream's key.
+    """The gateway's connections to its upstreams, and each upstream's key.
 
     Parameters
     ----------
     keys : mapping of str to str
         An ``api_key_env`` variable's name -> its value (read from the environment at start).
     max_connections : int
-        Connections kept open to the upstreams, in all.
+        Connections kept open to one upstream origin (scheme, host, port) at most.
     """
 
     def __init__(self, keys: Mapping[str, str], max_connections: int = 256) -> None:
         self._keys = dict(keys)
-        per_pool = max(1, max_connections // POOLS)
-        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
-        # No redirect is followed and no proxy or .netrc of the environment is used: requests
-        # go to the configured base_url and nowhere else. The connections are spread over
-        # POOLS clients taken in turn: an httpx pool does work in the square of its
-        # connections on every request (httpcore's keep-alive check), which with 50 calls
-        # under way cost more than the rest of the gateway together.
-        tls = ssl.create_default_context(cafile=certifi.where())  # httpx's default, loaded once
-        self._clients = [
-            httpx.AsyncClient(
-                limits=limits, follow_redirects=False, trust_env=False, timeout=None, verify=tls
-            )
-            for _ in range(POOLS)
-        ]
-        self._turn = itertools.cycle(self._clients)
+        self._pool = Pool(tls_context(), max_per_origin=max_connections)
+        self._requests: dict[tuple[str, str | None], tuple[Target, bytes]] = {}
 
-    @property
-    def _client(self) -> httpx.AsyncClient:
-        return next(self._turn)
+    def _request(self, upstream: Upstream) -> tuple[Target, bytes]:
+        """Where the upstream's calls go, and their headers (its key, if it has one)."""
+        key = (upstream.url, upstream.api_key_env)
+        known = self._requests.get(key)
+        if known is None:
+            secret = None if upstream.api_key_env is None else self._keys.get(upstream.api_key_env)
+            headers = b"content-type: application/json\r\naccept: application/json\r\n"
+            if secret is not None:
+                headers += b"authorization: Bearer %s\r\n" % secret.encode("ascii")
+            known = self._requests[key] = (target(upstream.url), headers)
+        return known
 
-    def _headers(self, upstream: Upstream) -> dict[str, str]:
-        key = None if upstream.api_key_env is None else self._keys.get(upstream.api_key_env)
-        return {} if key is None else {"authorization": f"Bearer {key}"}
+    async def _send(self, upstream: Upstream, body: Mapping[str, Any]) -> Response:
+        to, headers = self._request(upstream)
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return await self._pool.post(to, headers, data.encode())
 
     async def complete(self, upstream: Upstream, body: Mapping[str, Any]) -> Answer:
         """One chat completion, whole, within the upstream's ``timeout_s``."""
@@ -177,21 +181,21 @@ class Upstreams:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(upstream.timeout_s):
-                response = await self._client.post(
-                    upstream.url, json=body, headers=self._headers(upstream)
-                )
+                response = await self._send(upstream, body)
+                try:
+                    content = await response.read()
+                finally:
+                    response.release()
         except TimeoutError:
             raise UpstreamFailure(
                 expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
             ) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamFailure(
-                expert, 502, f"upstream {expert}: cannot reach it ({type(exc).__name__})", None
-            ) from exc
-        if response.status_code != 200:
-            raise _status_failure(expert, response.status_code, response.content)
+        except HTTPFailure as exc:
+            raise UpstreamFailure(expert, 502, f"upstream {expert}: {exc}", None) from exc
+        if response.status != 200:
+            raise _status_failure(expert, response.status, content)
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError:
             data = None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
@@ -204,45 +208,39 @@ class Upstreams:
         """Open a streamed chat completion: its status within ``timeout_s``; the events then
         come each within ``timeout_s`` of the last."""
         expert = upstream.expert
-        client = self._client
-        request = client.build_request(
-            "POST", upstream.url, json=body, headers=self._headers(upstream)
-        )
         try:
             async with asyncio.timeout(upstream.timeout_s):
-                response = await client.send(request, stream=True)
+                response = await self._send(upstream, body)
+                if response.status != 200:
+                    try:
+                        content = await _read_some(response)
+                    finally:
+                        response.release()
+                    raise _status_failure(expert, response.status, content)
         except TimeoutError:
             raise UpstreamFailure(
                 expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
             ) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamFailure(
-                expert, 502, f"upstream {expert}: cannot reach it ({type(exc).__name__})", None
-            ) from exc
-        if response.status_code != 200:
-            try:
-                content = await _read_some(response)
-            finally:
-                await response.aclose()
-            raise _status_failure(expert, response.status_code, content)
+        except HTTPFailure as exc:
+            raise UpstreamFailure(expert, 502, f"upstream {expert}: {exc}", None) from exc
         return Stream(expert, response, upstream.timeout_s)
 
     async def close(self) -> None:
-        """Close the connections."""
-        for client in self._clients:
-            await client.aclose()
+        """Close the idle connections."""
+        self._pool.close()
 
 
-async def _read_some(response: httpx.Response) -> bytes:
+async def _read_some(response: Response) -> bytes:
+    """At most about ``_ERROR_BYTES`` of an answer's body (what came before it broke)."""
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.chunks():
             chunks.append(chunk)
             size += len(chunk)
             if size >= _ERROR_BYTES:
                 break
-    except httpx.HTTPError:
+    except HTTPFailure:
         pass
     return b"".join(chunks)
 

@@ -39,6 +39,7 @@ from msroute.gateway.metrics import GatewayMetrics
 from msroute.gateway.models import ChatRequest, CostRequest, GatewayFeedback, Score
 from msroute.gateway.upstream import Upstreams
 from msroute.service.app import create_app
+from msroute.service.fastpath import RawHandler
 from msroute.service.models import ID_PATTERN, FeedbackRequest, FeedbackResponse, Problem
 from msroute.service.problems import PROBLEM_JSON
 from msroute.service.routers import ServedRouters
@@ -84,8 +85,11 @@ class Gateway:
         self._upstreams: Upstreams | None = None
 
     # ------------------------------------------------------------------ AppExtension
-    def install(self, app: FastAPI, auth: DependsParam, service: ServedRouters) -> None:
-        """Declare the gateway's routes on the service's app."""
+    def install(
+        self, app: FastAPI, auth: DependsParam, service: ServedRouters
+    ) -> dict[str, RawHandler]:
+        """Declare the gateway's routes on the service's app; chat completions is hot (the
+        service's fast path answers it in the ordinary case, with the same function)."""
         guarded = [auth]
         self._metrics = GatewayMetrics(service.metrics.registry)
 
@@ -112,9 +116,7 @@ class Gateway:
             """An OpenAI chat completion whose model ``msroute/<router>`` picks the router:
             the team's answer, its decision id and team in ``x-msroute-decision-id`` and
             ``x-msroute-team``; each upstream's usage times its prices booked on the decision."""
-            handler = self._handler
-            assert handler is not None  # started with the app
-            return await handler(request)
+            return await self._chat(await request.body())
 
         @app.get("/v1/models", tags=["gateway"], dependencies=guarded, responses=_problems())
         async def models() -> dict[str, Any]:
@@ -185,6 +187,13 @@ class Gateway:
                 "bound_usd": state["bounds"]["upper"].get(USD),
                 "budget": None if plan is None else plan.report,
             }
+
+        return {"/v1/chat/completions": self._chat}
+
+    async def _chat(self, body: bytes) -> Response:
+        handler = self._handler
+        assert handler is not None  # started with the app
+        return await handler.answer(body)
 
     async def start(self, service: ServedRouters) -> None:
         """Open the upstreams' client, and start each budget's plan (its first bound now)."""

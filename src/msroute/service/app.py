@@ -15,7 +15,7 @@ answers their errors).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Protocol, TypeVar
 
@@ -32,7 +32,7 @@ from msroute.errors import JournalError
 from msroute.router import Router
 from msroute.service.auth import BearerToken
 from msroute.service.config import ServiceConfig
-from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
+from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath, RawHandler
 from msroute.service.middleware import BodyLimit, RequestTimer
 from msroute.service.models import (
     ID_PATTERN,
@@ -74,8 +74,12 @@ class AppExtension(Protocol):
     """More endpoints on the service's app (``msroute gateway``'s), behind the same auth,
     limits and metrics, started after the routers and stopped before them."""
 
-    def install(self, app: FastAPI, auth: DependsParam, service: ServedRouters) -> None:
-        """Declare the extension's routes on ``app`` (``auth``: the token dependency)."""
+    def install(
+        self, app: FastAPI, auth: DependsParam, service: ServedRouters
+    ) -> Mapping[str, RawHandler]:
+        """Declare the extension's routes on ``app`` (``auth``: the token dependency); return
+        the paths of its hot ``POST`` routes, each with the function its route answers with,
+        which ``FastPath`` calls itself in the ordinary case."""
 
     async def start(self, service: ServedRouters) -> None:
         """Start what the routes need, once the routers are open."""
@@ -370,13 +374,17 @@ def create_app(
 
         return {"id": expert_id, "cost": await service.call(name, apply)}
 
-    if extension is not None:
-        extension.install(app, Depends(auth), service)
+    raw = {} if extension is None else extension.install(app, Depends(auth), service)
 
     # Outside FastAPI's own layers, so that the requests the fast path answers are capped and
-    # timed too. The fast path recognizes its two requests by these routes' own matching.
+    # timed too. The fast path recognizes its requests by these routes' own matching.
     hot = FastPath(
-        app, service, auth, decide=_route(app, DECISIONS), feedback=_route(app, FEEDBACK)
+        app,
+        service,
+        auth,
+        decide=_route(app, DECISIONS),
+        feedback=_route(app, FEEDBACK),
+        raw=[(_route(app, path), handler) for path, handler in raw.items()],
     )
     timed = RequestTimer(BodyLimit(hot, config.max_body_bytes), service.metrics.latency)
     return ReadDeadline(timed)

@@ -7,12 +7,14 @@ more CPU per request than the router itself. ``FastPath`` wraps the FastAPI app 
 these two requests directly in the ordinary case: a served router, a valid decision id in the
 path, an accepted token, a ``Content-Length`` JSON body that the request model accepts. The two
 requests are recognized by the FastAPI app's own route objects (Starlette's public
-``Route.matches``), so there is one route table. Every other request goes to the FastAPI app
-unchanged (a body already read is replayed), so there is one set of rules and one set of error
-bodies: the body is validated by the same strict pydantic model (``model_validate`` on the parsed
-JSON, as FastAPI does), the token by the same ``BearerToken``, and
-whatever either refuses is answered by FastAPI's handlers. The work and the answers are those of
-the FastAPI endpoints: the same ``ServedRouters`` operations, the
+``Route.matches``), so there is one route table. An app extension's hot endpoints (the
+gateway's chat completions) are answered the same way, by the ``RawHandler`` its FastAPI route
+calls too, given the body once the token, the type and the length are known to be in order.
+Every other request goes to the FastAPI app unchanged (a body already read is replayed), so
+there is one set of rules and one set of error bodies: the body is validated by the same strict
+pydantic model (``model_validate`` on the parsed JSON, as FastAPI does), the token by the same
+``BearerToken``, and whatever either refuses is answered by FastAPI's handlers. The work and the
+answers are those of the FastAPI endpoints: the same ``ServedRouters`` operations, the
 same ``JSONResponse``, the same problem table for the router's errors.
 
 Every JSON request body (``POST``, ``PUT``, ``PATCH``, whatever the route) is checked here before
@@ -31,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -53,7 +55,15 @@ from msroute.service.problems import (
 )
 from msroute.service.routers import ServedRouters
 
-__all__ = ["DECISIONS", "FEEDBACK", "MAX_JSON_DEPTH", "FastPath", "json_refusal", "json_too_deep"]
+__all__ = [
+    "DECISIONS",
+    "FEEDBACK",
+    "MAX_JSON_DEPTH",
+    "FastPath",
+    "RawHandler",
+    "json_refusal",
+    "json_too_deep",
+]
 
 #: The path templates of the two hot endpoints (their label in the request-latency metric).
 DECISIONS = "/v1/routers/{name}/decisions"
@@ -61,6 +71,10 @@ FEEDBACK = "/v1/routers/{name}/decisions/{decision_id}/feedback"
 
 _log = logging.getLogger("msroute.service")
 _ID = re.compile(ID_PATTERN)
+
+#: A hot endpoint of an app extension: a request's body (JSON, checked by ``json_refusal``) ->
+#: the response to send. Its FastAPI route answers with the same function.
+RawHandler = Callable[[bytes], Awaitable[ASGIApp]]
 
 #: The deepest nesting of arrays and objects accepted in a request body.
 MAX_JSON_DEPTH = 32
@@ -170,6 +184,9 @@ class FastPath:
         The app's token check.
     decide, feedback : starlette route
         The app's routes of ``POST`` ``DECISIONS`` and ``POST`` ``FEEDBACK``.
+    raw : sequence of (starlette route, RawHandler)
+        An extension's ``POST`` routes answered here by their handler (with the route's
+        token, type and length in order; else FastAPI answers).
     """
 
     def __init__(
@@ -180,11 +197,13 @@ class FastPath:
         *,
         decide: BaseRoute,
         feedback: BaseRoute,
+        raw: Sequence[tuple[BaseRoute, RawHandler]] = (),
     ) -> None:
         self.app = app
         self.routers = routers
         self.auth = auth
         self._hot: Sequence[tuple[BaseRoute, bool]] = ((decide, True), (feedback, False))
+        self._raw = tuple(raw)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -192,6 +211,10 @@ class FastPath:
             return
         matched = self._match(scope)
         if matched is None:
+            for route, handler in self._raw:
+                if route.matches(scope)[0] is Match.FULL and self._ordinary(scope):
+                    await self._answer_raw(scope, receive, send, route, handler)
+                    return
             await self._app_checked(scope, receive, send)
             return
         route, deciding, params = matched
@@ -279,6 +302,24 @@ class FastPath:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+    async def _answer_raw(
+        self, scope: Scope, receive: Receive, send: Send, route: BaseRoute, handler: RawHandler
+    ) -> None:
+        body = await self._body(receive)
+        if body is None:  # the client went away
+            return
+        refusal = json_refusal(body)
+        if refusal is not None:
+            await problem_response(*refusal)(scope, receive, send)
+            return
+        scope["route"] = route
+        try:
+            response = await handler(body)
+        except Exception:  # a bug: answered as FastAPI's handler of the unexpected answers it
+            _log.exception("POST %s", scope["path"])
+            response = internal_problem()
+        await response(scope, receive, send)
 
     async def _answer(
         self, scope: Scope, name: str, decision_id: str, request: DecisionRequest | FeedbackRequest

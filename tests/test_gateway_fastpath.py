@@ -1,0 +1,203 @@
+"""The service's fast path answers the gateway's chat completions exactly as its FastAPI route.
+
+The gateway's app runs in process (its lifespan too) over the stub upstream (a child process,
+tests/_upstream.py, killed by pid). Each request is sent twice: through the app's own fast path,
+and through a fast path without the gateway's hot route, which hands it to FastAPI. The two
+answers (status, headers, body: whole or server-sent events) must be the same but for the
+decision id, and the two decisions booked at the same cost in the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from _gateway import KEY_ENV, UPSTREAM_KEY, write_config
+from _server import free_port
+from _service import TOKEN
+from _upstream import StubUpstream
+from msroute.gateway import create_gateway_app, load_gateway_config
+from msroute.service.fastpath import DECISIONS, FEEDBACK, FastPath
+
+pytestmark = pytest.mark.timeout(120)
+
+Message = dict[str, Any]
+HI = [{"role": "user", "content": "hello"}]
+
+
+def chat(router: str = "chat", **extra: Any) -> bytes:
+    return json.dumps({"model": f"msroute/{router}", "messages": HI, **extra}).encode()
+
+
+#: (case, status, body): every kind of answer of the route.
+CASES: list[tuple[str, int, bytes]] = [
+    ("a team of one", 200, chat(msroute={"eligible": ["a"]})),
+    ("another upstream", 200, chat(msroute={"eligible": ["b"]}, temperature=0.5)),
+    ("a stream", 200, chat(msroute={"eligible": ["b"]}, stream=True)),
+    (
+        "a stream with its usage",
+        200,
+        chat(msroute={"eligible": ["a"]}, stream=True, stream_options={"include_usage": True}),
+    ),
+    ("a team of two", 200, chat("team", msroute={"eligible": ["x", "y"]})),
+    ("a team of two streaming", 200, chat("team", stream=True)),
+    ("an upstream error", 502, chat(msroute={"eligible": ["broken"]})),
+    ("an upstream timeout", 504, chat(msroute={"eligible": ["slow"]})),
+    ("a streamed upstream error", 502, chat(msroute={"eligible": ["broken"]}, stream=True)),
+    ("no usage", 200, chat(msroute={"eligible": ["nousage"]})),
+    ("an unknown model", 404, json.dumps({"model": "gpt-4o", "messages": HI}).encode()),
+    ("no context", 400, chat("ctx")),
+    ("a context", 200, chat("ctx", msroute={"context": "code"})),
+    ("an unknown expert", 400, chat(msroute={"eligible": ["zzz"]})),
+    ("no messages", 400, json.dumps({"model": "msroute/chat"}).encode()),
+    ("not JSON", 400, b'{"model": '),
+    ("NaN", 400, chat(msroute={"eligible": ["a"]}, temperature=float("nan"))),
+    ("a list", 400, b"[1, 2]"),
+    # Refused before either parses it (json_refusal): the same problem both ways.
+    ("UTF-16", 415, chat(msroute={"eligible": ["a"]}).decode().encode("utf-16")),
+    ("too deep", 400, b'{"model": "msroute/chat", "messages": [' + b"[" * 40 + b"]" * 40 + b"]}"),
+]
+
+#: The cases refused before any route (the body's encoding and depth are checked first).
+REFUSED_FIRST = {"UTF-16", "too deep"}
+
+
+def _inside(app: Any, kind: type) -> Any:
+    """The ``kind`` layer of the app's middleware stack (each layer's ``app`` is the next)."""
+    while not isinstance(app, kind):
+        app = app.app
+    return app
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Any) -> AsyncIterator[None]:
+    inbox: asyncio.Queue[Message] = asyncio.Queue()
+    outbox: asyncio.Queue[Message] = asyncio.Queue()
+    task = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
+    await inbox.put({"type": "lifespan.startup"})
+    assert (await outbox.get())["type"] == "lifespan.startup.complete"
+    try:
+        yield
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await outbox.get()
+        await task
+
+
+async def post(app: Any, body: bytes) -> tuple[int, dict[str, str], bytes, Message]:
+    """POST ``body`` to chat completions through ``app``: status, headers, body, scope."""
+    scope: Message = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+    }
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = sent[0]
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    content = b"".join(m.get("body", b"") for m in sent[1:])
+    return start["status"], headers, content, scope
+
+
+def _normal(headers: dict[str, str], content: bytes) -> tuple[dict[str, str], bytes]:
+    """Headers and body with the decision id replaced by a placeholder."""
+    did = headers.get("x-msroute-decision-id")
+    if did is None:
+        return headers, content
+    return {**headers, "x-msroute-decision-id": "D"}, content.replace(did.encode(), b"D")
+
+
+async def _cost(app: FastPath, did: str) -> tuple[str, float]:
+    """The decision's booking in the journal: its last row of kind decision or cost."""
+    router = did.partition(":")[0]
+    rows = await app.routers.call(router, lambda r: r.export_rows(0, 100_000))
+    booked = [
+        (r["kind"], r["cost"]["usd"])
+        for r in rows
+        if r.get("decision_id") == did and r["kind"] in ("decision", "cost")
+    ]
+    return booked[-1]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Any:
+    with StubUpstream(free_port()) as upstream:
+        yield upstream
+
+
+def test_the_fast_path_answers_as_the_fastapi_route(tmp_path: Path, stub: StubUpstream) -> None:
+    environ = {KEY_ENV: UPSTREAM_KEY}
+    config = load_gateway_config(
+        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
+    )
+    app = create_gateway_app(config, token=TOKEN, environ=environ)
+
+    async def main() -> None:
+        async with lifespan(app):
+            fast = _inside(app, FastPath)
+            api = _inside(app, FastAPI)
+            routes = {r.path: r for r in api.routes if isinstance(r, APIRoute)}
+            plain = FastPath(
+                api,
+                fast.routers,
+                fast.auth,
+                decide=routes[DECISIONS],
+                feedback=routes[FEEDBACK],
+            )
+            for case, expected, body in CASES:
+                for _ in range(50):  # the same team both ways (a team is drawn at random)
+                    fast_answer = await post(fast, body)
+                    assert "endpoint" not in fast_answer[3], case  # FastAPI did not see it
+                    api_answer = await post(plain, body)
+                    # FastAPI answered it (but a body refused before any route).
+                    assert ("endpoint" in api_answer[3]) is (case not in REFUSED_FIRST), case
+                    team = api_answer[1].get("x-msroute-team")
+                    if team == fast_answer[1].get("x-msroute-team"):
+                        break
+                status, headers, content, _ = fast_answer
+                assert status == expected, (case, content)
+                assert (status, *_normal(headers, content)) == (
+                    api_answer[0],
+                    *_normal(api_answer[1], api_answer[2]),
+                ), case
+                if "x-msroute-decision-id" in headers:
+                    await asyncio.sleep(0.05)  # a stream is booked as it ends
+                    booked = [
+                        await _cost(fast, answer[1]["x-msroute-decision-id"])
+                        for answer in (fast_answer, api_answer)
+                    ]
+                    assert booked[0] == booked[1], case
+
+    asyncio.run(main())

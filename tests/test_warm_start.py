@@ -95,6 +95,24 @@ def test_a_warm_start_begins_at_the_tables_certified_optimum_and_spends_nothing(
         warm_start(pol, table, contexts)
 
 
+def test_a_warm_start_seeds_the_pacers_cost_estimates_per_context():
+    # The table's prompts of context 2 cost three times those of context 0: the pacer books a
+    # first decision of each context at its own table cost, not at the all-prompt mean.
+    table = graded(5, 600)
+    costs = np.array(table.costs)
+    costs[table.category == 2] *= 3.0
+    table = OutcomeTable(**{**vars(table), "costs": costs})
+    pol = policy(table, budget=3.0)
+    (plan,) = warm_start(pol, table, table_contexts(table, table.categories), strength=20.0)
+    est = pol.pacer.est
+    np.testing.assert_allclose(est.costs.reshape(plan.costs.shape), plan.costs)
+    np.testing.assert_allclose(est.n_obs, 20.0)
+    for x in range(3):
+        decision = pol.select(np.array([x]))
+        team = np.unique(decision.draws[0])
+        np.testing.assert_allclose(decision.cost[0], plan.costs[x, team].sum(axis=0))
+
+
 def test_a_warm_start_saves_and_resumes_bit_for_bit(tmp_path):
     table = graded(1, 300)
     pol = policy(table, budget=1.6, runs=2)

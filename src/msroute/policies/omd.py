@@ -485,7 +485,7 @@ class OMDApproachability(BasePolicy):
             The dual's start (in its units: ``ApproachabilityDual.w``).
         costs : ndarray, shape (R', X, K, d)
             Each context's cost estimates (the table's mean per-call costs), counted as
-            ``strength`` calls where the table has the context.
+            ``strength`` calls where the table has the context: OMD's and its pacer's.
         mean, spread, support : ndarray, shape (R', X, K), (R', X, K) and (R', X)
             The table's mean reward per expert and its variance, and its prompts per
             context.
@@ -505,7 +505,10 @@ class OMDApproachability(BasePolicy):
         self._q[at] = q
         self.dual.w[at] = w
         counted = np.where(np.asarray(support) > 0, float(strength), 0.0)
-        self.cost_est.start_at(at, x, np.asarray(costs, dtype=np.float64), counted)
+        table_costs = np.asarray(costs, dtype=np.float64)
+        self.cost_est.start_at(at, x, table_costs, counted)
+        if self.pacer is not None:  # the pacer books each context at the table's costs too
+            self.pacer.est.start_at(at, x, table_costs, counted)
         self.prior.set(
             at, np.asarray(mean), np.asarray(spread), np.asarray(support), strength, cold
         )

@@ -14,7 +14,8 @@ knowledge as pseudo-counts of a stated strength ``N``:
 * the proximal step counts ``N / B`` steps already taken in the context (Corollary 2's
   ``eta = a sqrt(n)`` and the decaying floor at step ``n`` start there), so the first steps
   move as after ``N`` rounds, not as from scratch;
-* the cost estimates count ``N`` calls at the table's per-context costs, and the aggregate cut
+* the cost estimates (OMD's and its pacer's, which books each decision at them) count ``N``
+  calls at the table's per-context costs, and the aggregate cut
   weighs the contexts by ``N X`` pseudo-visits in the table's proportions.
 
 None of it is traffic: the time-averaged spend, the pacer's, the feedback counts and the dual's

@@ -42,16 +42,16 @@ from msroute.experiments.family import family_instance, opt_reward, run_instance
 CANDIDATES: dict[str, dict[str, Any]] = {
     "default": {},
     "unpaced": {"pacing": False},
-    "before (eta_mult 0.001, margin 3, exact for teams)": {
-        "params": {"eta_mult": 0.001, "budget_margin": 3.0}
-    },
-    "eta_mult 0.0003": {"params": {"eta_mult": 0.0003}},
+    "eta_mult 0.001": {"params": {"eta_mult": 0.001}},
     "eta_mult 0.003": {"params": {"eta_mult": 0.003}},
     "eta_mult 0.01": {"params": {"eta_mult": 0.01}},
-    "linear surrogate": {"params": {"surrogate": "linear"}},
-    "budget_margin 0": {"params": {"budget_margin": 0.0}},
-    "paper variant, eta_mult 0.1": {"params": {"variant": "paper", "eta_mult": 0.1}},
-    "library (fixed eta, horizon known, linear)": {
+    "eta_mult 0.03": {"params": {"eta_mult": 0.03}},
+    "eta_mult 0.01, budget_margin 0": {"params": {"eta_mult": 0.01, "budget_margin": 0.0}},
+    "eta_mult 0.01, budget_margin 1": {"params": {"eta_mult": 0.01, "budget_margin": 1.0}},
+    "eta_mult 0.01, budget_margin 2": {"params": {"eta_mult": 0.01, "budget_margin": 2.0}},
+    "eta_mult 0.003, budget_margin 1": {"params": {"eta_mult": 0.003, "budget_margin": 1.0}},
+    "eta_mult 0.01, linear surrogate": {"params": {"eta_mult": 0.01, "surrogate": "linear"}},
+    "library (fixed eta, horizon known, linear, unpaced)": {
         "params": {"eta_schedule": "fixed", "surrogate": "linear"},
         "horizon": True,
         "pacing": False,

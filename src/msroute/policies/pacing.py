@@ -197,7 +197,7 @@ class Pacer:
         if self._one_run and self._clear_one(n, costs[0]):
             return eligible  # one run with room for any team (the live router's common case)
         room, need = self.rooms(n)
-        worst = self.m_draws * costs.max(axis=1)  # at least the dearest team's cost
+        worst = self._worst_team(costs)  # the dearest team of all
         if bool(np.all(room >= worst)) and bool(np.all(need <= costs.min(axis=1))):
             return eligible  # no set of experts can break a bound
         r, k = costs.shape[:2]
@@ -272,16 +272,16 @@ class Pacer:
         dear = np.where(ok, np.nan_to_num(rel, nan=0.0, posinf=np.inf).max(axis=2), np.inf)
         order = np.argsort(dear, axis=1, kind="stable")
         ranked = np.take_along_axis(costs, order[:, :, None], axis=1)  # (R, K, d)
-        count = ok.sum(axis=1)
-        lo, hi = np.zeros_like(count), count.copy()  # the largest prefix that fits is in [lo, hi]
-        while bool(np.any(lo < hi)):
-            mid = (lo + hi + 1) // 2
-            inside = np.arange(costs.shape[1])[None, :] < mid[:, None]
-            worst = self._worst_team(np.where(inside[:, :, None], ranked, 0.0))
-            good = np.all(worst <= room, axis=1)
-            lo = np.where(good, mid, lo)
-            hi = np.where(good, hi, mid - 1)
-        keep = np.arange(costs.shape[1])[None, :] < lo[:, None]
+        k = costs.shape[1]
+        # Every prefix's dearest team at once, (R, K prefixes, d): the sum grows with the
+        # prefix, so the prefixes that fit are the first ones.
+        sizes = np.arange(1, k + 1)
+        inside = np.arange(k)[None, :] < sizes[:, None]  # (K prefixes, K)
+        prefixes = np.where(inside[None, :, :, None], ranked[:, None, :, :], 0.0)
+        worst = self._worst_team(prefixes.reshape(-1, k, costs.shape[2]))
+        fits = np.all(worst.reshape(costs.shape[0], k, -1) <= room[:, None, :], axis=2)
+        fits &= sizes[None, :] <= ok.sum(axis=1)[:, None]
+        keep = np.arange(k)[None, :] < fits.sum(axis=1)[:, None]
         out = np.zeros_like(ok)
         np.put_along_axis(out, order, keep, axis=1)
         return out & ok

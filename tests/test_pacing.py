@@ -1,0 +1,117 @@
+"""The pacer (msroute.policies.pacing): its restriction, its accounting and its estimates."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msroute import Constraints, Problem, ProblemBatch, make_policy
+from msroute.policies.duals import cost_scale
+from msroute.policies.pacing import Pacer
+
+
+def _pacer(costs: np.ndarray, m: int, upper: list, lower: list | None = None) -> Pacer:
+    problem = Problem(costs, m, Constraints(upper=upper, lower=lower or [None] * len(upper)))
+    batch = ProblemBatch(problem, 1)
+    return Pacer(batch, cost_scale(batch.costs, batch.lo_ori, batch.hi_ori))
+
+
+def _worst_team(costs: np.ndarray, members: np.ndarray, m: int) -> np.ndarray:
+    """The dearest team of at most m distinct members, by enumeration (the reference)."""
+    idx = np.flatnonzero(members)
+    best = np.zeros(costs.shape[1])
+    for size in range(1, min(m, idx.size) + 1):
+        for team in itertools.combinations(idx, size):
+            best = np.maximum(best, costs[list(team)].sum(axis=0))
+    return best
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    st.integers(2, 7),
+    st.integers(1, 4),
+    st.integers(1, 2),
+    st.integers(0, 2**32 - 1),
+)
+def test_the_allowed_set_is_the_largest_prefix_whose_worst_team_fits(k, m, d, seed) -> None:
+    rng = np.random.default_rng(seed)
+    costs = np.exp(rng.uniform(-3, 0, (k, d)))
+    room = rng.uniform(0.2, 2.0, d) * costs.max(axis=0) * m
+    eligible = rng.random(k) < 0.8
+    eligible[rng.integers(k)] = True
+    pacer = _pacer(costs, m, [1.0] * d)
+    fits = pacer._fitting(costs[None], room[None], np.full((1, d), -np.inf), eligible[None])[0]
+    assert not (fits & ~eligible).any()
+    assert np.all(_worst_team(costs, fits, m) <= room)
+    # Maximal: with the next expert in the order of dearness (relative to the room), the
+    # worst team no longer fits.
+    candidates = eligible & np.all(costs <= room, axis=1)
+    rest = np.flatnonzero(candidates & ~fits)
+    if rest.size:
+        nxt = rest[np.argmin((costs[rest] / room).max(axis=1))]
+        grown = fits.copy()
+        grown[nxt] = True
+        assert np.any(_worst_team(costs, grown, m) > room)
+
+
+def test_nothing_is_narrowed_while_the_room_pays_for_any_team() -> None:
+    pacer = _pacer(np.array([[0.03], [0.01], [0.002]]), 2, [0.02])
+    pacer.spend[:] = 0.0
+    assert pacer.restrict(100, None) is None  # 100 x 0.02 of room, the dearest team 0.04
+    assert pacer.restricted[0] == 0
+
+
+def test_a_spend_over_the_bound_goes_to_the_expert_with_the_most_room() -> None:
+    """A bound lowered below the average spent: no expert fits, and the decision goes to the
+    one that brings the spend back fastest (the cheapest, here)."""
+    pacer = _pacer(np.array([[0.03, 1.0], [0.01, 0.0], [0.002, 0.0]]), 1, [0.02, None])
+    pacer.spend[:] = [[10.0, 0.0]]  # 10 dollars after 100 decisions: 0.1 a decision
+    mask = pacer.restrict(101, None)
+    assert mask is not None and mask[0].tolist() == [False, False, True]
+    assert (pacer.restricted[0], pacer.recovered[0]) == (1, 1)
+
+
+def test_a_covering_bound_keeps_only_experts_that_meet_it() -> None:
+    costs = np.array([[0.03, 1.0], [0.01, 0.0], [0.002, 1.0]])
+    pacer = _pacer(costs, 2, [1.0, None], [None, 0.5])
+    mask = pacer.restrict(1, None)  # the first decision must carry the in-house share itself
+    assert mask is not None and mask[0].tolist() == [True, False, True]
+
+
+def test_bookings_learn_the_prices_the_feedback_reports() -> None:
+    """Each call of the dear expert costs twice its table price: the pacer's estimate learns
+    it, books later decisions at it, and its spend is the realized one."""
+    problem = Problem([[0.02], [0.001]], 1, Constraints(upper=[0.01]))
+    pol = make_policy("uniform", problem, horizon=10, seed=0, pacing=True)
+    realized = 0.0
+    for _ in range(400):
+        d = pol.select()
+        cost = np.array([[0.04 if d.draws[0, 0] == 0 else 0.001]])
+        realized += cost[0, 0]
+        pol.update(d, np.array([1.0]), cost)
+    assert pol.pacer is not None
+    assert pol.pacer.est.costs[0, 0, 0] == pytest.approx(0.04, rel=0.05)
+    assert pol.pacer.spend[0, 0] == pytest.approx(realized)
+    assert realized / 400 <= 0.01
+
+
+def test_pacing_is_recorded_and_survives_a_save(tmp_path) -> None:
+    from msroute.policies import load_policy
+
+    problem = Problem([[0.02], [0.001]], 2, Constraints(upper=[0.01]))
+    pol = make_policy("omd", problem, horizon=10, seed=0, pacing=True)
+    for _ in range(30):
+        d = pol.select()
+        pol.update(d, np.array([1.0]), d.cost)
+    pol.save(tmp_path / "p.npz")
+    twin = load_policy(tmp_path / "p.npz")
+    assert twin.pacer is not None and twin._init_kwargs["pacing"] is True
+    np.testing.assert_array_equal(twin.pacer.spend, pol.pacer.spend)
+    a, b = pol.select(), twin.select()
+    np.testing.assert_array_equal(a.draws, b.draws)
+    with pytest.raises(TypeError, match="pacing must be True or False"):
+        make_policy("omd", problem, horizon=10, pacing="yes")

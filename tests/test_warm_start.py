@@ -133,7 +133,7 @@ def test_a_warm_start_saves_and_resumes_bit_for_bit(tmp_path):
 def test_a_right_prior_learns_faster_and_a_wrong_one_is_refuted_by_the_traffic():
     eval_table, stream = graded(2, 600), graded(3, 2000)
     contexts = table_contexts(eval_table, eval_table.categories)
-    runs, horizon = 4, 300
+    runs, horizon = 4, 600
     cold = run(policy(stream, 1.6, runs, horizon), stream, horizon, runs)
     right = policy(stream, 1.6, runs, horizon)
     warm_start(right, eval_table, contexts, strength=20.0)

@@ -53,19 +53,18 @@ True
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import warnings
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from msroute import _version
-from msroute._atomic import DAMAGED_FILE_ERRORS, atomic_path
+from msroute._atomic import atomic_path
+from msroute._npzip import read_zip, write_zip, zip_bytes
 from msroute.errors import InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.policies.state_walk import (
@@ -117,7 +116,6 @@ _NEW_ENTRIES: dict[int, tuple[str, ...]] = {
     6: tuple(f"prior.{name}" for name in RewardPrior._state_attrs),  # OMD's warm start
 }
 _FORMAT = "msroute-policy"
-_MANIFEST = "manifest.json"
 
 
 # ---------------------------------------------------------------------- save
@@ -143,7 +141,7 @@ def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
     """
     manifest, arrays = _archive(policy)
     with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
-        _write_zip(fh, manifest, arrays)
+        write_zip(fh, manifest, arrays)
 
 
 def policy_bytes(policy: BasePolicy) -> bytes:
@@ -151,9 +149,7 @@ def policy_bytes(policy: BasePolicy) -> bytes:
 
     Raises as ``save_policy``; ``policy_from_bytes`` reads the bytes back.
     """
-    buffer = io.BytesIO()
-    _write_zip(buffer, *_archive(policy))
-    return buffer.getvalue()
+    return zip_bytes(*_archive(policy))
 
 
 def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
@@ -233,16 +229,6 @@ def _encode_kwarg(name: str, value: object) -> object:
     )
 
 
-def _write_zip(out: IO[bytes], manifest: str, arrays: dict[str, np.ndarray]) -> None:
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        # A fixed timestamp, as for the arrays: the same state gives the same bytes.
-        info = zipfile.ZipInfo(_MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
-        zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
-        for key, arr in arrays.items():
-            with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
-
-
 # ---------------------------------------------------------------------- load
 def load_policy(path: str | os.PathLike[str]) -> BasePolicy:
     """Rebuild a policy saved by ``save_policy``, ready to continue where it stopped.
@@ -287,7 +273,7 @@ def policy_from_bytes(blob: bytes, label: str = "policy bytes") -> BasePolicy:
 
 def _load(source: Path | bytes, p: str) -> BasePolicy:
     """``load_policy`` of a file or of its bytes; ``p`` names it in errors."""
-    manifest, arrays = _read_zip(source, p)
+    manifest, arrays = read_zip(source, p, "policy", PolicyFileError)
     version = manifest.get("format_version")
     if manifest.get("format") != _FORMAT or type(version) is not int:
         raise PolicyFileError(
@@ -321,45 +307,6 @@ def _load(source: Path | bytes, p: str) -> BasePolicy:
             stacklevel=3,
         )
     return policy
-
-
-def _read_zip(source: Path | bytes, path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The manifest and every array of the archive (a file or its bytes), never unpickling."""
-
-    def handle() -> IO[bytes]:
-        return open(source, "rb") if isinstance(source, Path) else io.BytesIO(source)
-
-    try:
-        with handle() as fh:
-            if fh.read(4) != b"PK\x03\x04":
-                raise PolicyFileError(
-                    f"{path}: not an msroute policy file: not a zip archive (empty, truncated "
-                    "or another kind of file)"
-                )
-        # Our own handle: np.load leaves the file open when the archive is damaged.
-        with handle() as fh, np.load(fh, allow_pickle=False) as npz:
-            if _MANIFEST not in npz.files:
-                raise PolicyFileError(
-                    f"{path}: not an msroute policy file (no manifest.json; a plain .npz?)"
-                )
-            manifest = json.loads(npz[_MANIFEST].decode("utf-8"))
-            arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
-    except PolicyFileError:
-        raise
-    except DAMAGED_FILE_ERRORS as exc:
-        raise PolicyFileError(
-            f"{path}: unreadable policy file (truncated or corrupt?): {exc}"
-        ) from exc
-    except RuntimeError as exc:  # zipfile: an entry flagged encrypted (msroute never writes one)
-        raise PolicyFileError(
-            f"{path}: unreadable policy file (damaged zip flags?): {exc}"
-        ) from exc
-    if not isinstance(manifest, dict):
-        raise PolicyFileError(f"{path}: manifest.json is not a JSON object")
-    bad = sorted(k for k, v in arrays.items() if not isinstance(v, np.ndarray))
-    if bad:
-        raise PolicyFileError(f"{path}: members {bad} are not .npy arrays")
-    return manifest, arrays
 
 
 def _rebuild(manifest: dict[str, Any], arrays: dict[str, np.ndarray], version: int) -> BasePolicy:

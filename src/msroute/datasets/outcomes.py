@@ -12,6 +12,8 @@ with the same keys):
 * ``prompt_id`` (required): a unique id per row.
 * ``category`` (optional): the prompt's task, revealed as the context before routing; without
   the column every prompt has the one context ``"all"``.
+* ``prompt`` (optional): the prompt's text, from which a router can take its context instead
+  (``msroute.prompts``: ``msroute bench --contexts text``, a router's ``contexts_from``).
 * ``MODEL``: the model's graded score on the prompt, in ``[0, 1]`` (1 = correct). With more
   than one reward dimension per prompt, name the columns ``MODEL:DIMENSION`` instead (every
   model must have the same dimensions); the team's reward sums, over dimensions, the best
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from msroute._validation import (
     COST_MAX,
@@ -74,6 +77,7 @@ SCORE = "score"
 #: SHA-256 of the packaged LLMRouter table and its license, checked every time they are loaded.
 LLMROUTER_SHA256 = {
     "llmrouter.csv": "2e6f4e5437c50d6dc206438ed3f47f9d9983741dcf8651692c1b028624b0aab6",
+    "llmrouter.features.npz": "7c329d3a74dc296ea2b90cd7287d7eb34d67f089ee5d42cc0174365bf1285349",
     "llmrouter.LICENSE": "905c5b3e88f78dc96ed4d0b8ec1c0a20fbb3122988b7d992be64d751836ecc92",
 }
 
@@ -99,6 +103,11 @@ class OutcomeTable:
         ``costs[p, i, j]``: prompt ``p``'s cost ``j`` of calling model ``i``.
     source : str
         Where the table was read from.
+    prompts : tuple of str or None
+        Each prompt's text (a ``prompt`` column), or None.
+    features : sparse matrix (P, ``msroute.prompts.DIM``) or None
+        Each prompt's hashed n-gram counts where the texts are not given (the packaged table
+        ships these instead of its prompts' texts).
     """
 
     prompt_ids: tuple[str, ...]
@@ -110,9 +119,15 @@ class OutcomeTable:
     cost_names: tuple[str, ...]
     costs: FloatArray
     source: str = ""
+    prompts: tuple[str, ...] | None = None
+    features: sp.csr_matrix | None = None
 
     def __post_init__(self) -> None:
         p, k = len(self.prompt_ids), len(self.models)
+        if self.prompts is not None and len(self.prompts) != p:
+            raise InvalidValueError(f"prompts must hold {p} texts, got {len(self.prompts)}")
+        if self.features is not None and self.features.shape[0] != p:
+            raise InvalidValueError(f"features must have {p} rows, got {self.features.shape[0]}")
         n, d, x = len(self.dims), len(self.cost_names), len(self.categories)
         if p < 1 or k < 1 or n < 1 or d < 1 or x < 1:
             raise InvalidValueError(
@@ -160,6 +175,26 @@ class OutcomeTable:
         """X, the number of categories."""
         return len(self.categories)
 
+    @property
+    def has_text(self) -> bool:
+        """Whether the prompts' texts or features are known (contexts can come from them)."""
+        return self.prompts is not None or self.features is not None
+
+    def prompt_counts(self) -> sp.csr_matrix:
+        """The prompts' hashed n-gram counts (``msroute.prompts.features``), (P, DIM): the
+        shipped features, else computed from the texts once. InvalidValueError without either."""
+        if self.features is None:
+            if self.prompts is None:
+                raise InvalidValueError(
+                    f"{self.source or 'the table'} has no prompt column: contexts cannot come "
+                    "from the prompts' text"
+                )
+            from msroute.prompts.features import feature_matrix
+
+            object.__setattr__(self, "features", feature_matrix(self.prompts))
+        assert self.features is not None
+        return self.features
+
     def cost_index(self, name: str) -> int:
         """Column of cost ``name`` (an ``InvalidValueError`` naming the known ones)."""
         if name not in self.cost_names:
@@ -201,6 +236,8 @@ class OutcomeTable:
             scores=self.scores[idx],
             costs=self.costs[idx],
             source=self.source if source is None else source,
+            prompts=None if self.prompts is None else tuple(self.prompts[i] for i in idx.tolist()),
+            features=None if self.features is None else sp.csr_matrix(self.features[idx]),
         )
 
     def with_models(self, models: Sequence[str]) -> OutcomeTable:
@@ -235,6 +272,10 @@ class OutcomeTable:
             h.update(b"\x1e")
         for arr in (self.category, self.scores, self.costs):
             h.update(np.ascontiguousarray(arr).tobytes())
+        if self.prompts is not None:  # a table without texts keeps the digest it always had
+            h.update(
+                b"\x1dprompts\x1e" + "\x1f".join(self.prompts).encode("utf-8", "surrogatepass")
+            )
         return h.hexdigest()
 
 
@@ -245,6 +286,7 @@ class _Layout:
 
     id_col: int
     cat_col: int | None
+    text_col: int | None
     models: tuple[str, ...]
     dims: tuple[str, ...]
     cost_names: tuple[str, ...]
@@ -269,6 +311,7 @@ def _layout(header: Sequence[str], where: str) -> _Layout:
         )
     id_col = first["prompt_id"]
     cat_col = first.get("category")
+    text_col = first.get("prompt")
     # dicts as ordered sets: the models, dimensions and costs in order of first appearance
     models: dict[str, int] = {}
     dims: dict[str, int] = {}
@@ -276,7 +319,7 @@ def _layout(header: Sequence[str], where: str) -> _Layout:
     scores: dict[tuple[str, str], int] = {}
     costs: dict[tuple[str, str], int] = {}
     for j, name in enumerate(names):
-        if j in (id_col, cat_col):
+        if j in (id_col, cat_col, text_col):
             continue
         if "|" in name:
             model, _, cost = name.partition("|")
@@ -332,6 +375,7 @@ def _layout(header: Sequence[str], where: str) -> _Layout:
     return _Layout(
         id_col=id_col,
         cat_col=cat_col,
+        text_col=text_col,
         models=tuple(models),
         dims=tuple(dims),
         cost_names=tuple(cost_names),
@@ -383,6 +427,7 @@ def _table(
     ids: list[str] = []
     seen: dict[str, str] = {}
     cats: list[str] = []
+    texts: list[str] = []
     for r, (where, cells) in enumerate(rows):
         if len(cells) != len(header):
             raise DataFormatError(
@@ -402,6 +447,11 @@ def _table(
             if not isinstance(cat, str) or not cat.strip():
                 raise DataFormatError(f"{where}, column 'category': expected a non-empty name")
             cats.append(cat.strip())
+        if lay.text_col is not None:
+            text = cells[lay.text_col]
+            if not isinstance(text, str):
+                raise DataFormatError(f"{where}, column 'prompt': expected the prompt's text")
+            texts.append(text)
         for (dim, model), j in lay.score_cols.items():
             scores[r, dim, model] = _cell_number(cells[j], where, header[j], score=True)
         for (model, c), j in lay.cost_cols.items():
@@ -419,6 +469,7 @@ def _table(
         cost_names=lay.cost_names,
         costs=costs,
         source=source,
+        prompts=None if lay.text_col is None else tuple(texts),
     )
 
 
@@ -522,11 +573,19 @@ def load_llmrouter() -> OutcomeTable:
 
     Scores are the graded answers of the public LLMRouter data (MIT, ``llmrouter.LICENSE``);
     ``usd`` is list price x an estimated token count (docs: "Routing real LLMs").
-    Both files are checked against their SHA-256 on load.
+    The prompts' texts are not shipped: their hashed n-gram counts are
+    (``llmrouter.features.npz``, ``msroute.prompts.features``), so that contexts can be taken
+    from the text (``msroute bench llmrouter --contexts text``). Every file is checked against
+    its SHA-256 on load.
     """
+    from msroute.prompts.features import features_from_bytes
+
     _packaged("llmrouter.LICENSE")
     text = decode_text(_packaged("llmrouter.csv"), "llmrouter.csv", "a CSV file")
-    return read_outcomes(text, "llmrouter.csv")
+    table = read_outcomes(text, "llmrouter.csv")
+    name = "llmrouter.features.npz"
+    features = features_from_bytes(_packaged(name), table.prompt_ids, name)
+    return dataclasses.replace(table, features=features)
 
 
 def describe(table: OutcomeTable) -> dict[str, Any]:

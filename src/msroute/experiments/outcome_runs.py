@@ -9,15 +9,17 @@ options change what a run is made of (``OutcomeBenchConfig``):
   starts from a fraction F of the prompts and the run streams the rest, so the benefit is
   measured on prompts the prior never saw (``OPT^ctx`` is that of the streamed part);
 * ``--contexts category|text|none``: what the router sees of a prompt: its category (the
-  default), a cluster of its text (``msroute.prompts``, fitted on the eval table's prompts, or
-  the stream's without one), or nothing. The comparators stay per category, so the rows
-  compare.
+  default), a cluster of its text (``msroute.prompts``: a context model fitted on the eval
+  table's prompts, their texts and scores, with the seed's number; without an eval table on the
+  streamed prompts themselves, a hindsight), or nothing. The comparators stay per category, so
+  the rows compare.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,24 @@ CONTEXT_SOURCES = ("category", "text", "none")
 
 #: Spawn key of the per-seed split of ``--warm-split``.
 _SPLIT_KEY = 0x73706C
+
+
+def _text_contexts(stream: OutcomeTable, warm: OutcomeTable | None, seed: int) -> RunTables:
+    """The run's tables with the clusters of a context model fitted on the eval table's prompts
+    (the stream's without one) as the router's contexts."""
+    from msroute.prompts.model import fit_context_model
+
+    fit_on = stream if warm is None else warm
+    model = fit_context_model(
+        fit_on.prompt_counts(), fit_on.scores.sum(axis=1), seed=seed, source=fit_on.source
+    )
+
+    def routed(table: OutcomeTable) -> OutcomeTable:
+        return table.with_contexts(model.names, model.assign_matrix(table.prompt_counts()))
+
+    return RunTables(
+        stream, routed(stream), None if warm is None else routed(warm), dict(model.info)
+    )
 
 
 @cache
@@ -59,6 +79,7 @@ class RunTables:
     stream: OutcomeTable
     routed: OutcomeTable
     warm: OutcomeTable | None
+    model_info: dict[str, Any] | None = None
 
 
 def _aligned(warm: OutcomeTable, stream: OutcomeTable) -> OutcomeTable:
@@ -97,6 +118,7 @@ def _split(table: OutcomeTable, fraction: float, seed: int) -> tuple[OutcomeTabl
     )
 
 
+@cache
 def run_tables(
     table: str,
     *,
@@ -105,7 +127,8 @@ def run_tables(
     warm_split: float | None = None,
     contexts: str = "category",
 ) -> RunTables:
-    """The tables of seed ``seed``'s runs (module docstring)."""
+    """The tables of seed ``seed``'s runs (module docstring; kept for the process: a bench's
+    cells of one seed share them)."""
     full = load_table(table)
     warm: OutcomeTable | None = None
     stream = full
@@ -122,6 +145,8 @@ def run_tables(
             stream.with_contexts(one, np.zeros(stream.n_prompts, dtype=np.int64)),
             None if warm is None else warm.with_contexts(one, np.zeros(warm.n_prompts, np.int64)),
         )
+    if contexts == "text":
+        return _text_contexts(stream, warm, seed)
     raise InvalidValueError(
         f"contexts == {contexts!r}, must be one of {', '.join(CONTEXT_SOURCES)}"
     )

@@ -166,14 +166,15 @@ class OutcomeBenchConfig:
         """Whether every seed streams its own table (``warm_split``)."""
         return self.warm_split is not None
 
-    def tables(self, seed: int) -> RunTables:
-        """The tables of seed ``seed``'s runs."""
+    def tables(self, seed: int, contexts: str | None = None) -> RunTables:
+        """The tables of seed ``seed``'s runs (``contexts``: another source than the
+        configured one)."""
         return run_tables(
             self.table,
             seed=seed,
             warm_start=self.warm_start,
             warm_split=self.warm_split,
-            contexts=self.contexts,
+            contexts=self.contexts if contexts is None else contexts,
         )
 
 
@@ -269,6 +270,7 @@ def _policy_cell(
     run = simulate_summary({policy: pol}, env, batch, cfg.horizon, run_map=run_map)[policy]
     return {
         "seeds": list(seeds),
+        "n_contexts": table.n_contexts,
         "avg_reward": run.avg_reward,
         "avg_cost": run.avg_cost,
         "feasible": feasible(run.avg_cost, batch.lo_ori, batch.hi_ori, tol=0.0),
@@ -283,7 +285,7 @@ def _opt_cell(cfg: OutcomeBenchConfig, m: int, budget: float, si: int, j: int) -
 
     tic = time.perf_counter()
     seed = cfg.seed_list[si]
-    table = cfg.tables(seed).stream
+    table = cfg.tables(seed, "category").stream
     env = OutcomeEnv(
         table, horizon=cfg.horizon, n_runs=1, seed=np.random.SeedSequence(seed), mode=cfg.mode
     )
@@ -454,6 +456,7 @@ def _tidy(
                     "budget": level,
                     "team_answer": cfg.team_answer,
                     "contexts": cfg.contexts,
+                    "n_contexts": r["n_contexts"],
                     "warm": _warm_label(cfg),
                     "policy": policy,
                     "seed": seed,

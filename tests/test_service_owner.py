@@ -27,9 +27,10 @@ pytestmark = pytest.mark.timeout(60)
 class Disk:
     """A stand-in Router: each ``group()`` is a transaction whose COMMIT takes ``commit_s``."""
 
-    def __init__(self, commit_s: float = 0.005, fail_commit: bool = False) -> None:
+    def __init__(self, commit_s: float = 0.005, fail_commit: bool = False, quick: bool = False):
         self.commit_s = commit_s
         self.fail_commit = fail_commit
+        self.quick_commit = quick  # Router.quick_commit: the owner commits on the event loop
         self.open: list[int] | None = None  # the calls of the open transaction
         self.committed: list[list[int]] = []
         self.committing = False
@@ -130,3 +131,36 @@ def test_a_failed_commit_acknowledges_nothing() -> None:
     outcomes = asyncio.run(main())
     assert all(isinstance(o, JournalError) for o in outcomes)
     assert disk.committed == []
+
+
+def test_a_quick_commit_stays_on_the_event_loop() -> None:
+    disk = Disk(commit_s=0.0, quick=True)
+    outcomes, owner = serve(disk, list(range(50)))
+    assert outcomes == list(range(50)) and owner.calls == 50
+    assert disk.commit_threads == {threading.get_ident()}  # no hand-over to the owner thread
+    assert disk.overlaps == 0
+
+
+def test_a_cancelled_caller_of_a_call_alone_still_holds_the_router_until_its_commit() -> None:
+    """A call that finds the owner idle is applied at once, in its caller's task; cancelled
+    while its COMMIT is under way on the owner thread, it is still committed, and the next
+    call waits for that COMMIT (no transaction is opened while another commits)."""
+    disk = Disk(commit_s=0.3)
+
+    async def main() -> None:
+        owner = RouterOwner("test", lambda: disk)  # type: ignore[arg-type, return-value]
+        await owner.start()
+        try:
+            first = asyncio.ensure_future(owner.call(lambda r: r.apply(1)))  # type: ignore[attr-defined]
+            await asyncio.sleep(0.1)
+            assert disk.committing  # applied at once; its COMMIT under way
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            assert await owner.call(lambda r: r.apply(2)) == 2  # type: ignore[attr-defined]
+            assert disk.committed == [[1], [2]] and disk.overlaps == 0
+            assert owner.groups == 2 and owner.calls == 2
+        finally:
+            await owner.stop()
+
+    asyncio.run(main())

@@ -672,6 +672,9 @@ class Router(Transactional):
         """Take the periodic snapshot when it is due (``recovery.maybe_snapshot``)."""
         recovery.maybe_snapshot(self)
 
+    def _snapshot_due(self) -> bool:
+        return recovery.snapshot_due(self)
+
     def snapshot(self) -> None:
         """Store a snapshot of the policy and the router's state in the journal now (inside a
         ``group``, when the group has committed).

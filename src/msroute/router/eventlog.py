@@ -109,6 +109,11 @@ class MemoryJournal(EventLog):
         """Never: a memory journal has no transactions."""
         return False
 
+    @property
+    def quick_commit(self) -> bool:
+        """Always: a commit does nothing."""
+        return True
+
     def _store(self, event: Event, probs_seq: int | None) -> None:
         ref = event[2]
         if ref is not None:

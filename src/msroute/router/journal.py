@@ -514,6 +514,13 @@ class Journal(EventLog):
         """Whether a transaction is open."""
         return self._txn_open or self._db.in_transaction
 
+    @property
+    def quick_commit(self) -> bool:
+        """Whether committing now appends one frame to the tail and nothing else (no SQLite
+        transaction, no fold due): a ``write``, never an fsync."""
+        n, size = len(self._unfolded), self._unfolded_bytes
+        return self._txn_open and n < self._fold_at and size < self._fold_bytes_at
+
     # ------------------------------------------------------------------ writes
     def _store(self, event: Event, probs_seq: int | None) -> None:
         seq, kind, ref, time, payload, probs = event

@@ -84,16 +84,23 @@ def load(router: Router, use_snapshot: bool) -> None:
         journal.set_sync(router._state.config.journal_sync)  # the snapshot's or a change's
 
 
+def snapshot_due(router: Router) -> bool:
+    """Whether the router's periodic snapshot is due (a router without a file takes none)."""
+    last = router._journal.last_seq
+    return (
+        router._journal.path is not None
+        and last - router._snap_seq >= router.config.snapshot_every
+        and last >= router._snap_retry
+    )
+
+
 def maybe_snapshot(router: Router) -> None:
     """Take the router's periodic snapshot when it is due. Its failure fails no call (the events
     are already durable, and a snapshot only shortens recovery): it is logged and tried again
     ``SNAPSHOT_RETRY_EVENTS`` events later."""
-    journal = router._journal
-    if journal.path is None:
+    if not snapshot_due(router):
         return
-    last = journal.last_seq
-    if last - router._snap_seq < router.config.snapshot_every or last < router._snap_retry:
-        return
+    last = router._journal.last_seq
     try:
         take_snapshot(router)
     except JournalError as exc:

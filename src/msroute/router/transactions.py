@@ -86,6 +86,18 @@ class Transactional:
         """Take the periodic snapshot when it is due (the router's)."""
         raise NotImplementedError
 
+    def _snapshot_due(self) -> bool:
+        """Whether the periodic snapshot is due (the router's)."""
+        raise NotImplementedError
+
+    @property
+    def quick_commit(self) -> bool:
+        """Whether ending the open group now is quick: its commit appends one frame to the
+        journal's tail (``journal_sync = "normal"``; no fold into SQLite due) and no snapshot
+        is due, so it never waits for an fsync. A server may then end the group on its event
+        loop's thread rather than hand it to a thread of its own."""
+        return self._journal.quick_commit and not self._snapshot_due()
+
     @property
     def writable(self) -> bool:
         """Whether the router's last write reached the journal: False from a failed write or

@@ -8,8 +8,11 @@ journaled decision and a journaled cost report), all child processes on 127.0.0.
 to the stub directly and to each gateway, in alternating phases of ``--requests`` calls (the
 first tenth of each phase not measured), ``--rounds`` times: side by side in one run, so the
 machine's other load weighs on both alike. Reports p50/p95/p99 latency and calls per second of
-each target, and the gateway's overhead at p50 and p99 (gateway minus direct). Every process is
-killed by its pid at the end, even on failure. Usage::
+each target, the CPU time its server process spent per measured call (the stub's for the direct
+calls, the gateway's own, not counting the stub's, for the gateway's; Linux only), and the
+gateway's overhead at p50 and p99 (gateway minus direct). The load generator runs in this
+process, on the same cores as the servers. Every process is killed by its pid at the end, even
+on failure. Usage::
 
     python benchmarks/bench_gateway.py [--clients 50] [--requests 2000] [--latency-ms 50]
                                        [--sync full normal] [--rounds 2]
@@ -39,6 +42,15 @@ from _upstream import StubUpstream  # noqa: E402
 from bench_service import TOKEN, Connection  # noqa: E402
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (NaN where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def config(base_url: str, latency_ms: float, sync: str) -> str:
     model = f"stub?latency_ms={latency_ms:g}&prompt=200&completion=50"
     experts = "".join(
@@ -61,19 +73,21 @@ expected_tokens = {{ input = 150, output = 40 }}
 
 
 async def phase(
-    port: int, path: str, body: bytes, clients: int, requests: int, cap_s: float
-) -> tuple[list[float], float, int]:
+    port: int, path: str, body: bytes, clients: int, requests: int, cap_s: float, pid: int
+) -> tuple[list[float], float, int, float]:
     """``requests`` calls by ``clients`` clients: latencies (ms) after the warm-up tenth, the
-    measured calls per second, and the errors."""
+    measured calls per second, the errors, and the CPU ms process ``pid`` spent per measured
+    call."""
     started = 0
     errors = 0
     latencies: list[float] = []
     warmup = requests // 10
     measured_from = 0.0
     stop_at = time.monotonic() + cap_s
+    cpu_from = 0.0
 
     async def client() -> None:
-        nonlocal started, errors, measured_from
+        nonlocal started, errors, measured_from, cpu_from
         conn = await Connection.open(port)
         try:
             while started < requests and time.monotonic() < stop_at:
@@ -87,13 +101,15 @@ async def phase(
                 elif index > warmup:
                     if not measured_from:
                         measured_from = time.perf_counter()
+                        cpu_from = cpu_seconds(pid)
                     latencies.append(ms)
         finally:
             conn.close()
 
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - measured_from if measured_from else float("nan")
-    return latencies, len(latencies) / elapsed, errors
+    cpu_ms = 1000 * (cpu_seconds(pid) - cpu_from) / max(1, len(latencies))
+    return latencies, len(latencies) / elapsed, errors, cpu_ms
 
 
 def main() -> None:
@@ -106,6 +122,7 @@ def main() -> None:
     parser.add_argument("--time-cap", type=float, default=120.0, help="seconds per phase, at most")
     args = parser.parse_args()
     messages = [{"role": "user", "content": "Summarize the following text. " * 20}]
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, StubUpstream(free_port()) as stub:
         servers = {}
         try:
@@ -122,36 +139,49 @@ def main() -> None:
                 }
             ).encode()
             routed = json.dumps({"model": "msroute/bench", "messages": messages}).encode()
-            targets = {"direct": (stub.port, "/v1/chat/completions", direct)}
+            assert stub.proc is not None  # started
+            targets = {"direct": (stub.port, direct, stub.proc.pid)}
             for sync, server in servers.items():
-                targets[f"gateway ({sync})"] = (server.port, "/v1/chat/completions", routed)
-            results: dict[str, tuple[list[float], list[float], int]] = {
-                t: ([], [], 0) for t in targets
+                targets[f"gateway ({sync})"] = (server.port, routed, server.pid)
+            results: dict[str, tuple[list[float], list[float], int, list[float]]] = {
+                t: ([], [], 0, []) for t in targets
             }
             for _ in range(args.rounds):
-                for name, (port, path, body) in targets.items():
-                    lat, rate, errors = asyncio.run(
-                        phase(port, path, body, args.clients, args.requests, args.time_cap)
+                for name, (port, body, pid) in targets.items():
+                    lat, rate, errors, cpu_ms = asyncio.run(
+                        phase(
+                            port,
+                            "/v1/chat/completions",
+                            body,
+                            args.clients,
+                            args.requests,
+                            args.time_cap,
+                            pid,
+                        )
                     )
-                    all_lat, rates, errs = results[name]
+                    all_lat, rates, errs, cpus = results[name]
                     all_lat.extend(lat)
                     rates.append(rate)
-                    results[name] = (all_lat, rates, errs + errors)
+                    cpus.append(cpu_ms)
+                    results[name] = (all_lat, rates, errs + errors, cpus)
         finally:
             for server in servers.values():
                 server.kill()
     print(
         f"{args.clients} clients, {args.rounds} x {args.requests} calls per target, stub answers "
-        f"in {args.latency_ms:g} ms; {platform.python_version()}, {os.cpu_count()} CPUs\n"
+        f"in {args.latency_ms:g} ms; {platform.python_version()}, {os.cpu_count()} CPUs shared "
+        f"by the load generator, the stub and the gateways; load average {load_before:.1f} "
+        f"before, {os.getloadavg()[0]:.1f} after\n"
     )
-    print("| target | p50 ms | p95 ms | p99 ms | calls/s | errors |")
-    print("|---|---|---|---|---|---|")
+    print("| target | p50 ms | p95 ms | p99 ms | calls/s | CPU ms per call | errors |")
+    print("|---|---|---|---|---|---|---|")
     quantiles = {}
-    for name, (lat, rates, errors) in results.items():
+    for name, (lat, rates, errors, cpus) in results.items():
         q = np.percentile(lat, [50, 95, 99]) if lat else [float("nan")] * 3
         quantiles[name] = q
         print(
-            f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(rates):.0f} | {errors} |"
+            f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(rates):.0f} "
+            f"| {np.mean(cpus):.2f} | {errors} |"
         )
     print("\n| overhead over direct | p50 ms | p99 ms |")
     print("|---|---|---|")

@@ -41,10 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from msroute._validation import (
     COST_MAX,
@@ -57,6 +56,9 @@ from msroute._validation import (
 )
 from msroute.datasets.crowd import PathLike, decode_text
 from msroute.errors import DataFormatError, InvalidValueError
+
+if TYPE_CHECKING:  # scipy is imported where features are used, not with msroute
+    import scipy.sparse as sp
 
 __all__ = [
     "LLMROUTER_SHA256",
@@ -237,7 +239,7 @@ class OutcomeTable:
             costs=self.costs[idx],
             source=self.source if source is None else source,
             prompts=None if self.prompts is None else tuple(self.prompts[i] for i in idx.tolist()),
-            features=None if self.features is None else sp.csr_matrix(self.features[idx]),
+            features=None if self.features is None else self.features[idx].tocsr(),
         )
 
     def with_models(self, models: Sequence[str]) -> OutcomeTable:

@@ -45,6 +45,17 @@ def test_the_allowed_set_is_the_largest_prefix_whose_worst_team_fits(k, m, d, se
     eligible[rng.integers(k)] = True
     pacer = _pacer(costs, m, [1.0] * d)
     fits = pacer._fitting(costs[None], room[None], np.full((1, d), -np.inf), eligible[None])[0]
+    # A batch of runs (bisection over the prefixes) finds the same set as one run (a walk).
+    problem = Problem(costs, m, Constraints(upper=[1.0] * d))
+    batch = ProblemBatch(problem, 2)
+    two = Pacer(batch, cost_scale(batch.costs, batch.lo_ori, batch.hi_ori))
+    both = two._fitting(
+        np.stack([costs, costs]),
+        np.stack([room, room]),
+        np.full((2, d), -np.inf),
+        np.stack([eligible, eligible]),
+    )
+    assert both[0].tolist() == fits.tolist() == both[1].tolist()
     assert not (fits & ~eligible).any()
     assert np.all(_worst_team(costs, fits, m) <= room)
     # Maximal: with the next expert in the order of dearness (relative to the room), the

@@ -405,7 +405,16 @@ def _dual_newton(
                 q[r], mu[r] = found
                 continue
         val, qr, free = _dual_value(yr, gamma, ar, br, mr)
+        # Weak duality: D(mu) <= |q - y|^2 / 2 for every feasible q, and |q - y| <= 1 + |y| on
+        # the simplex. A dual value above that bound certifies that the cuts miss the floored
+        # simplex together (the dual then ascends without end): no need to search on.
+        ceiling = 0.5 * (1.0 + float(np.sqrt(yr @ yr))) ** 2 * (1.0 + 1e-9) + 1e-12
         for _ in range(_MAX_SWEEPS):
+            if val > ceiling:
+                raise EmptyFeasibleSetError(
+                    f"the cuts of row {r} do not meet on the floored simplex (gamma = "
+                    f"{gamma:.6g}): the dual exceeds every feasible projection's distance"
+                )
             gap = ar @ qr - br
             act = (mr > 0.0) | (gap > 0.0)
             zz, mm, _, regular = _kkt_point(

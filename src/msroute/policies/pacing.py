@@ -44,6 +44,7 @@ after the decisions the safe expert needs to pay back the excess.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from typing import ClassVar
 
 import numpy as np
@@ -259,6 +260,15 @@ class Pacer:
         self, costs: FloatArray, room: FloatArray, need: FloatArray, elig: BoolArray
     ) -> BoolArray:
         """The largest set per run, from the least dear expert on, whose worst team fits."""
+        if self._one_run:
+            return _fitting_one(
+                costs[0].tolist(),
+                room[0].tolist(),
+                need[0].tolist(),
+                elig[0].tolist(),
+                self._upper[0].tolist(),
+                self.m_draws,
+            )
         ok = elig.copy()
         if self._any_lower:
             ok &= np.all(costs >= need[:, None, :], axis=2)
@@ -271,20 +281,29 @@ class Pacer:
             rel = np.where(self._upper[:, None, :], costs / room[:, None, :], 0.0)
         dear = np.where(ok, np.nan_to_num(rel, nan=0.0, posinf=np.inf).max(axis=2), np.inf)
         order = np.argsort(dear, axis=1, kind="stable")
-        ranked = np.take_along_axis(costs, order[:, :, None], axis=1)  # (R, K, d)
+        lo = self._largest_prefixes(costs, order, ok.sum(axis=1), room)
         k = costs.shape[1]
-        # Every prefix's dearest team at once, (R, K prefixes, d): the sum grows with the
-        # prefix, so the prefixes that fit are the first ones.
-        sizes = np.arange(1, k + 1)
-        inside = np.arange(k)[None, :] < sizes[:, None]  # (K prefixes, K)
-        prefixes = np.where(inside[None, :, :, None], ranked[:, None, :, :], 0.0)
-        worst = self._worst_team(prefixes.reshape(-1, k, costs.shape[2]))
-        fits = np.all(worst.reshape(costs.shape[0], k, -1) <= room[:, None, :], axis=2)
-        fits &= sizes[None, :] <= ok.sum(axis=1)[:, None]
-        keep = np.arange(k)[None, :] < fits.sum(axis=1)[:, None]
+        keep = np.arange(k)[None, :] < lo[:, None]
         out = np.zeros_like(ok)
         np.put_along_axis(out, order, keep, axis=1)
         return out & ok
+
+    def _largest_prefixes(
+        self, costs: FloatArray, order: IntArray, count: IntArray, room: FloatArray
+    ) -> IntArray:
+        """Per run, the largest prefix of ``order`` (of the first ``count``) whose dearest team
+        fits the room, by bisection (the dearest team grows with the prefix)."""
+        ranked = np.take_along_axis(costs, order[:, :, None], axis=1)  # (R, K, d)
+        positions = np.arange(costs.shape[1])[None, :]
+        lo, hi = np.zeros_like(count), count.copy()  # the largest prefix that fits is in [lo, hi]
+        while bool(np.any(lo < hi)):
+            mid = (lo + hi + 1) // 2
+            inside = positions < mid[:, None]
+            worst = self._worst_team(np.where(inside[:, :, None], ranked, 0.0))
+            good = np.all(worst <= room, axis=1)
+            lo = np.where(good, mid, lo)
+            hi = np.where(good, hi, mid - 1)
+        return lo
 
     def _worst_team(self, costs: FloatArray) -> FloatArray:
         """The dearest team of M distinct experts among the nonzero rows: (R, K, d) -> (R, d)."""
@@ -363,3 +382,49 @@ class Pacer:
         self.excess_sum += over
         self.shortfall_sum += under
         self.n_reports += np.any(diff != 0.0, axis=1)
+
+
+def _fitting_one(
+    costs: list[list[float]],
+    room: list[float],
+    need: list[float],
+    elig: list[bool],
+    upper: list[bool],
+    m: int,
+) -> BoolArray:
+    """``Pacer._fitting`` of one run in Python floats (a live router's decision): the
+    candidates (eligible, each within the room and meeting every need), ranked by their
+    largest share of a packing room (stably), then the walk that keeps each coordinate's
+    ``m`` largest costs so far and stops at the first expert that makes the dearest team break
+    the room (the dearest team only grows along the walk)."""
+    ranked: list[tuple[float, int]] = []
+    for i, row in enumerate(costs):
+        if not elig[i] or any(c < v for c, v in zip(row, need, strict=True)):
+            continue
+        if any(c > r for c, r in zip(row, room, strict=True)):
+            continue
+        share = (
+            max(
+                (c / r if r > 0.0 else (math.inf if c > 0.0 else 0.0))
+                for c, r, u in zip(row, room, upper, strict=True)
+                if u
+            )
+            if any(upper)
+            else 0.0
+        )
+        ranked.append((share, i))
+    ranked.sort()  # by share, then index: argsort's stable order
+    out = np.zeros((1, len(costs)), dtype=bool)
+    tops: list[list[float]] = [[] for _ in room]
+    for _, i in ranked:
+        for j, c in enumerate(costs[i]):
+            top = tops[j]
+            if len(top) < m:
+                insort(top, c)
+            elif c > top[0]:
+                top.pop(0)
+                insort(top, c)
+            if sum(top) > room[j]:
+                return out
+        out[0, i] = True
+    return out

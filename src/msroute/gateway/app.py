@@ -64,7 +64,9 @@ class Gateway:
     config : GatewayConfig
     text_context : callable, optional
         ``(router, prompt text) -> context name or None``: the context of a request that
-        gives none, for routers with contexts (a text featurizer).
+        gives none, for routers with contexts (a text featurizer). Without it (or when it
+        gives None) a router with ``contexts_from`` is given the prompt's text, which its own
+        context model assigns (``msroute.router.text``).
     environ : mapping, optional
         Where the upstreams' keys are read at start (default: the process's environment).
     """

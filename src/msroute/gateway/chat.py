@@ -148,14 +148,16 @@ class ChatHandler:
         context = None if options is None else options.context
         if context is None and self.text_context is not None:
             context = self.text_context(name, prompt_text(chat.messages))
-        contexts = self.service.config.routers[name].get("contexts")
-        if context is None and contexts:
+        config = self.service.config.routers[name]
+        by_text = context is None and config.get("contexts_from") is not None
+        if context is None and config.get("contexts") and not by_text:
             raise InvalidFeedbackError(
                 f"router {name!r} routes by context: give extra_body={{'msroute': {{'context': "
-                f"...}}}} with one of {list(contexts)}"
+                f"...}}}} with one of {list(config['contexts'])}"
             )
         request = DecisionRequest(
             context=context,
+            prompt=prompt_text(chat.messages) if by_text else None,
             eligible=None if options is None else options.eligible,
             decision_id=f"{name}:{secrets.token_hex(10)}",
         )

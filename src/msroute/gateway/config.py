@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 from msroute._toml import read_toml
 from msroute.errors import ConfigError
 from msroute.gateway.prices import Prices, Usage, litellm_prices, price
-from msroute.service.config import ServiceConfig
+from msroute.service.config import ServiceConfig, router_paths
 
 __all__ = [
     "BudgetConfig",
@@ -369,6 +369,8 @@ def load_gateway_config(
     path = Path(path)
     data = read_toml(path, ConfigError, "gateway config")
     try:
-        return gateway_config_from_dict(data, data_dir=data_dir, environ=environ)
+        return gateway_config_from_dict(
+            router_paths(data, path.parent), data_dir=data_dir, environ=environ
+        )
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from msroute.errors import JournalError, RouterConfigError
@@ -23,7 +24,15 @@ from msroute.policies.registry import get_policy_class
 from msroute.router.config import RouterConfig
 from msroute.router.eventlog import MemoryJournal
 from msroute.router.journal import Journal
-from msroute.router.state import RouterState, legacy_policy_kwargs
+from msroute.router.state import (
+    AddExpert,
+    Configure,
+    RemoveExpert,
+    RouterState,
+    SetBounds,
+    SetCost,
+    legacy_policy_kwargs,
+)
 
 __all__ = [
     "APPLIED_CONFIG",
@@ -31,6 +40,7 @@ __all__ = [
     "SETTING_KEYS",
     "applied_config",
     "applied_entry",
+    "change_event",
     "config_changes",
     "journal_policy_kwargs",
     "put_applied",
@@ -47,6 +57,7 @@ FIXED_KEYS = (
     "pacing",
     "params",
     "warm_start",
+    "contexts_from",
 )
 #: Configuration keys that change no state: a ``configure`` event sets them.
 SETTING_KEYS = frozenset(
@@ -148,6 +159,22 @@ def config_changes(
     if changed:
         changes.append(("configure", None, changed))
     return changes
+
+
+def change_event(
+    kind: str, ref: str | None, payload: dict[str, Any], removal: Callable[[str], RemoveExpert]
+) -> AddExpert | RemoveExpert | SetCost | SetBounds | Configure:
+    """The event of one of ``config_changes``' entries (``removal``: the removal of an expert,
+    closing the decisions pending on it when it is applied)."""
+    if kind == "add_expert":
+        return AddExpert(str(ref), list(payload["cost"]))
+    if kind == "set_cost":
+        return SetCost(str(ref), list(payload["cost"]))
+    if kind == "remove_expert":
+        return removal(str(ref))
+    if kind == "set_bounds":
+        return SetBounds(dict(payload["upper"]), dict(payload["lower"]))
+    return Configure(dict(payload))
 
 
 def _settings(config: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,13 @@ Format (the same one ``msroute serve`` reads):
     table = "eval.csv"             # an outcome table whose models are the experts' ids (its
                                    # categories the contexts); relative: to this file's folder
     strength = 20                  # pseudo-counts per context and expert (default 20)
+    [contexts_from]                # optional, instead of contexts: contexts from the prompt's text
+    prompts = "eval.csv"           # an outcome table with a prompt column: a context model is
+                                   # fitted on its prompts (msroute.prompts), one context per
+                                   # cluster, and saved beside the journal (JOURNAL.contexts.npz)
+    k = 24                         # clusters (default: chosen from the table)
+    seed = 0                       # the fit's seed
+    # model = "contexts.npz"       # or a model fitted before (msroute.prompts), instead of prompts
 
 Integers (``m_draws``, ``seed``, ``snapshot_every``, ``horizon``, an integer in ``[params]``)
 fit in 64 bits, what the journal stores.
@@ -49,7 +56,7 @@ from msroute._validation import check_cost_range, quoted, text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
-__all__ = ["DEFAULT_WARM_STRENGTH", "RouterConfig", "cost_vector", "resolve_warm_table"]
+__all__ = ["DEFAULT_WARM_STRENGTH", "RouterConfig", "cost_vector", "resolve_paths"]
 
 #: The warm start's default strength (``msroute.warmstart.DEFAULT_STRENGTH``).
 DEFAULT_WARM_STRENGTH = 20.0
@@ -76,6 +83,7 @@ _KEYS = {
     "constraints",
     "params",
     "warm_start",
+    "contexts_from",
 }
 
 
@@ -177,17 +185,55 @@ def _warm_start(value: object) -> dict[str, Any] | None:
     return {"table": table, "strength": strength}
 
 
-def resolve_warm_table(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """``data`` with a relative ``warm_start.table`` taken relative to ``base`` (a config
-    file's folder)."""
-    warm = data.get("warm_start")
-    if not isinstance(warm, Mapping) or not isinstance(warm.get("table"), str):
-        return dict(data)
-    table = Path(warm["table"])
-    return {
-        **data,
-        "warm_start": {**warm, "table": str(table if table.is_absolute() else base / table)},
-    }
+def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str, Any] | None:
+    """``contexts_from = {prompts = "eval.csv", k, seed}`` or ``{model = "contexts.npz"}``,
+    validated; a router that has applied it (``msroute.router.text``) adds its model's path and
+    SHA-256 and its contexts (the clusters' names)."""
+    if value is None:
+        return None
+    key = "contexts_from"
+    if not isinstance(value, Mapping):
+        raise RouterConfigError(f"{key}: must be a table (prompts or model), got {value!r:.80}")
+    unknown = sorted(set(value) - {"prompts", "model", "k", "seed", "sha256"})
+    if unknown:
+        raise RouterConfigError(f"{key}: unknown key(s) {unknown}; known: prompts, model, k, seed")
+    out: dict[str, Any] = {"seed": _int(value.get("seed", 0), f"{key}.seed", 0)}
+    for name in ("prompts", "model", "sha256"):
+        path = value.get(name)
+        if path is not None and (not isinstance(path, str) or not path):
+            raise RouterConfigError(f"{key}.{name}: must be a string, got {path!r:.80}")
+        if path is not None:
+            out[name] = path
+    if "k" in value:
+        out["k"] = _int(value["k"], f"{key}.k", 1)
+    applied = "sha256" in out
+    if not applied and ("prompts" in out) == ("model" in out):
+        raise RouterConfigError(
+            f"{key}: give prompts (an eval table to fit the model on) or model (a fitted model)"
+        )
+    if applied != (contexts is not None):
+        raise RouterConfigError(
+            "contexts: set by contexts_from (its model's clusters); leave contexts out"
+            if contexts is not None
+            else f"{key}.sha256: set by the router that applied it"
+        )
+    return out
+
+
+def resolve_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` with relative file paths (``warm_start.table``, ``contexts_from.prompts`` and
+    ``.model``) taken relative to ``base`` (a config file's folder)."""
+    out = dict(data)
+    for section, keys in (("warm_start", ("table",)), ("contexts_from", ("prompts", "model"))):
+        table = data.get(section)
+        if not isinstance(table, Mapping):
+            continue
+        paths = {k: Path(table[k]) for k in keys if isinstance(table.get(k), str)}
+        out[section] = {
+            **table,
+            **{k: str(p if p.is_absolute() else base / p) for k, p in paths.items()},
+        }
+    return out
 
 
 @dataclass(frozen=True)
@@ -218,15 +264,17 @@ class RouterConfig:
     name: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     warm_start: dict[str, Any] | None = None
+    contexts_from: dict[str, Any] | None = None
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RouterConfig:
         """Read and validate a TOML file; errors name the file and the key. A relative
-        ``warm_start.table`` is taken relative to the file's folder."""
+        ``warm_start.table`` (or ``contexts_from`` file) is taken relative to the file's
+        folder."""
         p = Path(path)
         data = read_toml(p, RouterConfigError, "router config")
         try:
-            return cls.from_dict(resolve_warm_table(data, p.parent))
+            return cls.from_dict(resolve_paths(data, p.parent))
         except RouterConfigError as exc:
             raise RouterConfigError(f"{p}: {exc}") from exc
 
@@ -318,6 +366,7 @@ class RouterConfig:
             )
         return cls(
             warm_start=_warm_start(data.get("warm_start")),
+            contexts_from=_contexts_from(data.get("contexts_from"), contexts),
             policy=policy.lower(),
             m_draws=_int(data["m_draws"], "m_draws", 1),
             cost_names=cost_names,
@@ -357,7 +406,7 @@ class RouterConfig:
             "constraints": {"upper": dict(self.upper), "lower": dict(self.lower)},
             "params": dict(self.params),
         }
-        for key in ("contexts", "journal", "reward_max", "name", "warm_start"):
+        for key in ("contexts", "journal", "reward_max", "name", "warm_start", "contexts_from"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = list(value) if isinstance(value, tuple) else value

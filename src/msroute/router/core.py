@@ -29,7 +29,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from msroute.router import recovery, reports
 from msroute.router.changes import (
     applied_config,
     applied_entry,
+    change_event,
     config_changes,
     journal_policy_kwargs,
     put_applied,
@@ -81,8 +82,12 @@ from msroute.router.state import (
     apply,
     policy_kwargs,
 )
+from msroute.router.text import adopt_contexts_from, apply_contexts_from, prompt_context, save_model
 from msroute.router.transactions import Transactional
 from msroute.router.warm import record_warm_start, recorded_warm_sha256
+
+if TYPE_CHECKING:
+    from msroute.prompts.model import ContextModel
 
 __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: from state.py
 
@@ -115,6 +120,7 @@ class Router(Transactional):
     """
 
     _warm_sha256: str | None = None  # the warm-start table's (``msroute.router.warm``)
+    _text_model: ContextModel | None = None  # contexts_from's (``msroute.router.text``)
 
     def __init__(
         self,
@@ -122,11 +128,13 @@ class Router(Transactional):
         journal: str | os.PathLike[str] | None = None,
     ) -> None:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.from_dict(config)
+        path = journal if journal is not None else cfg.journal
+        where = Path(path) if isinstance(path, str | os.PathLike) else None  # else refused below
+        cfg, self._text_model = apply_contexts_from(cfg, where)
         self._base_config = cfg
         self._policy_kwargs = policy_kwargs(cfg)
         self._setup(cfg)
         self._warm_sha256 = self._state.warm_sha256
-        path = journal if journal is not None else cfg.journal
         self._attach(open_journal(path, cfg.journal_sync, create=True))
         self._run_id = self._journal.run_id
         log = self._journal
@@ -138,6 +146,7 @@ class Router(Transactional):
             log.put_meta("policy_kwargs", json.dumps(self.policy._init_kwargs))
             log.put_meta("created", repr(time.time()))
             record_warm_start(log, cfg, self._warm_sha256)
+            save_model(cfg, self._text_model, log.path)
             log.commit()
         except (sqlite3.Error, OSError) as exc:  # a full disk at the first write
             log.rollback()
@@ -218,6 +227,7 @@ class Router(Transactional):
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)
             router._warm_sha256 = recorded_warm_sha256(journal, cfg)
+            router._text_model = apply_contexts_from(cfg, journal.path)[1]
             router._setup(cfg)
             router._attach(journal)
             router._run_id = journal.run_id
@@ -230,7 +240,7 @@ class Router(Transactional):
             raise
         if wanted is not None:
             try:
-                router.reconfigure(wanted)
+                router.reconfigure(adopt_contexts_from(wanted, cfg))
             except BaseException:
                 router.close()
                 raise
@@ -282,7 +292,7 @@ class Router(Transactional):
         self._begin()
         try:
             for kind, ref, payload in changes:
-                event = self._event_of(kind, ref, payload)
+                event = change_event(kind, ref, payload, self._removal)
                 policy = None if isinstance(event, Configure) else self._state.policy_after(event)
                 self._commit_event(event, time.time(), policy)
                 lines.append(f"{kind} {ref or ''} {event.payload()}".replace("  ", " "))
@@ -297,24 +307,11 @@ class Router(Transactional):
             _log.warning("%s: configuration change applied: %s", self._journal.label, line)
         return lines
 
-    def _event_of(
-        self, kind: str, ref: str | None, payload: dict[str, Any]
-    ) -> AddExpert | RemoveExpert | SetCost | SetBounds | Configure:
-        """The event of one of ``config_changes``' entries (a removal closes the decisions
-        pending on the expert when it is applied)."""
-        if kind == "add_expert":
-            return AddExpert(str(ref), list(payload["cost"]))
-        if kind == "set_cost":
-            return SetCost(str(ref), list(payload["cost"]))
-        if kind == "remove_expert":
-            return self._removal(str(ref))
-        if kind == "set_bounds":
-            return SetBounds(dict(payload["upper"]), dict(payload["lower"]))
-        return Configure(dict(payload))
-
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the state before any event, no transaction."""
-        self._state = RouterState.initial(cfg, self._policy_kwargs, self._warm_sha256)
+        self._state = RouterState.initial(
+            cfg, self._policy_kwargs, self._warm_sha256, self._text_model
+        )
         self._reset_transactions()
         self._snap_seq = 0
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
@@ -367,6 +364,7 @@ class Router(Transactional):
         context: str | None = None,
         eligible: Sequence[str] | None = None,
         decision_id: str | None = None,
+        prompt: str | None = None,
     ) -> RoutedDecision:
         """Route one query: decide its team and log the decision.
 
@@ -374,6 +372,9 @@ class Router(Transactional):
         ----------
         context : str, optional
             The query's context name (required when the router has contexts).
+        prompt : str, optional
+            Instead of ``context``, for a router with ``contexts_from``: the prompt's text,
+            whose cluster is the context (``msroute.router.text``; the text is not journaled).
         eligible : sequence of str, optional
             The expert ids this query may go to (default: all).
         decision_id : str, optional
@@ -389,12 +390,14 @@ class Router(Transactional):
         Raises
         ------
         InvalidFeedbackError
-            Unknown context, unknown or empty eligible set, or a bad decision id (nothing
-            changed).
+            Unknown context, unknown or empty eligible set, a bad decision id, or a prompt for
+            a router without a context model (nothing changed).
         DecisionConflictError
             The id was routed with another context or eligible set (nothing changed).
         """
         self._check_usable()
+        if prompt is not None:
+            context = prompt_context(self._text_model, context, prompt)
         if decision_id is not None:
             text_name(decision_id, "decision_id", InvalidFeedbackError)
             known = routed_before(self._journal, self._state, decision_id, context, eligible)

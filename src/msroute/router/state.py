@@ -18,7 +18,7 @@ import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from msroute.router.events import (
 )
 from msroute.router.pending import Pending
 from msroute.router.streams import DecisionStreams
+
+if TYPE_CHECKING:
+    from msroute.prompts.model import ContextModel
 
 __all__ = [
     "DEFAULT_OMD_PARAMS",
@@ -119,11 +122,13 @@ class RouterState:
         cfg: RouterConfig,
         kwargs: dict[str, Any] | None = None,
         warm_sha256: str | None = None,
+        text_model: ContextModel | None = None,
     ) -> RouterState:
         """The state before any event: the policy over the configured experts, built with
         ``kwargs`` (a journal's recorded constructor arguments; default:
         ``policy_kwargs(cfg)``), and started from the configured warm-start table
-        (``msroute.router.warm``; ``warm_sha256``: the SHA-256 a journal recorded of it).
+        (``msroute.router.warm``; ``warm_sha256``: the SHA-256 a journal recorded of it; its
+        prompts in the clusters of ``text_model``, the context model of ``contexts_from``).
 
         Raises
         ------
@@ -144,7 +149,9 @@ class RouterState:
             from msroute.router.warm import apply_warm_start
 
             names = list(cfg.contexts or ())
-            state.warm_sha256 = apply_warm_start(policy, cfg.warm_start, ids, names, warm_sha256)
+            state.warm_sha256 = apply_warm_start(
+                policy, cfg.warm_start, ids, names, warm_sha256, text_model
+            )
         return state
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msroute.datasets.crowd import decode_text
 from msroute.datasets.outcomes import read_outcomes
@@ -23,6 +23,9 @@ from msroute.policies.base import BasePolicy
 from msroute.router.config import RouterConfig
 from msroute.router.eventlog import MemoryJournal
 from msroute.router.journal import Journal
+
+if TYPE_CHECKING:
+    from msroute.prompts.model import ContextModel
 
 __all__ = ["WARM_META", "apply_warm_start", "record_warm_start", "recorded_warm_sha256"]
 
@@ -59,6 +62,7 @@ def apply_warm_start(
     ids: list[str],
     contexts: list[str],
     expected_sha256: str | None = None,
+    text_model: ContextModel | None = None,
 ) -> str:
     """Start ``policy`` (fresh, of the OMD family) from the table of ``settings``; returns
     the table's SHA-256.
@@ -67,8 +71,9 @@ def apply_warm_start(
     ------
     RouterConfigError
         The table cannot be read or parsed, lacks an expert or has a category that is not a
-        context, the policy is not of the OMD family, or (``expected_sha256`` given: a reopened
-        journal) the table's bytes differ from those the journal was created with.
+        context (``text_model`` given: lacks a prompt column), the policy is not of the OMD
+        family, or (``expected_sha256`` given: a reopened journal) the table's bytes differ
+        from those the journal was created with.
     """
     from msroute.policies.omd import OMDApproachability
     from msroute.warmstart import table_contexts, warm_start
@@ -90,7 +95,15 @@ def apply_warm_start(
         text = decode_text(raw, path, "a CSV or JSON Lines file")
         table = read_outcomes(text, path, jsonl=Path(path).suffix.lower() in (".jsonl", ".ndjson"))
         table = table.with_models(ids)
-        index = table_contexts(table, contexts or None)
+        if text_model is None:
+            index = table_contexts(table, contexts or None)
+        elif table.prompts is None:
+            raise RouterConfigError(
+                f"warm_start.table: {path!r} has no prompt column: a router whose contexts "
+                "come from the prompts' text starts each cluster from the table's prompts in it"
+            )
+        else:
+            index = text_model.assign_matrix(table.prompt_counts())
         warm_start(policy, table, index, float(settings["strength"]))
     except (InvalidValueError, ValueError) as exc:
         raise RouterConfigError(f"warm_start: {exc}") from exc

@@ -35,9 +35,9 @@ from typing import Any
 from msroute._toml import read_toml
 from msroute.errors import ConfigError, MSRouteError
 from msroute.router import RouterConfig
-from msroute.router.config import resolve_warm_table
+from msroute.router.config import resolve_paths
 
-__all__ = ["ROUTER_NAME", "ServiceConfig", "load_service_config"]
+__all__ = ["ROUTER_NAME", "ServiceConfig", "load_service_config", "router_paths"]
 
 #: Router names appear in URLs: letters, digits, ``_``, ``-`` and ``.``, at most 64 characters.
 ROUTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -161,6 +161,21 @@ class ServiceConfig:
         return cls(routers=resolved, **dict(service))
 
 
+def router_paths(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """A config's data with its routers' relative files (a warm-start table, a context model's
+    prompts or model) taken relative to ``base``, the config file's folder."""
+    routers = data.get("routers")
+    if not isinstance(routers, Mapping):
+        return dict(data)
+    return {
+        **data,
+        "routers": {
+            name: resolve_paths(cfg, base) if isinstance(cfg, Mapping) else cfg
+            for name, cfg in routers.items()
+        },
+    }
+
+
 def load_service_config(path: str | Path, *, data_dir: str | Path = ".") -> ServiceConfig:
     """Read and validate a service config file (see the module docstring for the format).
 
@@ -168,16 +183,7 @@ def load_service_config(path: str | Path, *, data_dir: str | Path = ".") -> Serv
     """
     path = Path(path)
     data = read_toml(path, ConfigError, "service config")
-    routers = data.get("routers")
-    if isinstance(routers, Mapping):  # a relative warm-start table: next to this file
-        data = {
-            **data,
-            "routers": {
-                name: resolve_warm_table(cfg, path.parent) if isinstance(cfg, Mapping) else cfg
-                for name, cfg in routers.items()
-            },
-        }
     try:
-        return ServiceConfig.from_dict(data, data_dir=data_dir)
+        return ServiceConfig.from_dict(router_paths(data, path.parent), data_dir=data_dir)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc

@@ -57,12 +57,19 @@ class DecisionRequest(BaseModel):
             "examples": [
                 {"context": "code", "eligible": ["frontier-mini", "self-hosted-8b"]},
                 {"context": "support", "decision_id": "req-2f9c41"},
+                {"prompt": "Write a function that reverses a list."},
             ]
         },
     )
 
     context: str | None = Field(
         None, max_length=128, description="Context name (routers configured with contexts)."
+    )
+    prompt: str | None = Field(
+        None,
+        max_length=1_000_000,
+        description="Instead of context, for a router with contexts_from: the prompt's text, "
+        "whose cluster is the context (not journaled).",
     )
     eligible: list[Ident] | None = Field(
         None,

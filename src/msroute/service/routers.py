@@ -111,7 +111,10 @@ class ServedRouters:
         decision = await self.call(
             name,
             lambda r: r.route(
-                context=body.context, eligible=body.eligible, decision_id=body.decision_id
+                context=body.context,
+                eligible=body.eligible,
+                decision_id=body.decision_id,
+                prompt=body.prompt,
             ),
         )
         self.metrics.hot(name).decisions.inc()

@@ -367,7 +367,7 @@ def fit_context_model(
         ks = [c for c in K_CANDIDATES if c <= max(1, p // 2 // MIN_PER_CLUSTER)] or [1]
         scores = _held_out(x, r, ks, rng)
         k = ks[int(np.argmax(scores))]
-        info["criterion"] = {str(c): round(s, 6) for c, s in zip(ks, scores, strict=True)}
+        info["criterion"] = {str(c): round(float(s), 6) for c, s in zip(ks, scores, strict=True)}
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= p:
         raise InvalidValueError(f"k == {k!r}, must be an integer in [1, {p}] (the prompts)")
     k = int(k)

@@ -30,7 +30,7 @@ from urllib.parse import quote
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from msroute.errors import InvalidFeedbackError, MSRouteError
+from msroute.errors import InvalidFeedbackError, InvalidValueError, MSRouteError
 from msroute.gateway.config import USD, GatewayRouter, Upstream
 from msroute.gateway.metrics import GatewayMetrics
 from msroute.gateway.models import ChatRequest
@@ -415,7 +415,7 @@ def _team_answer(name: str, did: str, answers: list[Answer]) -> dict[str, Any]:
 
 def _not_json(constant: str) -> Any:
     """``NaN`` and ``Infinity`` are not JSON (Python's parser takes them; no upstream would)."""
-    raise ValueError(f"{constant} is not JSON")
+    raise InvalidValueError(f"{constant} is not JSON")
 
 
 def _invalid(exc: Exception) -> str:

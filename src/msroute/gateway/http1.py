@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from msroute._version import __version__
+from msroute.errors import ConfigError
 
 __all__ = ["HIGH_WATER", "HTTPFailure", "Pool", "Response", "Target", "target", "tls_context"]
 
@@ -66,10 +67,10 @@ class Target:
 
 
 def target(url: str) -> Target:
-    """The ``Target`` of an ``http://`` or ``https://`` URL (ValueError for another)."""
+    """The ``Target`` of an ``http://`` or ``https://`` URL (``ConfigError`` for another)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r}: not an http:// or https:// URL with a host")
+        raise ConfigError(f"{url!r}: not an http:// or https:// URL with a host")
     default = 443 if parts.scheme == "https" else 80
     port = parts.port or default
     host = parts.hostname

@@ -201,3 +201,24 @@ def test_the_fast_path_answers_as_the_fastapi_route(tmp_path: Path, stub: StubUp
                     assert booked[0] == booked[1], case
 
     asyncio.run(main())
+
+
+def test_settled_gives_each_result_or_exception_as_gather_does() -> None:
+    from msroute.gateway.chat import _settled
+
+    async def task() -> asyncio.Task[Any] | None:
+        await asyncio.sleep(0)
+        return asyncio.current_task()
+
+    async def failing() -> None:
+        raise ValueError("upstream")
+
+    async def main() -> None:
+        here = asyncio.current_task()
+        assert await _settled([task()]) == [here]  # a lone call runs in this task
+        [error] = await _settled([failing()])
+        assert isinstance(error, ValueError)
+        first, second = await _settled([task(), failing()])
+        assert first not in (None, here) and isinstance(second, ValueError)
+
+    asyncio.run(main())

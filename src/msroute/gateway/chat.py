@@ -23,8 +23,8 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -42,6 +42,7 @@ from msroute.service.routers import ServedRouters
 __all__ = ["MODEL_PREFIX", "ChatHandler", "TextContext", "openai_error", "prompt_text"]
 
 _log = logging.getLogger("msroute.gateway")
+T = TypeVar("T")
 
 #: The model names that pick a router: ``msroute/<router>``.
 MODEL_PREFIX = "msroute/"
@@ -174,9 +175,8 @@ class ChatHandler:
         headers: dict[str, str],
     ) -> Response:
         ups = [gw.upstreams[e] for e in team]
-        results = await asyncio.gather(
-            *(self.upstreams.complete(u, upstream_body(body, u, False)) for u in ups),
-            return_exceptions=True,
+        results = await _settled(
+            [self.upstreams.complete(u, upstream_body(body, u, False)) for u in ups]
         )
         usd = sum(self._member_cost(name, e, r) for e, r in zip(team, results, strict=True))
         failure = next((r for r in results if isinstance(r, BaseException)), None)
@@ -249,9 +249,8 @@ class ChatHandler:
         headers: dict[str, str],
     ) -> Response:
         ups = [gw.upstreams[e] for e in team]
-        opened = await asyncio.gather(
-            *(self.upstreams.stream(u, upstream_body(body, u, True)) for u in ups),
-            return_exceptions=True,
+        opened = await _settled(
+            [self.upstreams.stream(u, upstream_body(body, u, True)) for u in ups]
         )
         failure = next((r for r in opened if isinstance(r, BaseException)), None)
         if failure is not None:
@@ -390,6 +389,18 @@ class _Relay:
         await self.handler.book(
             self.name, self.gw, self.did, usd, self.failure is not None, self.headers
         )
+
+
+async def _settled(calls: list[Coroutine[Any, Any, T]]) -> list[T | BaseException]:
+    """Each call's result or exception, as ``asyncio.gather(..., return_exceptions=True)``
+    gives them; a lone call (a team of one) is awaited in this task rather than in one of its
+    own, which under load waited its turn on the event loop twice."""
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as exc:
+            return [exc]
+    return await asyncio.gather(*calls, return_exceptions=True)
 
 
 def _team_answer(name: str, did: str, answers: list[Answer]) -> dict[str, Any]:

@@ -10,12 +10,16 @@ first tenth of each phase not measured), ``--rounds`` times: side by side in one
 machine's other load weighs on both alike. Reports p50/p95/p99 latency and calls per second of
 each target, the CPU time its server process spent per measured call (the stub's for the direct
 calls, the gateway's own, not counting the stub's, for the gateway's; Linux only), and the
-gateway's overhead at p50 and p99 (gateway minus direct). The load generator runs in this
-process, on the same cores as the servers. Every process is killed by its pid at the end, even
-on failure. Usage::
+gateway's overhead at p50 and p99 (gateway minus direct): over all rounds' calls pooled, and
+the median over rounds of each round's overhead (a gateway's phase against the direct phase of
+the same round: other work that loads the machine during one phase moves one round's figure,
+not the median). ``--baseline SRC`` adds gateways run from another msroute tree's ``src``
+directory (another commit, checked out with ``git worktree add``) to the same run. The load
+generator runs in this process, on the same cores as the servers. Every process is killed by
+its pid at the end, even on failure. Usage::
 
     python benchmarks/bench_gateway.py [--clients 50] [--requests 2000] [--latency-ms 50]
-                                       [--sync full normal] [--rounds 2]
+                                       [--sync full normal] [--rounds 2] [--baseline SRC]
 
 Prints Markdown.
 """
@@ -30,6 +34,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,61 +117,39 @@ async def phase(
     return latencies, len(latencies) / elapsed, errors, cpu_ms
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--requests", type=int, default=2000, help="calls per phase")
-    parser.add_argument("--latency-ms", type=float, default=50.0, help="the stub's answer time")
-    parser.add_argument("--sync", nargs="+", default=["full", "normal"])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--time-cap", type=float, default=120.0, help="seconds per phase, at most")
-    args = parser.parse_args()
-    messages = [{"role": "user", "content": "Summarize the following text. " * 20}]
-    load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp, StubUpstream(free_port()) as stub:
-        servers = {}
-        try:
-            for sync in args.sync:
-                path = Path(tmp) / f"gateway-{sync}.toml"
-                path.write_text(config(stub.base_url, args.latency_ms, sync))
-                servers[sync] = ServerProcess(
-                    path, Path(tmp) / f"data-{sync}", token=TOKEN, command="gateway"
-                ).start()
-            direct = json.dumps(
-                {
-                    "model": f"stub?latency_ms={args.latency_ms:g}&prompt=200&completion=50",
-                    "messages": messages,
-                }
-            ).encode()
-            routed = json.dumps({"model": "msroute/bench", "messages": messages}).encode()
-            assert stub.proc is not None  # started
-            targets = {"direct": (stub.port, direct, stub.proc.pid)}
-            for sync, server in servers.items():
-                targets[f"gateway ({sync})"] = (server.port, routed, server.pid)
-            results: dict[str, tuple[list[float], list[float], int, list[float]]] = {
-                t: ([], [], 0, []) for t in targets
-            }
-            for _ in range(args.rounds):
-                for name, (port, body, pid) in targets.items():
-                    lat, rate, errors, cpu_ms = asyncio.run(
-                        phase(
-                            port,
-                            "/v1/chat/completions",
-                            body,
-                            args.clients,
-                            args.requests,
-                            args.time_cap,
-                            pid,
-                        )
-                    )
-                    all_lat, rates, errs, cpus = results[name]
-                    all_lat.extend(lat)
-                    rates.append(rate)
-                    cpus.append(cpu_ms)
-                    results[name] = (all_lat, rates, errs + errors, cpus)
-        finally:
-            for server in servers.values():
-                server.kill()
+@dataclass
+class Target:
+    """One server the clients call, and what its phases measured."""
+
+    port: int
+    body: bytes
+    pid: int
+    latencies: list[list[float]] = field(default_factory=list)  # per round
+    rates: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def start_gateways(
+    tmp: Path, stub: StubUpstream, args: argparse.Namespace, servers: dict[str, ServerProcess]
+) -> None:
+    """One gateway per sync level, and as many of the ``--baseline`` source tree's, put in
+    ``servers`` as each starts (so that the caller kills those started if a later one fails)."""
+    trees = (
+        {"gateway": None} if args.baseline is None else {"gateway": None, "baseline": args.baseline}
+    )
+    for label, src in trees.items():
+        env = None if src is None else {"PYTHONPATH": str(Path(src).resolve())}
+        for sync in args.sync:
+            path = tmp / f"{label}-{sync}.toml"
+            path.write_text(config(stub.base_url, args.latency_ms, sync))
+            name = f"{label} ({sync})"
+            servers[name] = ServerProcess(
+                path, tmp / f"data-{label}-{sync}", token=TOKEN, command="gateway", env=env
+            ).start()
+
+
+def report(targets: dict[str, Target], args: argparse.Namespace, load_before: float) -> None:
     print(
         f"{args.clients} clients, {args.rounds} x {args.requests} calls per target, stub answers "
         f"in {args.latency_ms:g} ms; {platform.python_version()}, {os.cpu_count()} CPUs shared "
@@ -175,20 +158,80 @@ def main() -> None:
     )
     print("| target | p50 ms | p95 ms | p99 ms | calls/s | CPU ms per call | errors |")
     print("|---|---|---|---|---|---|---|")
-    quantiles = {}
-    for name, (lat, rates, errors, cpus) in results.items():
-        q = np.percentile(lat, [50, 95, 99]) if lat else [float("nan")] * 3
-        quantiles[name] = q
-        print(
-            f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(rates):.0f} "
-            f"| {np.mean(cpus):.2f} | {errors} |"
+    pooled, rounds = {}, {}
+    for name, t in targets.items():
+        every = [ms for lat in t.latencies for ms in lat]
+        pooled[name] = np.percentile(every, [50, 95, 99]) if every else np.full(3, np.nan)
+        rounds[name] = np.array(
+            [np.percentile(lat, [50, 99]) if lat else np.full(2, np.nan) for lat in t.latencies]
         )
-    print("\n| overhead over direct | p50 ms | p99 ms |")
-    print("|---|---|---|")
-    for name, q in quantiles.items():
+        q = pooled[name]
+        print(
+            f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(t.rates):.0f} "
+            f"| {np.mean(t.cpu_ms):.2f} | {t.errors} |"
+        )
+    print("\n| overhead over direct | p50 ms | p99 ms | median of rounds: p50 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for name in targets:
         if name != "direct":
-            base = quantiles["direct"]
-            print(f"| {name} | {q[0] - base[0]:+.2f} | {q[2] - base[2]:+.2f} |")
+            q, base = pooled[name], pooled["direct"]
+            by_round = np.median(rounds[name] - rounds["direct"], axis=0)
+            print(
+                f"| {name} | {q[0] - base[0]:+.2f} | {q[2] - base[2]:+.2f} "
+                f"| {by_round[0]:+.2f} | {by_round[1]:+.2f} |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=2000, help="calls per phase")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="the stub's answer time")
+    parser.add_argument("--sync", nargs="+", default=["full", "normal"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--time-cap", type=float, default=120.0, help="seconds per phase, at most")
+    parser.add_argument(
+        "--baseline", help="the src directory of another msroute tree: its gateways join the run"
+    )
+    args = parser.parse_args()
+    messages = [{"role": "user", "content": "Summarize the following text. " * 20}]
+    direct = json.dumps(
+        {
+            "model": f"stub?latency_ms={args.latency_ms:g}&prompt=200&completion=50",
+            "messages": messages,
+        }
+    ).encode()
+    routed = json.dumps({"model": "msroute/bench", "messages": messages}).encode()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, StubUpstream(free_port()) as stub:
+        servers: dict[str, ServerProcess] = {}
+        try:
+            start_gateways(Path(tmp), stub, args, servers)
+            assert stub.proc is not None  # started
+            targets = {"direct": Target(stub.port, direct, stub.proc.pid)}
+            for name, server in servers.items():
+                targets[name] = Target(server.port, routed, server.pid)
+            for _ in range(args.rounds):
+                for t in targets.values():
+                    lat, rate, errors, cpu_ms = asyncio.run(
+                        phase(
+                            t.port,
+                            "/v1/chat/completions",
+                            t.body,
+                            args.clients,
+                            args.requests,
+                            args.time_cap,
+                            t.pid,
+                        )
+                    )
+                    t.latencies.append(lat)
+                    t.rates.append(rate)
+                    t.cpu_ms.append(cpu_ms)
+                    t.errors += errors
+        finally:
+            for server in servers.values():
+                server.kill()
+    report(targets, args, load_before)
 
 
 if __name__ == "__main__":

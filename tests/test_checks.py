@@ -188,10 +188,8 @@ def test_traits_are_class_attributes_read_by_experiments_and_figures() -> None:
     assert cls.thompson and cls.lagrangian_dual and not cls.has_propensity
     assert get_policy_class("omd").has_propensity and not get_policy_class("omd").thompson
     assert policy_label("ts-bwk") == "TS-BwK" and policy_color("omd") == "#1f77b4"
-    with pytest.deprecated_call(match=r"ThompsonSamplingBwK\.label is deprecated"):
-        assert cls.label == "TS-BwK"  # the old class attribute, for one release
-    with pytest.deprecated_call(match="relative_cost"):
-        assert get_policy_class("omd").relative_cost == 8.0
+    # How a policy is drawn and scheduled lives with the figures and the scheduler only.
+    assert not any(hasattr(cls, name) for name in ("label", "color", "relative_cost"))
     variants = policy_variants(["ts-bwk", "cucb"], 3, bwk_violations=("average", "round"))
     assert variants == [
         ("ts-bwk", "ts-bwk", {"reward_scale": 3.0, "violation": "average"}),

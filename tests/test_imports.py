@@ -7,6 +7,7 @@ has long imported everything).
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import subprocess
@@ -93,10 +94,11 @@ def test_version_module_imports_nothing() -> None:
     assert msroute.__version__ == msroute._version.__version__
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = SRC) -> dict[str, Path]:
+    """Dotted name -> file of every module of the package at ``root``."""
     out = {}
-    for path in sorted(SRC.rglob("*.py")):
-        parts = path.relative_to(SRC.parent).with_suffix("").parts
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -106,33 +108,44 @@ def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
 
 
-def _imports(path: Path, *, module_level: bool) -> list[tuple[str, list[str], int]]:
-    """``(module, names, line)`` of each import of ``path``; ``module_level`` keeps only those
-    run when the module is imported (not in functions, not under ``if TYPE_CHECKING``)."""
+def _imports(
+    path: Path, *, module_level: bool = False, type_checking: bool = True, package: str = ""
+) -> list[tuple[str, list[str], int]]:
+    """``(module, names, line)`` of each import of ``path``: the import statements wherever they
+    are (in functions, ``try``/``except``, ``with``...; relative ones resolved against
+    ``package``) and the ``importlib.import_module("...")`` calls with a literal name.
+    ``module_level`` keeps only those run when the module is imported (none in a function);
+    ``type_checking=False`` leaves out those under ``if TYPE_CHECKING``."""
     tree = ast.parse(path.read_text())
     found: list[tuple[str, list[str], int]] = []
 
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                found.extend((a.name, [], node.lineno) for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.append((node.module, [a.name for a in node.names], node.lineno))
-            elif isinstance(node, ast.If) and _is_type_checking(node.test):
-                continue
-            elif module_level and isinstance(
-                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-            ):
-                if isinstance(node, ast.ClassDef):
-                    visit(node.body)
-                continue
-            else:
-                for field in ("body", "orelse", "finalbody", "handlers"):
-                    visit([n for n in getattr(node, field, []) if isinstance(n, ast.stmt)])
-                if isinstance(node, ast.ExceptHandler):
-                    visit(node.body)
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.extend((a.name, [], node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join([*base, node.module] if node.level else [node.module or ""])
+            found.append((module.strip("."), [a.name for a in node.names], node.lineno))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.args[0].value, [], node.lineno))
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
+            for child in node.orelse:
+                visit(child)
+            return
+        if module_level and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
 
-    visit(tree.body)
+    visit(tree)
     return found
 
 
@@ -142,58 +155,131 @@ def test_no_module_inside_the_package_imports_the_facade() -> None:
     for name, path in modules.items():
         if name == "msroute":
             continue
-        for module, names, line in _imports(path, module_level=False):
+        for module, names, line in _imports(path):
             facade_names = [n for n in names if f"msroute.{n}" not in modules]
             if module == "msroute" and (not names or facade_names):
                 offenders.append(f"{path.relative_to(SRC)}:{line} imports {facade_names}")
     assert offenders == []
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of ``graph`` (module -> modules it imports), or None."""
-    done: set[str] = set()
+def _graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """Module -> {module it imports: line of the first such import}, over every import of
+    ``_imports`` (deferred ones and those for the type checker included).
 
-    def visit(node: str, stack: list[str]) -> list[str] | None:
-        if node in stack:
-            return [*stack[stack.index(node) :], node]
-        if node in done:
-            return None
+    ``from p import x`` needs ``p.x`` where that is a module, and the package ``p`` itself
+    where ``x`` is a name its ``__init__`` defines. Importing ``a.b.c`` runs the packages
+    ``a`` and ``a.b`` first, except those that enclose the importing module (already running
+    when it runs), unless it names one of them itself: ``from msroute.plotting import
+    policy_color`` in ``msroute.plotting.frontier`` needs the package's ``__init__``, which
+    imports ``frontier``.
+    """
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: dict[str, int] = {}
+        for module, names, line in _imports(path, package=package):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            named = [module] if len(targets) < len(names) or not names else []
+            for target in [*targets, *named]:
+                parts = target.split(".")
+                enclosing = [".".join(parts[:i]) for i in range(1, len(parts))]
+                for dep in [a for a in enclosing if not name.startswith(a + ".")] + [target]:
+                    deps.setdefault(dep, line)
+        graph[name] = {d: n for d, n in deps.items() if d in modules and d != name}
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The shortest import circle through each module that is on one (found by its strongly
+    connected component), each circle once, starting at its first module by name."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
         for dep in sorted(graph.get(node, ())):
-            found = visit(dep, [*stack, node])
-            if found:
-                return found
-        done.add(node)
-        return None
+            if dep not in index:
+                connect(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(component) > 1:
+                components.append(sorted(component))
 
-    for name in graph:
-        found = visit(name, [])
-        if found:
-            return found
-    return None
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    cycles: list[list[str]] = []
+    for component in components:
+        for start in component:  # the shortest circle through each module of the component
+            cycle = _shortest_cycle(graph, start, set(component))
+            first = cycle.index(min(cycle[:-1]))
+            rotated = [*cycle[first:-1], *cycle[:first], cycle[first]]
+            if rotated not in cycles:
+                cycles.append(rotated)
+    return cycles
+
+
+def _shortest_cycle(graph: dict[str, dict[str, int]], start: str, members: set[str]) -> list[str]:
+    """The shortest path from ``start`` back to it inside ``members`` (one exists)."""
+    paths = {start: [start]}
+    queue = [start]
+    while True:
+        node = queue.pop(0)
+        for dep in sorted(graph[node]):
+            if dep == start:
+                return [*paths[node], start]
+            if dep in members and dep not in paths:
+                paths[dep] = [*paths[node], dep]
+                queue.append(dep)
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
 
 
 def test_imports_have_no_cycle() -> None:
-    """No cycle among the imports that run (deferred ones in functions included: a function
-    that imports a module which imports the function's own module is a cycle all the same)."""
-    modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        deps = set()
-        for module, names, _ in _imports(path, module_level=False):
-            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
-            deps.update(t for t in [module, *targets] if t in modules)
-        # Importing a submodule runs its packages' __init__ first: not a dependency of its own.
-        graph[name] = {d for d in deps if d != name and not name.startswith(d + ".")}
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+    """No circle among the package's imports, deferred ones (in functions) and those for the
+    type checker included: each module can be read, and imported, after the ones it uses."""
+    graph = _graph(_modules())
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(_describe(c, graph) for c in cycles)
 
 
-def test_the_checks_see_a_cycle_and_skip_deferred_imports(tmp_path: Path) -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+def test_the_checks_see_every_cycle(tmp_path: Path) -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "b": 4}, "d": {"e": 1}, "e": {"d": 1}}
+    assert _cycles(graph) == [["a", "b", "c", "a"], ["b", "c", "b"], ["d", "e", "d"]]
+    assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {}}) == []
+    assert _describe(["d", "e", "d"], graph) == "d (line 1) -> e (line 1) -> d"
     a = tmp_path / "a.py"
-    a.write_text("import os\nif TYPE_CHECKING:\n    import b\ndef f():\n    import c\nimport d\n")
-    assert [m for m, _, _ in _imports(a, module_level=True)] == ["os", "d"]
-    assert [m for m, _, _ in _imports(a, module_level=False)] == ["os", "c", "d"]
+    a.write_text(
+        "import os\nif TYPE_CHECKING:\n    import b\ndef f():\n    import c\n"
+        "try:\n    pass\nexcept ImportError:\n    import d\n"
+        "importlib.import_module('e')\n"
+    )
+    assert [m for m, _, _ in _imports(a, module_level=True)] == ["os", "b", "d", "e"]
+    assert [m for m, _, _ in _imports(a, type_checking=False)] == ["os", "c", "d", "e"]
+    # A package whose submodule imports the package's own names back (not its siblings).
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from pkg.sub import f\n")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub.g import f\n")
+    (pkg / "sub" / "g.py").write_text("from .h import x\ndef f():\n    from pkg.sub import y\n")
+    (pkg / "sub" / "h.py").write_text("from pkg import sub\n")
+    graph = _graph(_modules(pkg))
+    assert graph["pkg.sub.g"] == {"pkg.sub.h": 1, "pkg.sub": 3}
+    assert graph["pkg.sub.h"] == {"pkg.sub": 1}
+    assert _cycles(graph) == [
+        ["pkg.sub", "pkg.sub.g", "pkg.sub"],
+        ["pkg.sub", "pkg.sub.g", "pkg.sub.h", "pkg.sub"],
+    ]
 
 
 def test_dir_lists_every_public_name_without_loading_the_lazy_ones() -> None:

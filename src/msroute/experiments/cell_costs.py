@@ -45,7 +45,7 @@ def relative_cost(name: str) -> float:
         cls = get_policy_class(name)
     except InvalidValueError:
         return 1.0
-    for klass in cls.__mro__:  # the class's own declaration, not a deprecated alias
+    for klass in cls.__mro__:  # a number the class or one of its bases declares
         value = vars(klass).get("relative_cost")
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)

@@ -11,6 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from msroute.plotting.style import policy_color, policy_label
+
 __all__ = ["plot_frontier"]
 
 
@@ -44,8 +46,6 @@ def plot_frontier(rows: Iterable[Mapping[str, Any]], cost: str = "usd") -> Figur
         and mean reward over the seeds, joined across budgets: filled when every run met the
         budget, hollow when some did not.
     """
-    from msroute.plotting import policy_color, policy_label
-
     data = list(rows)
     spend_key = f"avg_{cost}"
     teams = sorted({int(_num(r, "m_draws")) for r in data})

@@ -75,8 +75,8 @@ BAND_ALPHA = 0.15
 
 
 def _declared(name: str, attribute: str) -> str | None:
-    """A plugin class's own ``label`` or ``color`` (looked up in the classes' namespaces, so that
-    no deprecated alias of ``BasePolicy`` is read), or None."""
+    """A plugin class's own ``label`` or ``color`` (a non-empty string in the namespace of the
+    class or one of its bases), or None."""
     if name.lower() not in POLICIES:  # e.g. a sweep label such as ``cbwk[round]``
         return None
     for cls in get_policy_class(name).__mro__:

@@ -41,7 +41,6 @@ from msroute._validation import (
     quoted,
 )
 from msroute.errors import InvalidTypeError, InvalidValueError
-from msroute.policies._deprecated import DeprecatedPolicyAttribute
 from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.pacing import Pacer
@@ -174,11 +173,6 @@ class BasePolicy:
     """
 
     name: ClassVar[str] = "base"
-    #: Deprecated, for one release: the figures' ``msroute.plotting.policy_label`` and
-    #: ``policy_color``, the scheduler's ``msroute.experiments.cell_costs.relative_cost``.
-    label: ClassVar[str] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
-    color: ClassVar[str | None] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
-    relative_cost: ClassVar[float] = DeprecatedPolicyAttribute()  # type: ignore[assignment]
     #: Traits that experiments, figures and tests read instead of lists of names. A Lagrangian
     #: dual on the constraints, with a ``violation`` reading (CBwK, TS-BwK):
     lagrangian_dual: ClassVar[bool] = False
@@ -543,7 +537,7 @@ class BasePolicy:
 
         See ``msroute.policies.persist.save_policy``.
         """
-        from msroute.policies.persist import save_policy
+        from msroute.policies.archive import save_policy
 
         save_policy(self, path)
 

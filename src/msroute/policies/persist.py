@@ -53,22 +53,19 @@ True
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from msroute import _version
-from msroute._atomic import atomic_path
-from msroute._npzip import read_zip, write_zip, zip_bytes
+from msroute._npzip import read_zip
 from msroute.errors import InvalidTypeError, InvalidValueError, PolicyFileError
+from msroute.policies.archive import FORMAT, FORMAT_VERSION, policy_bytes, save_policy
 from msroute.policies.registry import POLICIES, get_policy_class
 from msroute.policies.state_walk import (
-    _SCALARS,
     StateValue,
     check_state,
     load_state_dict,
@@ -77,7 +74,7 @@ from msroute.policies.state_walk import (
 from msroute.policies.warm import RewardPrior
 from msroute.problem import Constraints, Problem
 
-if TYPE_CHECKING:  # base.py calls save_policy; persist needs the class for annotations only
+if TYPE_CHECKING:  # base.py saves through msroute.policies.archive, never through this module
     from msroute.policies.base import BasePolicy
 
 __all__ = [
@@ -89,18 +86,6 @@ __all__ = [
     "save_policy",
 ]
 
-#: Version of the file layout written by ``save_policy``; files of a newer one are refused.
-#: Version 2: decisions are values, so OMD no longer saves a last decision (``_ctx``,
-#: ``_q_play``); version-1 files load with those two entries dropped. Version 3: Thompson
-#: sampling draws from one xoshiro256++ generator per run (``streams.gamma_state``) instead of
-#: three buffered numpy streams (``streams.normals``, ``streams.spare_uniforms``,
-#: ``streams.spare_normals``); older files load with those dropped and the generator seeded
-#: afresh (a Thompson policy warns that its draws restart). Version 4: a policy's
-#: constructor arguments may be completed for older files by the class
-#: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value). Version 5:
-#: a paced policy saves its pacer. Version 6: OMD saves its warm start's prior
-#: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros).
-FORMAT_VERSION = 6
 _OLD_STREAMS = tuple(
     f"streams.{stream}.{part}"
     for stream in ("normals", "spare_uniforms", "spare_normals")
@@ -115,118 +100,6 @@ _NEW_ENTRIES: dict[int, tuple[str, ...]] = {
     5: ("pacer",),
     6: tuple(f"prior.{name}" for name in RewardPrior._state_attrs),  # OMD's warm start
 }
-_FORMAT = "msroute-policy"
-
-
-# ---------------------------------------------------------------------- save
-def save_policy(policy: BasePolicy, path: str | os.PathLike[str]) -> None:
-    """Save a registered policy, its problems and its learned state to one file.
-
-    The file is a zip of ``manifest.json`` and ``.npy`` arrays (see the module docstring); it is
-    written next to ``path`` and renamed over it, so an existing checkpoint is replaced only by
-    a complete one. Saving does not touch the policy (its random stream included).
-
-    Parameters
-    ----------
-    policy : BasePolicy
-        An instance of a class in ``msroute.policies.POLICIES`` (not a subclass of one).
-    path : str or path-like
-        Target file; no suffix is added (``.npz`` is a good one: ``numpy.load`` reads it).
-
-    Raises
-    ------
-    TypeError
-        The policy's class is not registered, or a constructor argument or state attribute is
-        not of a type the format stores.
-    """
-    manifest, arrays = _archive(policy)
-    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
-        write_zip(fh, manifest, arrays)
-
-
-def policy_bytes(policy: BasePolicy) -> bytes:
-    """The file ``save_policy`` would write, as bytes (for a snapshot kept in a database).
-
-    Raises as ``save_policy``; ``policy_from_bytes`` reads the bytes back.
-    """
-    return zip_bytes(*_archive(policy))
-
-
-def _archive(policy: BasePolicy) -> tuple[str, dict[str, np.ndarray]]:
-    """The manifest (JSON text) and the arrays of a policy's file."""
-    cls = type(policy)
-    if not isinstance(getattr(cls, "name", None), str):  # not a policy class at all
-        raise InvalidTypeError(
-            f"policy must be a policy (save_policy(policy, path)), got {cls.__name__}"
-        )
-    if POLICIES.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
-        raise InvalidTypeError(
-            f"only registered policies can be saved: {cls.__qualname__} (name {cls.name!r}) is "
-            f"not the class registered under that name; add it to msroute.policies.POLICIES"
-        )
-    problems: list[Problem] = []
-    index: dict[int, int] = {}
-    problem_of_run = [index.setdefault(id(p), len(index)) for p in policy.problem_batch.problems]
-    for p in policy.problem_batch.problems:
-        if index[id(p)] == len(problems):
-            problems.append(p)
-    arrays: dict[str, np.ndarray] = {
-        f"problem.{i}.costs": np.asarray(p.costs) for i, p in enumerate(problems)
-    }
-    scalars: dict[str, StateValue] = {}
-    for key, value in state_dict(policy).items():
-        if isinstance(value, np.ndarray):
-            arrays[f"state.{key}"] = value
-        else:
-            scalars[key] = value
-    manifest = {
-        "format": _FORMAT,
-        "format_version": FORMAT_VERSION,
-        "msroute_version": _version.__version__,
-        "policy": cls.name,
-        "kwargs": {k: _encode_kwarg(k, v) for k, v in policy._init_kwargs.items()},
-        "problems": [
-            {
-                "m_draws": p.m_draws,
-                "cbar": p.cbar,
-                "constraints": p.constraints.to_dict(),
-                "expert_names": None if p.expert_names is None else list(p.expert_names),
-                "cost_names": None if p.cost_names is None else list(p.cost_names),
-            }
-            for p in problems
-        ],
-        "problem_of_run": problem_of_run,
-        "state": scalars,
-        "arrays": sorted(k.removeprefix("state.") for k in arrays if k.startswith("state.")),
-    }
-    return json.dumps(manifest, indent=2), arrays
-
-
-def _encode_kwarg(name: str, value: object) -> object:
-    if value is None or type(value) in _SCALARS:
-        return value
-    if isinstance(value, np.generic) and type(value.item()) in _SCALARS:
-        return value.item()
-    if isinstance(value, list | tuple) or (isinstance(value, np.ndarray) and value.ndim == 1):
-        return {"list": [_encode_kwarg(f"{name}[{i}]", v) for i, v in enumerate(value)]}
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _encode_kwarg(f"{name}[{k!r}]", v) for k, v in value.items()}}
-    if isinstance(value, np.random.SeedSequence):
-        entropy = value.entropy
-        return {
-            "SeedSequence": {
-                "entropy": (
-                    entropy if entropy is None or isinstance(entropy, int) else list(entropy)
-                ),
-                "spawn_key": [int(k) for k in value.spawn_key],
-                "pool_size": int(value.pool_size),
-            }
-        }
-    raise InvalidTypeError(
-        f"cannot save constructor argument {name}={value!r} ({type(value).__name__}); the "
-        "format stores None, bool, int, float, str, a SeedSequence seed, and lists (1-d arrays) "
-        "and string-keyed mappings of these"
-    )
 
 
 # ---------------------------------------------------------------------- load
@@ -275,9 +148,9 @@ def _load(source: Path | bytes, p: str) -> BasePolicy:
     """``load_policy`` of a file or of its bytes; ``p`` names it in errors."""
     manifest, arrays = read_zip(source, p, "policy", PolicyFileError)
     version = manifest.get("format_version")
-    if manifest.get("format") != _FORMAT or type(version) is not int:
+    if manifest.get("format") != FORMAT or type(version) is not int:
         raise PolicyFileError(
-            f"{p}: not an msroute policy file (manifest.json lacks format={_FORMAT!r} and an "
+            f"{p}: not an msroute policy file (manifest.json lacks format={FORMAT!r} and an "
             "integer format_version)"
         )
     if version > FORMAT_VERSION:

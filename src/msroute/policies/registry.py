@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import warnings
-from collections.abc import Iterator, MutableMapping
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from msroute.errors import InvalidTypeError, InvalidValueError
+from msroute.policies.names import ENTRY_POINT_GROUP, POLICIES, available_policies, reload_plugins
 
 if TYPE_CHECKING:  # the registry sits below the policies it names: no import at run time
     from msroute.policies.base import BasePolicy
@@ -34,93 +32,6 @@ __all__ = [
     "make_policy",
     "reload_plugins",
 ]
-
-#: The entry-point group third-party policies register under.
-ENTRY_POINT_GROUP = "msroute.policies"
-
-#: msroute's own policies and the ``module:Class`` that implements each.
-_BUILTIN: dict[str, str] = {
-    "random": "msroute.policies.bandit:RandomPolicy",
-    "uniform": "msroute.policies.fixed:UniformPolicy",
-    "fixed": "msroute.policies.fixed:FixedPolicy",
-    "greedy": "msroute.policies.bandit:GreedyPolicy",
-    "cucb": "msroute.policies.bandit:CUCB",
-    "cbwk": "msroute.policies.bandit:CBwK",
-    "ts": "msroute.policies.bandit:ThompsonSampling",
-    "ts-bwk": "msroute.policies.bandit:ThompsonSamplingBwK",
-    "moe": "msroute.policies.moe:MoEGating",
-    "omd": "msroute.policies.omd:OMDApproachability",
-    "omd-contextual": "msroute.policies.omd_contextual:ContextualOMD",
-}
-
-
-class _PolicyTable(MutableMapping[str, str]):
-    """Name -> ``module:Class``: msroute's policies, then the installed plugins' (read once)."""
-
-    def __init__(self, builtin: dict[str, str]) -> None:
-        self._builtin = dict(builtin)
-        self._data = dict(builtin)
-        self._plugins_read = False
-
-    def _read_plugins(self) -> None:
-        if self._plugins_read:
-            return
-        self._plugins_read = True
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            name = ep.name.lower()
-            if name in self._builtin:
-                warnings.warn(
-                    f"entry point {ep.value!r} of group {ENTRY_POINT_GROUP!r} reuses msroute's "
-                    f"policy name {name!r}; it is ignored",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                continue
-            self._data.setdefault(name, ep.value)
-
-    def reload(self) -> None:
-        """Forget the plugins read so far; the next access reads the installed ones again."""
-        self._data = {
-            **self._builtin,
-            **{k: v for k, v in self._data.items() if k in self._builtin},
-        }
-        self._plugins_read = False
-
-    def __getitem__(self, key: str) -> str:
-        self._read_plugins()
-        return self._data[key]
-
-    def __setitem__(self, key: str, value: str) -> None:
-        self._read_plugins()
-        self._data[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        self._read_plugins()
-        del self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        self._read_plugins()
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        self._read_plugins()
-        return len(self._data)
-
-
-#: Registered policy names and the ``module:Class`` that implements each: msroute's own, then
-#: those of installed plugins (entry-point group ``msroute.policies``).
-_TABLE = _PolicyTable(_BUILTIN)
-POLICIES: MutableMapping[str, str] = _TABLE
-
-
-def reload_plugins() -> None:
-    """Read the installed plugins again (after installing one into a running interpreter)."""
-    _TABLE.reload()
-
-
-def available_policies() -> list[str]:
-    """The registered policy names, in registry order."""
-    return list(POLICIES)
 
 
 def get_policy_class(name: str) -> type[BasePolicy]:

@@ -20,14 +20,11 @@ their content as the constructor would check an argument.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard, cast
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
 from msroute.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-
-if TYPE_CHECKING:  # base.py calls check_state; the class is needed for annotations only
-    from msroute.policies.base import BasePolicy
 
 __all__ = [
     "StateValue",
@@ -252,7 +249,7 @@ def _rules_by(kind: type) -> dict[str, str]:
 _RULES: dict[type, dict[str, str]] = {}
 
 
-def check_state(policy: BasePolicy) -> None:
+def check_state(policy: object) -> None:
     """Check every value a policy has learned, as strictly as its constructor's arguments.
 
     The generic rules: every float array is finite, every integer (round counter, step and

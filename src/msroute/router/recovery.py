@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from msroute.router.changes import FIXED_KEYS, SETTING_KEYS
 from msroute.router.config import RouterConfig, cost_vector
 from msroute.router.inputs import check_reward, decision_cost
 from msroute.router.journal import Event as JournalEvent
+from msroute.router.journal import Journal, MemoryJournal
 from msroute.router.pending import Pending
 from msroute.router.snapshots import (
     SNAPSHOT_RETRY_EVENTS,
@@ -47,15 +48,28 @@ from msroute.router.state import (
 )
 from msroute.router.streams import DecisionStreams
 
-if TYPE_CHECKING:
-    from msroute.router.core import Router
-
-__all__ = ["load", "replay", "take_snapshot"]
+__all__ = ["Recoverable", "load", "replay", "take_snapshot"]
 
 _log = logging.getLogger("msroute.router")
 
 
-def load(router: Router, use_snapshot: bool) -> None:
+class Recoverable(Protocol):
+    """What recovery reads and sets of a router (``msroute.router.core.Router``, which calls
+    this module): its journal, its state and snapshot counters, and its fresh start."""
+
+    _journal: Journal | MemoryJournal
+    _base_config: RouterConfig
+    _state: RouterState
+    _snap_seq: int  # the seq of the last snapshot
+    _snap_retry: int  # after a failed snapshot: the seq from which to try again
+
+    @property
+    def config(self) -> RouterConfig: ...
+
+    def _setup(self, cfg: RouterConfig) -> None: ...
+
+
+def load(router: Recoverable, use_snapshot: bool) -> None:
     """The state of the journal's committed events: the newest readable snapshot (or
     none), then a replay of the events after it (on a router fresh from ``_setup``).
 
@@ -84,7 +98,7 @@ def load(router: Router, use_snapshot: bool) -> None:
         journal.set_sync(router._state.config.journal_sync)  # the snapshot's or a change's
 
 
-def snapshot_due(router: Router) -> bool:
+def snapshot_due(router: Recoverable) -> bool:
     """Whether the router's periodic snapshot is due (a router without a file takes none)."""
     last = router._journal.last_seq
     return (
@@ -94,7 +108,7 @@ def snapshot_due(router: Router) -> bool:
     )
 
 
-def maybe_snapshot(router: Router) -> None:
+def maybe_snapshot(router: Recoverable) -> None:
     """Take the router's periodic snapshot when it is due. Its failure fails no call (the events
     are already durable, and a snapshot only shortens recovery): it is logged and tried again
     ``SNAPSHOT_RETRY_EVENTS`` events later."""
@@ -108,7 +122,7 @@ def maybe_snapshot(router: Router) -> None:
         _log.warning("%s (the events are durable; retried later)", exc)
 
 
-def take_snapshot(router: Router) -> None:
+def take_snapshot(router: Recoverable) -> None:
     """Write a snapshot in its own transaction (outside any group)."""
     journal, state = router._journal, router._state
     seq = journal.last_seq
@@ -144,7 +158,7 @@ def take_snapshot(router: Router) -> None:
     router._snap_seq = seq
 
 
-def _restore(router: Router, blob: bytes, st: dict[str, Any], seq: int) -> RouterState:
+def _restore(router: Recoverable, blob: bytes, st: dict[str, Any], seq: int) -> RouterState:
     """The state of snapshot ``seq`` (``st``: checked by ``check_snapshot_state``), with its
     pending decisions found again and re-armed: they expire as if never stopped."""
     fresh = router._state
@@ -227,7 +241,7 @@ def _check_restored(state: RouterState, base: RouterConfig) -> None:
 
 
 def _pending_from_journal(
-    router: Router, state: RouterState, first: int, last: int, count: int
+    router: Recoverable, state: RouterState, first: int, last: int, count: int
 ) -> None:
     """The decisions pending at snapshot ``last``, found again in the journal's events
     ``first .. last``: the decisions among them that no feedback, expiry or expert
@@ -268,7 +282,7 @@ def _pending_from_journal(
         )
 
 
-def replay(router: Router, event: JournalEvent) -> None:
+def replay(router: Recoverable, event: JournalEvent) -> None:
     """Apply one journal event (no write); a decision is re-derived and verified. An event the
     state refuses (one the live router could not have written) is a JournalError naming the
     journal and the event."""
@@ -285,7 +299,7 @@ def replay(router: Router, event: JournalEvent) -> None:
         ) from exc
 
 
-def _replay(router: Router, event: JournalEvent) -> None:
+def _replay(router: Recoverable, event: JournalEvent) -> None:
     """``replay``: one event applied, its errors raised as they come."""
     seq, kind, ref, _, payload, _ = event
     label = router._journal.label
@@ -339,7 +353,7 @@ def _replay(router: Router, event: JournalEvent) -> None:
         raise JournalError(f"{label}: event {seq}: unknown kind {kind!r}")
 
 
-def _replay_decision(router: Router, event: JournalEvent) -> None:
+def _replay_decision(router: Recoverable, event: JournalEvent) -> None:
     """Re-derive a logged decision and check that it comes out as logged."""
     seq, _, ref, now, payload, blob = event
     label = router._journal.label

@@ -1,10 +1,11 @@
 """The service's connections: responses leave in one write; slow clients are cut off.
 
 In process, a recording transport shows what ``GatheringTransport`` hands on: the writes of one
-event-loop turn as one write, in order; a close writes what is gathered first; an abort drops it;
-nothing goes to a transport that is closing. Over loopback, a real ``msroute serve`` answers raw
-HTTP/1.1 requests on one socket (keep-alive, pipelined, ``Connection: close``, a refused body)
-with complete, well-framed responses; connections that are silent, or send a request too slowly,
+event-loop turn as one write, in order; a complete response at once, in one write; a close
+writes what is gathered first; an abort drops it; nothing goes to a transport that is
+closing. Over loopback, a real ``msroute serve`` answers raw HTTP/1.1 requests on one socket
+(keep-alive, pipelined, ``Connection: close``, a refused body) with complete, well-framed
+responses; connections that are silent, or send a request too slowly,
 get 408 and are closed within a bounded time while the server goes on serving; a request sent in
 pieces within the deadline is served. ``serve`` binds its socket and opens the routers before it
 runs uvicorn with the guarded protocol and the collector set for serving, and the installed
@@ -115,6 +116,51 @@ def test_everything_else_is_the_real_transports() -> None:
         assert transport.is_closing() is False
 
     gathering(body)
+
+
+def test_a_complete_response_leaves_at_once_in_one_write() -> None:
+    """A response is written to the socket as soon as the server has written its end, in one
+    write with its head, not at the next turn of the event loop (which, with many events
+    ready, waited for all their handlers); a stream's pieces still gather per turn."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from msroute.service.transport import ReadDeadline, guarded_http_tools
+
+    class Socketless(Recording):
+        def get_extra_info(self, name: str) -> Any:
+            return None  # no addresses, no TLS
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    real = Socketless()
+    seen: list[list[bytes]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        head = [(b"content-length", b"2"), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+        seen.append(list(real.writes))  # what the socket had when the last send returned
+
+    async def main() -> None:
+        config = uvicorn.Config(ReadDeadline(app), lifespan="off", log_level="error")
+        config.load()
+        protocol = guarded_http_tools(5.0)(config=config, server_state=ServerState(), app_state={})
+        protocol.connection_made(real)
+        protocol.data_received(b"POST /x HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\n{}")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        protocol.connection_lost(None)
+
+    asyncio.run(main())
+    ((written,),) = seen  # one write, there before the app's step ended
+    assert written.startswith(b"HTTP/1.1 200 OK\r\n") and written.endswith(b"\r\n\r\n{}")
+    assert real.writes == [written]
 
 
 # --- over loopback ------------------------------------------------------------------------------

@@ -9,8 +9,12 @@
   service's small JSON answers those system calls cost more CPU than anything else the event
   loop does per request. The protocol writes through ``GatheringTransport``: the bytes
   written during one turn of the event loop leave together, in one ``write`` of the real
-  transport, at the start of the next turn. Bytes and their order are unchanged; closing a
-  connection first writes what is gathered.
+  transport, as soon as the response they end is complete (``ReadDeadline`` says when), else
+  at the start of the next turn (the pieces of a stream). A complete response is not held
+  until the next turn: a turn that began with many events ready (a burst of requests, or of
+  upstream answers in the gateway) would hold it back until the handlers of all the others had
+  run. Bytes and their order are unchanged; closing a connection first writes what is
+  gathered.
 - **Slow clients are cut off.** A client must send a whole request (headers and body) within
   ``read_timeout_s`` of its first byte, and a new connection its first request within
   ``read_timeout_s`` of opening; otherwise it gets ``408 Request Timeout`` and the connection is
@@ -271,6 +275,11 @@ class GuardedHttpTools(asyncio.Protocol):
         """The response is complete: the next byte starts the next request's deadline."""
         self._serving = False
 
+    def response_written(self) -> None:
+        """The server has written the complete response: it leaves now, in one write."""
+        if self._transport is not None:
+            self._transport.flush()
+
     # the deadline ------------------------------------------------------------------------------
     def _arm(self) -> None:
         self._disarm()
@@ -317,7 +326,8 @@ def guarded_http_tools(read_timeout_s: float) -> type[GuardedHttpTools]:
 
 class ReadDeadline:
     """ASGI middleware telling the connection's guard when its request has been read and when
-    its response is complete (a no-op for requests that do not come through a guard)."""
+    its response is complete, and then written (a no-op for requests that do not come through
+    a guard)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -341,6 +351,9 @@ class ReadDeadline:
                 guard.request_read()
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 guard.response_sent()
+                await send(message)
+                guard.response_written()
+                return
             await send(message)
 
         try:

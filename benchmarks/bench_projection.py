@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from msroute._simplex import _floored_simplex
-from msroute.projection import _solve, project_step
+from msroute.core.qp._simplex import _floored_simplex
+from msroute.core.qp.projection import _solve, project_step
 
 #: Stop the cvxpy loops after this many seconds (and say how many instances they covered).
 CVXPY_BUDGET_S = 100.0

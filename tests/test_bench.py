@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from msroute.cli import main
+from msroute.core.reward import expected_reward
 from msroute.experiments.bench import (
     BenchConfig,
     bench_specs,
@@ -23,7 +24,6 @@ from msroute.experiments.bench import (
 from msroute.experiments.cells import build_batch
 from msroute.experiments.sweep import sweep_worker
 from msroute.policies.registry import POLICIES
-from msroute.reward import expected_reward
 from msroute.scenarios import FILES, files_scenario, get_scenario, parse_budget
 
 #: Policies that draw M experts i.i.d. from a distribution: the class eq. (3) optimizes over.

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import msroute
+from msroute.core.problem_batch import team_cost
+from msroute.core.reward import batch_sum_max_reward
 from msroute.policies.base import draws_to_mask
 from msroute.policies.duals import ApproachabilityDual, check_construction, cost_scale
-from msroute.problem_batch import team_cost
-from msroute.reward import batch_sum_max_reward
 from msroute.scenarios import load_costs_csv, load_skills_csv
 
 # Support questions routed among 6 LLMs (examples/support-llms): skills (topics, models), dollars

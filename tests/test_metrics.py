@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msroute.core.reward import expected_reward, monte_carlo_reward
 from msroute.metrics import (
     constraint_regret,
     feasible,
@@ -16,7 +17,6 @@ from msroute.metrics import (
     time_averaged,
     true_regret,
 )
-from msroute.reward import expected_reward, monte_carlo_reward
 
 INF = np.inf
 

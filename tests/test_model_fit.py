@@ -14,6 +14,7 @@ import pytest
 
 from _policy_sim import beta_skills
 from msroute import Constraints, Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.errors import InvalidStateError, InvalidValueError, JournalError
 from msroute.policies import PolicyFileError, load_policy
 from msroute.policies.base import draw_counts
@@ -25,7 +26,6 @@ from msroute.policies.omd_variants import (
     make_estimator,
 )
 from msroute.policies.state_walk import check_state, load_state_dict, state_dict, variable_entries
-from msroute.problem_batch import ProblemBatch
 from msroute.router import Router
 from test_persist import MEANS, lockstep, make, play, rewrite
 from test_policies_omd import COSTS, SKILLS, M, run_fixed_skills

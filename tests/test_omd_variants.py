@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.reward import batch_sum_max_reward, expected_reward_grad
 from msroute.policies import load_policy
 from msroute.policies.base import draw_counts
 from msroute.policies.omd import OMDApproachability
@@ -18,8 +20,6 @@ from msroute.policies.omd_variants import (
     ModelGradient,
     floor_at,
 )
-from msroute.problem_batch import ProblemBatch
-from msroute.reward import batch_sum_max_reward, expected_reward_grad
 from test_policies_omd import (
     COSTS,
     SKILLS,

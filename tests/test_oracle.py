@@ -3,7 +3,7 @@
 The oracle is checked against independent solutions: a fine grid over the simplex (K = 3),
 a conic solver (cvxpy/Clarabel, power cones), and random feasible points built from the
 vertices of the feasible polytope. The reward is evaluated independently with
-``msroute.reward.expected_reward``.
+``msroute.core.reward.expected_reward``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 from scipy.optimize import linprog
 
 from msroute import Constraints, InfeasibleConstraintsError, Problem
-from msroute._polytope import Polytope
-from msroute.oracle import (
+from msroute.core._polytope import Polytope
+from msroute.core.oracle import (
     best_fixed_policy,
     best_fixed_policy_for,
     contextual_opt,
 )
-from msroute.reward import SortedRows, expected_reward, expected_reward_grad
+from msroute.core.reward import SortedRows, expected_reward, expected_reward_grad
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -14,9 +14,9 @@ from msroute._outcome import (
     blas_pairs_order,
     round_outcome,
 )
+from msroute.core.problem_batch import draws_cost, team_cost
+from msroute.core.reward import draws_sum_max_reward, draws_to_mask
 from msroute.metrics import time_averaged
-from msroute.problem_batch import draws_cost, team_cost
-from msroute.reward import draws_sum_max_reward, draws_to_mask
 from msroute.simulate import simulate_summary
 from test_simulate import _spying
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem, feasible, project_step
+from msroute.core.oracle import best_fixed_policy
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError
-from msroute.oracle import best_fixed_policy
 from msroute.policies import ContextualOMD, OMDApproachability
 
 

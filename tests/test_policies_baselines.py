@@ -9,6 +9,7 @@ import pytest
 
 from _policy_sim import beta_skills, run
 from msroute import Constraints, Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.policies.bandit import (
     CUCB,
     CBwK,
@@ -29,7 +30,6 @@ from msroute.policies.team import (
     routed_index,
     top_m,
 )
-from msroute.problem_batch import ProblemBatch
 
 BASELINES = ["random", "greedy", "cucb", "cbwk", "ts", "ts-bwk", "moe"]
 TWINS = [("cbwk", "cucb"), ("ts-bwk", "ts"), ("moe", "moe")]  # constrained, unconstrained

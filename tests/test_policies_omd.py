@@ -7,11 +7,11 @@ import pytest
 from scipy.optimize import minimize
 
 from msroute import Constraints, InfeasibleConstraintsError, Problem, expected_reward
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.reward import batch_sum_max_reward, expected_reward_grad
 from msroute.policies.base import draws_to_mask
 from msroute.policies.omd import ApproachabilityDual, OMDApproachability
 from msroute.policies.omd_contextual import ContextualOMD
-from msroute.problem_batch import ProblemBatch
-from msroute.reward import batch_sum_max_reward, expected_reward_grad
 
 # Six experts: 0-1 excellent but costly (coordinate 0), 2-3 middling, 4-5 weak but they are the
 # ones a covering bound asks for (coordinate 1).
@@ -202,7 +202,7 @@ def test_qp_cut_is_scale_invariant_and_vanishes_at_zero() -> None:
     dual = ApproachabilityDual(lo, hi, step=0.05, tol=1e-12)
     dual.w = np.array([[1e-9, 0.0], [1.0, 0.0], [0.0, 0.0]])
     a, b = dual.halfspace(batch.costs, np.arange(3))
-    from msroute.projection import project_step
+    from msroute.core.qp.projection import project_step
 
     y = np.tile(np.array([0.6, 0.3, 0.05, 0.03, 0.01, 0.01]), (3, 1))
     q = project_step(y, 0.0, a, b)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import lsq_linear
 
+from msroute.core.problem import Constraints, Problem
 from msroute.errors import InfeasibleConstraintsError
-from msroute.problem import Constraints, Problem
 
 
 # ---------------------------------------------------------------------- helpers

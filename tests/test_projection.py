@@ -11,10 +11,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from msroute._projection_rows import _search_mu
-from msroute._simplex import FEASIBILITY_RTOL
+from msroute.core.qp._projection_rows import _search_mu
+from msroute.core.qp._simplex import FEASIBILITY_RTOL
+from msroute.core.qp.projection import _project_step_unchecked, _solve, project_step
 from msroute.errors import EmptyFeasibleSetError
-from msroute.projection import _project_step_unchecked, _solve, project_step
 
 KKT_TOL = 1e-9
 
@@ -569,7 +569,7 @@ def test_every_finite_input_lands_on_the_floored_simplex(
 def test_the_exact_fallback_agrees_with_the_floating_point_solver(
     y: np.ndarray, a: np.ndarray, where: float, gamma_frac: float
 ) -> None:
-    from msroute._exact_cut import exact_cut
+    from msroute.core.qp._exact_cut import exact_cut
 
     gamma = gamma_frac / 8
     q0 = project_step(y, gamma)
@@ -594,7 +594,7 @@ def test_exact_search_is_bounded_whatever_the_bracket(monkeypatch: pytest.Monkey
     halving log(1 + mu) and dropping whole linear pieces of a . q(mu) takes a handful. The cap
     is lowered so that a step count growing with the scale fails this test.
     """
-    import msroute._exact_cut as exact
+    import msroute.core.qp._exact_cut as exact
 
     monkeypatch.setattr(exact, "MAX_EXACT_STEPS", 32)
     y, a = np.array([1e308, 0.0, 0.0]), np.array([1.0, 0.0, 5e-324])
@@ -618,7 +618,7 @@ def test_the_exact_search_ends_on_the_same_point_from_any_guess(
     y: np.ndarray, gamma_frac: float, a: np.ndarray, where: float, guess: float
 ) -> None:
     """The exact solution is unique: every starting guess of mu gives the same floats."""
-    from msroute._exact_cut import exact_cut
+    from msroute.core.qp._exact_cut import exact_cut
 
     k = y.size
     gamma = gamma_frac / k
@@ -647,7 +647,7 @@ def test_the_exact_search_ends_on_the_same_point_from_any_guess(
 def test_the_bisection_point_is_inside_and_halves_the_exponent(
     x: Fraction, y: Fraction, shift: int
 ) -> None:
-    from msroute._exact_cut import bisection_point, floor_log2
+    from msroute.core.qp._exact_cut import bisection_point, floor_log2
 
     lo, hi = min(x, y), max(x, y) * 2**shift + 1
     mid = bisection_point(lo, hi)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from msroute import EmptyFeasibleSetError, project_step
-from msroute._cut_rows import SOLVED, cut_rows
-from msroute._simplex import _floored_simplex
-from msroute.projection_cuts import project_cuts, solve_cuts
+from msroute.core.qp._cut_rows import SOLVED, cut_rows
+from msroute.core.qp._simplex import _floored_simplex
+from msroute.core.qp.projection_cuts import project_cuts, solve_cuts
 
 cp = pytest.importorskip("cvxpy")
 

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msroute.policies.base import draws_to_mask
-from msroute.reward import (
+from msroute.core.reward import (
     batch_sum_max_reward,
     draws_sum_max_reward,
     expected_reward,
@@ -18,6 +17,7 @@ from msroute.reward import (
     monte_carlo_reward,
     sum_max_reward,
 )
+from msroute.policies.base import draws_to_mask
 
 
 def brute_force_expected(q: np.ndarray, skills: np.ndarray, m: int) -> float:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from _service import AUTH, TIMEOUT, served
+from msroute.core.reward import sum_max_reward
 from msroute.envs import StochasticEnv
-from msroute.reward import sum_max_reward
 from msroute.router import Router
 
 pytestmark = pytest.mark.timeout(240)

@@ -9,11 +9,11 @@ import pytest
 
 from msroute import Constraints, Problem
 from msroute.cli import main
+from msroute.core.oracle import contextual_opt
+from msroute.core.reward import expected_reward
 from msroute.errors import InvalidValueError
-from msroute.oracle import contextual_opt
 from msroute.outcome_env import OutcomeEnv, best_pick
 from msroute.policies.registry import make_policy
-from msroute.reward import expected_reward
 from msroute.simulate import simulate
 from test_outcomes import small_table, write_csv
 

@@ -9,9 +9,9 @@ import pytest
 
 from msroute import Constraints, Problem
 from msroute.cli import main
+from msroute.core.oracle import contextual_opt
 from msroute.datasets.outcomes import OutcomeTable
 from msroute.errors import InvalidStateError, InvalidValueError
-from msroute.oracle import contextual_opt
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies import load_policy
 from msroute.policies.live import live_kwargs

@@ -20,6 +20,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from msroute._version import __version__
+from msroute.core.oracle import (
+    OracleResult,
+    best_fixed_policy,
+    best_fixed_policy_for,
+    contextual_opt,
+)
+from msroute.core.problem import Constraints, Problem
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.qp.projection import project_step
+from msroute.core.reward import (
+    batch_sum_max_reward,
+    expected_reward,
+    expected_reward_grad,
+    monte_carlo_reward,
+    sum_max_reward,
+)
 from msroute.datasets import CrowdData, Instance, build_instance, load_crowd, sample_instance
 from msroute.envs import RegimeSwitchingEnv, SequenceEnv, SkillEnv, StochasticEnv
 from msroute.errors import (
@@ -54,7 +70,6 @@ from msroute.metrics import (
     time_averaged,
     true_regret,
 )
-from msroute.oracle import OracleResult, best_fixed_policy, best_fixed_policy_for, contextual_opt
 from msroute.policies import (
     CUCB,
     POLICIES,
@@ -74,16 +89,6 @@ from msroute.policies import (
     load_policy,
     make_policy,
     save_policy,
-)
-from msroute.problem import Constraints, Problem
-from msroute.problem_batch import ProblemBatch
-from msroute.projection import project_step
-from msroute.reward import (
-    batch_sum_max_reward,
-    expected_reward,
-    expected_reward_grad,
-    monte_carlo_reward,
-    sum_max_reward,
 )
 from msroute.simulate import Trajectory, simulate
 

@@ -1,9 +1,9 @@
 """One compiled pass for a round's outcome: every run's reward and realized cost (numba).
 
 The simulator's round needs, per run, the sum-max reward of the routed draws and the realized
-cost. The public functions (``msroute.reward.draws_sum_max_reward``,
-``msroute.problem_batch.team_cost`` on ``msroute.reward.draws_to_mask``,
-``msroute.problem_batch.draws_cost``) make a dozen numpy calls on (R, N, M)-sized arrays a
+cost. The public functions (``msroute.core.reward.draws_sum_max_reward``,
+``msroute.core.problem_batch.team_cost`` on ``msroute.core.reward.draws_to_mask``,
+``msroute.core.problem_batch.draws_cost``) make a dozen numpy calls on (R, N, M)-sized arrays a
 round; here one loop over the runs gives the same floats, in the same order of operations:
 
 * the reward: the maximum over the draws of each dimension (exact in any order), then the
@@ -271,8 +271,8 @@ def _probe(d: int) -> tuple[IntArray, FloatArray]:
 def blas_pairs_order() -> bool:
     """Whether numpy's ``team_cost`` sums d = 2 and d = 3 costs in ``PAIR_COSTS`` order:
     True when the product and ``round_outcome`` agree on every probe (``_probe``)."""
-    from msroute.problem_batch import team_cost
-    from msroute.reward import draws_to_mask
+    from msroute.core.problem_batch import team_cost
+    from msroute.core.reward import draws_to_mask
 
     for d in (2, 3):
         draws, costs = _probe(d)

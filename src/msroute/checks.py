@@ -56,13 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from msroute.core.problem import Constraints, Problem
+from msroute.core.reward import batch_sum_max_reward, draws_to_mask
 from msroute.errors import PolicyCheckError
 from msroute.policies.base import BasePolicy, Decision, Policy
 from msroute.policies.persist import load_policy, save_policy
 from msroute.policies.registry import POLICIES
 from msroute.policies.state_walk import StateValue, state_dict
-from msroute.problem import Constraints, Problem
-from msroute.reward import batch_sum_max_reward, draws_to_mask
 
 __all__ = ["CHECKS", "check_policy"]
 

@@ -13,7 +13,7 @@ means "after the first ``t`` rounds".
   expectation is computed exactly by default (the paper uses 200 Monte Carlo draws, kept as
   ``method="monte_carlo"``).
 * ``true_regret`` is R1 of eq. (4), ``OPT - (1/t) sum_{s <= t} Phi_s(q_s)``, with OPT from
-  ``msroute.oracle``.
+  ``msroute.core.oracle``.
 * ``feasible``, ``time_averaged``, ``running_average`` and ``rolling_mean``
   (Figure 3's trailing window) complete the set.
 """
@@ -35,9 +35,9 @@ from msroute._validation import (
     check_positive_int,
     check_simplex,
 )
-from msroute.bounds import bound_report, box_distance
+from msroute.core.bounds import bound_report, box_distance
+from msroute.core.reward import context_scaled, expected_reward_core, monte_carlo_reward
 from msroute.errors import InvalidTypeError, InvalidValueError
-from msroute.reward import context_scaled, expected_reward_core, monte_carlo_reward
 
 __all__ = [
     "bound_report",
@@ -294,7 +294,7 @@ def true_regret(
     Parameters
     ----------
     opt_value : float or array_like, shape (R,)
-        OPT of each run (``msroute.oracle.best_fixed_policy``, or ``OPT^ctx`` for the
+        OPT of each run (``msroute.core.oracle.best_fixed_policy``, or ``OPT^ctx`` for the
         contextual regret of Section 5.2).
     expected_rewards : array_like, shape (T, R)
         ``Phi_s(q_s)``, the exact expected reward of the policy actually played each round
@@ -337,7 +337,7 @@ def objective_regret_proxy(
 
     The final policy ``q_T`` stands in for the optimum of eq. (3): the proxy measures how much
     better ``q_T`` would have done from the start than the trajectory actually played. The
-    expectation is computed exactly (``msroute.reward``'s closed form) unless
+    expectation is computed exactly (``msroute.core.reward``'s closed form) unless
     ``method="monte_carlo"``, the paper's 200-draw estimate.
 
     Parameters

@@ -30,13 +30,13 @@ from numpy.typing import ArrayLike
 
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray, check_contexts, check_positive_int
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.reward import context_scaled, expected_reward
 from msroute.envs import SkillEnv
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.base import BasePolicy, Decision, Policy, draw_counts, draws_to_mask
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
-from msroute.reward import context_scaled, expected_reward
 from msroute.streaming import PairwiseSum
 
 __all__ = ["RunSummary", "Trajectory", "simulate", "simulate_summary"]
@@ -396,7 +396,7 @@ def _as_batch(
 
 class _Outcome:
     """A round's reward and realized cost of every run, from the policy's draws: the floats
-    of ``msroute.reward.draws_sum_max_reward`` and of the batch's ``realized_cost`` (or
+    of ``msroute.core.reward.draws_sum_max_reward`` and of the batch's ``realized_cost`` (or
     ``draws_cost``), in one compiled pass (``msroute._outcome``)."""
 
     def __init__(self, batch: ProblemBatch, cost_count: str) -> None:

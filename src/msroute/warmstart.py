@@ -5,7 +5,7 @@ table, ``msroute.datasets.outcomes``). ``warm_start`` starts an OMD policy from 
 before any traffic:
 
 * each context at the table's certified best routing for the policy's bounds: ``OPT^ctx`` of
-  the table's prompts (``msroute.oracle.contextual_opt``: one routing per context under the
+  the table's prompts (``msroute.core.oracle.contextual_opt``: one routing per context under the
   aggregate budget, each prompt's own costs), with the floor the policy's first step keeps;
 * the approachability dual at the optimum's multipliers: a bound that binds there is enforced
   from the first decision (its weight is the multiplier in the dual's units, in the unit ball);
@@ -101,7 +101,7 @@ def plan_warm_start(
     """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
     contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
     (``msroute.outcome_env.best_pick``)."""
-    from msroute.oracle import contextual_opt
+    from msroute.core.oracle import contextual_opt
 
     problem = policy.problem_batch.problems[run]
     n_ctx, k = policy.n_contexts, policy.n_experts

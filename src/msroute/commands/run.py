@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the cell and print its summary."""
     import numpy as np
 
-    from msroute.bounds import bound_report
+    from msroute.core.bounds import bound_report
     from msroute.experiments.cells import CellSpec, params_items
     from msroute.experiments.output import peak_memory_mb
     from msroute.experiments.sweep import sweep_worker

@@ -3,7 +3,7 @@
 For every budget level of a scenario (``msroute.scenarios``), from the cheapest feasible one
 to unconstrained, every policy is run on every seed (one cached cell per policy, all levels and
 seeds batched, as the paper's sweeps), and OPT -- the best fixed feasible routing policy in
-hindsight of eq. (3), certified by ``msroute.oracle.best_fixed_policy_for`` on the run's own
+hindsight of eq. (3), certified by ``msroute.core.oracle.best_fixed_policy_for`` on the run's own
 skill sequence -- is computed per (level, seed) in one more cell. The headline is the regret to
 that frontier, ``opt_reward - avg_reward``, of the feasible runs.
 
@@ -114,7 +114,7 @@ def oracle_worker(spec: CellSpec) -> CellResult:
         certificate (``OPT <= opt_reward + opt_gap``), ``opt_cost`` (R, d) the expected
         realized cost ``sum_i c_i (1 - (1 - q_i)^M)`` of the optimum, ``wall_time``.
     """
-    from msroute.oracle import best_fixed_policy_for
+    from msroute.core.oracle import best_fixed_policy_for
 
     tic = time.perf_counter()
     cell = build_batch(spec)

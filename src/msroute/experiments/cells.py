@@ -21,6 +21,8 @@ import numpy as np
 
 from msroute._memory import check_memory
 from msroute._validation import FloatArray, IntArray
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.datasets import Instance
 from msroute.datasets.crowd import DEFAULT_DATASET
 from msroute.env_layouts import RunMapEnv, StackedEnv
@@ -37,8 +39,6 @@ from msroute.experiments.protocol import (
     paper_instance,
     stream,
 )
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
 from msroute.scenarios import ScenarioInstance, get_scenario
 
 __all__ = [

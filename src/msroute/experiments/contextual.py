@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from msroute.core.oracle import best_fixed_policy_for, contextual_opt
+from msroute.core.reward import context_scaled
 from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend
 from msroute.experiments.cells import CellResult, CellSpec, build_batch, params_items, policy_seeds
@@ -29,11 +31,9 @@ from msroute.experiments.output import Progress, Summary, preload_plotting, publ
 from msroute.experiments.protocol import CONTEXT_STREAM, stream
 from msroute.experiments.schedule import run_cells
 from msroute.metrics import feasible, time_averaged, true_regret
-from msroute.oracle import best_fixed_policy_for, contextual_opt
 from msroute.policies.costs import check_cost_estimate
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.omd_contextual import ContextualOMD
-from msroute.reward import context_scaled
 from msroute.simulate import simulate
 
 __all__ = ["ContextualConfig", "contextual_worker", "run_contextual"]

@@ -15,7 +15,7 @@ on one table (docs/budgets.md, "The guarantee, measured"). One seed draws one in
 ``run_instance`` drives a ``Router`` through it query by query and reports the spend against
 every bound at the end, the expected reward of the teams routed, and ``opt_reward``: the
 certified best fixed routing per context under the table costs
-(``msroute.oracle.contextual_opt``; a team's expected reward is its best member's skill, so
+(``msroute.core.oracle.contextual_opt``; a team's expected reward is its best member's skill, so
 ``opt_reward`` is exactly comparable).
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray
+from msroute.core.problem import Constraints, Problem
 from msroute.errors import InfeasibleConstraintsError
-from msroute.problem import Constraints, Problem
 
 __all__ = ["FamilyInstance", "RunResult", "family_instance", "opt_reward", "run_instance"]
 
@@ -375,7 +375,7 @@ def run_instance(
 def opt_reward(inst: FamilyInstance) -> float:
     """The certified best fixed routing per context under the initial bounds and the table
     costs, contexts equally likely (``contextual_opt``, floor 0)."""
-    from msroute.oracle import contextual_opt
+    from msroute.core.oracle import contextual_opt
 
     cfg = inst.config
     names = cfg["cost_names"]

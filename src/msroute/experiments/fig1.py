@@ -10,7 +10,7 @@ T = 10,000, B = 10, 5 seeds, stochastic environment, ``eta_mult = 0.03``. At eve
 * ``r2``: ``R2(n)``, the distance of the running-average realized cost to ``S_ori`` (eq. 5);
 * ``r1_true`` (with ``opt = true``): the true objective regret of eq. (4),
   ``OPT - (1/t) sum_{s<=t} Phi_s(q_s)`` against the certified best fixed feasible policy of the
-  whole recorded sequence (``msroute.oracle``) — what the paper's proxy stands in for.
+  whole recorded sequence (``msroute.core.oracle``) — what the paper's proxy stands in for.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute.core.oracle import best_fixed_policy_for
 from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend
 from msroute.experiments.cells import CellResult, CellSpec, build_batch, params_items, policy_seeds
@@ -35,7 +36,6 @@ from msroute.metrics import (
     time_averaged,
     true_regret,
 )
-from msroute.oracle import best_fixed_policy_for
 from msroute.policies.costs import check_cost_estimate
 from msroute.policies.omd import OMDApproachability
 from msroute.simulate import simulate

@@ -7,7 +7,7 @@ M, budget level and seed, every policy is run (all levels and seeds of a policy 
 run), and compared on the run's own prompt sequence with
 
 * ``opt_reward``: ``OPT^ctx``, the certified best fixed policy per category under the budget on
-  the aggregate time-averaged cost (``msroute.oracle.contextual_opt``, the comparator of
+  the aggregate time-averaged cost (``msroute.core.oracle.contextual_opt``, the comparator of
   Algorithm 2, whose dual is shared by the contexts);
 * ``opt_flat_reward``: OPT, the best single fixed policy for all prompts (eq. (3));
 * ``best_single``: the best single model whose mean cost on the run's prompts meets the budget
@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from msroute.core.problem import Constraints, Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.datasets.outcomes import OutcomeTable, describe
 from msroute.errors import InvalidValueError
 from msroute.experiments.config import check_policies
@@ -49,8 +51,6 @@ from msroute.metrics import feasible
 from msroute.outcome_env import OutcomeEnv, SampleMode, best_pick
 from msroute.policies.live import live_kwargs
 from msroute.policies.registry import make_policy
-from msroute.problem import Constraints, Problem
-from msroute.problem_batch import ProblemBatch
 from msroute.scenarios.base import format_budget, parse_budget, parse_budgets
 from msroute.warmstart import DEFAULT_STRENGTH, table_contexts, warm_start
 
@@ -281,7 +281,7 @@ def _policy_cell(
 def _opt_cell(cfg: OutcomeBenchConfig, m: int, budget: float, si: int, j: int) -> dict[str, Any]:
     """OPT^ctx, OPT and the best single model of one (M, budget, seed) run, on the prompts it
     streams in their categories."""
-    from msroute.oracle import contextual_opt
+    from msroute.core.oracle import contextual_opt
 
     tic = time.perf_counter()
     seed = cfg.seed_list[si]

@@ -14,10 +14,10 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from msroute.core.problem import Constraints
 from msroute.datasets import CrowdData, Instance, load_crowd, sample_instance
 from msroute.datasets.crowd import DEFAULT_DATASET
 from msroute.errors import InvalidValueError
-from msroute.problem import Constraints
 
 __all__ = [
     "CONTEXT_STREAM",

@@ -19,11 +19,11 @@ import numpy as np
 from msroute import _version
 from msroute._atomic import atomic_path
 from msroute._npzip import write_zip, zip_bytes
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.errors import InvalidTypeError
 from msroute.policies.names import POLICIES
 from msroute.policies.state_walk import _SCALARS, StateValue, state_dict
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Saveable", "policy_bytes", "save_policy"]
 

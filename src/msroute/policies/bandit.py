@@ -29,11 +29,11 @@ import numpy as np
 
 from msroute._seeding import SeedArg
 from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.policies.base import BasePolicy, check_hyper
 from msroute.policies.lagrangian import Violation
 from msroute.policies.team import BetaPosterior, TeamRounds, default_bwk_step
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
 
 __all__ = [
     "CUCB",

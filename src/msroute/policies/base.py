@@ -40,15 +40,15 @@ from msroute._validation import (
     check_positive_int,
     quoted,
 )
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.reward import draw_counts, draws_to_mask
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.pacing import Pacer
 from msroute.policies.state_walk import carry_state, check_state, declared_names, state_attrs
 from msroute.policies.streams import RunStreams
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
-from msroute.reward import draw_counts, draws_to_mask
 
 __all__ = [
     "BasePolicy",

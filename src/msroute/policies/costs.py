@@ -26,9 +26,9 @@ from typing import ClassVar, Literal, get_args
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
+from msroute.core.problem_batch import draws_cost, team_cost
+from msroute.core.reward import draw_counts
 from msroute.errors import InvalidValueError
-from msroute.problem_batch import draws_cost, team_cost
-from msroute.reward import draw_counts
 
 __all__ = ["COST_ESTIMATES", "CostEstimate", "CostEstimateMode", "check_cost_estimate"]
 

@@ -63,12 +63,12 @@ from typing import ClassVar, Literal, get_args
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
-from msroute.bounds import support_box, support_point_box
+from msroute.core.bounds import support_box, support_point_box
+from msroute.core.problem_batch import surrogate_cost
+from msroute.core.qp.projection import _project_step_unchecked
+from msroute.core.qp.projection_cuts import solve_cuts, surely_empty
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 from msroute.policies._approach_rows import observe_rows, step_rows
-from msroute.problem_batch import surrogate_cost
-from msroute.projection import _project_step_unchecked
-from msroute.projection_cuts import solve_cuts, surely_empty
 
 __all__ = [
     "DUAL_CONSTRUCTIONS",

@@ -16,10 +16,10 @@ from numpy.typing import ArrayLike
 
 from msroute._seeding import SeedArg
 from msroute._validation import BoolArray, FloatArray, IntArray, as_float_array
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
 from msroute.errors import InvalidValueError
 from msroute.policies.base import BasePolicy, Decision, sample_multinomial
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
 
 __all__ = ["FixedPolicy", "UniformPolicy"]
 

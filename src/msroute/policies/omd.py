@@ -30,7 +30,10 @@ from msroute._validation import (
     check_positive_int,
     default_gamma,
 )
-from msroute.bounds import bound_report
+from msroute.core.bounds import bound_report
+from msroute.core.problem import Problem
+from msroute.core.problem_batch import ProblemBatch
+from msroute.core.qp.projection import project_step
 from msroute.errors import InvalidStateError, InvalidValueError
 from msroute.policies.base import (
     BasePolicy,
@@ -56,9 +59,6 @@ from msroute.policies.omd_variants import (
     make_estimator,
 )
 from msroute.policies.warm import RewardPrior
-from msroute.problem import Problem
-from msroute.problem_batch import ProblemBatch
-from msroute.projection import project_step
 
 __all__ = ["ApproachabilityDual", "OMDApproachability"]
 
@@ -588,7 +588,7 @@ class OMDApproachability(BasePolicy):
 
         Algorithm 2's cut ``w . u_x(q) <= h_S(w)`` holds each context's own spend to the box
         whenever the dual is active: one budget per context, a smaller class than the
-        contextual comparator (``msroute.oracle.contextual_opt``), whose budget is on the
+        contextual comparator (``msroute.core.oracle.contextual_opt``), whose budget is on the
         aggregate. With the contexts' shares ``p_y`` (visits so far), the cut for the context
         ``x`` being updated holds ``p_x u_x(q) + O`` instead (``ApproachabilityDual.cuts``): a
         cheap context may then route to a dear expert where the others leave room; a cut out

@@ -27,7 +27,7 @@ Gradient estimators
 
     The model is refitted at QP steps only, from rounds before the current one, so with
     ``ix = 0`` the estimate is unbiased for ``grad Phi`` (up to the all-ones shift that the
-    projection ignores, see ``msroute.reward.expected_reward_grad``) and its variance is that
+    projection ignores, see ``msroute.core.reward.expected_reward_grad``) and its variance is that
     of the residual, not of the reward. With ``ix > 0`` the residual term is the implicit
     exploration estimator (Neu, 2015): its weights are at most ``1/ix`` whatever the floor, at
     the price of shrinking the residual's mean by ``q_i / (q_i + ix)``. The model's own gradient

@@ -50,8 +50,8 @@ from typing import ClassVar
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.core.problem_batch import ProblemBatch
 from msroute.policies.costs import CostEstimate
-from msroute.problem_batch import ProblemBatch
 
 __all__ = ["Pacer"]
 

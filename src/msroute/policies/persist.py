@@ -62,6 +62,7 @@ import numpy as np
 
 from msroute import _version
 from msroute._npzip import read_zip
+from msroute.core.problem import Constraints, Problem
 from msroute.errors import InvalidTypeError, InvalidValueError, PolicyFileError
 from msroute.policies.archive import FORMAT, FORMAT_VERSION, policy_bytes, save_policy
 from msroute.policies.registry import POLICIES, get_policy_class
@@ -72,7 +73,6 @@ from msroute.policies.state_walk import (
     state_dict,
 )
 from msroute.policies.warm import RewardPrior
-from msroute.problem import Constraints, Problem
 
 if TYPE_CHECKING:  # base.py saves through msroute.policies.archive, never through this module
     from msroute.policies.base import BasePolicy

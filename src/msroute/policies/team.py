@@ -23,13 +23,13 @@ from typing import ClassVar
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray, check_positive_int
+from msroute.core.problem_batch import ProblemBatch
 from msroute.errors import InvalidValueError
 from msroute.policies.base import Decision, check_hyper
 from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
 from msroute.policies.lagrangian import LagrangianDual, Violation
 from msroute.policies.streams import GammaConstants, RunStreams
-from msroute.problem_batch import ProblemBatch
 
 __all__ = [
     "BetaPosterior",

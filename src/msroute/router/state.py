@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
+from msroute.core.problem import Constraints, Problem
 from msroute.errors import (
     InfeasibleConstraintsError,
     InvalidFeedbackError,
@@ -33,7 +34,6 @@ from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.live import DEFAULT_OMD_PARAMS, TEAM_OMD_PARAMS, live_kwargs
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.registry import get_policy_class, make_policy
-from msroute.problem import Constraints, Problem
 from msroute.router.config import RouterConfig
 from msroute.router.events import (
     AddExpert,

@@ -24,9 +24,9 @@ from msroute._validation import (
     parse_decimal,
     quoted,
 )
-from msroute.bounds import floored_reach
+from msroute.core.bounds import floored_reach
+from msroute.core.problem import Constraints
 from msroute.errors import InvalidValueError
-from msroute.problem import Constraints
 
 __all__ = [
     "NO_BUDGET",
@@ -211,7 +211,7 @@ class Scenario:
         are geometric in between; over several instances (seeds) the lowest level is the
         largest cheapest one, so that every seed is feasible at every level.
         """
-        from msroute.oracle import best_fixed_policy
+        from msroute.core.oracle import best_fixed_policy
 
         if n_levels < 1:
             raise InvalidValueError(f"n_levels == {n_levels}, must be >= 1")

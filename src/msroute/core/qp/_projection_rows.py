@@ -1,18 +1,25 @@
-"""The projection of many rows under one cut each (``msroute.projection._solve``'s batch).
+"""The projection of many rows under one cut each (``msroute.core.qp.projection._solve``'s batch).
 
-Step 1 of ``msroute.projection``'s method (the active-set Newton iteration on ``(tau, mu)``)
+Step 1 of ``msroute.core.qp.projection``'s method (the active-set Newton iteration on ``(tau, mu)``)
 for all rows at once, and step 2 (the safeguarded search on ``mu``) for the rows it leaves;
 the face of a degenerate cut, the diagnosis of an empty one, and the exact rational solve of
-a row whose floats fail the check (``msroute._exact_cut``).
+a row whose floats fail the check (``msroute.core.qp._exact_cut``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from msroute._exact_cut import exact_cut
-from msroute._simplex import _EPS, _FAR, _FLOAT_MAX_F, FEASIBILITY_RTOL, _accurate, _floored_simplex
 from msroute._validation import BoolArray, FloatArray
+from msroute.core.qp._exact_cut import exact_cut
+from msroute.core.qp._simplex import (
+    _EPS,
+    _FAR,
+    _FLOAT_MAX_F,
+    FEASIBILITY_RTOL,
+    _accurate,
+    _floored_simplex,
+)
 from msroute.errors import EmptyFeasibleSetError
 
 __all__: list[str] = []
@@ -158,7 +165,7 @@ def _cut_active(
 def _unscaled(mu: FloatArray, scale: FloatArray) -> FloatArray:
     """The multiplier of the cut ``(a, b)`` from that of ``(a, b) / scale``, capped at the
     largest float (a certificate only: tiny ``a`` can need a multiplier beyond it, see
-    ``msroute._exact_cut.exact_cut``)."""
+    ``msroute.core.qp._exact_cut.exact_cut``)."""
     with np.errstate(over="ignore"):
         out: FloatArray = np.minimum(mu / scale, _FLOAT_MAX_F)
     return out

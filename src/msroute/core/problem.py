@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._floor import BoundRow, extreme_cost
-from msroute._floor import max_floor as max_floor_lp
 from msroute._validation import (
     COST_MAX,
     MIN_FLOOR,
@@ -33,7 +31,9 @@ from msroute._validation import (
     check_positive_int,
     default_gamma,
 )
-from msroute.bounds import (
+from msroute.core._floor import BoundRow, extreme_cost
+from msroute.core._floor import max_floor as max_floor_lp
+from msroute.core.bounds import (
     box_distance,
     floored_reach,
     support_box,
@@ -348,7 +348,7 @@ class Problem:
         return rows
 
     def _floor_lp(self) -> tuple[float, FloatArray] | None:
-        """`msroute._floor.max_floor` of this problem, solved once (the problem is
+        """`msroute.core._floor.max_floor` of this problem, solved once (the problem is
         immutable)."""
         if not hasattr(self, "_floor_cache"):
             self._floor_cache = max_floor_lp(self.costs, self._bound_rows())

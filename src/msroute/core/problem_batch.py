@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from msroute._validation import FloatArray, check_positive_int
+from msroute.core.problem import Problem
 from msroute.errors import InvalidTypeError, InvalidValueError
-from msroute.problem import Problem
 
 __all__ = ["ProblemBatch", "draws_cost", "surrogate_cost", "team_cost"]
 

@@ -6,7 +6,7 @@ For a recorded skill sequence ``V^(1), ..., V^(T)`` the benchmark of eq. (3) is:
           s.t.   q in the simplex,  q >= floor,  lo <= C^T q <= hi
 
 with ``[lo, hi]`` the *surrogate* box ``S`` of Section 4.2 (``Problem.surrogate_box``) and
-``Phi_t`` the exact expected sum-max reward of ``msroute.reward``. Eq. (3) has no floor
+``Phi_t`` the exact expected sum-max reward of ``msroute.core.reward``. Eq. (3) has no floor
 (``floor = 0``). The contextual benchmark ``OPT^ctx`` (``contextual_opt``) keeps one ``q`` per
 context under one budget on the aggregate spend, the comparator of Algorithm 2.
 
@@ -14,7 +14,7 @@ context under one budget on the aggregate spend, the comparator of Algorithm 2.
 ``P``. The solver here
 
 1. sorts every ``(t, n)`` row of skills once and keeps the gaps ``v(j) - v(j+1)`` and the sort
-   order (``msroute.reward.SortedRows``, which also gives the exact Hessian), so that one
+   order (``msroute.core.reward.SortedRows``, which also gives the exact Hessian), so that one
    evaluation of ``F`` and of its exact gradient is a gather, a running sum, an integer power
    and a scatter-add over ``T N K`` entries;
 2. starts from a relative-interior point of ``P`` (a linear program, which also detects an
@@ -46,7 +46,6 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._polytope import Polytope
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -55,9 +54,10 @@ from msroute._validation import (
     check_contexts,
     check_positive_int,
 )
+from msroute.core._polytope import Polytope
+from msroute.core.problem import Problem
+from msroute.core.reward import SortedRows, context_scaled
 from msroute.errors import ConvergenceWarning, InfeasibleConstraintsError, InvalidValueError
-from msroute.problem import Problem
-from msroute.reward import SortedRows, context_scaled
 
 __all__ = [
     "ContextualOracleResult",
@@ -136,7 +136,7 @@ class ContextualOracleResult:
         Whether ``gap <= tol``.
     message : str
     multipliers : ndarray, shape (d,)
-        The bounds' KKT multipliers at ``q`` (``msroute._polytope.Polytope.multipliers``):
+        The bounds' KKT multipliers at ``q`` (``msroute.core._polytope.Polytope.multipliers``):
         reward per unit of aggregate surrogate cost, positive where an upper bound binds,
         negative where a lower one does, 0 for a cost without a bound or with slack.
     """

@@ -2,7 +2,7 @@
 
 Its constraints in the forms scipy's SLSQP and HiGHS take, a relative-interior point (a linear
 program that also detects an empty ``P`` and says which bounds make it so), the exact move of
-a nearly feasible point into ``P`` (``msroute.oracle`` step 3) and the linear programs over
+a nearly feasible point into ``P`` (``msroute.core.oracle`` step 3) and the linear programs over
 ``P`` of the Frank-Wolfe certificate (step 4).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import FloatArray
-from msroute.bounds import unreachable_bounds
+from msroute.core.bounds import unreachable_bounds
 from msroute.errors import InfeasibleConstraintsError
 
 __all__ = ["Polytope"]

@@ -26,8 +26,8 @@ bind) and a threshold ``tau`` fixing ``sum(q) = 1``. It is solved exactly:
    safeguarded Newton search on its multiplier runs first (``_one_cut``).
 
 With ``m = 1`` it gives the projection of ``msroute.project_step``. Steps 1 and 2 run row by
-row (``msroute._cut_rows``: in Python floats for one row, the same code compiled for a batch,
-with the same floats either way); step 3 runs in numpy.
+row (``msroute.core.qp._cut_rows``: in Python floats for one row, the same code compiled for a
+batch, with the same floats either way); step 3 runs in numpy.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from typing import cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._cut_rows import OUT_OF_REACH, STEP_3, ZERO_CUT, cut_rows
-from msroute._simplex import _floored_simplex
 from msroute._validation import FloatArray, as_float_array, check_gamma
+from msroute.core.qp._cut_rows import OUT_OF_REACH, STEP_3, ZERO_CUT, cut_rows
+from msroute.core.qp._simplex import _floored_simplex
 from msroute.errors import EmptyFeasibleSetError, InvalidValueError
 
 __all__ = ["project_cuts"]
@@ -108,7 +108,7 @@ def solve_cuts(
     """The projection of rows ``y`` (n, K) under cuts ``a`` (n, m, K), ``b`` (n, m), unchecked.
 
     Returns ``q`` (n, K) and the multipliers ``mu`` (n, m), a KKT certificate. Steps 1 and 2
-    run row by row (``msroute._cut_rows``): in Python floats for one row, compiled for more;
+    run row by row (``msroute.core.qp._cut_rows``): in Python floats for one row, compiled for more;
     the rows they do not settle run step 3 here.
     """
     n, k = y.shape
@@ -154,10 +154,10 @@ def solve_cuts(
 
 @functools.cache
 def _compiled_rows() -> Callable[..., None]:
-    """``msroute._cut_rows.cut_rows`` and its steps compiled (numba, loaded on first use),
+    """``msroute.core.qp._cut_rows.cut_rows`` and its steps compiled (numba, loaded on first use),
     each a copy of the Python function whose globals are the compiled steps."""
-    from msroute import _cut_rows
     from msroute._jit import compiled
+    from msroute.core.qp import _cut_rows
 
     env = dict(vars(_cut_rows))
     for name in _cut_rows.STEPS:

@@ -1,6 +1,6 @@
 """The linear programs behind the adaptive exploration floor and the smallest feasible budget.
 
-`msroute.problem.Problem` asks two questions of the surrogate box ``S`` of Section 4.2
+`msroute.core.problem.Problem` asks two questions of the surrogate box ``S`` of Section 4.2
 (``lo <= C^T q <= hi`` on the bounds the user gave):
 
 * `max_floor`: the largest floor ``gamma`` such that some ``q >= gamma`` on the simplex has

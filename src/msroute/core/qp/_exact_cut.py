@@ -1,7 +1,7 @@
 """A binding cut of the QP step (6) solved in exact rational arithmetic, for one row.
 
-``msroute.projection`` solves the projection onto the floored simplex cut by a half-space in
-floating point, and checks each solution (``msroute._simplex._accurate``: the point sums to
+``msroute.core.qp.projection`` solves the projection onto the floored simplex cut by a half-space in
+floating point, and checks each solution (``msroute.core.qp._simplex._accurate``: the point sums to
 one and lies on its cut). A row whose floats cannot be trusted (inputs of an extreme scale,
 where ``y - mu a`` cancels) is solved again here, with ``fractions.Fraction``: every float is
 a rational number, so the projection and the cut's value are exact, and so is the root the
@@ -58,12 +58,13 @@ def exact_cut(
     On random inputs of every magnitude it takes at most 7 steps from any starting guess,
     where a purely linear bisection took thousands (the bracket spans ~1e630 and the root's
     piece can be thin). Slow (pure Python), and used only when the floating-point
-    solution fails ``msroute._simplex._accurate``. Raises ``ValueError`` if it does not settle.
+    solution fails ``msroute.core.qp._simplex._accurate``. Raises ``ValueError`` if it does not
+    settle.
 
     The multiplier is only a certificate: when it exceeds the largest float (``y`` spread over
     ~1e308 against gaps of ``a`` of ~1e-300) it is returned as the largest float, as
-    ``msroute._projection_rows._face_point`` does for its limit ``mu -> inf``; ``q`` is exact
-    either way.
+    ``msroute.core.qp._projection_rows._face_point`` does for its limit ``mu -> inf``; ``q`` is
+    exact either way.
     """
     k = y.shape[0]
     ys = [Fraction(v) for v in y.tolist()]
@@ -157,8 +158,8 @@ def bisection_point(lo: Fraction, hi: Fraction) -> Fraction:
     Exact rationals have no exact logarithm, so while ``1 + hi`` exceeds ``4 (1 + lo)`` the
     point is the power of two ``2^m - 1`` with ``m`` halfway between the binary exponents of
     ``1 + lo`` and ``1 + hi`` (which halves their distance), and the plain middle once they
-    are within a factor of 4 (as ``msroute._projection_rows._search_mu`` bisects ``log1p(mu)``
-    in floats).
+    are within a factor of 4 (as ``msroute.core.qp._projection_rows._search_mu`` bisects
+    ``log1p(mu)`` in floats).
     """
     e_lo, e_hi = floor_log2(1 + lo), floor_log2(1 + hi)
     if e_hi - e_lo >= 2:  # 1 + lo < 2^(e_lo + 1) <= 2^m <= 2^(e_hi - 1) < 1 + hi

@@ -45,15 +45,16 @@ from typing import cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._exact_cut import exact_cut
-from msroute._projection_rows import (
+from msroute._validation import BoolArray, FloatArray, as_float_array, check_gamma
+from msroute.core.qp._exact_cut import exact_cut
+from msroute.core.qp._projection_rows import (
     _MAX_ACTIVE_SET_STEPS,
     _empty_message,
     _face_point,
     _search_mu,
     _solve_rows,
 )
-from msroute._simplex import (
+from msroute.core.qp._simplex import (
     _EPS,
     _FAR,
     _FLOAT_MAX_F,
@@ -62,7 +63,6 @@ from msroute._simplex import (
     _floored_simplex,
     _ranks,
 )
-from msroute._validation import BoolArray, FloatArray, as_float_array, check_gamma
 from msroute.errors import EmptyFeasibleSetError, InvalidTypeError, InvalidValueError
 
 __all__ = ["project_step"]
@@ -443,7 +443,7 @@ def _solve_single_cut(
 def _verified(
     y: FloatArray, gamma: float, a: FloatArray, b: float, q: FloatArray, mu: float
 ) -> tuple[FloatArray, float]:
-    """``(q, mu)`` if ``_accurate``, else the exact solution of ``msroute._exact_cut.exact_cut``."""
+    """``(q, mu)`` if ``_accurate``, else the exact solution of ``_exact_cut.exact_cut``."""
     if _accurate(q[None], np.array([mu]), a[None], np.array([b]))[0]:
         return q, mu
     scale = float(np.abs(a).max())

@@ -1,9 +1,9 @@
 """The floored simplex ``{q : sum q = 1, q >= gamma}`` and the accuracy guard of a cut's solution.
 
-What every projection of ``msroute.projection`` and ``msroute.projection_cuts`` starts from
-(the projection onto the floored simplex by sort and threshold, relative to the largest entry)
-and what each of their binding-cut solutions is checked with (``_accurate``: on the simplex
-and on the cut, to the tolerances below).
+What every projection of ``msroute.core.qp.projection`` and ``msroute.core.qp.projection_cuts``
+starts from (the projection onto the floored simplex by sort and threshold, relative to the
+largest entry) and what each of their binding-cut solutions is checked with (``_accurate``: on
+the simplex and on the cut, to the tolerances below).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _accurate(q: FloatArray, mu: FloatArray, a: FloatArray, b: FloatArray) -> Bo
     ``|a . q - b| <= FEASIBILITY_RTOL * max|a|`` (a binding cut holds with equality). Inputs of
     an extreme scale (``|y|`` near ``1/eps`` and beyond) can fail this through cancellation in
     ``y - mu a``; such rows are solved again in exact arithmetic
-    (``msroute._exact_cut.exact_cut``).
+    (``msroute.core.qp._exact_cut.exact_cut``).
     """
     k = q.shape[-1]
     with np.errstate(invalid="ignore", over="ignore"):

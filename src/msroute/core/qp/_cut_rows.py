@@ -1,4 +1,4 @@
-"""Steps 1 and 2 of ``msroute.projection_cuts.solve_cuts``, row by row.
+"""Steps 1 and 2 of ``msroute.core.qp.projection_cuts.solve_cuts``, row by row.
 
 The projection onto the floored simplex cut by a few half-spaces, for each row: the
 floored-simplex projection ``q(0)`` (step 1), and for a row with a violated cut the
@@ -10,7 +10,7 @@ not settle is marked for step 3, which stays in numpy (``solve_cuts``).
 One function, run two ways: in Python floats on nested lists for one row (a live router,
 which imports no numba), and compiled for the arrays of a batch (``solve_cuts``). Both give
 the same floats: the same operations in the same order, IEEE doubles either way. Step 1 takes
-numpy's operations (``msroute._simplex._floored_simplex``: a sort, a sequential cumulative
+numpy's operations (``msroute.core.qp._simplex._floored_simplex``: a sort, a sequential cumulative
 sum, elementwise steps), so that a row whose cuts hold at ``q(0)`` gets numpy's floats.
 """
 
@@ -20,7 +20,7 @@ import math
 import sys
 from typing import Any
 
-from msroute._simplex import _FAR
+from msroute.core.qp._simplex import _FAR
 
 __all__ = ["OUT_OF_REACH", "SOLVED", "STEPS", "STEP_3", "ZERO_CUT", "cut_rows"]
 
@@ -148,7 +148,7 @@ def _dot(u: Any, v: Any) -> float:
 
 def _floored(y: Any, gamma: float, q: Any, free: Any) -> None:
     """``q`` = the projection of ``y`` onto ``{sum q = 1, q >= gamma}`` and ``free`` its
-    coordinates above the floor, in the operations of ``msroute._simplex._floored_simplex``."""
+    coordinates above the floor, in the operations of ``_simplex._floored_simplex``."""
     k = len(y)
     mass = 1.0 - k * gamma
     if mass <= 0.0:  # K gamma = 1: the single point 1/K
@@ -192,7 +192,7 @@ def _kkt(
     mu: Any,
 ) -> bool:
     """The KKT point of the guess ``(F, J) = (free, act)``: ``z = y - A^T mu - tau`` and
-    ``mu``, from ``|J| + 1`` equations (``msroute.projection_cuts._kkt_point``). False (and
+    ``mu``, from ``|J| + 1`` equations (``msroute.core.qp.projection_cuts._kkt_point``). False (and
     ``z = y``, ``mu = 0``) when the system is singular or its condition number is 1e12 or
     more."""
     k, m = len(y), len(b)

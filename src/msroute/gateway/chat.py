@@ -178,19 +178,37 @@ class ChatHandler:
         results = await _settled(
             [self.upstreams.complete(u, upstream_body(body, u, False)) for u in ups]
         )
-        usd = sum(self._member_cost(name, e, r) for e, r in zip(team, results, strict=True))
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
-        refused = await self.book(name, gw, did, usd, failure is not None, headers)
-        if failure is not None and not isinstance(failure, UpstreamFailure):
-            raise failure  # a bug: the server logs it; the call is booked
-        if refused is not None:
-            return refused
-        if isinstance(failure, UpstreamFailure):
-            return openai_error(failure.status, failure.message, headers=headers)
+        error = await self._book_calls(name, gw, did, team, results, headers)
+        if error is not None:
+            return error
         answers = [r for r in results if isinstance(r, Answer)]
         if len(answers) == 1:
             return JSONResponse(answers[0].body, headers=headers)
         return JSONResponse(_team_answer(name, did, answers), headers=headers)
+
+    async def _book_calls(
+        self,
+        name: str,
+        gw: GatewayRouter,
+        did: str,
+        team: list[str],
+        results: Sequence[object],
+        headers: Mapping[str, str],
+    ) -> Response | None:
+        """Book the dollars of the team's calls (``results``: each member's answer, opened
+        stream or exception) on the decision; the error to answer when a call failed or the
+        journal refused the booking, None when every call answered and the booking holds.
+
+        An exception that is not an upstream's failure (a bug) is raised once the call is
+        booked: the server logs it."""
+        usd = sum(self._member_cost(name, e, r) for e, r in zip(team, results, strict=True))
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        refused = await self.book(name, gw, did, usd, failure is not None, headers)
+        if failure is not None and not isinstance(failure, UpstreamFailure):
+            raise failure
+        if refused is not None or failure is None:
+            return refused
+        return openai_error(failure.status, failure.message, headers=headers)
 
     def _member_cost(self, name: str, expert: str, result: object) -> float:
         """The dollars one member's call is booked at (module docstring), counted in the metrics."""
@@ -252,16 +270,13 @@ class ChatHandler:
         opened = await _settled(
             [self.upstreams.stream(u, upstream_body(body, u, True)) for u in ups]
         )
-        failure = next((r for r in opened if isinstance(r, BaseException)), None)
-        if failure is not None:
+        if any(isinstance(r, BaseException) for r in opened):
             for r in opened:
                 if isinstance(r, Stream):
                     await r.close()
-            usd = sum(self._member_cost(name, e, r) for e, r in zip(team, opened, strict=True))
-            refused = await self.book(name, gw, did, usd, True, headers)
-            if not isinstance(failure, UpstreamFailure):
-                raise failure
-            return refused or openai_error(failure.status, failure.message, headers=headers)
+            error = await self._book_calls(name, gw, did, team, opened, headers)
+            assert error is not None  # a call failed
+            return error
         streams = [r for r in opened if isinstance(r, Stream)]
         options = body.get("stream_options")
         wants_usage = isinstance(options, Mapping) and options.get("include_usage") is True

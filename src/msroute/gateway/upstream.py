@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,19 +180,12 @@ class Upstreams:
         """One chat completion, whole, within the upstream's ``timeout_s``."""
         expert = upstream.expert
         started = time.perf_counter()
-        try:
-            async with asyncio.timeout(upstream.timeout_s):
-                response = await self._send(upstream, body)
-                try:
-                    content = await response.read()
-                finally:
-                    response.release()
-        except TimeoutError:
-            raise UpstreamFailure(
-                expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
-            ) from None
-        except HTTPFailure as exc:
-            raise UpstreamFailure(expert, 502, f"upstream {expert}: {exc}", None) from exc
+        async with _answering(upstream):
+            response = await self._send(upstream, body)
+            try:
+                content = await response.read()
+            finally:
+                response.release()
         if response.status != 200:
             raise _status_failure(expert, response.status, content)
         try:
@@ -207,27 +201,35 @@ class Upstreams:
     async def stream(self, upstream: Upstream, body: Mapping[str, Any]) -> Stream:
         """Open a streamed chat completion: its status within ``timeout_s``; the events then
         come each within ``timeout_s`` of the last."""
-        expert = upstream.expert
-        try:
-            async with asyncio.timeout(upstream.timeout_s):
-                response = await self._send(upstream, body)
-                if response.status != 200:
-                    try:
-                        content = await _read_some(response)
-                    finally:
-                        response.release()
-                    raise _status_failure(expert, response.status, content)
-        except TimeoutError:
-            raise UpstreamFailure(
-                expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
-            ) from None
-        except HTTPFailure as exc:
-            raise UpstreamFailure(expert, 502, f"upstream {expert}: {exc}", None) from exc
-        return Stream(expert, response, upstream.timeout_s)
+        async with _answering(upstream):
+            response = await self._send(upstream, body)
+            if response.status != 200:
+                try:
+                    content = await _read_some(response)
+                finally:
+                    response.release()
+                raise _status_failure(upstream.expert, response.status, content)
+        return Stream(upstream.expert, response, upstream.timeout_s)
 
     async def close(self) -> None:
         """Close the idle connections."""
         self._pool.close()
+
+
+@asynccontextmanager
+async def _answering(upstream: Upstream) -> AsyncIterator[None]:
+    """The upstream's answer within ``timeout_s`` (what a call or a stream opens with): no
+    answer in time is a 504 ``UpstreamFailure``, a failed exchange a 502, both without usage."""
+    expert = upstream.expert
+    try:
+        async with asyncio.timeout(upstream.timeout_s):
+            yield
+    except TimeoutError:
+        raise UpstreamFailure(
+            expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None
+        ) from None
+    except HTTPFailure as exc:
+        raise UpstreamFailure(expert, 502, f"upstream {expert}: {exc}", None) from exc
 
 
 async def _read_some(response: Response) -> bytes:

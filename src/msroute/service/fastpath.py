@@ -228,12 +228,8 @@ class FastPath:
         if not hot:
             await self._app_checked(scope, receive, send)
             return
-        body = await self._body(receive)
-        if body is None:  # the client went away
-            return
-        refusal = json_refusal(body)
-        if refusal is not None:
-            await problem_response(*refusal)(scope, receive, send)
+        body = await self._json_body(scope, receive, send)
+        if body is None:
             return
         try:
             content = json.loads(body)
@@ -303,15 +299,23 @@ class FastPath:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _answer_raw(
-        self, scope: Scope, receive: Receive, send: Send, route: BaseRoute, handler: RawHandler
-    ) -> None:
+    async def _json_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The request's whole body, once ``json_refusal`` accepts it; None when the client
+        went away first or the body was refused (answered here)."""
         body = await self._body(receive)
-        if body is None:  # the client went away
-            return
+        if body is None:
+            return None
         refusal = json_refusal(body)
         if refusal is not None:
             await problem_response(*refusal)(scope, receive, send)
+            return None
+        return body
+
+    async def _answer_raw(
+        self, scope: Scope, receive: Receive, send: Send, route: BaseRoute, handler: RawHandler
+    ) -> None:
+        body = await self._json_body(scope, receive, send)
+        if body is None:
             return
         scope["route"] = route
         try:

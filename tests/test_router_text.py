@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from _router import decides_as_twin
 from msroute.errors import InvalidFeedbackError, JournalError, RouterConfigError
 from msroute.prompts import fit_context_model, load_context_model
 from msroute.router import Router
@@ -68,18 +69,9 @@ def test_a_router_routes_by_the_prompts_cluster_and_replays_exactly(tmp_path, ev
     twin = Router(config(eval_table, tmp_path / "twin.db", snapshot_every=40))
     twin.route(prompt="Compute 3 + 4 and give the sum in \\boxed{}.")
     traffic(twin, 150)
-    for use_snapshot in (True, False):
-        again = Router.open(tmp_path / "r.db", use_snapshot=use_snapshot)
-        for _ in range(20):
-            a = again.route(prompt="who wrote the novel number 7 in the series")
-            b = twin.route(prompt="who wrote the novel number 7 in the series")
-            assert a.team == b.team and a.propensities == b.propensities
-            again.feedback(a.decision_id, 1.0)
-            twin.feedback(b.decision_id, 1.0)
-        again.close()
-        twin.close()
-        twin = Router.open(tmp_path / "twin.db")
-    twin.close()
+    decides_as_twin(
+        tmp_path / "r.db", twin, 20, prompt="who wrote the novel number 7 in the series"
+    )
     # The configuration file it was created with reopens it; another k is another model.
     Router.open(tmp_path / "r.db", config=config(eval_table)).close()
     with pytest.raises(RouterConfigError, match="contexts_from"):

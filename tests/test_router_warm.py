@@ -9,6 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from _router import decides_as_twin
 from msroute.errors import JournalError, RouterConfigError
 from msroute.router import Router
 from test_outcomes import write_csv
@@ -58,17 +59,7 @@ def test_a_router_starts_from_its_table_and_replays_exactly(tmp_path):
     assert record["sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
     twin = Router(config(table, tmp_path / "twin.db", snapshot_every=50))
     traffic(twin, 120)
-    for use_snapshot in (True, False):
-        again = Router.open(tmp_path / "r.db", use_snapshot=use_snapshot)
-        for _ in range(30):
-            a, b = again.route(context="c1"), twin.route(context="c1")
-            assert a.team == b.team and a.propensities == b.propensities
-            again.feedback(a.decision_id, 1.0)
-            twin.feedback(b.decision_id, 1.0)
-        again.close()
-        twin.close()
-        twin = Router.open(tmp_path / "twin.db")
-    twin.close()
+    decides_as_twin(tmp_path / "r.db", twin, 30, context="c1")
 
 
 def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):

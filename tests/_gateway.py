@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from _server import ServerProcess
+from _service import TOKEN
+
 #: The upstream key the stub receives (a test checks it is this, never the gateway's token).
 UPSTREAM_KEY = "sk-upstream-test"
 KEY_ENV = "STUB_UPSTREAM_KEY"
@@ -88,3 +91,11 @@ usd_per_day = 5.0
 """
     path.write_text(text)
     return path
+
+
+def gateway_process(config: Path, data_dir: Path, log: Path | None = None) -> ServerProcess:
+    """``msroute gateway`` on ``config`` (experts of the stub upstream, whose key it is given),
+    with the test token; a context manager that starts and stops it."""
+    return ServerProcess(
+        config, data_dir, token=TOKEN, command="gateway", env={KEY_ENV: UPSTREAM_KEY}, log=log
+    )

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from _gateway import KEY_ENV, UPSTREAM_KEY, write_config
+from _gateway import KEY_ENV, UPSTREAM_KEY, gateway_process, write_config
 from _server import ServerProcess, free_port
 from _service import TOKEN
 from _upstream import StubUpstream
@@ -28,14 +28,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     tmp = tmp_path_factory.mktemp("gateway")
     with StubUpstream(free_port()) as stub:
         config = write_config(tmp / "gateway.toml", stub.base_url)
-        server = ServerProcess(
-            config,
-            tmp / "data",
-            token=TOKEN,
-            command="gateway",
-            env={KEY_ENV: UPSTREAM_KEY},
-            log=tmp / "gateway.log",
-        )
+        server = gateway_process(config, tmp / "data", tmp / "gateway.log")
         with server:
             yield server
 

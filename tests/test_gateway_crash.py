@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from _gateway import KEY_ENV, UPSTREAM_KEY, expert
-from _server import ServerProcess, free_port
+from _gateway import expert, gateway_process
+from _server import free_port
 from _service import TOKEN
 from _upstream import StubUpstream
 from msroute.router import Router
@@ -39,14 +39,7 @@ expected_tokens = {{ input = 100, output = 20 }}
 {expert(stub.base_url, behaviour, 3.0, 6.0)}
 """
         )
-        server = ServerProcess(
-            config,
-            tmp_path / "data",
-            token=TOKEN,
-            command="gateway",
-            env={KEY_ENV: UPSTREAM_KEY},
-            log=tmp_path / "gateway.log",
-        )
+        server = gateway_process(config, tmp_path / "data", tmp_path / "gateway.log")
         acked: dict[str, str] = {}  # decision id -> team
         stop = threading.Event()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from _gateway import KEY_ENV, UPSTREAM_KEY, expert
+from _gateway import expert, gateway_process
 from _server import ServerProcess, free_port
 from _service import TOKEN
 from _upstream import StubUpstream
@@ -160,9 +160,7 @@ expected_tokens = {{ input = 50, output = 10 }}
 {expert(stub.base_url, "", 3.0, 4.0)}
 """
     )
-    server = ServerProcess(
-        config, tmp_path / "data", token=TOKEN, command="gateway", env={KEY_ENV: UPSTREAM_KEY}
-    )
+    server = gateway_process(config, tmp_path / "data")
     with server:
         client = GatewayClient(server.url, "lt", TOKEN)
         llm = litellm.Router(model_list=deployments(stub), num_retries=0)

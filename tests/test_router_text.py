@@ -140,8 +140,8 @@ def test_the_http_decision_takes_a_prompt_instead_of_a_context(tmp_path, eval_ta
 def test_the_gateway_routes_a_chat_by_its_last_user_message(tmp_path, eval_table):
     import httpx
 
-    from _gateway import KEY_ENV, UPSTREAM_KEY, expert
-    from _server import ServerProcess, free_port
+    from _gateway import expert, gateway_process
+    from _server import free_port
     from _service import TOKEN
     from _upstream import StubUpstream
 
@@ -160,13 +160,8 @@ contexts_from = {{ prompts = "eval.csv", k = 3, seed = 1 }}
 {expert(u, "prompt=10&completion=5", 2.0, 2.0)}
 """
         )
-        server = ServerProcess(
-            tmp_path / "gateway.toml",
-            tmp_path / "data",
-            token=TOKEN,
-            command="gateway",
-            env={KEY_ENV: UPSTREAM_KEY},
-            log=tmp_path / "gateway.log",
+        server = gateway_process(
+            tmp_path / "gateway.toml", tmp_path / "data", tmp_path / "gateway.log"
         )
         text = "who wrote the novel number 7 in the series"
         with server:

@@ -19,7 +19,13 @@ Beside each warm row, ``prior alone``: what the start is worth without learning,
 OPT^ctx routing in the router's contexts (no floor) played fixed on the same streamed prompts, and
 its spend / budget (it is fitted to the eval half's costs, so it may end over the budget).
 
-Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2]``.
+To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
+sets the warm start's strength, ``--omd KEY=VALUE`` overrides one of the live OMD parameters
+(``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it forks), and
+``--cases category:warm ...`` runs only those (contexts, start) pairs.
+
+Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
+[--omd eta_mult=0.01] [--cases category:warm]``.
 """
 
 from __future__ import annotations
@@ -100,10 +106,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--horizons", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
+    parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
     args = parser.parse_args()
+    cases = [tuple(c.split(":", 1)) for c in args.cases]
+    for key, value in (kv.split("=", 1) for kv in args.omd):
+        if key not in DEFAULT_OMD_PARAMS:
+            parser.error(f"--omd {key}: not one of {', '.join(DEFAULT_OMD_PARAMS)}")
+        kind = type(DEFAULT_OMD_PARAMS[key])
+        DEFAULT_OMD_PARAMS[key] = kind(value)
     print(
         f"msroute {msroute.__version__}, numpy {importlib.metadata.version('numpy')}; live OMD "
-        f"defaults {DEFAULT_OMD_PARAMS}, warm strength {DEFAULT_STRENGTH:g}; seeds 0-4, M = 1, "
+        f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}; seeds 0-4, M = 1, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print(
@@ -112,7 +127,7 @@ def main() -> None:
     )
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for horizon in args.horizons:
-        for contexts, start in CASES:
+        for contexts, start in cases:
             cfg = Started(
                 m_draws=(1,),
                 policies=("omd",),
@@ -120,6 +135,7 @@ def main() -> None:
                 warm_split=0.5,
                 contexts=contexts,
                 start=start,
+                warm_strength=args.strength,
             )
             tic = time.perf_counter()
             with tempfile.TemporaryDirectory() as out:

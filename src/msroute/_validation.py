@@ -275,14 +275,20 @@ def adaptive_gamma(n_experts: int, max_floor: float) -> float:
     return min(default_gamma(n_experts), FLOOR_SHARE * max_floor)
 
 
-def check_gamma(gamma: float, n_experts: int) -> float:
-    """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty)."""
-    gamma = as_real(gamma, "gamma")
+def check_gamma(
+    gamma: float,
+    n_experts: int,
+    name: str = "gamma",
+    too_large: type[Exception] = InvalidValueError,
+) -> float:
+    """Require ``0 <= gamma <= 1/K`` (the floored simplex is non-empty); ``name``: the
+    parameter's name in the messages, ``too_large``: the error above ``1/K``."""
+    gamma = as_real(gamma, name)
     if not np.isfinite(gamma) or gamma < 0:
-        raise InvalidValueError(f"gamma == {gamma}, must be a finite number >= 0")
+        raise InvalidValueError(f"{name} == {gamma}, must be a finite number >= 0")
     if gamma * n_experts > 1.0 + 1e-12:
-        raise InvalidValueError(
-            f"gamma == {gamma} with {n_experts} experts, must be <= 1/K = {1.0 / n_experts:.6g}"
+        raise too_large(
+            f"{name} == {gamma} with {n_experts} experts, must be <= 1/K = {1.0 / n_experts:.6g}"
         )
     return gamma
 

@@ -52,6 +52,7 @@ from msroute._validation import (
     as_float_array,
     as_real,
     check_contexts,
+    check_gamma,
     check_positive_int,
 )
 from msroute.core._polytope import Polytope
@@ -300,13 +301,7 @@ def _check_inputs(
     if np.any(lo_a > hi_a):
         j = int(np.flatnonzero(lo_a > hi_a)[0])
         raise InfeasibleConstraintsError(f"lo[{j}] == {lo_a[j]} is above hi[{j}] == {hi_a[j]}")
-    floor = as_real(floor, "floor")
-    if not np.isfinite(floor) or floor < 0:
-        raise InvalidValueError(f"floor == {floor}, must be a finite number >= 0")
-    if floor * k > 1.0 + 1e-12:
-        raise InfeasibleConstraintsError(
-            f"floor == {floor} with {k} experts, must be <= 1/K = {1.0 / k:.6g}"
-        )
+    floor = check_gamma(floor, k, "floor", InfeasibleConstraintsError)
     tol = as_real(tol, "tol")
     if not tol > 0:
         raise InvalidValueError(f"tol == {tol}, must be > 0")

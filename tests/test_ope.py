@@ -140,6 +140,8 @@ def _spoiled(events: list[dict], change: str) -> list[dict]:
         decision["cost"] = [*decision["cost"], 1.0]
     elif change == "no kind":
         del out[-1]["kind"]
+    elif change == "allowed without its draw":
+        decision["allowed"] = [e for e in IDS if e not in decision["draws"]]
     return out
 
 
@@ -153,6 +155,7 @@ def _spoiled(events: list[dict], change: str) -> list[dict]:
         ("short probs", "needs as many propensities as draws"),
         ("cost length", "cost must have"),
         ("no kind", "an event without a kind"),
+        ("allowed without its draw", "allowed must list the experts the pacer left"),
     ],
 )
 def test_a_spoiled_log_is_refused_naming_the_event(change: str, named: str) -> None:
@@ -206,3 +209,44 @@ def test_a_cost_reported_with_feedback_replaces_the_realized_one() -> None:
         a, b = getattr(plain, name)["0"], getattr(doubled, name)["0"]
         assert (b.value, b.low, b.high) == (2 * a.value, 2 * a.low, 2 * a.high)
     assert doubled.ips_reward == plain.ips_reward and doubled.snips_reward == plain.snips_reward
+
+
+def test_a_candidate_is_played_within_what_the_pacer_left() -> None:
+    """Where the pacer narrowed a decision (uniform routing under a budget below its cost: the
+    dear experts fit only now and then), the logged propensities put no mass outside its set;
+    the candidate is played within the same set, as the router would have, so the estimate
+    targets the average over the decisions of the candidate renormalized over each one's
+    ``allowed`` experts. Before the log said which experts the pacer left, the candidate's mass
+    outside them counted as reward 0 and the estimate fell far below that."""
+    skill = {"a": 0.9, "b": 0.6, "c": 0.4, "d": 0.2}
+    router = Router(
+        {
+            "policy": "uniform",
+            "m_draws": 1,
+            "cost_names": ["usd"],
+            "seed": 5,
+            "experts": {e: [c] for e, c in zip(IDS, COSTS, strict=True)},
+            "constraints": {"upper": {"usd": 0.005}},
+        }
+    )
+    for _ in range(3000):
+        d = router.route()
+        router.feedback(d.decision_id, skill[d.team[0]])
+    events = [e for e in router.decisions_since(0, 10**6) if e["kind"] == "decision"]
+    narrowed = [e for e in events if e.get("allowed")]
+    assert len(narrowed) > 1000
+    assert all(set(e["draws"]) <= set(e["allowed"]) for e in narrowed)
+    cand = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}
+    sets = [e.get("allowed") or IDS for e in events]
+    want = float(
+        np.mean([sum(cand[x] * skill[x] for x in s) / sum(cand[x] for x in s) for s in sets])
+    )
+    res = evaluate(router, cand)
+    for est in (res.ips_reward, res.snips_reward):
+        assert est.low <= want <= est.high, (est, want)
+    unpaced = float(np.mean([sum(cand[x] * skill[x] for x in s) for s in sets]))
+    assert unpaced < res.ips_reward.low  # what IPS estimated without the pacer's sets
+    rows = router.export_rows(0, 10**6)
+    assert [r.get("allowed") for r in rows if r["kind"] == "decision"] == [
+        e.get("allowed") for e in events
+    ]

@@ -83,6 +83,10 @@ class Decision:
         What the decision was booked at, its team's table cost (each distinct expert once),
         when the policy is paced (``BasePolicy.pace``); the realized cost fed back replaces it
         in the pacer's spend. None for a policy that is not paced.
+    allowed : ndarray of bool, shape (R, K), or None
+        The experts the pacer left eligible (within the mask), when it narrowed the decision;
+        None when it did not (or the policy is not paced). Off-policy evaluation plays a
+        candidate within it, as the router would have.
     """
 
     draws: IntArray
@@ -90,9 +94,10 @@ class Decision:
     context: IntArray | None
     round: int
     cost: FloatArray | None = None
+    allowed: BoolArray | None = None
 
     def __post_init__(self) -> None:
-        for arr in (self.draws, self.probs, self.context, self.cost):
+        for arr in (self.draws, self.probs, self.context, self.cost, self.allowed):
             if isinstance(arr, np.ndarray):
                 arr.flags.writeable = False
 
@@ -309,8 +314,10 @@ class BasePolicy:
             draws, probs = self._select(ctx, eligible)
             decision = Decision(draws, probs, ctx, self.t)
         else:
-            draws, probs = self._select(ctx, pacer.restrict(self.t + 1, eligible, ctx))
-            decision = Decision(draws, probs, ctx, self.t, pacer.book(draws, ctx))
+            allowed = pacer.restrict(self.t + 1, eligible, ctx)
+            draws, probs = self._select(ctx, allowed)
+            narrowed = None if allowed is eligible else allowed
+            decision = Decision(draws, probs, ctx, self.t, pacer.book(draws, ctx), narrowed)
         self.t += 1
         return decision
 

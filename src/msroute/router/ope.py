@@ -9,7 +9,10 @@ weight of decision t is exactly
 
 and ``E[w_t r_t] = E_{q'}[r]`` (the logging q may change from one decision to the next; each
 weight uses the decision's own q). With an eligibility mask the candidate is restricted to the
-same eligible experts and renormalized, as the router itself would play it.
+same eligible experts and renormalized, as the router itself would play it; so is it where the
+pacer narrowed a decision (the decision's ``allowed`` experts): the estimate is that of the
+candidate paced as the logged traffic was, not of the candidate run unpaced (which could spend
+past the bounds).
 
 Estimates (n = the decisions with a logged reward):
 
@@ -183,6 +186,14 @@ def _checked_decision(e: dict[str, Any], n_costs: int) -> dict[str, Any]:
     for p in probs:
         if not 0.0 < finite_real(p, f"{what}: propensity") <= 1.0:
             raise InvalidValueError(f"{what}: a propensity must be in (0, 1], got {p!r}")
+    allowed = e.get("allowed")
+    if allowed is not None and (
+        not isinstance(allowed, list | tuple) or not set(draws) <= set(allowed)
+    ):
+        raise InvalidValueError(
+            f"{what}: allowed must list the experts the pacer left, the draws among them, got "
+            f"{allowed!r:.80}"
+        )
     cost = e.get("cost")
     if not isinstance(cost, list | tuple) or len(cost) != n_costs:
         raise InvalidValueError(f"{what}: cost must have {n_costs} values, got {cost!r:.80}")
@@ -288,7 +299,7 @@ def evaluate(
     c = np.empty((len(used), len(names)))
     for i, did in enumerate(used):
         e = decisions[did]
-        eligible = e.get("eligible")
+        eligible = e.get("allowed") or e.get("eligible")  # the pacer's set is within the mask
         scale = 1.0 if eligible is None else sum(q_new.get(x, 0.0) for x in set(eligible))
         ratio = 1.0
         for expert, p_old in zip(e["draws"], e["probs"], strict=True):

@@ -159,6 +159,7 @@ def _decision(
         "n": payload["n"],
         "context": payload.get("context"),
         "eligible": payload.get("eligible"),
+        "allowed": payload.get("allowed"),
         "draws": list(payload["draws"]),
         "team": list(payload["team"]),
         "propensities": propensities,
@@ -179,6 +180,7 @@ def _by_name(cost: Sequence[float] | None, names: list[str]) -> dict[str, float]
 _CONTAINERS = frozenset(
     {
         "eligible",
+        "allowed",
         "draws",
         "team",
         "propensities",

@@ -474,6 +474,8 @@ def _decide(
         "version": routed.policy_version,
         "layout": layout,
     }
+    if dec.allowed is not None:  # the pacer narrowed it: what a candidate is played within
+        payload["allowed"] = [ids[c] for c in np.flatnonzero(dec.allowed[0])]
     return routed, payload, None if dec.probs is None else dec.probs[0].tobytes()
 
 

@@ -115,6 +115,13 @@ def test_two_routers_cannot_share_a_journal(tmp_path: Path) -> None:
     routers = {"a": dict(ROUTER, journal="j.db"), "b": dict(ROUTER, journal="j.db")}
     with pytest.raises(ValueError, match="own journal"):
         load_service_config(write_config(tmp_path / "s.toml", routers), data_dir=tmp_path)
+    # the same file through a symlinked directory or a path with ".." is the same journal
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data", target_is_directory=True)
+    for other in ("link/j.db", "data/../data/j.db"):
+        routers = {"a": dict(ROUTER, journal="data/j.db"), "b": dict(ROUTER, journal=other)}
+        with pytest.raises(ValueError, match="own journal"):
+            load_service_config(write_config(tmp_path / "s.toml", routers), data_dir=tmp_path)
 
 
 def test_service_config_is_frozen(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ stops ``msroute serve`` before it binds a port.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,12 +107,13 @@ class ServiceConfig:
                 raise ConfigError(
                     f"routers.{name}.journal must be an absolute path, got {journal!r}"
                 )
-            if journal in journals:
+            real = os.path.realpath(journal)  # one file, however its paths are spelled
+            if real in journals:
                 raise ConfigError(
                     f"routers.{name}.journal {journal!r} is also the journal of router "
-                    f"{journals[journal]!r}; each router needs its own journal"
+                    f"{journals[real]!r}; each router needs its own journal"
                 )
-            journals[journal] = name
+            journals[real] = name
             try:
                 RouterConfig.from_dict(dict(cfg))
             except MSRouteError as exc:

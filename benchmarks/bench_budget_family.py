@@ -37,6 +37,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 import msroute
+from msroute.errors import RouterConfigError
 from msroute.experiments.family import family_instance, opt_reward, run_instance
 
 #: Candidate configurations: policy, params (over the Router's defaults), pacing.
@@ -77,14 +78,18 @@ def _instance_rows(
     rows = []
     for name in candidates:
         spec = CANDIDATES[name]
-        res = run_instance(
-            inst,
-            horizon,
-            policy=spec.get("policy", "omd"),
-            params=spec.get("params"),
-            pacing=spec.get("pacing", True),
-            config={"horizon": horizon} if spec.get("horizon") else None,
-        )
+        try:
+            res = run_instance(
+                inst,
+                horizon,
+                policy=spec.get("policy", "omd"),
+                params=spec.get("params"),
+                pacing=spec.get("pacing", True),
+                config={"horizon": horizon} if spec.get("horizon") else None,
+            )
+        except RouterConfigError as exc:  # e.g. CBwK needs M <= K: not run on this instance
+            print(f"  seed {seed}, {name}: not run ({exc})", file=sys.stderr)
+            continue
         rows.append(
             {
                 "candidate": name,
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for c in args.candidates:
         sel = [r for r in rows if r["candidate"] == c]
+        if not sel:
+            continue
         ratio = np.array([r["reward_over_opt"] for r in sel])
         print(
             f"| {c} | {len(sel)} | {sum(r['over'] for r in sel)} | "

@@ -37,7 +37,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 import msroute
-from msroute.errors import RouterConfigError
+from msroute.errors import MSRouteError
 from msroute.experiments.family import family_instance, opt_reward, run_instance
 
 #: Candidate configurations: policy, params (over the Router's defaults), pacing.
@@ -87,7 +87,7 @@ def _instance_rows(
                 pacing=spec.get("pacing", True),
                 config={"horizon": horizon} if spec.get("horizon") else None,
             )
-        except RouterConfigError as exc:  # e.g. CBwK needs M <= K: not run on this instance
+        except MSRouteError as exc:  # e.g. CBwK needs M <= K, also after an expert's removal
             print(f"  seed {seed}, {name}: not run ({exc})", file=sys.stderr)
             continue
         rows.append(

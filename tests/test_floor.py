@@ -318,3 +318,16 @@ def test_a_recorded_gamma_of_a_decaying_floor_is_read_as_its_start() -> None:
         usd(CHEAP, 1, 0.003), horizon=1, **OMDApproachability._recorded_kwargs(old)
     )
     assert (pol.gamma, pol.floor_min) == (0.02, 0.0)
+
+
+@pytest.mark.parametrize("budget", [0.0005, 0.001, 0.00101, 0.0011, 0.002, 1.0])
+def test_accepts_a_floor_says_whether_exploration_floor_has_one(budget: float) -> None:
+    """The cheap predicate (no error message composed) agrees with ``exploration_floor``,
+    from budgets below the cheapest expert through one just above it to generous ones."""
+    p = Problem([[0.001], [0.002], [5.0]], 1, Constraints(upper=[budget], names=["usd"]))
+    try:
+        p.exploration_floor()
+        raised = False
+    except InfeasibleConstraintsError:
+        raised = True
+    assert p.accepts_a_floor() is not raised

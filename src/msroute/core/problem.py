@@ -379,6 +379,12 @@ class Problem:
             raise InfeasibleConstraintsError(self._infeasibility_message(None))
         return found[0]
 
+    def accepts_a_floor(self) -> bool:
+        """Whether ``exploration_floor`` has one to give (it raises exactly when this is
+        False), without composing its error message, which solves further LPs."""
+        found = self._floor_lp()
+        return found is not None and found[0] >= MIN_FLOOR
+
     def exploration_floor(self) -> float:
         """The exploration floor msroute uses by default: ``min(1/(10K), max_floor() / 2)``.
 

@@ -110,15 +110,14 @@ def _min_budget(
     costs: FloatArray, m: int, upper: list[float | None], lower: list[float | None]
 ) -> float | None:
     """The smallest dollar budget (coordinate 0) the router accepts with the other bounds, by
-    bisection on ``Problem.exploration_floor`` (None when none does)."""
+    bisection on ``Problem.accepts_a_floor`` (None when none does)."""
 
     def accepted(budget: float) -> bool:
         cons = Constraints(upper=[budget, *upper[1:]], lower=lower)
         try:
-            Problem(costs, m, cons).exploration_floor()
+            return Problem(costs, m, cons).accepts_a_floor()
         except InfeasibleConstraintsError:
             return False
-        return True
 
     lo, hi = 0.0, float(costs[:, 0].max()) * m
     if not accepted(hi):

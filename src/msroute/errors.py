@@ -116,8 +116,8 @@ class InvalidFeedbackError(MSRouteError, ValueError):
 class UnsupportedEstimateError(MSRouteError, ValueError):
     """An off-policy estimate the log cannot support: the logging policy rarely drew what the
     candidate draws, so the effective sample size of the importance weights is below
-    ``min_ess`` and the estimate and its interval would claim a precision they lack; the message
-    gives the effective sample size."""
+    ``min_ess`` and the point estimate would rest on a handful of weights; the message gives
+    the effective sample size."""
 
 
 class JournalError(MSRouteError):

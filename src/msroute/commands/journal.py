@@ -63,8 +63,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evaluate = actions.add_parser(
         "evaluate",
         help="off-policy estimate of a candidate distribution's reward and cost",
-        description="IPS and self-normalized IPS estimates, with confidence intervals and the "
-        "effective sample size, of a fixed distribution q' over the experts.",
+        description="IPS and self-normalized IPS estimates, with a betting confidence interval "
+        "and the effective sample size, of a fixed distribution q' over the experts.",
     )
     evaluate.add_argument("path", type=Path)
     evaluate.add_argument(
@@ -77,6 +77,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="the smallest effective sample size an estimate is given for (default 100; "
         "0 gives one whatever the log's support)",
+    )
+    evaluate.add_argument(
+        "--reward-range",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        default=None,
+        help="bounds every reward lies within, for the intervals (default: the log's smallest "
+        "and largest reward)",
     )
     evaluate.set_defaults(func=_evaluate)
 
@@ -200,7 +209,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"--q {args.q}: must be a JSON object of expert id -> probability, "
             f"got {type(q).__name__}"
         )
-    extra = {} if args.min_ess is None else {"min_ess": args.min_ess}
+    extra: dict[str, Any] = {} if args.min_ess is None else {"min_ess": args.min_ess}
+    if args.reward_range is not None:
+        extra["reward_range"] = tuple(args.reward_range)
     result = evaluate(args.path, q, level=args.level, **extra)
     print(json.dumps(_finite_or_none(result.to_dict()), indent=2, allow_nan=False))
     return 0

@@ -316,3 +316,21 @@ def test_reward_range() -> None:
     ):
         with pytest.raises(msroute.InvalidValueError, match=match):
             evaluate(log, {"a": 0.5, "b": 0.5}, min_ess=0, reward_range=bad)  # type: ignore[arg-type]
+
+
+def test_a_log_of_one_reward_value_gives_no_interval_unless_the_range_is_given() -> None:
+    """Every logged reward is 1: the log's range is one value, which says nothing of what the
+    candidate's other draws would bring, so the interval is unbounded (not the point [1, 1]);
+    with the range given, a real interval. Costs all 0: the same for the cost."""
+    log = [
+        {"kind": "decision", "ref": "1", "draws": ["a"], "probs": [0.5], "cost": [0.0]},
+        {"kind": "feedback", "ref": "1", "reward": 1.0},
+        {"kind": "decision", "ref": "2", "draws": ["a"], "probs": [0.5], "cost": [0.0]},
+        {"kind": "feedback", "ref": "2", "reward": 1.0},
+        {"kind": "decision", "ref": "3", "draws": ["b"], "probs": [0.5], "cost": [0.0]},
+    ]
+    res = evaluate(log, {"a": 0.5, "b": 0.5}, min_ess=0)
+    assert (res.ips_reward.low, res.ips_reward.high) == (-np.inf, np.inf)
+    assert (res.snips_cost["0"].low, res.snips_cost["0"].high) == (-np.inf, np.inf)
+    given = evaluate(log, {"a": 0.5, "b": 0.5}, min_ess=0, reward_range=(0.0, 1.0)).ips_reward
+    assert 0.0 <= given.low < given.high <= 1.0

@@ -263,7 +263,8 @@ def evaluate(
     reward_range : (low, high), optional
         Bounds every reward lies within, for the interval (default: the smallest and largest
         reward of the log; give the known range, e.g. ``(0, 1)``, when the log may not show
-        it). Each cost coordinate's range is from 0 to the largest cost of the log.
+        it). Each cost coordinate's range is from 0 to the largest cost of the log. A range read
+        off the log that is a single value gives no interval (``-inf``, ``inf``).
 
     Raises
     ------
@@ -329,12 +330,14 @@ def evaluate(
             "their level"
         )
     if reward_range is None:
-        r_low, r_high = float(r.min()), float(r.max())
+        r_range = float(r.min()), float(r.max())
     else:
-        r_low, r_high = _checked_range(reward_range, r)
+        r_range = _checked_range(reward_range, r)
     c_high = c.max(axis=0)
-    ips_c = [_estimates(w, c[:, j], 0.0, float(c_high[j]), level) for j in range(len(names))]
-    ips_r, sn_r = _estimates(w, r, r_low, r_high, level)
+    ips_c = [
+        _estimates(w, c[:, j], (0.0, float(c_high[j])), level, False) for j in range(len(names))
+    ]
+    ips_r, sn_r = _estimates(w, r, r_range, level, reward_range is not None)
     return OPEResult(
         n=len(used),
         ips_reward=ips_r,
@@ -363,11 +366,17 @@ def _checked_range(reward_range: object, r: FloatArray) -> tuple[float, float]:
 
 
 def _estimates(
-    w: FloatArray, y: FloatArray, low: float, high: float, level: float
+    w: FloatArray, y: FloatArray, bounds: tuple[float, float], level: float, given: bool
 ) -> tuple[Estimate, Estimate]:
     """IPS and self-normalized IPS of ``y`` under the weights ``w``, both with the betting
-    interval of the candidate's value."""
-    down, up = betting_interval(w, y, low, high, level)
+    interval of the candidate's value. A range read off the log (not ``given``) that is one
+    value says nothing of what the candidate's other draws would bring: no interval then,
+    ``(-inf, inf)``."""
+    low, high = bounds
+    if high > low or given:
+        down, up = betting_interval(w, y, low, high, level)
+    else:
+        down, up = -math.inf, math.inf
     total = float(w.sum())
     snips = float(np.sum(w * y) / total) if total > 0.0 else math.nan
     return Estimate(float(np.mean(w * y)), down, up), Estimate(snips, down, up)

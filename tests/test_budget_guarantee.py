@@ -10,6 +10,7 @@ regression test below.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 import msroute
 from msroute import Router
 from msroute.errors import InfeasibleConstraintsError, RouterConfigError
+from msroute.experiments.family import _achievable, family_instance, run_instance
 
 SETTINGS = settings(
     max_examples=12,
@@ -273,3 +275,29 @@ def test_the_bench_runs_the_live_routers_configuration(monkeypatch: pytest.Monke
         }
         assert bench == recorded, kwargs["name"]
         assert bench.get("pacing") is True
+
+
+def test_a_price_rise_on_the_cheapest_masked_expert_moves_the_masked_requests() -> None:
+    """Family instance 5166 (a generated family's, beyond the 1,000 the defaults were checked
+    on): a fifth of the requests may use only three dear experts, and at decision 1,038 the
+    cheapest of them triples its price, above the next one. The pacer booked it at the mean of
+    all its calls, which followed the new price so slowly that it kept choosing it for the
+    masked requests: 1.169x the budget at the end. Booked at what calls cost now (the cost
+    estimate's window), it moves them to the next expert and ends within the budget."""
+    inst = family_instance(5166, 3000)
+    assert inst.price_from == 1038 and inst.mask_share > 0.2
+    result = run_instance(inst, 3000)
+    assert not result.over, result.avg_cost
+
+
+def test_the_family_keeps_only_lowered_budgets_a_run_can_pay_back() -> None:
+    """Family instance 5130 lowered its budget at decision 1,418 to 0.72x, after spending up to
+    the old one, with 17% of the requests that may use only an expert at 2.8x the new budget:
+    the best routing from then on ends at 1.02x, so the instance is unkeepable, and the family
+    now draws it without the change (the other instances are the same)."""
+    inst = family_instance(5130, 3000)
+    assert inst.bound_at is None
+    lowered = dataclasses.replace(inst, bound_at=1418, bound_new=0.024992417415944813)
+    assert _achievable(lowered)  # from the start, the new budget is keepable
+    assert not _achievable(lowered, horizon=3000)  # after spending up to the old one, not
+    assert _achievable(dataclasses.replace(lowered, bound_at=300), horizon=3000)

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msroute import Constraints, Problem, ProblemBatch, make_policy
+from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
-from msroute.policies.pacing import Pacer
+from msroute.policies.pacing import COST_WINDOW, Pacer
 
 
 def _pacer(costs: np.ndarray, m: int, upper: list, lower: list | None = None) -> Pacer:
@@ -143,3 +144,21 @@ def test_bounds_that_only_a_mixture_meets_are_approached_by_alternating() -> Non
         pol.update(d, np.array([1.0]), d.cost)
     avg = spent / 3000
     assert avg[0] <= 0.0027 and avg[1] <= 3.7 and avg[2] >= 0.07
+
+
+def test_a_price_that_rises_is_booked_at_its_new_level() -> None:
+    """300 calls at the table price, then it triples: within 60 calls the pacer books it within
+    5% of the new price (its estimate averages over about ``COST_WINDOW`` calls); an estimate
+    over all calls (the policies' own, ``CostEstimate`` without a window) is still near 1.4x."""
+    pacer = _pacer(np.array([[0.01], [0.001]]), 1, [0.01])
+    assert pacer.est.window == COST_WINDOW
+    whole = CostEstimate(np.array([[[0.01], [0.001]]]), np.array([[0.01]]))
+    draws = np.array([[0]])
+    for price in [0.01] * 300 + [0.03] * 60:
+        for est in (pacer.est, whole):
+            est.update(draws, np.array([[price]]))
+    assert pacer.est.costs[0, 0, 0] == pytest.approx(0.03, rel=0.05)
+    assert whole.costs[0, 0, 0] < 0.015
+    as_before = pacer.est.costs.copy()
+    pacer.est.update(draws, as_before[:, 0, :])  # a cost as predicted leaves it as it is
+    assert np.array_equal(pacer.est.costs, as_before)

@@ -219,13 +219,28 @@ def _draw(rng: np.random.Generator, seed: int, horizon: int) -> FamilyInstance |
     inst = FamilyInstance(seed, config, skills, **extra)
     if inst.remove_at is not None and not _achievable(inst, without=inst.remove_expert):
         inst = dataclasses.replace(inst, remove_at=None, remove_expert="")  # it would be unkeepable
-    return inst if _achievable(inst) else None
+    if not _achievable(inst):
+        return None
+    if inst.bound_at is not None and not _achievable(inst, horizon=horizon):
+        # A lowered budget that the run, having spent up to the old one, cannot pay back by
+        # its end: no router could keep it.
+        inst = dataclasses.replace(inst, bound_at=None, bound_new=0.0)
+    return inst
 
 
-def _achievable(inst: FamilyInstance, slack: float = 0.05, without: str | None = None) -> bool:
+def _achievable(
+    inst: FamilyInstance,
+    slack: float = 0.05,
+    without: str | None = None,
+    horizon: int | None = None,
+) -> bool:
     """Whether some routing of single experts keeps every bound with ``slack`` to spare at the
     real prices (risen ones included), the lowered budget and the masked share (``without``
-    that expert): the instance is one a router can keep (the guarantee assumes it)."""
+    that expert): the instance is one a router can keep (the guarantee assumes it).
+
+    With ``horizon``, a changed budget is kept over the whole run by a routing that starts at
+    the change, after a run that spent up to the old budget until then: the average over the
+    rest must be at most ``(T u_new - t u_old) / (T - t)``."""
     from scipy.optimize import linprog
 
     cfg = inst.config
@@ -242,7 +257,11 @@ def _achievable(inst: FamilyInstance, slack: float = 0.05, without: str | None =
     a_ub, b_ub = [], []
     upper = dict(cfg["constraints"]["upper"])
     if inst.bound_at is not None:
-        upper["usd"] = min(upper["usd"], inst.bound_new)
+        old, new, at = upper["usd"], inst.bound_new, inst.bound_at
+        rest = new if horizon is None else (horizon * new - at * old) / (horizon - at)
+        upper["usd"] = min(old, new, rest)
+        if upper["usd"] <= 0.0:
+            return False
     for j, n in enumerate(names):
         if n in upper:
             a_ub.append(spend[j])

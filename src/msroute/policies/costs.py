@@ -13,14 +13,20 @@ something), and each expert's estimate is the running mean of what it was attrib
 
 with ``m_i`` the number of times expert ``i`` was counted in the round (once per distinct routed
 expert, or once per draw) and ``n_i`` its calls so far; the table counts as ``n0`` calls
-(``prior_weight``). The true costs are a fixed point (their residual is zero) and the update is
-a stochastic approximation of it (preconditioned least squares on the team totals); a round
+(``prior_weight``). With a ``window`` ``W`` the step is ``share_i / min(n0 + n_i, W)``: the
+running mean of the first calls, then an exponentially weighted mean of about the last ``W``,
+which follows a price that changed (the pacer books the next call at what calls cost now; a
+mean over all calls would take as many calls again as were made before the change).
+
+The true costs are a fixed point (their residual is zero) and the update is a stochastic
+approximation of it (preconditioned least squares on the team totals); a round
 whose realized cost equals the prediction exactly leaves the estimate unchanged, bit for bit, so
 a policy fed table costs decides exactly as one that ignores realized costs.
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal, get_args
 
 import numpy as np
@@ -65,6 +71,8 @@ class CostEstimate:
         ``cost_count``), or "table": never learn (the paper's policies use the table).
     prior_weight : float, default 10.0
         How many calls the table counts for.
+    window : float, optional
+        The most calls an estimate averages over (module docstring; default: all of them).
 
     Attributes
     ----------
@@ -87,6 +95,7 @@ class CostEstimate:
         *,
         mode: CostEstimateMode = "distinct",
         prior_weight: float = 10.0,
+        window: float = math.inf,
     ) -> None:
         self.mode: CostEstimateMode = check_cost_estimate(mode)
         w = float(prior_weight)
@@ -95,6 +104,7 @@ class CostEstimate:
                 f"cost_prior_weight == {prior_weight}, must be a finite number > 0"
             )
         self.prior_weight = w
+        self.window = float(window)
         self.prior = prior
         self.costs: FloatArray = np.array(prior, dtype=np.float64)
         self.n_obs: FloatArray = np.zeros(prior.shape[:2])
@@ -159,7 +169,7 @@ class CostEstimate:
         weight = est + self._floor[row, 0]
         share = resid * weight / weight
         self.costs[row, drawn] = np.maximum(
-            est + share / (self.prior_weight + self.n_obs[row, drawn]), 0.0
+            est + share / min(self.prior_weight + self.n_obs[row, drawn], self.window), 0.0
         )
 
     def _update_batch(
@@ -195,9 +205,7 @@ class CostEstimate:
             return
         weight = m[:, :, None] * (self.costs + self._floor)  # (R, K, d)
         share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)
-        self.costs = np.maximum(
-            self.costs + share / (self.prior_weight + self.n_obs)[:, :, None], 0.0
-        )
+        self.costs = np.maximum(self.costs + share / self._counted(self.n_obs)[:, :, None], 0.0)
 
     def _update_rows(
         self, rows: IntArray, draws: IntArray, cost: FloatArray, counts: FloatArray | None
@@ -224,7 +232,13 @@ class CostEstimate:
             return
         weight = m[:, :, None] * (costs + self._floor[at])
         share = resid[:, None, :] * weight / weight.sum(axis=1, keepdims=True)
-        self.costs[at] = np.maximum(costs + share / (self.prior_weight + n_obs)[:, :, None], 0.0)
+        self.costs[at] = np.maximum(costs + share / self._counted(n_obs)[:, :, None], 0.0)
+
+    def _counted(self, n_obs: FloatArray) -> FloatArray:
+        """The calls each estimate averages over: the prior's and the experts', at most the
+        window."""
+        counted = self.prior_weight + n_obs
+        return counted if self.window == math.inf else np.minimum(counted, self.window)
 
     def _count_compiled(self, draws: IntArray, cost: FloatArray) -> tuple[bool, FloatArray] | None:
         """Mode "distinct" for a batch in one compiled loop (``msroute._outcome.

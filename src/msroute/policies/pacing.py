@@ -13,8 +13,9 @@ restricted distribution, so importance weights stay exact).
 The accounting, per run and cost coordinate ``j``, after ``n`` decisions:
 
 * Each expert's cost per call is *estimated* from the realized costs fed back
-  (``msroute.policies.costs.CostEstimate``, the table as its prior; one estimate per context
-  for a contextual policy, since a task's prompts can be longer than another's).
+  (``msroute.policies.costs.CostEstimate``, the table as its prior, over about the last
+  ``COST_WINDOW`` calls so that a price that changed is booked at its new level; one estimate
+  per context for a contextual policy, since a task's prompts can be longer than another's).
 * ``spend_j``: each decision booked at its team's estimated cost when it is made (``book``),
   replaced by the realized cost when its feedback reports one (``settle``): what a router counts.
 * Packing bound ``u_j``: the room for decision ``n`` is ``n u_j - spend_j - reserve_j``, and an
@@ -58,6 +59,10 @@ __all__ = ["Pacer"]
 #: The pacer's rooms are kept this far (relative) inside the bounds, so that the rounding of
 #: a sum of costs over a long run cannot carry an average a hair over a bound.
 _REL_SLACK = 1e-9
+#: The pacer's cost estimates average over about this many calls of an expert at most
+#: (``CostEstimate``'s window): a price that rises is booked at its new level within tens of
+#: calls, not after as many calls again as came before it.
+COST_WINDOW = 20.0
 #: The largest excess of a realized cost over its booking seen so far counts this many times.
 _EXCESS_FACTOR = 2.0
 #: The most a mask forced a decision beyond the room counts this many times: masked requests
@@ -125,6 +130,7 @@ class Pacer:
             np.repeat(batch.costs, x, axis=0) if x > 1 else batch.costs,
             np.repeat(scale, x, axis=0) if x > 1 else scale,
             mode="distinct",
+            window=COST_WINDOW,
         )
         self.lo: FloatArray = np.asarray(batch.lo_ori, dtype=np.float64)
         self.hi: FloatArray = np.asarray(batch.hi_ori, dtype=np.float64)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,18 +79,62 @@ def test_a_fitted_model_separates_the_tasks_and_chooses_k_from_the_table():
     one_by_one = model.assign_texts(other.prompts)
     assert np.array_equal(one_by_one, model.assign_matrix(feature_matrix(other.prompts)))
     assert model.context_of("") == model.names[model.fallback]  # no known word: the fallback
-    with pytest.raises(InvalidValueError, match="give k"):
+    assert model.info["by"] == "scores" and model.format_version == 2
+    with pytest.raises(InvalidValueError, match="give the rewards"):
         fit_context_model(table.prompts)
-    fixed = fit_context_model(table.prompts, k=2, seed=1)
-    assert fixed.k == 2 and fixed.names == ("text-0", "text-1")
+    with pytest.raises(InvalidValueError, match="give k"):
+        fit_context_model(table.prompts, by="words")
+    with pytest.raises(InvalidValueError, match="by =="):
+        fit_context_model(table.prompts, table.scores.sum(axis=1), by="topics")
+    fixed = fit_context_model(table.prompts, k=2, seed=1, by="words")
+    assert fixed.k == 2 and fixed.names == ("text-0", "text-1") and fixed.format_version == 1
 
 
-def test_a_model_file_round_trips_bit_for_bit_and_a_damaged_one_is_refused(tmp_path):
+#: Two topics that favour different models, each asked in two styles of many more words.
+_TOPICS = ("chemistry", "poetry")
+_STYLES = (
+    lambda n, topic: f"please answer briefly: what is item {n} of {topic}?",
+    lambda n, topic: (
+        f"Q: Consider the following passage, given in full below; read it with care and "
+        f"answer the question at its end. The passage describes item {n} at length, with "
+        f"every detail a careful reader needs. What is item {n} of {topic}? A:"
+    ),
+)
+
+
+def styled(seed: int, p: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``p`` prompts (their texts, topics and scores of two models): the style carries most of
+    the words, the topic alone which model answers well."""
+    rng = np.random.default_rng(seed)
+    topic, style = rng.integers(0, 2, p), rng.integers(0, 2, p)
+    texts = [_STYLES[s](rng.integers(999), _TOPICS[t]) for t, s in zip(topic, style, strict=True)]
+    means = np.array([[0.9, 0.1], [0.1, 0.9]])[topic]
+    return texts, topic, (rng.random((p, 2)) < means).astype(float)
+
+
+def test_clusters_by_scores_part_prompts_that_favour_different_models_where_words_do_not():
+    texts, topic, scores = styled(0, 400)
+    by_scores = fit_context_model(texts, scores, k=2, seed=0)
+    by_words = fit_context_model(texts, k=2, seed=0, by="words")
+    assert purity(by_scores.assign_texts(texts), topic) > 0.95
+    assert purity(by_words.assign_texts(texts), topic) < 0.7  # the words part the styles
+    new_texts, new_topic, _ = styled(1, 200)
+    assert purity(by_scores.assign_texts(new_texts), new_topic) > 0.95
+    # k from the table: the criterion's best candidate, which keeps the topics apart.
+    chosen = fit_context_model(texts, scores, seed=0)
+    crit = chosen.info["criterion"]
+    assert chosen.k == int(max(crit, key=lambda k: crit[k])) >= 2
+    assert purity(chosen.assign_texts(new_texts), new_topic) > 0.95
+
+
+@pytest.mark.parametrize("by", ["scores", "words"])
+def test_a_model_file_round_trips_bit_for_bit_and_a_damaged_one_is_refused(tmp_path, by):
     table = prompted(2, 200)
-    model = fit_context_model(table.prompts, k=3, seed=0)
+    model = fit_context_model(table.prompts, table.scores.sum(axis=1), k=3, seed=0, by=by)
     path = tmp_path / "ctx.npz"
     sha = model.save(path)
-    assert sha == model.sha256 == fit_context_model(table.prompts, k=3, seed=0).sha256
+    again = fit_context_model(table.prompts, table.scores.sum(axis=1), k=3, seed=0, by=by)
+    assert sha == model.sha256 == again.sha256
     back = load_context_model(path)
     assert back.sha256 == sha and back.names == model.names
     assert np.array_equal(back.assign_texts(table.prompts), model.assign_texts(table.prompts))
@@ -100,6 +146,41 @@ def test_a_model_file_round_trips_bit_for_bit_and_a_damaged_one_is_refused(tmp_p
     with pytest.raises(InvalidValueError, match="fallback"):
         dataclasses.replace(model, fallback=5)
     assert isinstance(ContextModel.from_bytes(model.to_bytes()), ContextModel)
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_model_of_format_version_1_loads_and_assigns_as_before():
+    """``context_model_v1.npz`` was fitted and its 40 prompts assigned by msroute before the
+    clusters by scores (format version 2): it loads, assigns them the same, and its bytes are
+    those a journal recorded."""
+    expected = json.loads((DATA / "context_model_v1.json").read_text())
+    model = load_context_model(DATA / "context_model_v1.npz")
+    assert model.format_version == 1 and model.idf is None and model.bias is None
+    assert model.assign_texts(expected["prompts"]).tolist() == expected["clusters"]
+    counts = feature_matrix(expected["prompts"])
+    assert model.assign_matrix(counts).tolist() == expected["clusters"]
+    assert model.sha256 == expected["sha256"]
+
+
+def test_a_model_by_scores_needs_its_idf_and_bias():
+    texts, _, scores = styled(2, 120)
+    model = fit_context_model(texts, scores, k=2, seed=0)
+    assert model.idf is not None and model.bias is not None
+    with pytest.raises(InvalidValueError, match="both idf and bias"):
+        dataclasses.replace(model, bias=None)
+    with pytest.raises(InvalidValueError, match="shape"):
+        dataclasses.replace(model, bias=np.zeros(3))
+    from msroute._npzip import read_zip, zip_bytes
+
+    manifest, arrays = read_zip(model.to_bytes(), "m", "context model", ContextModelError)
+    del arrays["bias"]
+    with pytest.raises(ContextModelError, match="not a valid context model"):
+        ContextModel.from_bytes(zip_bytes(json.dumps(manifest), arrays), "m")
+    manifest["format_version"] = 3
+    with pytest.raises(ContextModelError, match="format version 1 or 2"):
+        ContextModel.from_bytes(zip_bytes(json.dumps(manifest), arrays), "m")
 
 
 def write_prompted(path, t: OutcomeTable) -> None:

@@ -56,7 +56,7 @@ def test_a_router_routes_by_the_prompts_cluster_and_replays_exactly(tmp_path, ev
     assert stored["model"] == "r.db.contexts.npz" and stored["sha256"] == model.sha256
     d = router.route(prompt="Compute 3 + 4 and give the sum in \\boxed{}.")
     (event,) = router.decisions_since(0)
-    assert event["context"] == model.context_of("Compute 3 + 4 and give the sum.")
+    assert event["context"] == model.context_of("Compute 3 + 4 and give the sum in \\boxed{}.")
     assert "Compute" not in json.dumps(event)  # the text is not journaled
     router.feedback(d.decision_id, 1.0)
     traffic(router, 150)
@@ -83,7 +83,7 @@ def test_a_router_routes_by_the_prompts_cluster_and_replays_exactly(tmp_path, ev
 
 def test_another_model_is_refused_and_so_is_a_prompt_without_one(tmp_path, eval_table):
     Router(config(eval_table, tmp_path / "r.db")).close()
-    other = fit_context_model(prompted(9, 200).prompts, k=3, seed=2)
+    other = fit_context_model(prompted(9, 200).prompts, k=3, seed=2, by="words")
     other.save(tmp_path / "r.db.contexts.npz")
     with pytest.raises(JournalError, match="not the context model this router was created with"):
         Router.open(tmp_path / "r.db")

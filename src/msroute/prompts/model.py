@@ -1,32 +1,52 @@
 """A context model: which cluster of an eval table's prompts a new prompt belongs to.
 
 ``fit_context_model`` fits it on the hashed n-gram counts of a table's prompts
-(``msroute.prompts.features``):
+(``msroute.prompts.features``) and, by default, on their scores:
 
 1. the vocabulary: the buckets in at least two prompts (one prompt's own words tell nothing
    about another's), weighted ``(1 + log count) x idf``, ``idf = log((1 + P) / (1 + df)) + 1``,
    each prompt's vector scaled to unit length (TF-IDF);
-2. a truncated SVD of that matrix (``DIMS`` directions, a seeded randomized SVD): the prompts'
-   coordinates in the directions that carry most of the table's words, where prompts of one
-   task sit together even when they share few words;
-3. spherical k-means of the coordinates (k-means++ starts, ``RESTARTS`` of them, the tightest
-   kept): ``k`` centroids on the unit sphere.
+2. a truncated SVD of that matrix (a seeded randomized SVD): the prompts' coordinates in the
+   directions that carry most of the table's words, where prompts of one task sit together even
+   when they share few words;
+3. the clusters, one of two ways (``by``):
+
+   * ``"scores"`` (routing-aware, the default; ``SCORE_DIMS`` directions): a ridge regression
+     (closed form, strength ``RIDGE``) of every model's score on the coordinates predicts each
+     prompt's scores, each prediction centred on its mean over the models (what tells models
+     apart, not how hard the prompt is), and k-means (Euclidean) groups the prompts by those
+     predictions: prompts that favour different models go apart even when their words are
+     alike, and prompts whose words differ but favour the same models may share a cluster;
+   * ``"words"`` (``DIMS`` directions): spherical k-means of the coordinates themselves.
+
+   Both take k-means++ starts, ``RESTARTS`` of them, the tightest kept.
 
 The number of clusters, when not given, is chosen from the table by a held-out criterion that
-asks what routing needs: for each candidate ``k``, two-fold cross-fitting (the whole fit on one
-half of the prompts, each cluster's best model on that half, its reward on the other half's
-prompts in their clusters) and the ``k`` of the highest held-out reward.
+asks what routing needs: for each candidate ``k``, two-fold cross-fitting (the whole fit, SVD,
+regression and k-means, on one half of the prompts, each cluster's best model on that half, its
+reward on the other half's prompts in their clusters) and the ``k`` of the highest held-out
+reward.
 
-A prompt is assigned to the centroid nearest in angle. Since its SVD coordinates are a linear
-map of its TF-IDF vector and only the order of the cosines matters, the model keeps one weight
-per (vocabulary bucket, cluster): ``idf x (V C^T)``, and a prompt's score for cluster ``j`` is
-``sum over its buckets of (1 + log count) W[bucket, j]``. A prompt that has no bucket of the
-vocabulary goes to the largest cluster (``fallback``).
+A prompt's cluster is a linear function of its TF-IDF vector, so the model keeps one weight per
+(vocabulary bucket, cluster), and a prompt's score for cluster ``j`` is ``sum over its buckets of
+(1 + log count) W[bucket, j]``, the cluster of the highest score its cluster:
+
+* by words, ``W = idf x (V C^T)`` (``V`` the SVD's directions, ``C`` the centroids; the order
+  of the cosines is that of these scores);
+* by scores, the nearest centroid ``c_j`` of the predicted scores ``yhat = u A + a`` (``u`` the
+  prompt's coordinates) is the largest ``yhat . c_j - |c_j|^2 / 2``: ``W = idf x (V A C^T)``,
+  the score divided by the length of the prompt's TF-IDF vector (``idf`` kept for it) plus a
+  per-cluster ``bias = a C^T - |c_j|^2 / 2``.
+
+A prompt that has no bucket of the vocabulary goes to ``fallback``: the largest cluster by
+words, the cluster of the highest bias by scores (where a prompt without known words lands).
 
 Saved as one zip of ``manifest.json`` and ``.npy`` arrays (``msroute._npzip``; never pickled):
-``vocab.npy`` (int64, sorted buckets), ``weights.npy`` (float32, (V, k)) and the manifest's
-names, fallback, featurizer and how the model was fitted. The same model gives the same bytes,
-and ``sha256`` names them.
+``vocab.npy`` (int64, sorted buckets), ``weights.npy`` (float32, (V, k)), by scores also
+``idf.npy`` (float32, (V,)) and ``bias.npy`` (float64, (k,)), and the manifest's names,
+fallback, featurizer and how the model was fitted. A model by words is written as format
+version 1 (the files of earlier msroute versions, read as they were),
+one by scores as version 2. The same model gives the same bytes, and ``sha256`` names them.
 """
 
 from __future__ import annotations
@@ -50,16 +70,25 @@ from msroute.errors import DataFormatError, InvalidValueError
 from msroute.prompts.features import DIM, FEATURIZER, feature_matrix, prompt_features
 
 __all__ = [
+    "BY",
     "DIMS",
     "K_CANDIDATES",
+    "RIDGE",
+    "SCORE_DIMS",
     "ContextModel",
     "ContextModelError",
     "fit_context_model",
     "load_context_model",
 ]
 
-#: SVD directions.
+#: How the clusters are fitted (module docstring), the default first.
+BY = ("scores", "words")
+#: SVD directions of the clusters by words.
 DIMS = 64
+#: SVD directions of the clusters by scores (the regression's inputs).
+SCORE_DIMS = 128
+#: Ridge strength of the clusters by scores, relative to the coordinates' mean variance.
+RIDGE = 0.01
 #: k-means restarts (the tightest clustering is kept).
 RESTARTS = 5
 #: The numbers of clusters tried when none is given (those that leave at least
@@ -69,7 +98,8 @@ MIN_PER_CLUSTER = 20
 #: Two-fold splits of the criterion.
 FOLD_REPEATS = 2
 _FORMAT = "msroute-context-model"
-_FORMAT_VERSION = 1
+#: Format version of a model by words, and of a model by scores.
+_WORDS_VERSION, _SCORES_VERSION = 1, 2
 _ITER = 60
 
 
@@ -94,6 +124,11 @@ class ContextModel:
         The cluster of a prompt without a vocabulary bucket.
     info : dict
         How the model was fitted (prompts, k and the criterion per candidate, seed).
+    idf : ndarray of float32, shape (V,), optional
+        By scores: each bucket's idf; a prompt's scores are divided by the length of its
+        TF-IDF vector. None by words.
+    bias : ndarray of float64, shape (k,), optional
+        By scores: each cluster's bias, added to the divided scores. None by words.
     """
 
     vocab: IntArray
@@ -101,6 +136,8 @@ class ContextModel:
     names: tuple[str, ...]
     fallback: int
     info: dict[str, Any] = field(default_factory=dict)
+    idf: FloatArray | None = None
+    bias: FloatArray | None = None
 
     def __post_init__(self) -> None:
         v, k = self.weights.shape
@@ -114,11 +151,36 @@ class ContextModel:
             raise InvalidValueError(f"vocab must be sorted distinct buckets in [0, {DIM})")
         if not np.all(np.isfinite(self.weights)):
             raise InvalidValueError("weights must be finite")
+        if (self.idf is None) != (self.bias is None):
+            raise InvalidValueError("a context model by scores needs both idf and bias")
+        if self.idf is not None and self.bias is not None:
+            if self.idf.shape != (v,) or self.bias.shape != (k,):
+                raise InvalidValueError(
+                    f"idf must have shape ({v},) and bias ({k},): got {self.idf.shape}, "
+                    f"{self.bias.shape}"
+                )
+            if not (np.all(self.idf > 0) and np.all(np.isfinite(self.bias))):
+                raise InvalidValueError("idf must be positive and finite, bias finite")
 
     @property
     def k(self) -> int:
         """The number of clusters."""
         return len(self.names)
+
+    @property
+    def format_version(self) -> int:
+        """The file's format version: 1 by words, 2 by scores (module docstring)."""
+        return _WORDS_VERSION if self.idf is None else _SCORES_VERSION
+
+    def _scored(self, sums: FloatArray, tf: sp.csr_matrix) -> FloatArray:
+        """Prompts' scores per cluster, (n, k), from the weighted sums ``sums`` of their
+        ``1 + log count`` per bucket ``tf`` (n, V): by scores divided by the length of the
+        TF-IDF vector, plus the bias (module docstring)."""
+        if self.idf is None or self.bias is None:
+            return sums
+        idf = self.idf.astype(np.float64)
+        lengths = np.sqrt(np.asarray(tf.multiply(tf) @ (idf * idf))).reshape(-1, 1)
+        return np.asarray(sums / np.where(lengths > 0, lengths, 1.0) + self.bias)
 
     def assign(self, text: str) -> int:
         """The cluster of one prompt."""
@@ -129,7 +191,11 @@ class ContextModel:
         if not hit.any():
             return self.fallback
         tf = 1.0 + np.log(counts[hit])
-        return int(np.argmax(tf @ self.weights[at[hit]].astype(np.float64)))
+        sums = tf @ self.weights[at[hit]].astype(np.float64)
+        if self.idf is None:
+            return int(np.argmax(sums))
+        row = sp.csr_matrix((tf, at[hit], [0, tf.size]), shape=(1, self.vocab.size))
+        return int(np.argmax(self._scored(sums[None, :], row)))
 
     def context_of(self, text: str) -> str:
         """The context name of one prompt."""
@@ -139,7 +205,7 @@ class ContextModel:
         """The clusters of many prompts given as their feature counts, (P, ``DIM``)."""
         x = sp.csr_matrix(counts)[:, self.vocab]
         x.data = 1.0 + np.log(x.data)
-        scores = np.asarray(x @ self.weights.astype(np.float64))
+        scores = self._scored(np.asarray(x @ self.weights.astype(np.float64)), x)
         out: IntArray = np.argmax(scores, axis=1).astype(np.int64)
         out[np.diff(x.indptr) == 0] = self.fallback
         return out
@@ -153,7 +219,7 @@ class ContextModel:
     def _archive(self) -> tuple[str, dict[str, np.ndarray]]:
         manifest = {
             "format": _FORMAT,
-            "format_version": _FORMAT_VERSION,
+            "format_version": self.format_version,
             "msroute_version": _version.__version__,
             "featurizer": FEATURIZER,
             "names": list(self.names),
@@ -164,6 +230,9 @@ class ContextModel:
             "vocab": np.asarray(self.vocab, dtype=np.int64),
             "weights": np.asarray(self.weights, dtype=np.float32),
         }
+        if self.idf is not None and self.bias is not None:
+            arrays["idf"] = np.asarray(self.idf, dtype=np.float32)
+            arrays["bias"] = np.asarray(self.bias, dtype=np.float64)
         return json.dumps(manifest, indent=2, sort_keys=True), arrays
 
     def to_bytes(self) -> bytes:
@@ -186,15 +255,18 @@ class ContextModel:
     def from_bytes(cls, blob: bytes, label: str = "context model bytes") -> ContextModel:
         """The model of a file's bytes (``ContextModelError`` naming ``label``)."""
         manifest, arrays = read_zip(blob, label, "context model", ContextModelError)
-        if manifest.get("format") != _FORMAT or manifest.get("format_version") != _FORMAT_VERSION:
+        version = manifest.get("format_version")
+        if manifest.get("format") != _FORMAT or version not in (_WORDS_VERSION, _SCORES_VERSION):
             raise ContextModelError(
-                f"{label}: not an msroute context model of format version {_FORMAT_VERSION}"
+                f"{label}: not an msroute context model of format version {_WORDS_VERSION} "
+                f"or {_SCORES_VERSION} (format {manifest.get('format')!r}, version {version!r})"
             )
         if manifest.get("featurizer") != FEATURIZER:
             raise ContextModelError(
                 f"{label}: fitted on features {manifest.get('featurizer')!r}; this msroute "
                 f"computes {FEATURIZER!r}: fit the model again"
             )
+        by_scores = version == _SCORES_VERSION
         try:
             return cls(
                 vocab=np.asarray(arrays["vocab"], dtype=np.int64),
@@ -202,6 +274,8 @@ class ContextModel:
                 names=tuple(str(n) for n in manifest["names"]),
                 fallback=int(manifest["fallback"]),
                 info=dict(manifest.get("info") or {}),
+                idf=np.asarray(arrays["idf"], dtype=np.float32) if by_scores else None,
+                bias=np.asarray(arrays["bias"], dtype=np.float64) if by_scores else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ContextModelError(f"{label}: not a valid context model: {exc}") from exc
@@ -227,14 +301,14 @@ class _Space:
     basis: FloatArray  # (V, r)
 
     @classmethod
-    def fit(cls, counts: sp.csr_matrix, rng: np.random.Generator) -> _Space:
+    def fit(cls, counts: sp.csr_matrix, rng: np.random.Generator, dims: int) -> _Space:
         p = counts.shape[0]
         df = np.bincount(counts.indices, minlength=counts.shape[1])
         vocab = np.flatnonzero(df >= (2 if p >= 50 else 1))
         idf = np.log((1.0 + p) / (1.0 + df[vocab])) + 1.0
         space = cls(vocab, idf, np.zeros((vocab.size, 0)))
         y = space.tfidf(counts)
-        r = max(1, min(DIMS, vocab.size - 1, p - 1))
+        r = max(1, min(dims, vocab.size - 1, p - 1))
         return cls(vocab, idf, _top_directions(y, r, rng))
 
     def tfidf(self, counts: sp.csr_matrix) -> sp.csr_matrix:
@@ -244,16 +318,50 @@ class _Space:
         norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
         return sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ x)
 
+    def project(self, counts: sp.csr_matrix) -> FloatArray:
+        """The prompts' coordinates: their unit TF-IDF vectors in the SVD's directions."""
+        return np.asarray(self.tfidf(counts) @ self.basis)
+
     def coords(self, counts: sp.csr_matrix) -> FloatArray:
-        z = np.asarray(self.tfidf(counts) @ self.basis)
+        """The coordinates scaled to unit length (the clusters by words)."""
+        z = self.project(counts)
         norms = np.linalg.norm(z, axis=1, keepdims=True)
         return np.asarray(z / np.where(norms > 0, norms, 1.0))
+
+
+@dataclass(frozen=True)
+class _Predictor:
+    """Every model's score predicted from a prompt's coordinates (ridge regression with an
+    intercept), centred on its mean over the models: ``yhat = u slope + offset``."""
+
+    space: _Space
+    slope: FloatArray  # (r, K)
+    offset: FloatArray  # (K,)
+
+    @classmethod
+    def fit(
+        cls, counts: sp.csr_matrix, rewards: FloatArray, rng: np.random.Generator
+    ) -> _Predictor:
+        space = _Space.fit(counts, rng, SCORE_DIMS)
+        u = space.project(counts)
+        u_mean, y_mean = u.mean(axis=0), rewards.mean(axis=0)
+        uc = u - u_mean
+        gram = uc.T @ uc
+        strength = RIDGE * max(float(np.trace(gram)) / gram.shape[0], 1e-12)
+        b = np.linalg.solve(gram + strength * np.eye(gram.shape[0]), uc.T @ (rewards - y_mean))
+        k = rewards.shape[1]
+        centre = np.eye(k) - 1.0 / k
+        return cls(space, b @ centre, (y_mean - u_mean @ b) @ centre)
+
+    def predict(self, counts: sp.csr_matrix) -> FloatArray:
+        return np.asarray(self.space.project(counts) @ self.slope + self.offset)
 
 
 def _top_directions(y: sp.csr_matrix, r: int, rng: np.random.Generator) -> FloatArray:
     """The top ``r`` right singular vectors of ``y`` (P, V): a randomized SVD with two power
     iterations (Halko, Martinsson and Tropp 2011), seeded; every factorization is of a
-    (P, r + 10) or (r + 10, r + 10) matrix."""
+    (P, r + 10) or (r + 10, r + 10) matrix. Fewer when ``y`` has a lower rank: a direction
+    whose singular value is below ``1e-6`` of the largest is noise, dropped."""
     width = min(r + 10, min(y.shape))
     q, _ = np.linalg.qr(np.asarray(y @ rng.standard_normal((y.shape[1], width))))
     for _ in range(2):
@@ -261,39 +369,60 @@ def _top_directions(y: sp.csr_matrix, r: int, rng: np.random.Generator) -> Float
     b = np.asarray(y.T @ q)  # (V, width): y's rows in the range found
     values, vectors = np.linalg.eigh(b.T @ b)
     top = np.argsort(values)[::-1][:r]
+    top = top[values[top] > 1e-12 * max(float(values[top[0]]), 1e-300)]
     scale = np.sqrt(np.maximum(values[top], 1e-300))
     return np.asarray(b @ vectors[:, top] / scale)
 
 
-def _kmeans(z: FloatArray, k: int, rng: np.random.Generator) -> tuple[FloatArray, IntArray]:
-    """Spherical k-means of unit rows ``z``: the tightest of ``RESTARTS`` k-means++ runs."""
+def _nearness(z: FloatArray, c: FloatArray, spherical: bool) -> FloatArray:
+    """(n, k): how near each row of ``z`` is to each centroid, the nearest the largest: the
+    cosine for unit rows (spherical), else ``z . c - |c|^2 / 2`` (Euclidean)."""
+    near = z @ c.T
+    return near if spherical else near - 0.5 * (c * c).sum(axis=1)
+
+
+def _kmeans(
+    z: FloatArray, k: int, rng: np.random.Generator, *, spherical: bool
+) -> tuple[FloatArray, IntArray]:
+    """k-means of the rows ``z``, spherical (unit rows, centroids on the unit sphere) or
+    Euclidean: the tightest of ``RESTARTS`` k-means++ runs."""
     best: tuple[float, FloatArray, IntArray] | None = None
     n = z.shape[0]
+    half_sq = np.zeros(n) if spherical else 0.5 * (z * z).sum(axis=1)
+
+    def gap(i: int) -> FloatArray:  # how far every row is from row i (k-means++ draws by it)
+        if spherical:
+            return np.asarray(np.maximum(1.0 - z @ z[i], 0.0))
+        return np.asarray(((z - z[i]) ** 2).sum(axis=1))
+
     for _ in range(RESTARTS):
         centers = [int(rng.integers(n))]
-        gap = np.maximum(1.0 - z @ z[centers[0]], 0.0)
+        far = gap(centers[0])
         for _ in range(k - 1):
-            total = float(gap.sum())
-            pick = int(rng.choice(n, p=gap / total)) if total > 0 else int(rng.integers(n))
+            total = float(far.sum())
+            pick = int(rng.choice(n, p=far / total)) if total > 0 else int(rng.integers(n))
             centers.append(pick)
-            gap = np.minimum(gap, np.maximum(1.0 - z @ z[pick], 0.0))
+            far = np.minimum(far, gap(pick))
         c = z[centers].copy()
         labels = np.full(n, -1, dtype=np.int64)
         for _ in range(_ITER):
-            new = np.argmax(z @ c.T, axis=1)
+            new = np.argmax(_nearness(z, c, spherical), axis=1)
             if np.array_equal(new, labels):
                 break
             labels = new
             sums = np.asarray(_one_hot(labels, k).T @ z)
-            norms = np.linalg.norm(sums, axis=1)
-            empty = norms == 0
+            sizes = np.bincount(labels, minlength=k).astype(np.float64)
+            norms = np.linalg.norm(sums, axis=1) if spherical else sizes
+            empty = norms == 0 if spherical else sizes == 0
             if empty.any():  # an empty cluster restarts at the prompts farthest from theirs
-                far = np.argsort(np.max(z @ c.T, axis=1))[: int(empty.sum())]
-                sums[empty], norms[empty] = z[far], 1.0
+                nearest = np.max(_nearness(z, c, spherical), axis=1) - half_sq
+                far_rows = np.argsort(nearest)[: int(empty.sum())]
+                sums[empty], norms[empty] = z[far_rows], 1.0
             c = sums / norms[:, None]
-        tight = float(np.max(z @ c.T, axis=1).sum())
+        near = _nearness(z, c, spherical)
+        tight = float(np.max(near, axis=1).sum())
         if best is None or tight > best[0]:
-            best = (tight, c, np.argmax(z @ c.T, axis=1))
+            best = (tight, c, np.argmax(near, axis=1))
     assert best is not None
     return best[1], best[2]
 
@@ -304,25 +433,46 @@ def _one_hot(labels: IntArray, k: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(n), (np.arange(n), labels)), shape=(n, k))
 
 
+def _embedding(
+    counts: sp.csr_matrix, rewards: FloatArray | None, by: str, rng: np.random.Generator
+) -> tuple[_Space | _Predictor, FloatArray]:
+    """What the clusters of ``by`` are fitted to, and the fitted prompts' points in it."""
+    if by == "words":
+        space = _Space.fit(counts, rng, DIMS)
+        return space, space.coords(counts)
+    assert rewards is not None
+    pred = _Predictor.fit(counts, rewards, rng)
+    return pred, pred.predict(counts)
+
+
+def _points(fitted: _Space | _Predictor, counts: sp.csr_matrix) -> FloatArray:
+    return fitted.coords(counts) if isinstance(fitted, _Space) else fitted.predict(counts)
+
+
 def _held_out(
-    counts: sp.csr_matrix, rewards: FloatArray, ks: Sequence[int], rng: np.random.Generator
+    counts: sp.csr_matrix,
+    rewards: FloatArray,
+    ks: Sequence[int],
+    by: str,
+    rng: np.random.Generator,
 ) -> list[float]:
     """Per candidate k: the mean held-out reward of each cluster's best model, two-fold,
-    ``FOLD_REPEATS`` times."""
+    ``FOLD_REPEATS`` times (the whole fit on each fitting half)."""
     out = np.zeros(len(ks))
     folds = []
+    spherical = by == "words"
     for _ in range(FOLD_REPEATS):
         order = rng.permutation(counts.shape[0])
         halves = (order[: order.size // 2], order[order.size // 2 :])
         folds += [halves, halves[::-1]]
     for fit, test in folds:
-        space = _Space.fit(counts[fit], rng)
-        z_fit, z_test = space.coords(counts[fit]), space.coords(counts[test])
+        fitted, z_fit = _embedding(counts[fit], rewards[fit], by, rng)
+        z_test = _points(fitted, counts[test])
         for i, k in enumerate(ks):
-            c, labels = _kmeans(z_fit, k, rng)
+            c, labels = _kmeans(z_fit, k, rng, spherical=spherical)
             sums = np.asarray(_one_hot(labels, k).T @ rewards[fit])
             best = np.argmax(sums, axis=1)  # each cluster's best model on the fitting half
-            there = np.argmax(z_test @ c.T, axis=1)
+            there = np.argmax(_nearness(z_test, c, spherical), axis=1)
             out[i] += float(rewards[test, best[there]].sum())
     return list(out / (FOLD_REPEATS * counts.shape[0]))
 
@@ -332,6 +482,7 @@ def fit_context_model(
     rewards: FloatArray | None = None,
     *,
     k: int | None = None,
+    by: str = "scores",
     seed: int = 0,
     source: str = "",
 ) -> ContextModel:
@@ -342,10 +493,13 @@ def fit_context_model(
     counts : sparse matrix (P, ``DIM``) or sequence of str
         The prompts' feature counts (``msroute.prompts.features.feature_matrix``), or the texts.
     rewards : ndarray, shape (P, K), optional
-        Each model's reward on each prompt: needed to choose ``k``.
+        Each model's reward on each prompt: what the clusters by scores are fitted to, and
+        what chooses ``k``.
     k : int, optional
         The number of clusters (default: chosen by the held-out criterion among
         ``K_CANDIDATES``).
+    by : {"scores", "words"}, default "scores"
+        Cluster the prompts by their predicted scores (needs ``rewards``) or by their words.
     seed : int, default 0
         Seeds the SVD, the k-means starts and the criterion's folds.
     source : str
@@ -356,34 +510,56 @@ def fit_context_model(
     p = x.shape[0]
     if x.shape[1] != DIM:
         raise InvalidValueError(f"counts must have {DIM} columns (the hash buckets)")
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x637478]))
-    info: dict[str, Any] = {"prompts": p, "seed": seed, "source": source, "dims": DIMS}
-    if k is None:
-        if rewards is None:
-            raise InvalidValueError("give k, or the rewards that choose it")
+    if by not in BY:
+        raise InvalidValueError(f"by == {by!r}, must be one of {', '.join(map(repr, BY))}")
+    r: FloatArray | None = None
+    if rewards is not None:
         r = np.asarray(rewards, dtype=np.float64)
-        if r.shape[0] != p or r.ndim != 2:
-            raise InvalidValueError(f"rewards must have shape ({p}, K), got {r.shape}")
+        if r.shape[0] != p or r.ndim != 2 or not np.all(np.isfinite(r)):
+            raise InvalidValueError(f"rewards must be finite, of shape ({p}, K), got {r.shape}")
+    elif by == "scores":
+        raise InvalidValueError("give the rewards that the clusters by scores are fitted to")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x637478]))
+    info: dict[str, Any] = {"prompts": p, "seed": seed, "source": source, "by": by}
+    info["dims"] = DIMS if by == "words" else SCORE_DIMS
+    if by == "scores":
+        info["ridge"] = RIDGE
+    if k is None:
+        if r is None:
+            raise InvalidValueError("give k, or the rewards that choose it")
         ks = [c for c in K_CANDIDATES if c <= max(1, p // 2 // MIN_PER_CLUSTER)] or [1]
-        scores = _held_out(x, r, ks, rng)
+        scores = _held_out(x, r, ks, by, rng)
         k = ks[int(np.argmax(scores))]
         info["criterion"] = {str(c): round(float(s), 6) for c, s in zip(ks, scores, strict=True)}
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= p:
         raise InvalidValueError(f"k == {k!r}, must be an integer in [1, {p}] (the prompts)")
     k = int(k)
     info["k"] = k
-    space = _Space.fit(x, rng)
-    c, labels = _kmeans(space.coords(x), k, rng) if k > 1 else (None, np.zeros(p, np.int64))
-    weights = (
-        space.idf[:, None] * (space.basis @ c.T)
-        if c is not None
-        else np.zeros((space.vocab.size, 1))
-    )
     width = len(str(k - 1))
+    names = tuple(f"text-{j:0{width}d}" for j in range(k))
+    fitted, z = _embedding(x, r, by, rng)
+    if isinstance(fitted, _Predictor):
+        c, _ = _kmeans(z, k, rng, spherical=False)
+        space = fitted.space
+        bias = fitted.offset @ c.T - 0.5 * (c * c).sum(axis=1)
+        return ContextModel(
+            vocab=space.vocab.astype(np.int64),
+            weights=(space.idf[:, None] * (space.basis @ (fitted.slope @ c.T))).astype(np.float32),
+            names=names,
+            fallback=int(np.argmax(bias)),
+            info=info,
+            idf=space.idf.astype(np.float32),
+            bias=bias,
+        )
+    weights = np.zeros((fitted.vocab.size, 1))
+    labels = np.zeros(p, np.int64)
+    if k > 1:
+        c, labels = _kmeans(z, k, rng, spherical=True)
+        weights = fitted.idf[:, None] * (fitted.basis @ c.T)
     return ContextModel(
-        vocab=space.vocab.astype(np.int64),
+        vocab=fitted.vocab.astype(np.int64),
         weights=weights.astype(np.float32),
-        names=tuple(f"text-{j:0{width}d}" for j in range(k)),
+        names=names,
         fallback=int(np.argmax(np.bincount(labels, minlength=k))),
         info=info,
     )

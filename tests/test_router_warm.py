@@ -12,6 +12,7 @@ import pytest
 from _router import decides_as_twin
 from msroute.errors import JournalError, RouterConfigError
 from msroute.router import Router
+from msroute.router.config import DEFAULT_WARM_STRENGTH
 from test_outcomes import write_csv
 from test_warm_start import graded
 
@@ -79,6 +80,8 @@ def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):
         Router(config(table, contexts=["c0", "c1"]))
     with pytest.raises(RouterConfigError, match=r"warm_start\.strength: must be >= 0"):
         Router({**config(table), "warm_start": {"table": str(table), "strength": -1}})
+    with pytest.raises(RouterConfigError, match=r"warm_start\.anchor: must be true or false"):
+        Router({**config(table), "warm_start": {"table": str(table), "anchor": "yes"}})
     with pytest.raises(RouterConfigError, match="cannot read"):
         Router(config(tmp_path / "absent.csv"))
 
@@ -91,6 +94,42 @@ def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
         '[constraints]\nupper = { usd = 1.6 }\n[warm_start]\ntable = "eval.csv"\n'
     )
     router = Router.from_config(tmp_path / "router.toml")
-    assert router.config.warm_start == {"table": str(tmp_path / "eval.csv"), "strength": 20.0}
+    assert router.config.warm_start == {
+        "table": str(tmp_path / "eval.csv"),
+        "strength": DEFAULT_WARM_STRENGTH,
+        "anchor": True,
+    }
     assert router.policy.prior.on
     router.close()
+
+
+def test_the_anchor_is_recorded_and_a_journal_without_one_replays_without_it(tmp_path):
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(0, 600))
+    anchored = Router(config(table, tmp_path / "a.db"))
+    assert anchored.policy.prior.anchor.all()
+    anchored.close()
+    db = sqlite3.connect(tmp_path / "a.db")
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'warm_start'").fetchone()
+    db.close()
+    assert json.loads(raw)["anchor"] is True
+    # A journal written before the anchor existed names none: it ran (and replays) without.
+    loose = {"table": str(table), "strength": 30, "anchor": False}
+    router = Router(config(table, tmp_path / "old.db", snapshot_every=40, warm_start=loose))
+    traffic(router, 100)
+    router.close()
+    db = sqlite3.connect(tmp_path / "old.db")
+    for key in ("config", "warm_start"):
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        entry = json.loads(raw)
+        (entry["warm_start"] if key == "config" else entry).pop("anchor")
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(entry), key))
+    db.commit()
+    db.close()
+    reopened = Router.open(tmp_path / "old.db")
+    assert reopened.config.warm_start is not None and reopened.config.warm_start["anchor"] is False
+    assert not reopened.policy.prior.anchor.any()
+    reopened.close()
+    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=loose))
+    traffic(twin, 100)
+    decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")

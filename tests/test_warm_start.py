@@ -27,9 +27,11 @@ MEANS = np.array([[0.9, 0.3, 0.5, 0.8], [0.2, 0.85, 0.4, 0.9], [0.3, 0.4, 0.95, 
 PRICES = np.array([1.0, 1.0, 1.0, 4.0])
 
 
-def graded(seed: int, p: int, means: np.ndarray = MEANS) -> OutcomeTable:
+def graded(
+    seed: int, p: int, means: np.ndarray = MEANS, prices: np.ndarray = PRICES
+) -> OutcomeTable:
     """A table of ``p`` prompts graded by chance at ``means``, each call at its model's price
-    give or take a tenth."""
+    (``prices``) give or take a tenth."""
     rng = np.random.default_rng(seed)
     x, k = means.shape
     cat = rng.integers(0, x, p)
@@ -41,7 +43,7 @@ def graded(seed: int, p: int, means: np.ndarray = MEANS) -> OutcomeTable:
         dims=("score",),
         scores=(rng.random((p, 1, k)) < means[cat][:, None, :]).astype(float),
         cost_names=("usd",),
-        costs=(PRICES * rng.uniform(0.9, 1.1, (p, k)))[:, :, None],
+        costs=(prices * rng.uniform(0.9, 1.1, (p, k)))[:, :, None],
     )
 
 
@@ -76,7 +78,8 @@ def test_a_warm_start_begins_at_the_tables_certified_optimum_and_spends_nothing(
     contexts = table_contexts(table, table.categories)
     (plan,) = warm_start(pol, table, contexts, strength=30.0)
     ones = np.ones((3, 1))
-    floor = max(pol.floor_min, pol.gamma / np.sqrt(30.0 / pol.batch_size + 1.0))
+    # Anchored (the default), the prior counts as 30 QP steps: the first step is the 31st.
+    floor = max(pol.floor_min, pol.gamma / np.sqrt(30.0 + 1.0))
     problem = pol.problem_batch.problems[0]
     opt = contextual_opt(
         table.scores, contexts, ones, problem, floor=floor, round_costs=table.costs
@@ -174,3 +177,117 @@ def test_bench_warm_split_streams_the_other_prompts(tmp_path, capsys):
     assert (
         "other models than the stream; missing m3; not in the stream m9" in capsys.readouterr().err
     )
+
+
+#: Close experts: each context's best is 0.05-0.1 ahead of the others, all at the same price
+#: (the budget does not bind), so only the learner's own steps can move it off the table's pick.
+CLOSE = np.array(
+    [
+        [0.6, 0.5, 0.5, 0.55, 0.5, 0.45],
+        [0.5, 0.6, 0.55, 0.5, 0.45, 0.5],
+        [0.45, 0.5, 0.5, 0.5, 0.55, 0.6],
+    ]
+)
+
+
+@pytest.mark.parametrize("anchor", [True, False])
+def test_an_anchored_warm_start_stays_on_a_good_prior(anchor):
+    # An accurate table (1,000 prompts per context): its pick is each context's best. Anchored
+    # (the default), the router keeps most of each context on it over 500 rounds per context
+    # and earns near the best; without the anchor, the importance-weighted residual of a few
+    # lucky floor draws carries whole contexts off it (the drift the anchor removes).
+    eval_table, stream = graded(2, 3000, CLOSE, np.ones(6)), graded(3, 3000, CLOSE, np.ones(6))
+    contexts = table_contexts(eval_table, eval_table.categories)
+    runs, horizon = 8, 1500
+    pol = policy(stream, 2.0, runs, horizon)
+    warm_start(pol, eval_table, contexts, anchor=anchor)
+    reward = run(pol, stream, horizon, runs)
+    on_best = pol.q[:, np.arange(3), CLOSE.argmax(axis=1)]
+    assert pol.prior.on and bool(np.all(pol.prior.anchor == anchor))
+    if anchor:
+        assert on_best.min() > 0.7 and on_best.mean() > 0.9
+        assert reward.mean() > 0.6 - 0.025
+    else:
+        assert on_best.min() < 0.1 and reward.mean() < 0.6 - 0.04
+
+
+def test_the_anchor_damps_residuals_counts_steps_and_prices_by_the_priors_weight():
+    table = graded(0, 600)
+    pol = policy(table, budget=1.6, runs=2)
+    (plan,) = warm_start(pol, table, table_contexts(table, table.categories), strength=30.0)
+    prior = pol.prior
+    np.testing.assert_allclose(prior.offset, 30.0)  # N steps, not N / B
+    np.testing.assert_allclose(prior.price, np.tile(plan.multipliers, (2, 1)))
+    np.testing.assert_allclose(prior.damping(np.arange(2), np.array([0, 1])), 1.0 / 31.0)
+    prior.n[0, 0, 2] = 9.0  # nine live rounds of expert 2: the traffic's share is 10 / 40
+    assert prior.damping(np.arange(2), np.array([0, 0]))[0, 2] == pytest.approx(10.0 / 40.0)
+    np.testing.assert_allclose(prior.price_of(np.arange(2), np.array([1, 1])), prior.price)
+    prior.weight[0, 1] *= 0.25  # the bias check shrank context 1 of run 0 to a quarter
+    np.testing.assert_allclose(
+        prior.price_of(np.arange(2), np.array([1, 1])), prior.price * [[0.25], [1.0]]
+    )
+    # Without the anchor: N / B steps, no price, residuals as they are.
+    loose = policy(table, budget=1.6, runs=2)
+    warm_start(loose, table, table_contexts(table, table.categories), 30.0, anchor=False)
+    np.testing.assert_allclose(loose.prior.offset, 30.0 / loose.batch_size)
+    assert not loose.prior.anchor.any() and np.all(loose.prior.price == 0)
+    np.testing.assert_allclose(loose.prior.damping(np.arange(2), np.array([0, 1])), 1.0)
+
+
+def test_a_policy_file_from_before_the_anchor_resumes_without_it(tmp_path):
+    import json
+    import zipfile
+
+    table = graded(1, 300)
+    pol = policy(table, budget=1.6, runs=2)
+    warm_start(pol, table, table_contexts(table, table.categories), 20.0, anchor=False)
+    run(pol, table, 200, runs=2)
+    path = tmp_path / "v6.npz"
+    pol.save(path)
+    with zipfile.ZipFile(path) as zf:  # as format 6 wrote it: no anchor, no price
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members.pop("manifest.json"))
+    manifest["format_version"] = 6
+    for name in ("prior.anchor", "prior.price"):
+        manifest["arrays"].remove(name)
+        del members[f"state.{name}.npy"]
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for n, data in members.items():
+            zf.writestr(n, data)
+    old = load_policy(path)
+    assert old.prior.on and not old.prior.anchor.any()
+    ctx = np.array([0, 2])
+    for _ in range(60):
+        a, b = pol.select(ctx), old.select(ctx)
+        assert np.array_equal(a.draws, b.draws) and np.array_equal(a.probs, b.probs)
+        for p, d in ((pol, a), (old, b)):
+            p.update(d, np.array([1.0, 0.0]), np.array([[1.0], [1.0]]))
+
+
+def test_an_anchored_single_run_decides_as_the_general_paths_bit_for_bit():
+    # A live router's single-run paths (the model estimator in Python floats, damped) give the
+    # floats of the batched numpy forms.
+    from msroute.policies.state_walk import state_dict
+    from test_policy_single_run import assert_bitwise, general_paths
+
+    table = graded(4, 600)
+    contexts = table_contexts(table, table.categories)
+    fast, general = policy(table, budget=1.6), policy(table, budget=1.6)
+    for pol in (fast, general):
+        warm_start(pol, table, contexts)
+    rng = np.random.default_rng(5)
+    for t in range(400):
+        ctx = rng.integers(0, 3, 1)
+        d_fast = fast.select_trusted(ctx, None)
+        with general_paths():
+            d_gen = general.select(ctx)
+        assert_bitwise(d_fast.draws, d_gen.draws, f"draws of round {t}")
+        reward = np.array([float(rng.random() < MEANS[ctx[0], d_fast.draws[0, 0]])])
+        cost = np.array([[PRICES[d_fast.draws[0, 0]] * rng.uniform(0.9, 1.1)]])
+        fast.update_trusted(d_fast, reward, cost)
+        with general_paths():
+            general.update(d_gen, reward, cost)
+    for key, value in state_dict(fast).items():
+        assert_bitwise(value, state_dict(general)[key], key)
+    assert fast.prior.anchor.all() and int(fast._steps.sum()) > 10

@@ -33,8 +33,11 @@ from msroute.policies.omd_variants import floor_at
 __all__ = ["DEFAULT_STRENGTH", "WarmPlan", "plan_warm_start", "table_contexts", "warm_start"]
 
 #: The default strength ``N``: pseudo-rounds per (context, expert) of the table's means, calls
-#: of its per-context costs, and ``N / B`` proximal steps (``msroute.policies.warm``).
-DEFAULT_STRENGTH = 20.0
+#: of its per-context costs, and ``N`` proximal steps (``N / B`` without the anchor;
+#: ``msroute.policies.warm``). Chosen on the packaged LLM table split in halves
+#: (``benchmarks/bench_warm_start.py``, docs/llm-routing.md): 20 left 0.003-0.004 more of the
+#: gap to ``OPT^ctx`` at 20,000 queries, 400 no less than 100.
+DEFAULT_STRENGTH = 100.0
 
 
 @dataclass(frozen=True)
@@ -97,10 +100,12 @@ def plan_warm_start(
     *,
     pick: float = 1.0,
     tol: float = 1e-6,
+    anchor: bool = True,
 ) -> WarmPlan:
     """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
     contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
-    (``msroute.outcome_env.best_pick``)."""
+    (``msroute.outcome_env.best_pick``); ``anchor``: whether the prior anchors the learner
+    (``warm_start``), which sets the step its first QP step counts."""
     from msroute.core.oracle import contextual_opt
 
     problem = policy.problem_batch.problems[run]
@@ -109,7 +114,7 @@ def plan_warm_start(
         raise InvalidValueError(
             f"warm start: the table has {table.n_experts} models, the policy {k} experts"
         )
-    first = strength / policy.batch_size + 1.0  # the step the first QP step counts
+    first = float(policy.prior.steps_of(strength, anchor)) + 1.0  # the first QP step's count
     floor = max(policy.floor_min, floor_at(policy.gamma, policy.floor, first))
     res = contextual_opt(
         table.scores,
@@ -153,6 +158,7 @@ def warm_start(
     strength: float = DEFAULT_STRENGTH,
     *,
     pick: float = 1.0,
+    anchor: bool = True,
 ) -> list[WarmPlan]:
     """Start every run of ``policy`` from ``table`` (one plan per distinct problem, shared by
     the runs on it); returns the plans, in order of the problems' first runs.
@@ -169,6 +175,10 @@ def warm_start(
         ``N`` (>= 0).
     pick : float, default 1.0
         The team answer's combiner of the optimum.
+    anchor : bool, default True
+        Let the prior anchor the learner (``msroute.policies.warm``, "The anchor"): damped
+        residuals, ``N`` steps counted, the optimum's multipliers as a price. False: the
+        warm start as it was before the anchor (a journal that recorded none replays so).
     """
     if not isinstance(policy, OMDApproachability):
         raise InvalidValueError(
@@ -182,7 +192,9 @@ def warm_start(
     done: dict[int, WarmPlan] = {}
     for run, problem in enumerate(problems):
         if id(problem) not in done:
-            done[id(problem)] = plan_warm_start(policy, table, contexts, run, strength, pick=pick)
+            done[id(problem)] = plan_warm_start(
+                policy, table, contexts, run, strength, pick=pick, anchor=anchor
+            )
             plans.append(done[id(problem)])
     runs = np.arange(len(problems))
     pl = [done[id(p)] for p in problems]
@@ -197,5 +209,6 @@ def warm_start(
         np.stack([p.support for p in pl]),
         float(strength),
         runs,
+        np.stack([p.multipliers for p in pl]) if anchor else None,
     )
     return plans

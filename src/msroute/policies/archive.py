@@ -37,8 +37,10 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "Saveable", "policy_bytes", "save_policy"
 #: constructor arguments may be completed for older files by the class
 #: (``BasePolicy._legacy_kwargs``: a default that changed since keeps its old value). Version 5:
 #: a paced policy saves its pacer. Version 6: OMD saves its warm start's prior
-#: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros).
-FORMAT_VERSION = 6
+#: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros). Version 7:
+#: the prior's anchor and price; older files load with none (a warm start without the anchor,
+#: as it ran).
+FORMAT_VERSION = 7
 #: The ``format`` a policy file's manifest names.
 FORMAT = "msroute-policy"
 

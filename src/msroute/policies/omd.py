@@ -319,7 +319,8 @@ class OMDApproachability(BasePolicy):
             prior_weight=cost_prior_weight,
         )
         self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
-        self.prior = RewardPrior(r, x, k, self.batch_size)  # a warm start's (``warm_start``)
+        # A warm start's (``warm_start``).
+        self.prior = RewardPrior(r, x, k, self.batch_size, b.n_costs)
 
     def _choose_gamma(self, gamma: float | None, check: bool) -> float:
         """The floor, and Assumption 1 checked with it (one LP per distinct problem).
@@ -473,6 +474,7 @@ class OMDApproachability(BasePolicy):
         support: FloatArray,
         strength: float,
         runs: IntArray | None = None,
+        price: FloatArray | None = None,
     ) -> None:
         """Start runs from an eval table, before any decision (``msroute.warmstart`` builds the
         arguments from a table; ``msroute.policies.warm`` says what each becomes).
@@ -493,6 +495,10 @@ class OMDApproachability(BasePolicy):
             ``N``, the pseudo-counts (>= 0).
         runs : ndarray of int, optional
             The runs to start (default all, R' = R).
+        price : ndarray, shape (R', d), optional
+            The optimum's multipliers (reward per unit of each cost: > 0 where an upper bound
+            binds, < 0 where a lower one does); given, the prior anchors the learner
+            (``msroute.policies.warm``, "The anchor").
         """
         if self.t or self._n_feedback:
             raise InvalidStateError("warm_start: the policy has decided already; start it first")
@@ -509,8 +515,14 @@ class OMDApproachability(BasePolicy):
         self.cost_est.start_at(at, x, table_costs, counted)
         if self.pacer is not None:  # the pacer books each context at the table's costs too
             self.pacer.est.start_at(at, x, table_costs, counted)
+        if price is not None:
+            price = np.asarray(price, dtype=np.float64)
+            if price.shape != (r, self.n_costs) or not np.all(np.isfinite(price)):
+                raise InvalidValueError(
+                    f"warm_start: price must be {(r, self.n_costs)} finite multipliers"
+                )
         self.prior.set(
-            at, np.asarray(mean), np.asarray(spread), np.asarray(support), strength, cold
+            at, np.asarray(mean), np.asarray(spread), np.asarray(support), strength, cold, price
         )
         if self.prior.on and self.estimator_name == "model":  # the model starts at the table
             cells = np.repeat(at, x), np.tile(np.arange(x), r)
@@ -635,8 +647,11 @@ class OMDApproachability(BasePolicy):
             baseline = np.where(visits > 0, self._reward_sum[cell] / np.maximum(visits, 1), 0.0)
         visits = visits + 1
         counts = draw_counts(decision.draws, self.n_experts)
+        damp = None
+        if self.prior.on and self.estimator_name == "model" and self.prior.anchor.any():
+            damp = self.prior.damping(self._rows, ctx)  # an anchored prior's residuals
         self._grad[cell] += self.estimator.estimate(
-            self._rows, ctx, q_play, decision.draws, counts, reward, baseline
+            self._rows, ctx, q_play, decision.draws, counts, reward, baseline, damp
         )
         self._reward_sum[cell] += reward
         if self.prior.on:
@@ -666,6 +681,8 @@ class OMDApproachability(BasePolicy):
         costs, aggregate = self.cost_est.costs, None
         if self.n_contexts > 1:
             costs, aggregate = self._context_costs(runs, ctx), self._aggregate_spend(runs, ctx)
+        if self.prior.on and self.prior.anchor.any():  # an anchored prior's price
+            y = y - self._priced(runs, ctx, costs) / eta
         if self.floor == "fixed":
             self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs
@@ -686,6 +703,16 @@ class OMDApproachability(BasePolicy):
             self.estimator.refit(runs, ctx, self.prior.cells(runs, ctx))
         else:
             self.estimator.refit(runs, ctx)
+
+    def _priced(self, runs: IntArray, ctx: IntArray, costs: FloatArray) -> FloatArray:
+        """The price term (R', K) of the runs' QP steps: ``lambda . C_x``, with ``lambda`` the
+        anchored prior's price of each run's context (``RewardPrior.price_of``, per unit of
+        the surrogate cost ``C^T q`` that ``OPT^ctx`` bounds) on the bounds the dual enforces
+        now (a bound inside its box has no price: the contexts may spend up to it), and
+        ``C_x`` the cost estimates ``costs`` (R, K, d) of the step's contexts."""
+        price = self.prior.price_of(runs, ctx)
+        price = np.where(price * self.dual.w[runs] > 0.0, price, 0.0)
+        return np.asarray(np.einsum("rkd,rd->rk", costs[runs], price))
 
     def _step_count(self, runs: IntArray, ctx: IntArray) -> FloatArray | IntArray:
         """The QP steps of the runs' contexts, a warm start's included (``RewardPrior``)."""

@@ -131,12 +131,15 @@ class GradientEstimator(Protocol):
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray | None,
+        damp: FloatArray | None = None,
     ) -> FloatArray:
         """The round's gradient estimate (R, K) at the played ``q`` (R, K), then learn from it.
 
         ``draws`` (R, M) are the round's draws and ``counts`` (R, K) how often each expert was
         drawn (``msroute.policies.base.draw_counts`` of ``draws``); ``baseline`` (R,) the
-        mean of the earlier rewards of each run's context, None for no baseline (0)."""
+        mean of the earlier rewards of each run's context, None for no baseline (0);
+        ``damp`` (R, K) the factor of each expert's importance-weighted residual around a
+        model (an anchored warm start's, ``msroute.policies.warm``; None: 1)."""
         ...
 
     def refit(self, runs: IntArray, ctx: IntArray, prior: Prior | None = None) -> None:
@@ -166,9 +169,11 @@ class ImportanceGradient:
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray | None,
+        damp: FloatArray | None = None,
     ) -> FloatArray:
         """See ``GradientEstimator``. Experts not drawn (among them any masked out, with
-        ``q_i = 0``) contribute nothing."""
+        ``q_i = 0``) contribute nothing. ``damp`` is not read: without a model there is no
+        prior for the residual to be damped toward."""
         centred = reward if baseline is None else reward - baseline
         return np.divide(centred[:, None] * counts, q, out=np.zeros(counts.shape), where=counts > 0)
 

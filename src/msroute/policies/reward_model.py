@@ -62,12 +62,15 @@ class _AdditiveModel(ABC):
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray | None,
+        damp: FloatArray | None = None,
     ) -> FloatArray:
         """See ``GradientEstimator``; ``baseline`` is not used (the model's intercept is
         the baseline). The (run, context) pairs of ``rows, ctx`` are distinct (one decision)."""
         if rows.size == 1 and self.m_draws == 1:
-            return self._estimate_one(int(rows[0]), int(ctx[0]), q, int(draws[0, 0]), reward)
-        return self._estimate_rows(rows, ctx, q, draws, counts, reward)
+            drawn = int(draws[0, 0])
+            factor = 1.0 if damp is None else float(damp[0, drawn])
+            return self._estimate_one(int(rows[0]), int(ctx[0]), q, drawn, reward, factor)
+        return self._estimate_rows(rows, ctx, q, draws, counts, reward, baseline, damp)
 
     def _estimate_rows(
         self,
@@ -78,6 +81,7 @@ class _AdditiveModel(ABC):
         counts: FloatArray,
         reward: FloatArray,
         baseline: FloatArray | None = None,
+        damp: FloatArray | None = None,
     ) -> FloatArray:
         """``estimate`` of a batch, in numpy (``baseline``: not used)."""
         coef = self.coef[rows, ctx]
@@ -93,6 +97,8 @@ class _AdditiveModel(ABC):
         weighted.reshape(-1)[at] = (
             (reward - predicted)[:, None] * counts.take(at) / (q.take(at) + self.ix)
         )
+        if damp is not None:
+            weighted.reshape(-1)[at] *= damp.take(at)
         idx = np.empty((draws.shape[0], draws.shape[1] + 1), dtype=np.int64)
         idx[:, 0] = 0
         np.add(draws, 1, out=idx[:, 1:])
@@ -100,7 +106,7 @@ class _AdditiveModel(ABC):
         return np.asarray(model_grad + weighted, dtype=np.float64)
 
     def _estimate_one(
-        self, run: int, ctx: int, q: FloatArray, drawn: int, reward: FloatArray
+        self, run: int, ctx: int, q: FloatArray, drawn: int, reward: FloatArray, damp: float
     ) -> FloatArray:
         """``estimate`` of one run with one draw (a live router's round at M = 1), in Python
         floats: the same floats as the batched form.
@@ -112,9 +118,8 @@ class _AdditiveModel(ABC):
         c_a = float(coef[drawn + 1])
         predicted = float(coef[0]) + c_a
         out: FloatArray = coef[1:] + 0.0
-        out[drawn] = c_a * 1.0 + (float(reward[0]) - predicted) * 1.0 / (
-            float(q[0, drawn]) + self.ix
-        )
+        residual = (float(reward[0]) - predicted) * 1.0 / (float(q[0, drawn]) + self.ix)
+        out[drawn] = c_a * 1.0 + (residual if damp == 1.0 else residual * damp)
         self._accumulate_one(run * self.n_contexts + ctx, drawn + 1, float(reward[0]))
         return out[None, :]
 

@@ -11,15 +11,48 @@ knowledge as pseudo-counts of a stated strength ``N``:
   instead of toward 0, ``msroute.policies.reward_model``), so the model's exact gradient, the
   main term of each step's estimate, points where the table does until the traffic says
   otherwise;
-* the proximal step counts ``N / B`` steps already taken in the context (Corollary 2's
-  ``eta = a sqrt(n)`` and the decaying floor at step ``n`` start there), so the first steps
-  move as after ``N`` rounds, not as from scratch;
+* the proximal step counts steps already taken in the context (Corollary 2's ``eta = a
+  sqrt(n)`` and the decaying floor at step ``n`` start there), so the first steps move as after
+  them, not as from scratch;
 * the cost estimates (OMD's and its pacer's, which books each decision at them) count ``N``
   calls at the table's per-context costs, and the aggregate cut
   weighs the contexts by ``N X`` pseudo-visits in the table's proportions.
 
 None of it is traffic: the time-averaged spend, the pacer's, the feedback counts and the dual's
 moments start at zero.
+
+The anchor
+----------
+A warm start *anchored* (the default of ``msroute.warmstart.warm_start`` and of a router's
+``warm_start``) keeps a good start where it is; without it, a router started at the table's
+optimum drifts off it within its first hundreds of decisions, for three reasons that the anchor
+removes, each in proportion to the prior's weight (so a prior the bias check shrinks lets go,
+and a refuted one is gone):
+
+* **the importance-weighted residual** of the model estimator, ``(r - rhat) / (q_i + ix)``, is
+  what corrects the model where it is wrong. At an expert the routing leaves at its floor it is
+  weighed ~``1 / ix`` (2K), so one surprising reward of a rarely routed expert moves the routing
+  most of the way to it at the next step, whatever the table knew. Anchored, the residual of a
+  round of expert ``i`` is damped by the traffic's share of what is known about ``i``, ``(n_i +
+  1) / (n_i + 1 + weight_i)`` (``n_i`` the earlier live rounds of ``i``): the table's pseudo-rounds
+  already hold the correction the first rounds would make, and the damping fades as the
+  traffic outgrows the prior;
+* **the step count** starts at ``N`` QP steps (``N B`` rounds), not ``N / B`` (``N`` rounds): the
+  early steps of ``eta = a sqrt(n)`` are the largest, and a prior of ``N`` pseudo-rounds of each
+  of the ``K`` experts holds ``N K`` outcomes of the context, where a step learns from ``B``
+  (the same order for ``K`` near ``B``, 10 by default);
+* **the budget's price**: the dual's cut holds the aggregate spend, but any split of the budget
+  between the contexts meets it, and the projected steps drift among those splits (no force
+  pulls a context's spend back where the table's optimum put it). Anchored, the gradient of
+  each step is the reward's less the optimum's multipliers times the context's cost estimates
+  (``lambda . C_x``, the Lagrangian of ``OPT^ctx``), so a context that spends beyond its share
+  at the table's price pays for it. The price is on while the dual enforces the bound (``w_j``
+  of the multiplier's sign): a router that spends below its budget, where the traffic's
+  rewards differ from the table's, is free to spend up to it.
+
+A warm start that is not anchored (a journal or policy file from before the anchor, or
+``anchor = false``) runs as the paragraphs above the anchor describe, with the step count at ``N /
+B``.
 
 The bias check
 --------------
@@ -30,12 +63,12 @@ part in give ``z = mean(d) / se``, ``se^2 = s^2 (1/n + 1/P_x)`` with ``s^2`` the
 variance and the expert's variance in the table (so that a few rounds are not taken for certainty),
 ``n`` the rounds and ``P_x`` the table's prompts of the context (the table's own sampling error). At
 each QP step of the context its prior's weight is ``N min_i min(1, (c / z_i)^2)`` with ``c =
-BIAS_Z``, for every expert and for the step count (``N / B`` times the same factor): a prior the
-traffic agrees with within ``c`` standard errors keeps its full weight, one it contradicts on any
-expert shrinks as ``1 / z^2``, to nothing as the evidence grows, on every expert of the context (a
-table wrong about the expert it routes to is not trusted about the others, which the traffic has
-barely tried). The check reads every round of each expert, so a prior once contradicted stays so
-when the routing has moved away from it.
+BIAS_Z``, for every expert, for the step count and for the price (each times the same factor): a
+prior the traffic agrees with within ``c`` standard errors keeps its full weight, one it
+contradicts on any expert shrinks as ``1 / z^2``, to nothing as the evidence grows, on every expert
+of the context (a table wrong about the expert it routes to is not trusted about the others, which
+the traffic has barely tried). The check reads every round of each expert, so a prior once
+contradicted stays so when the routing has moved away from it.
 
 A prior off by ``REFUTE_Z`` standard errors or more on some expert is refuted: the context restarts
 cold (its routing back at the policy's own start, no pseudo-count left), keeping what its traffic
@@ -91,6 +124,11 @@ class RewardPrior:
         The routing each context would have started from without the table.
     share : ndarray, shape (R, X)
         Pseudo-visits of each context (the aggregate cut's weights).
+    anchor : ndarray of bool, shape (R,)
+        Whether each run's prior anchors its learner (module docstring).
+    price : ndarray, shape (R, d)
+        The table optimum's multipliers (reward per unit of each cost, ``OPT^ctx``'s: > 0 where
+        an upper bound binds, < 0 where a lower one does; 0 unless anchored).
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = (
@@ -106,6 +144,8 @@ class RewardPrior:
         "offset",
         "share",
         "cold",
+        "anchor",
+        "price",
     )
     _expert_axes: ClassVar[dict[str, int]] = {
         "strength": -1,
@@ -128,7 +168,9 @@ class RewardPrior:
         "share": "nonnegative",
     }
 
-    def __init__(self, n_runs: int, n_contexts: int, n_experts: int, batch: int) -> None:
+    def __init__(
+        self, n_runs: int, n_contexts: int, n_experts: int, batch: int, n_costs: int
+    ) -> None:
         shape = (n_runs, n_contexts, n_experts)
         self.batch = batch
         self.on = False
@@ -143,6 +185,8 @@ class RewardPrior:
         self.offset: FloatArray = np.zeros(shape[:2])
         self.share: FloatArray = np.zeros(shape[:2])
         self.cold: FloatArray = np.zeros(shape)
+        self.anchor: BoolArray = np.zeros(n_runs, dtype=bool)
+        self.price: FloatArray = np.zeros((n_runs, n_costs))
 
     def set(
         self,
@@ -152,10 +196,12 @@ class RewardPrior:
         support: FloatArray,
         strength: float,
         cold: FloatArray,
+        price: FloatArray | None = None,
     ) -> None:
         """Give runs ``runs`` the table's ``mean`` and ``spread`` (R', X, K) and ``support``
         (R', X) at strength ``N``, and the routing ``cold`` (R', X, K) a refuted context
-        restarts from; the bias check starts afresh."""
+        restarts from; ``price`` (R', d): the optimum's multipliers, given: the prior anchors
+        the learner (module docstring). The bias check starts afresh."""
         has = support > 0
         self.strength[runs] = np.where(has[:, :, None], strength, 0.0)
         self.mean[runs] = mean
@@ -165,10 +211,32 @@ class RewardPrior:
         self.support[runs] = support
         for arr in (self.n, self.resid, self.resid2):
             arr[runs] = 0.0
-        self.offset[runs] = np.where(has, strength / self.batch, 0.0)
+        self.anchor[runs] = price is not None
+        self.price[runs] = 0.0 if price is None else price
+        self.offset[runs] = np.where(has, self.steps_of(strength, self.anchor[runs, None]), 0.0)
         total = np.maximum(support.sum(axis=1, keepdims=True), 1.0)
         self.share[runs] = strength * support.shape[1] * support / total
         self.on = bool(np.any(self.strength > 0))
+
+    def steps_of(self, weight: FloatArray | float, anchor: BoolArray | bool) -> FloatArray:
+        """The QP steps a prior of ``weight`` pseudo-rounds counts for: ``weight`` anchored,
+        else ``weight / B``."""
+        return np.asarray(np.where(anchor, weight, np.divide(weight, self.batch)))
+
+    def damping(self, rows: IntArray, ctx: IntArray) -> FloatArray:
+        """The factor (R, K) of each expert's importance-weighted residual in a round of the
+        runs ``rows`` in contexts ``ctx`` (one per run): ``(n + 1) / (n + 1 + weight)``
+        where anchored, 1 elsewhere (module docstring)."""
+        n = self.n[rows, ctx] + 1.0
+        weight = np.where(self.anchor[rows, None], self.weight[rows, ctx], 0.0)
+        return np.asarray(n / (n + weight))
+
+    def price_of(self, runs: IntArray, ctx: IntArray) -> FloatArray:
+        """The price (R', d) of the runs' contexts at a QP step: the optimum's multipliers times
+        the bias check's factor (0 where not anchored or refuted)."""
+        strength = self.strength[runs, ctx].max(axis=1)
+        factor = self.weight[runs, ctx].max(axis=1) / np.where(strength > 0, strength, 1.0)
+        return np.asarray(self.price[runs] * factor[:, None])
 
     def observe(self, rows: IntArray, ctx: IntArray, draws: IntArray, reward: FloatArray) -> None:
         """Count one feedback per run: the residual of each run's team against the table's
@@ -208,7 +276,7 @@ class RewardPrior:
         strength[refuted] = 0.0
         self.strength[runs, ctx] = strength
         self.weight[runs, ctx] = strength * shrink[:, None]
-        self.offset[runs, ctx] = strength.max(axis=1) * shrink / self.batch
+        self.offset[runs, ctx] = self.steps_of(strength.max(axis=1) * shrink, self.anchor[runs])
         if refuted.any():
             self.on = bool(np.any(self.strength > 0))
         return np.asarray(refuted, dtype=bool)

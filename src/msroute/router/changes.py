@@ -85,7 +85,7 @@ def applied_config(journal: Journal | MemoryJournal) -> RouterConfig:
     except (JournalError, KeyError):
         raw = journal.meta("config")
     try:
-        return RouterConfig.from_dict(json.loads(raw))
+        return RouterConfig.recorded(json.loads(raw))
     except (ValueError, RouterConfigError) as exc:
         label = journal.label
         raise JournalError(f"{label}: its applied configuration is unusable: {exc}") from exc

@@ -30,7 +30,8 @@ Format (the same one ``msroute serve`` reads):
     [warm_start]                   # optional: start from an eval table (msroute.warmstart)
     table = "eval.csv"             # an outcome table whose models are the experts' ids (its
                                    # categories the contexts); relative: to this file's folder
-    strength = 20                  # pseudo-counts per context and expert (default 20)
+    strength = 100                 # pseudo-counts per context and expert (default 100)
+    anchor = true                  # the prior anchors the learner (default; msroute.policies.warm)
     [contexts_from]                # optional, instead of contexts: contexts from the prompt's text
     prompts = "eval.csv"           # an outcome table with a prompt column: a context model is
                                    # fitted on its prompts (msroute.prompts), one context per
@@ -59,7 +60,7 @@ from msroute.policies.registry import POLICIES
 __all__ = ["DEFAULT_WARM_STRENGTH", "RouterConfig", "cost_vector", "resolve_paths"]
 
 #: The warm start's default strength (``msroute.warmstart.DEFAULT_STRENGTH``).
-DEFAULT_WARM_STRENGTH = 20.0
+DEFAULT_WARM_STRENGTH = 100.0
 
 Sync = Literal["full", "normal"]
 
@@ -168,21 +169,29 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
 
 
 def _warm_start(value: object) -> dict[str, Any] | None:
-    """``warm_start = {table = "eval.csv", strength = N}``, validated (strength >= 0)."""
+    """``warm_start = {table = "eval.csv", strength = N, anchor = true}``, validated (strength
+    >= 0; ``anchor`` a boolean, default true: ``msroute.warmstart.warm_start``)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise RouterConfigError(f"warm_start: must be a table (table, strength), got {value!r:.80}")
-    unknown = sorted(set(value) - {"table", "strength"})
+        raise RouterConfigError(
+            f"warm_start: must be a table (table, strength, anchor), got {value!r:.80}"
+        )
+    unknown = sorted(set(value) - {"table", "strength", "anchor"})
     if unknown:
-        raise RouterConfigError(f"warm_start: unknown key(s) {unknown}; known: table, strength")
+        raise RouterConfigError(
+            f"warm_start: unknown key(s) {unknown}; known: table, strength, anchor"
+        )
     table = value.get("table")
     if not isinstance(table, str) or not table:
         raise RouterConfigError(f"warm_start.table: must be a file path, got {table!r:.80}")
     strength = _number(value.get("strength", DEFAULT_WARM_STRENGTH), "warm_start.strength")
     if strength < 0:
         raise RouterConfigError(f"warm_start.strength: must be >= 0, got {strength}")
-    return {"table": table, "strength": strength}
+    anchor = value.get("anchor", True)
+    if not isinstance(anchor, bool):
+        raise RouterConfigError(f"warm_start.anchor: must be true or false, got {anchor!r:.80}")
+    return {"table": table, "strength": strength, "anchor": anchor}
 
 
 def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str, Any] | None:
@@ -277,6 +286,16 @@ class RouterConfig:
             return cls.from_dict(resolve_paths(data, p.parent))
         except RouterConfigError as exc:
             raise RouterConfigError(f"{p}: {exc}") from exc
+
+    @classmethod
+    def recorded(cls, data: Mapping[str, Any]) -> RouterConfig:
+        """A configuration a journal or snapshot recorded, with the meaning it had when it was
+        written: a warm start that names no ``anchor`` ran without one (``from_dict`` otherwise).
+        """
+        warm = data.get("warm_start") if isinstance(data, Mapping) else None
+        if isinstance(warm, Mapping) and "anchor" not in warm:
+            data = {**data, "warm_start": {**warm, "anchor": False}}
+        return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RouterConfig:

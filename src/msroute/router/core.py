@@ -222,7 +222,7 @@ class Router(Transactional):
             stored = json.loads(journal.meta("config"))
             if isinstance(stored, dict):  # journals that name no pacing ran without it
                 stored.setdefault("pacing", False)
-            cfg = RouterConfig.from_dict(stored)
+            cfg = RouterConfig.recorded(stored)
             router = cls.__new__(cls)
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)

@@ -162,7 +162,7 @@ def _restore(router: Recoverable, blob: bytes, st: dict[str, Any], seq: int) -> 
     """The state of snapshot ``seq`` (``st``: checked by ``check_snapshot_state``), with its
     pending decisions found again and re-armed: they expire as if never stopped."""
     fresh = router._state
-    cfg = RouterConfig.from_dict(st["config"])  # as changed by the events before the snapshot
+    cfg = RouterConfig.recorded(st["config"])  # as changed by the events before the snapshot
     policy = policy_from_bytes(blob, f"{router._journal.label}: snapshot")
     policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
     ids = list(st["ids"])

@@ -10,7 +10,9 @@ before any traffic:
 * the approachability dual at the optimum's multipliers: a bound that binds there is enforced
   from the first decision (its weight is the multiplier in the dual's units, in the unit ball);
 * the reward and cost estimates as pseudo-counts of strength ``N`` (``DEFAULT_STRENGTH``), with
-  the bias check of ``msroute.policies.warm`` that shrinks a prior the traffic contradicts.
+  the bias check of ``msroute.policies.warm`` that shrinks a prior the traffic contradicts;
+* by default the prior anchors the learner (``anchor``; ``msroute.policies.warm``, "The
+  anchor"), so that a good start is kept, not overwritten by the first noisy steps.
 
 Nothing of the table is traffic: the policy has made no decision, spent nothing and learned from
 no feedback after it. The table's prompts are mapped to the policy's contexts by name (a

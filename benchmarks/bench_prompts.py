@@ -8,7 +8,9 @@ timed with ``time.perf_counter_ns``. Reported: the fit's seconds, and per prompt
 the largest, over ``--rounds`` passes (the first pass warms up and is not counted); the target
 is at most 1 ms per prompt at p99.
 
-Usage: ``python benchmarks/bench_prompts.py [--data DIR] [--rounds 3]``.
+``--by words`` measures the clusters by words instead of by scores (``msroute.prompts.model``).
+
+Usage: ``python benchmarks/bench_prompts.py [--data DIR] [--rounds 3] [--by words]``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from msroute.datasets.outcomes import load_llmrouter
 from msroute.prompts import feature_matrix, fit_context_model
+from msroute.prompts.model import BY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmrouter"
 
@@ -42,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--by", choices=BY, default=BY[0])
     args = parser.parse_args()
     if not (args.data / "train.json").is_file():
         raise SystemExit(f"no LLMRouter files in {args.data} (see its PROVENANCE.md)")
@@ -51,7 +55,10 @@ def main() -> None:
     fit, rest = order[: len(order) // 2], order[len(order) // 2 :]
     tic = time.perf_counter()
     model = fit_context_model(
-        feature_matrix([prompts[i] for i in fit]), table.scores[fit].sum(axis=1), seed=0
+        feature_matrix([prompts[i] for i in fit]),
+        table.scores[fit].sum(axis=1),
+        seed=0,
+        by=args.by,
     )
     fit_s = time.perf_counter() - tic
     ns: list[int] = []

@@ -172,14 +172,12 @@ class ContextModel:
         """The file's format version: 1 by words, 2 by scores (module docstring)."""
         return _WORDS_VERSION if self.idf is None else _SCORES_VERSION
 
-    def _scored(self, sums: FloatArray, tf: sp.csr_matrix) -> FloatArray:
-        """Prompts' scores per cluster, (n, k), from the weighted sums ``sums`` of their
-        ``1 + log count`` per bucket ``tf`` (n, V): by scores divided by the length of the
-        TF-IDF vector, plus the bias (module docstring)."""
-        if self.idf is None or self.bias is None:
-            return sums
-        idf = self.idf.astype(np.float64)
-        lengths = np.sqrt(np.asarray(tf.multiply(tf) @ (idf * idf))).reshape(-1, 1)
+    def _scored(self, sums: FloatArray, squares: FloatArray) -> FloatArray:
+        """Prompts' scores per cluster by scores, (n, k), from the weighted sums ``sums`` of
+        their ``1 + log count`` per bucket and the squared lengths ``squares`` (n,) of their
+        TF-IDF vectors: the sums divided by the lengths, plus the bias (module docstring)."""
+        assert self.bias is not None
+        lengths = np.sqrt(squares).reshape(-1, 1)
         return np.asarray(sums / np.where(lengths > 0, lengths, 1.0) + self.bias)
 
     def assign(self, text: str) -> int:
@@ -194,8 +192,8 @@ class ContextModel:
         sums = tf @ self.weights[at[hit]].astype(np.float64)
         if self.idf is None:
             return int(np.argmax(sums))
-        row = sp.csr_matrix((tf, at[hit], [0, tf.size]), shape=(1, self.vocab.size))
-        return int(np.argmax(self._scored(sums[None, :], row)))
+        tfidf = tf * self.idf[at[hit]].astype(np.float64)
+        return int(np.argmax(self._scored(sums[None, :], np.array([tfidf @ tfidf]))))
 
     def context_of(self, text: str) -> str:
         """The context name of one prompt."""
@@ -205,7 +203,10 @@ class ContextModel:
         """The clusters of many prompts given as their feature counts, (P, ``DIM``)."""
         x = sp.csr_matrix(counts)[:, self.vocab]
         x.data = 1.0 + np.log(x.data)
-        scores = self._scored(np.asarray(x @ self.weights.astype(np.float64)), x)
+        scores = np.asarray(x @ self.weights.astype(np.float64))
+        if self.idf is not None:
+            idf = self.idf.astype(np.float64)
+            scores = self._scored(scores, np.asarray(x.multiply(x) @ (idf * idf)))
         out: IntArray = np.argmax(scores, axis=1).astype(np.int64)
         out[np.diff(x.indptr) == 0] = self.fallback
         return out

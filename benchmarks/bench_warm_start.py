@@ -22,16 +22,18 @@ its spend / budget (it is fitted to the eval half's costs, so it may end over th
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
 sets the warm start's strength, ``--omd KEY=VALUE`` overrides one of the live OMD parameters
 (``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it forks), and
-``--cases category:warm ...`` runs only those (contexts, start) pairs.
+``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by words`` fits
+the text contexts' model by words instead of by predicted scores (``msroute.prompts.model``).
 
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
-[--omd eta_mult=0.01] [--cases category:warm]``.
+[--omd eta_mult=0.01] [--cases category:warm] [--by words]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.metadata
 import os
 import statistics
@@ -49,6 +51,7 @@ from msroute.experiments.outcomes import OutcomeBenchConfig, _problems, run_outc
 from msroute.oracle import contextual_opt
 from msroute.outcome_env import OutcomeEnv
 from msroute.policies.live import DEFAULT_OMD_PARAMS
+from msroute.prompts import model as context_models
 from msroute.warmstart import DEFAULT_STRENGTH
 
 CASES = (
@@ -109,7 +112,11 @@ def main() -> None:
     parser.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
     parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
+    parser.add_argument("--by", choices=context_models.BY, default=context_models.BY[0])
     args = parser.parse_args()
+    context_models.fit_context_model = functools.partial(  # type: ignore[assignment]
+        context_models.fit_context_model, by=args.by
+    )
     cases = [tuple(c.split(":", 1)) for c in args.cases]
     for key, value in (kv.split("=", 1) for kv in args.omd):
         if key not in DEFAULT_OMD_PARAMS:
@@ -118,7 +125,8 @@ def main() -> None:
         DEFAULT_OMD_PARAMS[key] = kind(value)
     print(
         f"msroute {msroute.__version__}, numpy {importlib.metadata.version('numpy')}; live OMD "
-        f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}; seeds 0-4, M = 1, "
+        f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}, text contexts by "
+        f"{args.by}; seeds 0-4, M = 1, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print(

@@ -162,3 +162,9 @@ def test_a_price_that_rises_is_booked_at_its_new_level() -> None:
     as_before = pacer.est.costs.copy()
     pacer.est.update(draws, as_before[:, 0, :])  # a cost as predicted leaves it as it is
     assert np.array_equal(pacer.est.costs, as_before)
+
+
+@pytest.mark.parametrize("window", [0.5, float("nan"), -3.0])
+def test_a_cost_window_below_one_call_is_refused(window: float) -> None:
+    with pytest.raises(ValueError, match="window"):
+        CostEstimate(np.array([[[0.01]]]), np.array([[0.01]]), window=window)

@@ -104,6 +104,8 @@ class CostEstimate:
                 f"cost_prior_weight == {prior_weight}, must be a finite number > 0"
             )
         self.prior_weight = w
+        if not float(window) >= 1.0:  # NaN included
+            raise InvalidValueError(f"window == {window}, must be at least 1 call")
         self.window = float(window)
         self.prior = prior
         self.costs: FloatArray = np.array(prior, dtype=np.float64)

@@ -26,9 +26,7 @@ from msroute._validation import (
     BoolArray,
     FloatArray,
     IntArray,
-    check_gamma,
     check_positive_int,
-    default_gamma,
 )
 from msroute.core.bounds import bound_report
 from msroute.core.problem import Problem
@@ -51,6 +49,7 @@ from msroute.policies.duals import (
     check_surrogate,
     cost_scale,
 )
+from msroute.policies.floors import choose_floors, choose_gamma
 from msroute.policies.omd_variants import (
     ESTIMATORS,
     FLOORS,
@@ -252,7 +251,7 @@ class OMDApproachability(BasePolicy):
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
         k, m = self.n_experts, self.m_draws
         self.n_contexts = check_positive_int(n_contexts, "n_contexts")
-        self.gamma = self._choose_gamma(gamma, check_feasible)
+        self.gamma = choose_gamma(self.problem_batch.problems, gamma, k, check_feasible)
         self.batch_size = check_positive_int(
             self._default_batch if batch is None else batch, "batch"
         )
@@ -274,7 +273,14 @@ class OMDApproachability(BasePolicy):
         self.floor = spec.floor if floor is None else floor
         if self.floor not in FLOORS:
             raise InvalidValueError(f"floor == {self.floor!r}, must be one of {', '.join(FLOORS)}")
-        self.floor_min = self._choose_floors(gamma, explore, check_feasible)
+        # Where a floor is given, its start is recorded with the constructor arguments
+        # (``explore``): it tells a recorded ``gamma`` of this meaning from one saved before it
+        # (``_recorded_kwargs``).
+        self.gamma, self.floor_min = choose_floors(
+            self.floor, self.gamma, gamma, explore, k, self.problem_batch.problems, check_feasible
+        )
+        if self.floor == "decay" and (gamma is not None or explore is not None):
+            self._init_kwargs.setdefault("explore", self.gamma)
         self.ix = check_hyper(spec.ix_per_k / k if ix is None else ix, "ix", strict=False)
         variant_mult = spec.eta_mult if schedule == "fixed" else spec.anytime_eta_mult
         if eta_mult is None:
@@ -321,58 +327,6 @@ class OMDApproachability(BasePolicy):
         self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
         # A warm start's (``warm_start``).
         self.prior = RewardPrior(r, x, k, self.batch_size, b.n_costs)
-
-    def _choose_gamma(self, gamma: float | None, check: bool) -> float:
-        """The floor, and Assumption 1 checked with it (one LP per distinct problem).
-
-        An explicit ``gamma`` is kept, and must be feasible for every run. Without one the
-        floor adapts (`msroute.Problem.exploration_floor`): ``1/(10K)`` where that is
-        feasible with slack, else half the largest feasible floor; a batch shares the smallest
-        floor of its runs, since the QP step takes one scalar floor. ``check=False`` skips the
-        LPs and takes ``1/(10K)``.
-        """
-        k = self.n_experts
-        problems = dict.fromkeys(self.problem_batch.problems)
-        if gamma is None:
-            if not check:
-                return default_gamma(k)
-            return min(p.exploration_floor() for p in problems)
-        chosen = check_gamma(gamma, k)
-        if chosen <= 0.0:
-            raise InvalidValueError(
-                "gamma must be > 0: the importance weights divide by q_i >= gamma"
-            )
-        if check:
-            for p in problems:
-                p.check_feasible(chosen)
-        return chosen
-
-    def _choose_floors(self, gamma: float | None, explore: float | None, check: bool) -> float:
-        """The floor that holds at every step, with ``self.gamma`` set to the first step's:
-        under the fixed schedule both are ``gamma``; under the decaying one the start is
-        ``explore`` (default: the adaptive floor, or a larger ``gamma``) and the floor that
-        holds is the user's ``gamma`` (0 when none is given). Where either is given, the start
-        is recorded with the constructor arguments (``explore``), which tells a recorded
-        ``gamma`` of this meaning from one saved before it (``_recorded_kwargs``)."""
-        if self.floor != "decay":
-            if explore is not None:
-                raise InvalidValueError(
-                    f"explore == {explore!r} needs floor='decay' (the decaying floor's start); "
-                    f"this policy's floor is {self.floor!r}"
-                )
-            return self.gamma
-        hold = 0.0 if gamma is None else self.gamma
-        if explore is not None:
-            start = check_gamma(explore, self.n_experts)
-            if start <= 0.0:
-                raise InvalidValueError("explore must be > 0: the decaying floor starts there")
-            self.gamma = max(start, hold)
-            if check and self.gamma != hold:
-                for p in dict.fromkeys(self.problem_batch.problems):
-                    p.check_feasible(self.gamma)
-        if gamma is not None or explore is not None:
-            self._init_kwargs.setdefault("explore", self.gamma)
-        return hold
 
     @classmethod
     def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ regression test below.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import msroute
 from msroute import Router
 from msroute.errors import InfeasibleConstraintsError, RouterConfigError
 from msroute.experiments.family import _achievable, family_instance, run_instance
+from msroute.policies.pacing import COST_WINDOW
 
 SETTINGS = settings(
     max_examples=12,
@@ -270,6 +272,8 @@ def test_the_bench_runs_the_live_routers_configuration(monkeypatch: pytest.Monke
             if k not in ("horizon", "n_runs", "seed")
         }
         bench = {k: v for k, v in kwargs.items() if k not in ("name", "horizon", "seed")}
+        # The bench builds with the pacer's default window, which the router records.
+        assert live.pop("pacing_window") == bench.pop("pacing_window", COST_WINDOW)
         recorded = {
             k: v for k, v in live.items() if k in bench or k not in ("surrogate", "explore")
         }
@@ -301,3 +305,44 @@ def test_the_family_keeps_only_lowered_budgets_a_run_can_pay_back() -> None:
     assert _achievable(lowered)  # from the start, the new budget is keepable
     assert not _achievable(lowered, horizon=3000)  # after spending up to the old one, not
     assert _achievable(dataclasses.replace(lowered, bound_at=300), horizon=3000)
+
+
+def test_a_journal_paced_before_the_cost_window_reopens_as_it_ran(tmp_path) -> None:
+    """A journal whose policy arguments name ``pacing`` and no ``pacing_window`` was written
+    by a pacer that averaged all of an expert's calls: it reopens with that pacer, and its
+    decisions, made where realized prices moved away from the table's, re-derive (a pacer with
+    the window narrows them differently, and the replay would refuse the journal)."""
+    import sqlite3
+
+    config = {
+        "policy": "omd",
+        "m_draws": 1,
+        "cost_names": ["usd"],
+        "seed": 3,
+        "experts": {"cheap": [0.001], "mid": [0.004], "dear": [0.02]},
+        "constraints": {"upper": {"usd": 0.004}},
+        "params": {"pacing_window": None},  # the pacer before the window, recorded
+    }
+    path = tmp_path / "j.db"
+    router = Router(config, journal=path)
+    rng = np.random.default_rng(0)
+    for t in range(600):
+        d = router.route()
+        price = {"cheap": 0.001, "mid": 0.004 if t < 200 else 0.012, "dear": 0.02}
+        router.feedback(d.decision_id, float(rng.random()), cost=[price[d.team[0]]])
+    assert router.policy.pacer is not None and router.policy.pacer.est.window == np.inf
+    router.close()
+    db = sqlite3.connect(path)
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'policy_kwargs'").fetchone()
+    recorded = json.loads(raw)
+    assert recorded["pacing"] is True and recorded["pacing_window"] is None
+    del recorded["pacing_window"]  # as a journal written before the window recorded it
+    with db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'policy_kwargs'", (json.dumps(recorded),))
+    db.close()
+    reopened = Router.open(path, use_snapshot=False)
+    assert reopened.policy.pacer is not None and reopened.policy.pacer.est.window == np.inf
+    assert reopened.state()["decisions"] == 600
+    reopened.close()
+    windowed = Router({**config, "params": {}})
+    assert windowed.policy.pacer is not None and windowed.policy.pacer.est.window == 20.0

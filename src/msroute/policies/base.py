@@ -46,7 +46,7 @@ from msroute.core.reward import draw_counts, draws_to_mask
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.costs import CostEstimate
 from msroute.policies.duals import cost_scale
-from msroute.policies.pacing import Pacer
+from msroute.policies.pacing import COST_WINDOW, Pacer
 from msroute.policies.state_walk import carry_state, check_state, declared_names, state_attrs
 from msroute.policies.streams import RunStreams
 
@@ -451,15 +451,18 @@ class BasePolicy:
             self.pacer.settle(decision.cost, cost, True, decision.draws, decision.context)
 
     # ------------------------------------------------------------------ pacing
-    def pace(self) -> Self:
+    def pace(self, window: float | None = COST_WINDOW) -> Self:
         """Pace this policy's runs: every bound holds on the realized time-averaged spend,
         whatever the policy learns (``msroute.policies.pacing``; docs/budgets.md states the
         guarantee). Each decision's eligible experts are narrowed to those the remaining budget
         pays for, and each decision is booked at its team's table cost (``Decision.cost``)
         until ``update`` (or ``settle``) reports what it really cost.
 
-        Recorded with the constructor arguments (``pacing=True``), so a saved, resized or
-        rebuilt policy is paced too. Returns the policy.
+        ``window``: the most calls of an expert its cost estimate averages over (None: all of
+        them, as pacers recorded before the window ran).
+
+        Recorded with the constructor arguments (``pacing=True``, ``pacing_window``), so a
+        saved, resized or rebuilt policy is paced the same. Returns the policy.
         """
         if self.pacer is None:
             if self.t:
@@ -467,8 +470,14 @@ class BasePolicy:
                     f"pace() on a policy that has made {self.t} decision(s): pace it when it "
                     "is built (make_policy(..., pacing=True)), so that every decision is booked"
                 )
-            self.pacer = Pacer(self.problem_batch, self._cost_unit, self.n_contexts)
+            self.pacer = Pacer(
+                self.problem_batch,
+                self._cost_unit,
+                self.n_contexts,
+                math.inf if window is None else window,
+            )
             self._init_kwargs["pacing"] = True
+            self._init_kwargs["pacing_window"] = window
         return self
 
     @classmethod
@@ -477,10 +486,17 @@ class BasePolicy:
         argument of every policy that no class's ``__init__`` takes: ``make_policy``, a loaded
         policy file and ``resized`` build through here)."""
         pacing = kwargs.pop("pacing", False)
+        window = kwargs.pop("pacing_window", COST_WINDOW)
         if not isinstance(pacing, bool):
             raise InvalidTypeError(f"pacing must be True or False, got {pacing!r:.80}")
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int | float) or not window >= 1
+        ):
+            raise InvalidValueError(
+                f"pacing_window must be None or a number of calls >= 1, got {window!r:.80}"
+            )
         policy = cls(problem, **kwargs)
-        return policy.pace() if pacing else policy
+        return policy.pace(window) if pacing else policy
 
     def settle(
         self,
@@ -558,7 +574,10 @@ class BasePolicy:
     @classmethod
     def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Constructor arguments recorded by a policy file or a journal, as this msroute reads
-        them (a class whose arguments changed meaning translates the old ones); unchanged."""
+        them (a class whose arguments changed meaning translates the old ones): a pacer
+        recorded without ``pacing_window`` averaged all of an expert's calls."""
+        if kwargs.get("pacing") and "pacing_window" not in kwargs:
+            return {**kwargs, "pacing_window": None}
         return kwargs
 
     def resized(self, problem: Problem, old_index: Sequence[int | None]) -> Self:

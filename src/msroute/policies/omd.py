@@ -333,6 +333,7 @@ class OMDApproachability(BasePolicy):
         """Recorded constructor arguments (a policy file's, a journal's) as this msroute reads
         them: those of a decaying floor recorded before ``explore`` existed name its start
         ``gamma``; it is their ``explore``, and no floor held beyond it."""
+        kwargs = super()._recorded_kwargs(kwargs)
         variant = kwargs.get("variant") or cls._default_variant
         schedule = kwargs.get("floor") or (VARIANTS[variant].floor if variant in VARIANTS else "")
         if schedule == "decay" and "explore" not in kwargs and kwargs.get("gamma") is not None:

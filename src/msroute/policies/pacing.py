@@ -81,6 +81,8 @@ class Pacer:
         The unit of each cost coordinate (``msroute.policies.duals.cost_scale``).
     n_contexts : int, default 1
         Contexts the policy tells apart: the estimates are learned per (run, context).
+    window : float, default ``COST_WINDOW``
+        The most calls of an expert its estimate averages over (``inf``: all of them).
 
     Attributes
     ----------
@@ -121,7 +123,13 @@ class Pacer:
         "recovered": "nonnegative",
     }
 
-    def __init__(self, batch: ProblemBatch, scale: FloatArray, n_contexts: int = 1) -> None:
+    def __init__(
+        self,
+        batch: ProblemBatch,
+        scale: FloatArray,
+        n_contexts: int = 1,
+        window: float = COST_WINDOW,
+    ) -> None:
         r, d = batch.n_runs, batch.n_costs
         self.m_draws = batch.m_draws
         self.n_contexts = n_contexts
@@ -130,7 +138,7 @@ class Pacer:
             np.repeat(batch.costs, x, axis=0) if x > 1 else batch.costs,
             np.repeat(scale, x, axis=0) if x > 1 else scale,
             mode="distinct",
-            window=COST_WINDOW,
+            window=window,
         )
         self.lo: FloatArray = np.asarray(batch.lo_ori, dtype=np.float64)
         self.hi: FloatArray = np.asarray(batch.hi_ori, dtype=np.float64)

@@ -50,6 +50,7 @@ from msroute.policies.duals import (
     cost_scale,
 )
 from msroute.policies.floors import choose_floors, choose_gamma
+from msroute.policies.live_step import learn_one
 from msroute.policies.omd_variants import (
     ESTIMATORS,
     FLOORS,
@@ -623,6 +624,12 @@ class OMDApproachability(BasePolicy):
         due = (visits % self.batch_size == 0).nonzero()[0]
         if due.size:
             self._qp_step(due, ctx[due])
+
+    def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        """``BasePolicy.update_trusted``; one run at M = 1 learns in one compiled call once the
+        live router has loaded it (``msroute.policies.live_step``: the same floats)."""
+        if not learn_one(self, decision, reward, cost):
+            super().update_trusted(decision, reward, cost)
 
     def _qp_step(self, runs: IntArray, ctx: IntArray) -> None:
         """The proximal QP (6) for the given runs' current contexts."""

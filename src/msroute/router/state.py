@@ -30,6 +30,7 @@ from msroute.errors import (
     ResourceError,
     RouterConfigError,
 )
+from msroute.policies import live_step
 from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.live import DEFAULT_OMD_PARAMS, TEAM_OMD_PARAMS, live_kwargs
 from msroute.policies.omd import OMDApproachability
@@ -360,6 +361,8 @@ def build_policy(
         raise RouterConfigError(f"params: {exc}") from exc
     if not isinstance(policy, OMDApproachability):  # OMD checked Assumption 1 with its floor
         problem.check_feasible(0.0)
+    elif cfg.m_draws == 1:  # its compiled feedback step, loaded in the background
+        live_step.start()
     policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
     return policy
 

@@ -13,7 +13,9 @@ gets from numpy:
 * ``dual`` -- the Lagrangian dual's step and penalty;
 * ``checks`` -- the feedback's range checks;
 * ``multinomial`` -- inverse-CDF draws of the routing
-  distribution.
+  distribution;
+* ``live_step`` -- a live router's feedback to OMD at one run and one draw
+  (``msroute.policies.live_step``), compiled for its one signature on import.
 
 How they are compiled and cached: ``msroute._jit``.
 """

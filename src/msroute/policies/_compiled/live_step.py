@@ -1,0 +1,80 @@
+"""A live router's feedback to OMD (``msroute.policies._live_rows.feedback_one``), compiled
+(numba) for its one signature when this module is imported: ``live_step.start`` imports it
+in a daemon thread, so the compile (or the load from numba's cache) never holds up a decision.
+
+The function and its two helpers are copies of the Python ones whose globals are the compiled
+helpers: one source, run in Python floats or compiled, with the same operations in the same
+order (no fastmath).
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+from collections.abc import Callable
+from typing import cast
+
+from numba.core import types
+
+from msroute._jit import compiled, eager, read_only
+from msroute.policies import _live_rows as source
+
+__all__ = ["feedback_one"]
+
+_f8 = types.float64
+_i8 = types.int64
+
+
+def _array(ndim: int) -> types.Type:
+    return types.Array(_f8, ndim, "C")
+
+
+_env = dict(vars(source))
+for _name in ("_npmax", "_learn_cost"):
+    _fn = getattr(source, _name)
+    _env[_name] = compiled(pytypes.FunctionType(_fn.__code__, _env, _name))
+
+_SIGNATURE = _i8(
+    _i8,  # drawn
+    _i8,  # x
+    _f8,  # reward
+    read_only(_f8, 1),  # cost
+    read_only(_f8, 1),  # booked
+    _f8,  # q_drawn
+    _array(3),  # grad
+    _array(2),  # reward_sum
+    types.Array(_i8, 2, "C"),  # visits
+    _array(2),  # cost_sum
+    read_only(_f8, 3),  # coef
+    _array(4),  # gram
+    _array(3),  # moment
+    _f8,  # ix
+    _array(3),  # est
+    _array(2),  # est_n
+    read_only(_f8, 3),  # est_floor
+    _i8,  # est_row
+    _f8,  # est_weight
+    _f8,  # est_window
+    types.boolean,  # est_learns
+    _i8,  # dual_n
+    _array(2),  # mean
+    _array(2),  # m2
+    _array(3),  # pace_est
+    _array(2),  # pace_n
+    read_only(_f8, 3),  # pace_floor
+    _i8,  # pace_row
+    _f8,  # pace_weight
+    _f8,  # pace_window
+    _array(2),  # spend
+    _array(2),  # excess_max
+    _array(2),  # excess_sum
+    _array(2),  # shortfall_max
+    _array(2),  # shortfall_sum
+    _array(1),  # open_
+    _array(1),  # reports
+)
+
+#: ``msroute.policies._live_rows.feedback_one``, compiled for the live router's arrays.
+feedback_one = cast(
+    Callable[..., int],
+    eager(_SIGNATURE)(pytypes.FunctionType(source.feedback_one.__code__, _env, "feedback_one")),
+)

@@ -1,0 +1,147 @@
+"""A live router's feedback to OMD as one compiled call, loaded in the background.
+
+One run of the router's default OMD at M = 1 (the common live case) learns from a feedback in
+a dozen small steps: the model estimator's gradient and its Gram counts, the reward sums, the
+two cost estimates (OMD's and its pacer's), the dual's realized-cost moments, the pacer's
+spend and reserve. In Python floats and numpy each is a few microseconds of fixed cost;
+``msroute.policies._live_rows.feedback_one`` does them all in one loop, compiled with numba.
+
+The router's first decisions must never wait for numba (about a second to import, more to
+compile): ``start`` loads the compiled step in a daemon thread when a router is built, and
+until ``kernels`` returns it the policy learns in Python as before. The two give the same
+floats bit for bit: ``feedback_one`` takes the single-run Python path's IEEE operations in
+its order (``CostEstimate._update_one``, ``ModelGradient._estimate_one`` and
+``_accumulate_one``, ``_approach_rows.observe_rows``, ``Pacer.settle``), compiled without
+fastmath (no reassociation, no fused multiply-add), so a run decides the same whenever the
+compile finishes, alone or in a batch, and a journal replays exactly (tests/test_live_step.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from msroute._validation import FloatArray
+from msroute.policies.base import Decision
+from msroute.policies.reward_model import ModelGradient
+
+__all__ = ["kernels", "learn_one", "start"]
+
+_RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
+
+_lock = threading.Lock()
+_started = False
+_loaded: ModuleType | None = None
+
+
+def start() -> None:
+    """Load the compiled step in a daemon thread (once per process; nothing if started)."""
+    global _started
+    with _lock:
+        if _started:
+            return
+        _started = True
+    threading.Thread(target=_load, name="msroute-live-step", daemon=True).start()
+
+
+def _load() -> None:
+    """Import (and compile, or load from numba's cache) the compiled step; a failure leaves
+    the Python path in use."""
+    global _loaded
+    try:
+        from msroute.policies._compiled import live_step
+    except Exception:  # no compiler, no cache: the Python path stays (same floats, slower)
+        logging.getLogger("msroute.router").debug(
+            "compiled feedback step not loaded", exc_info=True
+        )
+        return
+    _loaded = live_step
+
+
+def kernels() -> ModuleType | None:
+    """The compiled step's module once it is loaded, else None (learn in Python)."""
+    return _loaded
+
+
+def learn_one(policy: Any, decision: Decision, reward: FloatArray, cost: FloatArray) -> bool:
+    """``OMDApproachability.update_trusted`` of one run at M = 1 in the compiled step, once it
+    is loaded: the feedback learned up to the QP step, the pacer settled, then the QP step in
+    Python when it is due. False (nothing changed) where the step does not apply: not loaded
+    yet, more runs or draws, another estimator than the dense model, a warm start's prior, no
+    pacer or booking, or arrays the step's signature does not take (a loaded state that is not
+    C-contiguous); the caller then learns in Python.
+
+    ``policy`` is an ``OMDApproachability`` (typed ``Any``: the policy imports this module).
+    """
+    step = _loaded
+    pacer = policy.pacer
+    model = policy.estimator
+    if (
+        step is None
+        or policy.n_runs != 1
+        or policy.m_draws != 1
+        or type(model) is not ModelGradient
+        or policy.prior.on
+        or pacer is None
+        or decision.cost is None
+        or decision.probs is None
+    ):
+        return False
+    dual = policy.dual
+    dual_n = 0 if dual.surrogate == "linear" and dual.budget_margin == 0.0 else dual._n_obs + 1
+    context = decision.context
+    x = 0 if context is None else int(context[0])
+    drawn = int(decision.draws[0, 0])
+    est, pace = policy.cost_est, pacer.est
+    try:
+        seen = step.feedback_one(
+            drawn,
+            x,
+            float(reward[0]),
+            cost[0],
+            decision.cost[0],
+            float(decision.probs[0, drawn]),
+            policy._grad,
+            policy._reward_sum,
+            policy._visits,
+            policy._cost_sum,
+            model.coef,
+            model.gram,
+            model.moment,
+            model.ix,
+            est.costs,
+            est.n_obs,
+            est._floor,
+            0 if policy.n_contexts == 1 else x,
+            est.prior_weight,
+            est.window,
+            est.mode != "table",
+            dual_n,
+            dual._cost_mean,
+            dual._cost_m2,
+            pace.costs,
+            pace.n_obs,
+            pace._floor,
+            0 if pacer.n_contexts == 1 else x,
+            pace.prior_weight,
+            pace.window,
+            pacer.spend,
+            pacer.excess_max,
+            pacer.excess_sum,
+            pacer.shortfall_max,
+            pacer.shortfall_sum,
+            pacer.open,
+            pacer.n_reports,
+        )
+    except TypeError:  # numba matched no signature (before running): nothing changed
+        return False
+    if dual_n:
+        dual._n_obs = dual_n
+    policy._n_feedback += 1
+    if seen % policy.batch_size == 0:
+        policy._qp_step(_RUN0, policy._ctx0 if context is None else context)
+    return True

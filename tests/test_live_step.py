@@ -1,0 +1,192 @@
+"""The live router's compiled feedback step (``msroute.policies.live_step``) learns exactly what
+the Python path learns: a run's decisions must not depend on when the background compile
+finished, and a journal replays them in Python. The compiled function, its Python source and
+the policy's Python path, run for run and bit for bit."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msroute import Constraints, Problem
+from msroute.policies import _live_rows, live_step
+from msroute.policies.base import Decision
+from msroute.policies.live import DEFAULT_OMD_PARAMS
+from msroute.policies.omd import OMDApproachability
+from msroute.policies.state_walk import state_dict
+from msroute.router import Router
+
+K, D = 6, 2
+ROUNDS = 300
+COSTS = np.random.default_rng(4).uniform(0.05, 1.0, (K, D))
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Iterator[types.ModuleType]:
+    """The compiled step, loaded now (as the background thread loads it)."""
+    from msroute.policies._compiled import live_step as module
+
+    yield module
+
+
+def _steps(kind: str, compiled: types.ModuleType, calls: list[int]) -> types.SimpleNamespace | None:
+    """What ``live_step.kernels`` holds: nothing (the Python path), the compiled step, or
+    the step's Python source in its place (counting its calls)."""
+    if kind == "python-path":
+        return None
+    step = compiled.feedback_one if kind == "compiled" else _live_rows.feedback_one
+
+    def counted(*args: Any) -> int:
+        calls.append(1)
+        return int(step(*args))
+
+    return types.SimpleNamespace(feedback_one=counted)
+
+
+def _policy(n_contexts: int, params: dict[str, Any]) -> OMDApproachability:
+    budget = float(COSTS[:, 0].min() + COSTS[:, 0].mean()) / 2
+    bounds = Constraints(upper=[budget, None], lower=[None, float(COSTS[:, 1].mean())])
+    kwargs = {**DEFAULT_OMD_PARAMS, **params}
+    policy = OMDApproachability(
+        Problem(COSTS, 1, bounds), horizon=ROUNDS, n_runs=1, seed=5, n_contexts=n_contexts, **kwargs
+    )
+    return policy.pace()
+
+
+def _run(policy: OMDApproachability, seed: int) -> list[Decision]:
+    """Decisions with masks, feedback late, out of order or never, real costs off the table."""
+    rng = np.random.default_rng(seed)
+    pending: list[Decision] = []
+    made = []
+    for t in range(ROUNDS):
+        context = rng.integers(0, policy.n_contexts, 1) if policy.n_contexts > 1 else None
+        mask = rng.random((1, K)) < 0.6
+        mask[0, rng.integers(0, K)] = True
+        eligible = mask if t % 4 == 1 and not mask.all() else None
+        decision = policy.select_trusted(context, eligible)
+        pending.append(decision)
+        made.append(decision)
+        while pending and rng.random() < 0.6:
+            d = pending.pop(int(rng.integers(0, len(pending))))
+            booked = d.cost
+            assert booked is not None
+            scale = 1.0 if rng.random() < 0.3 else rng.uniform(0.7, 1.4)  # some as booked
+            policy.update_trusted(d, rng.uniform(0.0, 1.0, 1), booked * scale)
+    return made
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {},
+    {"budget_margin": 0.0},
+    {"cost_estimate": "table", "eta_schedule": "fixed", "batch": 3},
+    {"cost_estimate": "draws", "variant": "model", "floor": "fixed"},
+]
+
+
+@pytest.mark.parametrize("kind", ["compiled", "source"])
+@pytest.mark.parametrize("n_contexts", [1, 3])
+@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "-".join(map(str, p.values())) or "live")
+def test_the_feedback_step_learns_what_the_python_path_learns(
+    compiled: types.ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    n_contexts: int,
+    params: dict[str, Any],
+) -> None:
+    runs = {}
+    calls: list[int] = []
+    for name in ("python-path", kind):
+        monkeypatch.setattr(live_step, "_loaded", _steps(name, compiled, calls))
+        policy = _policy(n_contexts, params)
+        runs[name] = (policy, _run(policy, seed=9))
+    (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
+    for a, b in zip(base_made, other_made, strict=True):
+        assert a.draws.tobytes() == b.draws.tobytes()
+        assert a.probs is not None and b.probs is not None
+        assert a.probs.tobytes() == b.probs.tobytes()
+    base_state, other_state = state_dict(base), state_dict(other)
+    assert base_state.keys() == other_state.keys()
+    for key, value in base_state.items():
+        if isinstance(value, np.ndarray):
+            other_value = other_state[key]
+            assert isinstance(other_value, np.ndarray)
+            assert value.tobytes() == np.ascontiguousarray(other_value).tobytes(), key
+        else:
+            assert value == other_state[key], key
+    assert len(calls) == base._n_feedback  # every feedback went through the step
+    assert int(base._steps.sum()) > 10  # the QP steps ran
+    assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
+
+
+def test_the_step_leaves_what_it_does_not_cover_to_python(
+    compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy the step does not cover (no pacer, M = 2) learns in Python, and a state the
+    signature does not take (a non-contiguous array) falls back before anything changes."""
+    monkeypatch.setattr(live_step, "_loaded", compiled)
+    bounds = Constraints(upper=[10.0, None])
+    policy = OMDApproachability(Problem(COSTS, 1, bounds), horizon=50, n_runs=1, seed=1)
+    d = policy.select_trusted(None, None)
+    assert not live_step.learn_one(policy, d, np.array([0.5]), np.ones((1, D)))
+    paced = _policy(1, {})
+    d = paced.select_trusted(None, None)
+    paced._grad = np.asfortranarray(np.zeros((1, 2, K)))[:, :1]  # not C-contiguous
+    before = state_dict(paced)
+    assert not live_step.learn_one(paced, d, np.array([0.5]), np.ones((1, D)))
+    after = state_dict(paced)
+    assert all(np.array_equal(before[key], after[key]) for key in before)  # type: ignore[arg-type]
+
+
+def _config() -> dict[str, Any]:
+    return {
+        "policy": "omd",
+        "m_draws": 1,
+        "cost_names": ["usd"],
+        "seed": 3,
+        "experts": {f"m{i}": [float(c)] for i, c in enumerate(COSTS[:, 0])},
+        "constraints": {"upper": {"usd": float(COSTS[:, 0].min() + COSTS[:, 0].mean()) / 2}},
+        "contexts": ["a", "b"],
+    }
+
+
+def _drive(router: Router, rounds: int, seed: int) -> list[tuple[list[str], str]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        d = router.route(context=["a", "b"][int(rng.integers(0, 2))])
+        out.append((d.team, router.feedback(d.decision_id, float(rng.random()))))
+    return out
+
+
+def test_a_journal_of_the_compiled_step_replays_in_python(
+    compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A router learning in the compiled step decides what one learning in Python decides, and
+    its journal (re-derived in Python on reopening, which refuses any decision that differs)
+    reopens into the same state."""
+    monkeypatch.setattr(live_step, "_loaded", None)
+    python_router = Router(_config())
+    monkeypatch.setattr(live_step, "_loaded", compiled)
+    router = Router(_config(), journal=tmp_path / "j.sqlite")
+    assert _drive(router, 400, 2) == _drive(python_router, 400, 2)
+    expected = state_dict(router.policy)
+    router.close()
+    monkeypatch.setattr(live_step, "_loaded", None)
+    reopened = Router.open(tmp_path / "j.sqlite")
+    for key, value in state_dict(reopened.policy).items():
+        assert np.array_equal(value, expected[key]), key  # type: ignore[arg-type]
+    reopened.close()
+
+
+def test_npmax_is_numpys_maximum_of_two_floats() -> None:
+    values = [0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan]
+    for a in values:
+        for b in values:
+            got = _live_rows._npmax(a, b)
+            want = float(np.maximum(np.array([a]), np.array([b]))[0])
+            assert np.array([got]).tobytes() == np.array([want]).tobytes(), (a, b)

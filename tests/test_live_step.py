@@ -34,23 +34,33 @@ def compiled() -> Iterator[types.ModuleType]:
     yield module
 
 
-def _steps(kind: str, compiled: types.ModuleType, calls: list[int]) -> types.SimpleNamespace | None:
+def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.SimpleNamespace | None:
     """What ``live_step.kernels`` holds: nothing (the Python path), the compiled step, or
-    the step's Python source in its place (counting its calls)."""
+    the step's Python source in its place (counting the calls of each function)."""
     if kind == "python-path":
         return None
-    step = compiled.feedback_one if kind == "compiled" else _live_rows.feedback_one
+    module = compiled if kind == "compiled" else _live_rows
 
-    def counted(*args: Any) -> int:
-        calls.append(1)
-        return int(step(*args))
+    def counted(name: str) -> Any:
+        fn = getattr(module, name)
 
-    return types.SimpleNamespace(feedback_one=counted)
+        def call(*args: Any) -> Any:
+            calls.append(name)
+            return fn(*args)
+
+        return call
+
+    names = ("clear_one", "select_one", "feedback_one")
+    return types.SimpleNamespace(**{name: counted(name) for name in names})
 
 
-def _policy(n_contexts: int, params: dict[str, Any]) -> OMDApproachability:
-    budget = float(COSTS[:, 0].min() + COSTS[:, 0].mean()) / 2
-    bounds = Constraints(upper=[budget, None], lower=[None, float(COSTS[:, 1].mean())])
+def _policy(n_contexts: int, params: dict[str, Any], tight: bool = True) -> OMDApproachability:
+    """A paced live OMD: bounds the pacer often narrows (tight), or seldom."""
+    if tight:
+        budget = float(COSTS[:, 0].min() + COSTS[:, 0].mean()) / 2
+        bounds = Constraints(upper=[budget, None], lower=[None, float(COSTS[:, 1].mean())])
+    else:
+        bounds = Constraints(upper=[0.95 * float(COSTS[:, 0].max()), None], lower=[None, 0.1])
     kwargs = {**DEFAULT_OMD_PARAMS, **params}
     policy = OMDApproachability(
         Problem(COSTS, 1, bounds), horizon=ROUNDS, n_runs=1, seed=5, n_contexts=n_contexts, **kwargs
@@ -88,6 +98,7 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.parametrize("tight", [True, False], ids=["tight", "loose"])
 @pytest.mark.parametrize("kind", ["compiled", "source"])
 @pytest.mark.parametrize("n_contexts", [1, 3])
 @pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "-".join(map(str, p.values())) or "live")
@@ -97,15 +108,22 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
     kind: str,
     n_contexts: int,
     params: dict[str, Any],
+    tight: bool,
 ) -> None:
     runs = {}
-    calls: list[int] = []
+    calls: list[str] = []
     for name in ("python-path", kind):
         monkeypatch.setattr(live_step, "_loaded", _steps(name, compiled, calls))
-        policy = _policy(n_contexts, params)
+        policy = _policy(n_contexts, params, tight)
         runs[name] = (policy, _run(policy, seed=9))
     (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
     for a, b in zip(base_made, other_made, strict=True):
+        assert a.round == b.round
+        assert (a.context is None) == (b.context is None)
+        assert a.context is None or a.context.tobytes() == b.context.tobytes()  # type: ignore[union-attr]
+        assert (a.allowed is None) == (b.allowed is None)
+        assert a.cost is not None and b.cost is not None
+        assert a.cost.tobytes() == b.cost.tobytes()
         assert a.draws.tobytes() == b.draws.tobytes()
         assert a.probs is not None and b.probs is not None
         assert a.probs.tobytes() == b.probs.tobytes()
@@ -118,7 +136,13 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
             assert value.tobytes() == np.ascontiguousarray(other_value).tobytes(), key
         else:
             assert value == other_state[key], key
-    assert len(calls) == base._n_feedback  # every feedback went through the step
+    assert calls.count("feedback_one") == base._n_feedback  # every feedback took the step
+    # A decision takes the step where the pacer leaves it alone (no mask): tight bounds
+    # narrow many, loose ones few.
+    if tight:
+        assert calls.count("select_one") < calls.count("clear_one")  # Python decided those
+    else:
+        assert calls.count("select_one") > ROUNDS // 2
     assert int(base._steps.sum()) > 10  # the QP steps ran
     assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
 
@@ -149,7 +173,7 @@ def _config() -> dict[str, Any]:
         "cost_names": ["usd"],
         "seed": 3,
         "experts": {f"m{i}": [float(c)] for i, c in enumerate(COSTS[:, 0])},
-        "constraints": {"upper": {"usd": float(COSTS[:, 0].min() + COSTS[:, 0].mean()) / 2}},
+        "constraints": {"upper": {"usd": 0.95 * float(COSTS[:, 0].max())}},
         "contexts": ["a", "b"],
     }
 

@@ -1,14 +1,129 @@
-"""The live router's feedback to OMD at one run and one draw, as one function of scalar loops
-(``msroute.policies.live_step``): in Python, and compiled by ``msroute.policies._compiled.
-live_step``, with the same IEEE operations in the same order (no fastmath), so both give the
-floats of the policy's single-run Python path bit for bit.
+"""A live router's decision and feedback with OMD at one run and one draw, as functions of
+scalar loops (``msroute.policies.live_step``): in Python, and compiled by
+``msroute.policies._compiled.live_step``, with the same IEEE operations in the same order (no
+fastmath), so both give the floats of the policy's single-run Python path bit for bit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["feedback_one"]
+from msroute.policies._approach_rows import step_rows
+from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
+
+__all__ = ["clear_one", "feedback_one", "select_one"]
+
+
+def clear_one(
+    n: int,
+    est: Any,
+    row: int,
+    m: int,
+    spend: Any,
+    open_: Any,
+    reports: Any,
+    forced: Any,
+    excess_max: Any,
+    excess_sum: Any,
+    shortfall_max: Any,
+    shortfall_sum: Any,
+    hi: Any,
+    lo: Any,
+    any_upper: bool,
+    any_lower: bool,
+) -> bool:
+    """``Pacer._clear_one``: whether no set of experts can break a bound at decision ``n``
+    (1-based) of the pacer's one run, its estimates on ``row`` of ``est`` (rows, K, d), ``m``
+    draws, its spend and reserve (1, d), ``open_`` and ``reports`` (1,), ``forced`` (1, 2d),
+    and the bounds ``hi``, ``lo`` (d,) (``inf``, ``-inf`` where absent)."""
+    count = reports[0]
+    if count < 1.0:  # Python's max(count, 1.0)
+        count = 1.0
+    pending = open_[0]
+    k, d = est.shape[1], est.shape[2]
+    if any_upper:
+        for j in range(d):
+            dearest = est[row, 0, j]
+            for i in range(1, k):
+                c = est[row, i, j]
+                if c > dearest or c != c:  # numpy's max: NaN propagates
+                    dearest = c
+            room = n * hi[j] * (1.0 - _REL_SLACK) - spend[0, j] - pending * excess_sum[0, j] / count
+            worst = m * dearest
+            if room - _EXCESS_FACTOR * excess_max[0, j] - _FORCED_FACTOR * forced[0, j] < worst:
+                return False
+    if any_lower:
+        for j in range(d):
+            least = est[row, 0, j]
+            for i in range(1, k):
+                c = est[row, i, j]
+                if c < least or c != c:  # numpy's min: NaN propagates
+                    least = c
+            need = (
+                n * lo[j] * (1.0 + _REL_SLACK) - spend[0, j] + pending * shortfall_sum[0, j] / count
+            )
+            if (
+                need + _EXCESS_FACTOR * shortfall_max[0, j] + _FORCED_FACTOR * forced[0, d + j]
+                > least
+            ):
+                return False
+    return True
+
+
+def select_one(
+    probs: Any,
+    u: float,
+    w: Any,
+    measured: Any,
+    scale: Any,
+    lo: Any,
+    hi: Any,
+    pad_sd: float,
+    pad_den: float,
+    m2: Any,
+    n_obs: int,
+    cap: Any,
+    lower: Any,
+    upper: Any,
+    tol: float,
+    step: float,
+    est: Any,
+    row: int,
+    spend: Any,
+    open_: Any,
+    w_out: Any,
+    booked: Any,
+) -> int:
+    """``OMDApproachability._select`` of one run with one draw and no mask, then
+    ``Pacer.book``; returns the drawn expert.
+
+    The played distribution ``probs`` (1, K) is sampled with the decision's uniform ``u`` by
+    the inverse CDF of its sequential cumulative sum (``_sample_row``). The dual steps with
+    ``measured`` (1, d), what it approaches for that distribution, and the arguments of
+    ``step_rows`` (the new ``w`` into ``w_out``). The decision is booked at the drawn expert's
+    estimate on ``row`` of the pacer's ``est`` (into ``booked`` (1, d), added to ``spend``
+    (1, d)), and ``open_`` (1,) counts it.
+    """
+    k = probs.shape[1]
+    total = 0.0
+    for i in range(k):
+        total += probs[0, i]
+    target = u * total
+    drawn = 0
+    cdf = 0.0
+    while drawn < k - 1:  # how many CDF entries before the last one are <= target
+        cdf += probs[0, drawn]
+        if not cdf <= target:
+            break
+        drawn += 1
+    step_rows(
+        w, measured, scale, lo, hi, pad_sd, pad_den, m2, n_obs, cap, lower, upper, tol, step, w_out
+    )
+    for j in range(est.shape[2]):
+        booked[0, j] = est[row, drawn, j]
+        spend[0, j] += booked[0, j]
+    open_[0] += 1.0
+    return drawn
 
 
 def _npmax(a: float, b: float) -> float:

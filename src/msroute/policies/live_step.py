@@ -1,35 +1,42 @@
-"""A live router's feedback to OMD as one compiled call, loaded in the background.
+"""A live router's decision and feedback with OMD as one compiled call each, loaded in the
+background.
 
-One run of the router's default OMD at M = 1 (the common live case) learns from a feedback in
-a dozen small steps: the model estimator's gradient and its Gram counts, the reward sums, the
-two cost estimates (OMD's and its pacer's), the dual's realized-cost moments, the pacer's
-spend and reserve. In Python floats and numpy each is a few microseconds of fixed cost;
-``msroute.policies._live_rows.feedback_one`` does them all in one loop, compiled with numba.
+One run of the router's default OMD at M = 1 (the common live case) decides in a handful of
+small steps (the pacer's check that no team can break a bound, the draw, the dual's step, the
+booking: ``route_one``) and learns from a feedback in a dozen (``learn_one``: the model
+estimator's gradient and its Gram counts, the reward sums, the two cost estimates, OMD's and
+its pacer's, the dual's realized-cost moments, the pacer's spend and reserve). In Python
+floats and numpy each is a few microseconds of fixed cost; the functions of
+``msroute.policies._live_rows`` do them in one loop each, compiled with numba. What the dual
+approaches, ``C^T q``, stays numpy's product (OpenBLAS's order of the sum), and the QP step
+every ``batch`` feedbacks stays in Python.
 
 The router's first decisions must never wait for numba (about a second to import, more to
 compile): ``start`` loads the compiled step in a daemon thread when a router is built, and
-until ``kernels`` returns it the policy learns in Python as before. The two give the same
-floats bit for bit: ``feedback_one`` takes the single-run Python path's IEEE operations in
-its order (``CostEstimate._update_one``, ``ModelGradient._estimate_one`` and
-``_accumulate_one``, ``_approach_rows.observe_rows``, ``Pacer.settle``), compiled without
-fastmath (no reassociation, no fused multiply-add), so a run decides the same whenever the
-compile finishes, alone or in a batch, and a journal replays exactly (tests/test_live_step.py).
+until ``kernels`` returns it the policy decides and learns in Python as before. The two give
+the same floats bit for bit: the functions take the single-run Python path's IEEE operations in
+its order (``Pacer._clear_one`` and ``book``, ``_sample_row``, ``_approach_rows.step_rows`` and
+``observe_rows``, ``CostEstimate._update_one``, ``ModelGradient._estimate_one`` and
+``_accumulate_one``, ``Pacer.settle``), compiled without fastmath (no reassociation, no fused
+multiply-add), so a run decides the same whenever the compile finishes, alone or in a batch,
+and a journal replays exactly in Python (tests/test_live_step.py).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from msroute._validation import FloatArray
+from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies.base import Decision
 from msroute.policies.reward_model import ModelGradient
 
-__all__ = ["kernels", "learn_one", "start"]
+__all__ = ["kernels", "learn_one", "route_one", "start"]
 
 _RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
 
@@ -65,6 +72,95 @@ def _load() -> None:
 def kernels() -> ModuleType | None:
     """The compiled step's module once it is loaded, else None (learn in Python)."""
     return _loaded
+
+
+def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None) -> Decision | None:
+    """``OMDApproachability.select_trusted`` of one run at M = 1 in the compiled step, once it
+    is loaded: the pacer's check that no team can break a bound, then the draw, the dual's
+    step and the booking in one call (what the dual approaches, ``C^T q``, in numpy: the sum
+    in OpenBLAS's order). None (nothing changed, no uniform drawn) where the step does not
+    apply: not loaded yet, more runs or draws, a mask, no pacer, the paper's dual or the exact
+    surrogate without a margin, a pacer that must narrow the decision, or arrays the
+    signature does not take; the caller then decides in Python.
+    """
+    step = _loaded
+    pacer = policy.pacer
+    dual = policy.dual
+    if (
+        step is None
+        or eligible is not None
+        or policy.n_runs != 1
+        or policy.m_draws != 1
+        or pacer is None
+        or dual.construction != "invariant"
+        or (dual.surrogate == "exact" and dual.budget_margin == 0.0)
+    ):
+        return None
+    ctx = None if policy.n_contexts == 1 else context
+    x = 0 if ctx is None else int(ctx[0])
+    est = pacer.est.costs
+    row = 0 if pacer.n_contexts == 1 else x
+    hi, lo = pacer.bounds_one
+    spend, open_ = pacer.spend, pacer.open
+    try:
+        clear = step.clear_one(
+            policy.t + 1,
+            est,
+            row,
+            1,
+            spend,
+            open_,
+            pacer.n_reports,
+            pacer.forced,
+            pacer.excess_max,
+            pacer.excess_sum,
+            pacer.shortfall_max,
+            pacer.shortfall_sum,
+            hi,
+            lo,
+            pacer._any_upper,
+            pacer._any_lower,
+        )
+    except TypeError:  # numba matched no signature: nothing changed
+        return None
+    if not clear:
+        return None
+    played = policy._q[:, x].copy()  # the decision's own distribution
+    measured = dual.measure(played, policy._costs_in(ctx))
+    pad_sd, pad_den = 0.0, 1.0
+    if dual.budget_margin > 0.0 and dual._n_obs > 1:
+        pad_sd, pad_den = dual.budget_margin, dual._units * math.sqrt(dual._n_obs)
+    scale, low, high, cap, lower, upper = dual._step_args
+    w_out = np.empty_like(dual.w)
+    booked = np.empty_like(spend)
+    drawn = step.select_one(
+        played,
+        float(policy.streams.uniform(1)[0, 0]),
+        dual.w,
+        measured,
+        scale,
+        low,
+        high,
+        pad_sd,
+        pad_den,
+        dual._cost_m2,
+        dual._n_obs,
+        cap,
+        lower,
+        upper,
+        dual.tol,
+        dual.step_size,
+        est,
+        row,
+        spend,
+        open_,
+        w_out,
+        booked,
+    )
+    dual.w = w_out
+    decision = Decision(np.array([[drawn]], dtype=np.int64), played, ctx, policy.t, booked)
+    policy.t += 1
+    return decision
 
 
 def learn_one(policy: Any, decision: Decision, reward: FloatArray, cost: FloatArray) -> bool:

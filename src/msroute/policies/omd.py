@@ -50,7 +50,7 @@ from msroute.policies.duals import (
     cost_scale,
 )
 from msroute.policies.floors import choose_floors, choose_gamma
-from msroute.policies.live_step import learn_one
+from msroute.policies.live_step import learn_one, route_one
 from msroute.policies.omd_variants import (
     ESTIMATORS,
     FLOORS,
@@ -624,6 +624,12 @@ class OMDApproachability(BasePolicy):
         due = (visits % self.batch_size == 0).nonzero()[0]
         if due.size:
             self._qp_step(due, ctx[due])
+
+    def select_trusted(self, context: IntArray | None, eligible: BoolArray | None) -> Decision:
+        """``BasePolicy.select_trusted``; one run at M = 1 decides in one compiled call once the
+        live router has loaded it (``msroute.policies.live_step``: the same floats)."""
+        decision = route_one(self, context, eligible)
+        return super().select_trusted(context, eligible) if decision is None else decision
 
     def update_trusted(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
         """``BasePolicy.update_trusted``; one run at M = 1 learns in one compiled call once the

@@ -152,6 +152,7 @@ class Pacer:
         # One run's bounds (an absent one as one nothing can break): ``_clear_one``.
         self._hi_one = [h if math.isfinite(h) else math.inf for h in self.hi[0].tolist()]
         self._lo_one = [v if math.isfinite(v) else -math.inf for v in self.lo[0].tolist()]
+        self.bounds_one = (np.array(self._hi_one), np.array(self._lo_one))  # for live_step
         self._runs = np.arange(r)
         self.spend: FloatArray = np.zeros((r, d))
         self.open: FloatArray = np.zeros(r)

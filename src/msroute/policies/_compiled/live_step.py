@@ -1,8 +1,8 @@
-"""A live router's feedback to OMD (``msroute.policies._live_rows.feedback_one``), compiled
-(numba) for its one signature when this module is imported: ``live_step.start`` imports it
+"""A live router's decision and feedback with OMD (``msroute.policies._live_rows``), compiled
+(numba) for one signature each when this module is imported: ``live_step.start`` imports it
 in a daemon thread, so the compile (or the load from numba's cache) never holds up a decision.
 
-The function and its two helpers are copies of the Python ones whose globals are the compiled
+Each function and its helpers are copies of the Python ones whose globals are the compiled
 helpers: one source, run in Python floats or compiled, with the same operations in the same
 order (no fastmath).
 """
@@ -17,8 +17,9 @@ from numba.core import types
 
 from msroute._jit import compiled, eager, read_only
 from msroute.policies import _live_rows as source
+from msroute.policies._compiled.dual import approach_step
 
-__all__ = ["feedback_one"]
+__all__ = ["clear_one", "feedback_one", "select_one"]
 
 _f8 = types.float64
 _i8 = types.int64
@@ -32,6 +33,7 @@ _env = dict(vars(source))
 for _name in ("_npmax", "_learn_cost"):
     _fn = getattr(source, _name)
     _env[_name] = compiled(pytypes.FunctionType(_fn.__code__, _env, _name))
+_env["step_rows"] = approach_step
 
 _SIGNATURE = _i8(
     _i8,  # drawn
@@ -77,4 +79,52 @@ _SIGNATURE = _i8(
 feedback_one = cast(
     Callable[..., int],
     eager(_SIGNATURE)(pytypes.FunctionType(source.feedback_one.__code__, _env, "feedback_one")),
+)
+
+_RO2 = read_only(_f8, 2)
+_RO1 = read_only(_f8, 1)
+
+#: ``msroute.policies._live_rows.clear_one``, compiled for the pacer's arrays.
+clear_one = cast(
+    Callable[..., bool],
+    eager(
+        types.boolean(
+            _i8,  # n
+            read_only(_f8, 3),  # est
+            _i8,  # row
+            _i8,  # m
+            *(_RO2, _RO1, _RO1),  # spend, open_, reports
+            *(_RO2,) * 5,  # forced, excess_max, excess_sum, shortfall_max, shortfall_sum
+            *(_RO1, _RO1),  # hi, lo
+            types.boolean,  # any_upper
+            types.boolean,  # any_lower
+        )
+    )(pytypes.FunctionType(source.clear_one.__code__, _env, "clear_one")),
+)
+
+#: ``msroute.policies._live_rows.select_one``, compiled for the policy's arrays.
+select_one = cast(
+    Callable[..., int],
+    eager(
+        _i8(
+            _RO2,  # probs
+            _f8,  # u
+            *(_RO2,) * 5,  # w, measured, scale, lo, hi
+            _f8,  # pad_sd
+            _f8,  # pad_den
+            _RO2,  # m2
+            _i8,  # n_obs
+            _RO2,  # cap
+            read_only(types.boolean, 2),  # lower
+            read_only(types.boolean, 2),  # upper
+            _f8,  # tol
+            _f8,  # step
+            read_only(_f8, 3),  # est
+            _i8,  # row
+            _array(2),  # spend
+            _array(1),  # open_
+            _array(2),  # w_out
+            _array(2),  # booked
+        )
+    )(pytypes.FunctionType(source.select_one.__code__, _env, "select_one")),
 )

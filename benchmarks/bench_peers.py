@@ -27,6 +27,9 @@ load on a noisy machine then hits all of them alike, and the ratios compare like
   ``journal_sync = "normal"`` (two frames of the journal's tail a pair, folded into SQLite in
   batches: ``msroute.router.tail``), as a ratio to the same router in memory.
 
+The timing starts once the live router's compiled step (``msroute.policies.live_step``) has
+loaded in its background thread: a router's steady state (it decides the same before).
+
 Usage: ``python benchmarks/bench_peers.py [--queries 20000] [--mabwiser-queries 2000]
 [--journal-only]``. The
 peers are optional, benchmark-only dependencies (``pip install -e ".[peers]"``); a peer that is
@@ -76,6 +79,19 @@ class Stream:
         if self.contexts:
             cfg["contexts"] = list(self.contexts)
         return cfg
+
+
+def compiled_step_loaded(timeout: float = 120.0) -> bool:
+    """Wait (at most ``timeout`` seconds) until the live router's compiled step has loaded in
+    its background thread (``msroute.policies.live_step``), so that the timed queries measure
+    a router in its steady state; before it loads a router decides the same, in Python."""
+    from msroute.policies import live_step
+
+    live_step.start()
+    stop = time.monotonic() + timeout
+    while live_step.kernels() is None and time.monotonic() < stop:
+        time.sleep(0.05)
+    return live_step.kernels() is not None
 
 
 def timed(run: Callable[[int, int], float], queries: int, warm: int = 200) -> tuple[float, float]:
@@ -211,6 +227,7 @@ def peers(args: argparse.Namespace) -> None:
     print(f"Vowpal Wabbit: {vw_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"MABWiser: {mab_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"route + feedback pairs per second, {args.queries} queries, in process, no journal")
+    print(f"the live router's compiled step loaded: {compiled_step_loaded()}")
     names = ("omd", "cbwk", "floor", "VW", "MABW")
     head = f"{'K':>3} {'M':>2} {'ctx':>3}  " + " ".join(f"{n:>7}" for n in names)
     print(head + "  omd/VW  cbwk/VW  floor/VW  omd reward  VW reward")
@@ -250,6 +267,7 @@ def peers(args: argparse.Namespace) -> None:
 def journal(args: argparse.Namespace) -> None:
     """The default router with a journal at "normal" against the same router in memory."""
     print("the default OMD router with a journal at journal_sync = 'normal' against in memory")
+    print(f"the live router's compiled step loaded: {compiled_step_loaded()}")
     for k in args.k:
         s = Stream(k, 1, 3, args.queries)
         with tempfile.TemporaryDirectory() as tmp:

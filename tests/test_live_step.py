@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from msroute import Constraints, Problem
+from msroute.core.qp import projection_cuts
 from msroute.policies import _live_rows, live_step
 from msroute.policies.base import Decision
 from msroute.policies.live import DEFAULT_OMD_PARAMS
@@ -28,10 +29,13 @@ COSTS = np.random.default_rng(4).uniform(0.05, 1.0, (K, D))
 
 @pytest.fixture(scope="module")
 def compiled() -> Iterator[types.ModuleType]:
-    """The compiled step, loaded now (as the background thread loads it)."""
+    """The compiled step and the projection's compiled rows, loaded now (as the background
+    thread loads them); each test says which of them a run takes."""
     from msroute.policies._compiled import live_step as module
 
+    projection_cuts.load_compiled_rows()
     yield module
+    projection_cuts._rows_loaded = False
 
 
 def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.SimpleNamespace | None:
@@ -114,6 +118,7 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
     calls: list[str] = []
     for name in ("python-path", kind):
         monkeypatch.setattr(live_step, "_loaded", _steps(name, compiled, calls))
+        monkeypatch.setattr(projection_cuts, "_rows_loaded", name == "compiled")
         policy = _policy(n_contexts, params, tight)
         runs[name] = (policy, _run(policy, seed=9))
     (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
@@ -194,13 +199,20 @@ def test_a_journal_of_the_compiled_step_replays_in_python(
     its journal (re-derived in Python on reopening, which refuses any decision that differs)
     reopens into the same state."""
     monkeypatch.setattr(live_step, "_loaded", None)
+    monkeypatch.setattr(projection_cuts, "_rows_loaded", False)
     python_router = Router(_config())
+    python_run = _drive(python_router, 400, 2)
     monkeypatch.setattr(live_step, "_loaded", compiled)
+    monkeypatch.setattr(projection_cuts, "_rows_loaded", True)
     router = Router(_config(), journal=tmp_path / "j.sqlite")
-    assert _drive(router, 400, 2) == _drive(python_router, 400, 2)
+    assert _drive(router, 400, 2) == python_run
+    python_state = state_dict(python_router.policy)
+    for key, value in state_dict(router.policy).items():
+        assert np.array_equal(value, python_state[key]), key  # type: ignore[arg-type]
     expected = state_dict(router.policy)
     router.close()
     monkeypatch.setattr(live_step, "_loaded", None)
+    monkeypatch.setattr(projection_cuts, "_rows_loaded", False)
     reopened = Router.open(tmp_path / "j.sqlite")
     for key, value in state_dict(reopened.policy).items():
         assert np.array_equal(value, expected[key]), key  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies.base import Decision
+from msroute.policies.omd_variants import floor_at
 from msroute.policies.reward_model import ModelGradient
 
 __all__ = ["kernels", "learn_one", "route_one", "start"]
@@ -60,7 +61,10 @@ def _load() -> None:
     the Python path in use."""
     global _loaded
     try:
+        from msroute.core.qp.projection_cuts import load_compiled_rows
         from msroute.policies._compiled import live_step
+
+        load_compiled_rows()
     except Exception:  # no compiler, no cache: the Python path stays (same floats, slower)
         logging.getLogger("msroute.router").debug(
             "compiled feedback step not loaded", exc_info=True
@@ -239,5 +243,29 @@ def learn_one(policy: Any, decision: Decision, reward: FloatArray, cost: FloatAr
         dual._n_obs = dual_n
     policy._n_feedback += 1
     if seen % policy.batch_size == 0:
-        policy._qp_step(_RUN0, policy._ctx0 if context is None else context)
+        _qp_step_one(policy, x, policy._ctx0 if context is None else context)
     return True
+
+
+def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
+    """``OMDApproachability._qp_step`` of one run in context ``x`` (``ctx`` (1,)) and no warm
+    start's prior, on views of its state instead of gathers: the same floats (the same
+    operations on the same values), less of numpy's fixed cost a call."""
+    steps = policy._steps
+    steps[0, x] += 1
+    n = int(steps[0, x])
+    eta = policy.eta
+    if policy.eta_schedule != "fixed":  # Corollary 2: a sqrt(n_x) at the n-th step
+        eta = eta * math.sqrt(n + 1.0)
+    q0 = policy._q[:, x].copy()
+    grad = policy._grad[:, x]
+    y = q0 + grad / (policy.batch_size * eta)
+    costs, aggregate = policy.cost_est.costs, None
+    if policy.n_contexts > 1:
+        costs, aggregate = policy._context_costs(_RUN0, ctx), policy._aggregate_spend(_RUN0, ctx)
+    gamma = policy.gamma
+    if policy.floor != "fixed":
+        gamma = max(policy.floor_min, floor_at(policy.gamma, policy.floor, float(n)))
+    policy._q[:, x] = policy.dual.project(y, gamma, costs, _RUN0, q0, aggregate)
+    grad[...] = 0.0
+    policy.estimator.refit(_RUN0, ctx)

@@ -108,12 +108,13 @@ def solve_cuts(
     """The projection of rows ``y`` (n, K) under cuts ``a`` (n, m, K), ``b`` (n, m), unchecked.
 
     Returns ``q`` (n, K) and the multipliers ``mu`` (n, m), a KKT certificate. Steps 1 and 2
-    run row by row (``msroute.core.qp._cut_rows``): in Python floats for one row, compiled for more;
-    the rows they do not settle run step 3 here.
+    run row by row (``msroute.core.qp._cut_rows``): compiled for more than one row, in Python
+    floats for one (the same floats) until ``load_compiled_rows`` has run; the rows they do not
+    settle run step 3 here.
     """
     n, k = y.shape
     m = a.shape[1]
-    if n == 1:  # one row (a live router's step): Python floats, no numba
+    if n == 1 and not _rows_loaded:  # one row (a live router's step): Python floats, no numba
         q_l, mu_l, status = [[0.0] * k], [[0.0] * m], [0]
         cut_rows(y.tolist(), gamma, a.tolist(), b.tolist(), q_l, mu_l, status)
         q, mu = np.array(q_l), np.array(mu_l).reshape(1, m)
@@ -150,6 +151,22 @@ def solve_cuts(
         qr, mr = _dual_newton(y[rest], gamma, an, bn, _tolerance(y[rest], an, bn))
         q[rest], mu[rest] = qr, mr / safe
     return q, mu
+
+
+#: Whether ``load_compiled_rows`` has compiled the rows' loop: one row then takes it too.
+_rows_loaded = False
+
+
+def load_compiled_rows() -> None:
+    """Compile (or load from numba's cache) the loop of ``solve_cuts``' rows for its arrays
+    and let one row take it too (the same floats as Python's, tested): a live router calls
+    this from the thread that loads its compiled step (``msroute.policies.live_step``), so
+    that no step of its own waits for the compile."""
+    global _rows_loaded
+    rows = _compiled_rows()
+    q, mu, status = np.empty((1, 2)), np.zeros((1, 1)), np.zeros(1, dtype=np.int64)
+    rows(np.array([[0.7, 0.3]]), 0.1, np.array([[[1.0, 0.0]]]), np.array([[0.5]]), q, mu, status)
+    _rows_loaded = True
 
 
 @functools.cache

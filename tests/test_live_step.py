@@ -49,12 +49,13 @@ def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.Sim
         fn = getattr(module, name)
 
         def call(*args: Any) -> Any:
-            calls.append(name)
-            return fn(*args)
+            out = fn(*args)
+            calls.append(name if out is not False else name + " declined")
+            return out
 
         return call
 
-    names = ("clear_one", "select_one", "feedback_one")
+    names = ("clear_one", "select_one", "feedback_one", "qp_one")
     return types.SimpleNamespace(**{name: counted(name) for name in names})
 
 
@@ -144,11 +145,15 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
     assert calls.count("feedback_one") == base._n_feedback  # every feedback took the step
     # A decision takes the step where the pacer leaves it alone (no mask): tight bounds
     # narrow many, loose ones few.
+    assert calls.count("select_one") == calls.count("clear_one")
     if tight:
-        assert calls.count("select_one") < calls.count("clear_one")  # Python decided those
+        assert calls.count("clear_one declined") > 0  # the pacer narrowed: Python decided
     else:
         assert calls.count("select_one") > ROUNDS // 2
-    assert int(base._steps.sum()) > 10  # the QP steps ran
+    assert int(base._steps.sum()) > 10  # the QP steps ran, most in the step
+    if not params.get("dual") and not params.get("surrogate"):
+        steps = int(base._steps.sum())  # a tight bound's cuts are often out of reach
+        assert calls.count("qp_one") > (0 if tight else steps // 2)
     assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
 
 

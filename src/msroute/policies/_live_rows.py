@@ -6,12 +6,16 @@ fastmath), so both give the floats of the policy's single-run Python path bit fo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
+from msroute.core.qp._cut_rows import SOLVED, cut_rows
 from msroute.policies._approach_rows import step_rows
 from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
 
-__all__ = ["clear_one", "feedback_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "select_one"]
 
 
 def clear_one(
@@ -124,6 +128,87 @@ def select_one(
         spend[0, j] += booked[0, j]
     open_[0] += 1.0
     return drawn
+
+
+def qp_one(
+    q: Any,
+    grad: Any,
+    x: int,
+    den: float,
+    gamma: float,
+    est: Any,
+    row: int,
+    aggregate: bool,
+    share: float,
+    others: Any,
+    w: Any,
+    lo: Any,
+    hi: Any,
+    lower: Any,
+    upper: Any,
+    budget_margin: float,
+    units: int,
+    n_obs: int,
+    m2: Any,
+    cap: Any,
+) -> bool:
+    """The QP step (6) of one run's context ``x``: ``OMDApproachability._qp_step`` with the
+    invariant dual's cuts (``ApproachabilityDual.cuts``, linear surrogate) and steps 1 and 2 of
+    their projection (``cut_rows``); False, with nothing changed, where the projection needs
+    more (a cut out of reach, step 3): the caller then steps in Python.
+
+    ``q``, ``grad`` (1, X, K) the routing and the summed gradient estimates (row ``x`` moves
+    to ``q + grad / den`` projected at floor ``gamma``, and its gradient restarts at 0); the
+    cost estimates ``est`` (rows, K, d) on ``row``; with ``aggregate`` the context's share of
+    the visits and the other contexts' spend ``others`` (1, d); the dual's ``w``, box ``lo``,
+    ``hi``, bounded sides ``lower``, ``upper`` (1, d), and its margin (``budget_margin``
+    standard deviations of the ``n_obs`` realized costs' moments ``m2`` per ``units``, at most
+    ``cap``) as ``ApproachabilityDual.target`` takes it.
+    """
+    k, d = q.shape[2], w.shape[1]
+    y = np.empty((1, k))
+    a = np.empty((1, d, k))
+    b = np.empty((1, d))
+    for i in range(k):
+        y[0, i] = q[0, x, i] + grad[0, x, i] / den
+    for j in range(d):
+        lo_j, hi_j = lo[0, j], hi[0, j]
+        if budget_margin > 0.0 and n_obs > 1:
+            sd = math.sqrt(m2[0, j] / (n_obs - 1))
+            pad = budget_margin * sd / (units * math.sqrt(n_obs))
+            if not (pad < cap[0, j] or pad != pad):  # np.minimum(pad, cap)
+                pad = cap[0, j]
+            lo_j, hi_j = lo_j + pad, hi_j - pad
+        if not lower[0, j]:
+            lo_j = -math.inf
+        if not upper[0, j]:
+            hi_j = math.inf
+        if aggregate:
+            lo_j, hi_j = lo_j - others[0, j], hi_j - others[0, j]
+        w_j = w[0, j]
+        sign = w_j  # np.sign: NaN stays NaN, either zero is 0.0
+        if w_j > 0.0:
+            sign = 1.0
+        elif w_j < 0.0:
+            sign = -1.0
+        elif w_j == 0.0:
+            sign = 0.0
+        for i in range(k):
+            normal = est[row, i, j]
+            if aggregate:
+                normal = normal * share
+            a[0, j, i] = normal * sign
+        b[0, j] = hi_j if w_j > 0.0 else (-lo_j if w_j < 0.0 else 0.0)
+    q_new = np.empty((1, k))
+    mu = np.zeros((1, d))
+    status = np.zeros(1, dtype=np.int64)
+    cut_rows(y, gamma, a, b, q_new, mu, status)
+    if status[0] != SOLVED:
+        return False
+    for i in range(k):
+        q[0, x, i] = q_new[0, i]
+        grad[0, x, i] = 0.0
+    return True
 
 
 def _npmax(a: float, b: float) -> float:

@@ -40,6 +40,7 @@ from msroute.policies.reward_model import ModelGradient
 __all__ = ["kernels", "learn_one", "route_one", "start"]
 
 _RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
+_NO_SPEND = np.zeros((1, 1))  # the other contexts' spend of a step without contexts (unread)
 
 _lock = threading.Lock()
 _started = False
@@ -266,6 +267,54 @@ def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
     gamma = policy.gamma
     if policy.floor != "fixed":
         gamma = max(policy.floor_min, floor_at(policy.gamma, policy.floor, float(n)))
-    policy._q[:, x] = policy.dual.project(y, gamma, costs, _RUN0, q0, aggregate)
-    grad[...] = 0.0
+    if not _qp_compiled(policy, x, eta, gamma, costs, aggregate):
+        policy._q[:, x] = policy.dual.project(y, gamma, costs, _RUN0, q0, aggregate)
+        grad[...] = 0.0
     policy.estimator.refit(_RUN0, ctx)
+
+
+def _qp_compiled(
+    policy: Any,
+    x: int,
+    eta: float,
+    gamma: float,
+    costs: FloatArray,
+    aggregate: tuple[FloatArray, FloatArray] | None,
+) -> bool:
+    """The projection of ``_qp_step_one`` in the compiled step where it applies (the invariant
+    dual's cuts of the linear surrogate, a projection that steps 1 and 2 settle), else False
+    with nothing changed."""
+    step = _loaded
+    dual = policy.dual
+    if step is None or dual.construction != "invariant" or dual.surrogate != "linear":
+        return False
+    share, others = (
+        (1.0, _NO_SPEND) if aggregate is None else (float(aggregate[0][0]), aggregate[1])
+    )
+    try:
+        return bool(
+            step.qp_one(
+                policy._q,
+                policy._grad,
+                x,
+                policy.batch_size * eta,
+                gamma,
+                costs,
+                0,
+                aggregate is not None,
+                share,
+                others,
+                dual.w,
+                dual.lo,
+                dual.hi,
+                dual._lower,
+                dual._upper,
+                dual.budget_margin,
+                dual._units,
+                dual._n_obs,
+                dual._cost_m2,
+                dual._pad_cap,
+            )
+        )
+    except TypeError:  # numba matched no signature: nothing changed
+        return False

@@ -16,10 +16,11 @@ from typing import cast
 from numba.core import types
 
 from msroute._jit import compiled, eager, read_only
+from msroute.core.qp.projection_cuts import _compiled_rows
 from msroute.policies import _live_rows as source
 from msroute.policies._compiled.dual import approach_step
 
-__all__ = ["clear_one", "feedback_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "select_one"]
 
 _f8 = types.float64
 _i8 = types.int64
@@ -34,6 +35,7 @@ for _name in ("_npmax", "_learn_cost"):
     _fn = getattr(source, _name)
     _env[_name] = compiled(pytypes.FunctionType(_fn.__code__, _env, _name))
 _env["step_rows"] = approach_step
+_env["cut_rows"] = _compiled_rows()
 
 _SIGNATURE = _i8(
     _i8,  # drawn
@@ -83,6 +85,7 @@ feedback_one = cast(
 
 _RO2 = read_only(_f8, 2)
 _RO1 = read_only(_f8, 1)
+_BOOL2 = read_only(types.boolean, 2)
 
 #: ``msroute.policies._live_rows.clear_one``, compiled for the pacer's arrays.
 clear_one = cast(
@@ -115,8 +118,8 @@ select_one = cast(
             _RO2,  # m2
             _i8,  # n_obs
             _RO2,  # cap
-            read_only(types.boolean, 2),  # lower
-            read_only(types.boolean, 2),  # upper
+            _BOOL2,  # lower
+            _BOOL2,  # upper
             _f8,  # tol
             _f8,  # step
             read_only(_f8, 3),  # est
@@ -127,4 +130,31 @@ select_one = cast(
             _array(2),  # booked
         )
     )(pytypes.FunctionType(source.select_one.__code__, _env, "select_one")),
+)
+
+
+#: ``msroute.policies._live_rows.qp_one``, compiled for the policy's arrays.
+qp_one = cast(
+    Callable[..., bool],
+    eager(
+        types.boolean(
+            _array(3),  # q
+            _array(3),  # grad
+            _i8,  # x
+            _f8,  # den
+            _f8,  # gamma
+            read_only(_f8, 3),  # est
+            _i8,  # row
+            types.boolean,  # aggregate
+            _f8,  # share
+            *(_RO2,) * 4,  # others, w, lo, hi
+            _BOOL2,  # lower
+            _BOOL2,  # upper
+            _f8,  # budget_margin
+            _i8,  # units
+            _i8,  # n_obs
+            _RO2,  # m2
+            _RO2,  # cap
+        )
+    )(pytypes.FunctionType(source.qp_one.__code__, _env, "qp_one")),
 )

@@ -15,10 +15,11 @@ import pytest
 
 from msroute import Constraints, Problem
 from msroute.core.qp import projection_cuts
-from msroute.policies import _live_rows, live_step
-from msroute.policies.base import Decision
+from msroute.policies import _live_rows, live_step, pacing
+from msroute.policies.base import BasePolicy, Decision
 from msroute.policies.live import DEFAULT_OMD_PARAMS
 from msroute.policies.omd import OMDApproachability
+from msroute.policies.registry import make_policy
 from msroute.policies.state_walk import state_dict
 from msroute.router import Router
 
@@ -73,7 +74,7 @@ def _policy(n_contexts: int, params: dict[str, Any], tight: bool = True) -> OMDA
     return policy.pace()
 
 
-def _run(policy: OMDApproachability, seed: int) -> list[Decision]:
+def _run(policy: BasePolicy, seed: int) -> list[Decision]:
     """Decisions with masks, feedback late, out of order or never, real costs off the table."""
     rng = np.random.default_rng(seed)
     pending: list[Decision] = []
@@ -231,3 +232,46 @@ def test_npmax_is_numpys_maximum_of_two_floats() -> None:
             got = _live_rows._npmax(a, b)
             want = float(np.maximum(np.array([a]), np.array([b]))[0])
             assert np.array([got]).tobytes() == np.array([want]).tobytes(), (a, b)
+
+
+@pytest.mark.parametrize("covering", [False, True], ids=["upper", "both"])
+@pytest.mark.parametrize("kind", ["compiled", "source"])
+@pytest.mark.parametrize("name", ["uniform", "cbwk", "omd"])
+def test_the_pacers_narrowing_is_the_python_one(
+    compiled: types.ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    name: str,
+    covering: bool,
+) -> None:
+    """The pacer's narrowing of one run at M = 1 (``_live_rows.restrict_one``) leaves the
+    eligible sets, draws and state of the Python path: under bounds that bind (a uniform
+    router overspends, so most decisions are narrowed), with masks and a covering bound that
+    leaves no expert at times (the one nearest the box, in Python)."""
+    costs = np.random.default_rng(8).uniform(0.1, 1.0, (K, D))  # a wide range of prices
+    lower = float(costs[:, 1].mean()) if covering else None
+    bounds = Constraints(upper=[0.7 * float(costs[:, 0].mean()), None], lower=[None, lower])
+    codes: list[int] = []
+    kernel = compiled.restrict_one if kind == "compiled" else _live_rows.restrict_one
+
+    def counted(*args: Any) -> int:
+        codes.append(int(kernel(*args)))
+        return codes[-1]
+
+    runs = {}
+    for which in ("python-path", kind):
+        monkeypatch.setattr(pacing, "restrict_kernel", None if which == "python-path" else counted)
+        problem = Problem(costs, 1, bounds)
+        policy = make_policy(name, problem, horizon=ROUNDS, n_runs=1, seed=2, pacing=True)
+        runs[which] = (policy, _run(policy, seed=4))
+    (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
+    for a, b in zip(base_made, other_made, strict=True):
+        assert a.draws.tobytes() == b.draws.tobytes()
+        assert (a.allowed is None) == (b.allowed is None)
+        assert a.allowed is None or a.allowed.tobytes() == b.allowed.tobytes()  # type: ignore[union-attr]
+    base_state, other_state = state_dict(base), state_dict(other)
+    for key, value in base_state.items():
+        assert np.array_equal(value, other_state[key]), key  # type: ignore[arg-type]
+    assert codes.count(1) > (0 if covering else ROUNDS // 10)  # narrowed in the step
+    if covering and name == "uniform":
+        assert codes.count(2) > 0  # no expert fitted: the one nearest the box, in Python

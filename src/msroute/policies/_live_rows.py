@@ -15,7 +15,7 @@ from msroute.core.qp._cut_rows import SOLVED, cut_rows
 from msroute.policies._approach_rows import step_rows
 from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
 
 
 def clear_one(
@@ -72,6 +72,93 @@ def clear_one(
             ):
                 return False
     return True
+
+
+def restrict_one(
+    n: int,
+    est: Any,
+    spend: Any,
+    open_: Any,
+    reports: Any,
+    forced: Any,
+    excess_max: Any,
+    excess_sum: Any,
+    shortfall_max: Any,
+    shortfall_sum: Any,
+    hi: Any,
+    lo: Any,
+    upper: Any,
+    lower: Any,
+    elig: Any,
+    restricted: Any,
+    out: Any,
+) -> int:
+    """``Pacer.restrict`` of one run with one draw past ``_clear_one``: 0 where it leaves the
+    eligible set as it is, 1 where it narrows it to ``out`` (1, K) (and counts it in
+    ``restricted`` (1,)), 2 where no expert fits (nothing changed: the caller picks the one
+    nearest the box in Python).
+
+    ``rooms`` of decision ``n`` from the spend, reserve and bounds (1, d) (``forced`` (1, 2d),
+    ``open_`` and ``reports`` (1,), ``upper``, ``lower`` the bounded sides), the estimates
+    ``est`` (1, K, d) of the decision's context, the eligible ``elig`` (1, K). With one draw the
+    worst team is the dearest expert, and ``_fitting_one``'s walk keeps every candidate (each
+    within the room on its own), so the set is the candidates.
+    """
+    k, d = est.shape[1], est.shape[2]
+    count = reports[0]
+    if not (count > 1.0 or count != count):  # np.maximum(reports, 1.0)
+        count = 1.0
+    pending = open_[0]
+    room = np.empty(d)
+    need = np.empty(d)
+    clear = True
+    for j in range(d):
+        room[j] = math.inf
+        if upper[0, j]:
+            room[j] = (
+                n * hi[0, j] * (1.0 - _REL_SLACK)
+                - spend[0, j]
+                - _EXCESS_FACTOR * excess_max[0, j]
+                - _FORCED_FACTOR * forced[0, j]
+                - pending * excess_sum[0, j] / count
+            )
+        need[j] = -math.inf
+        if lower[0, j]:
+            need[j] = (
+                n * lo[0, j] * (1.0 + _REL_SLACK)
+                - spend[0, j]
+                + _EXCESS_FACTOR * shortfall_max[0, j]
+                + _FORCED_FACTOR * forced[0, d + j]
+                + pending * shortfall_sum[0, j] / count
+            )
+        dearest, least = est[0, 0, j], est[0, 0, j]
+        for i in range(1, k):
+            c = est[0, i, j]
+            if c > dearest or c != c:  # np.partition's top one, and numpy's min: NaN first
+                dearest = c
+            if c < least or c != c:
+                least = c
+        if not (room[j] >= dearest and need[j] <= least):
+            clear = False
+    if clear:
+        return 0
+    narrowed = False
+    fits_any = False
+    for i in range(k):
+        fits = bool(elig[0, i])
+        for j in range(d):
+            c = est[0, i, j]
+            if c < need[j] or c > room[j]:
+                fits = False
+        out[0, i] = fits
+        narrowed = narrowed or fits != elig[0, i]
+        fits_any = fits_any or fits
+    if not narrowed:
+        return 0
+    if not fits_any:
+        return 2
+    restricted[0] += 1
+    return 1
 
 
 def select_one(

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
+from msroute.policies import pacing
 from msroute.policies.base import Decision
 from msroute.policies.omd_variants import floor_at
 from msroute.policies.reward_model import ModelGradient
@@ -66,6 +67,7 @@ def _load() -> None:
         from msroute.policies._compiled import live_step
 
         load_compiled_rows()
+        pacing.restrict_kernel = live_step.restrict_one
     except Exception:  # no compiler, no cache: the Python path stays (same floats, slower)
         logging.getLogger("msroute.router").debug(
             "compiled feedback step not loaded", exc_info=True

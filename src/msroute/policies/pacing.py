@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import math
 from bisect import insort
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -68,6 +69,10 @@ _EXCESS_FACTOR = 2.0
 #: The most a mask forced a decision beyond the room counts this many times: masked requests
 #: come in runs (eight in a row at a third of the traffic masked: 1 in 7,000).
 _FORCED_FACTOR = 8.0
+#: ``restrict`` of one run with one draw in one compiled call
+#: (``msroute.policies._live_rows.restrict_one``, the same floats), set by the thread that
+#: loads a live router's compiled step (``msroute.policies.live_step``); None: in Python.
+restrict_kernel: Callable[..., int] | None = None
 
 
 class Pacer:
@@ -217,6 +222,10 @@ class Pacer:
         costs = self.costs(context)
         if self._one_run and self._clear_one(n, costs[0]):
             return eligible  # one run with room for any team (the live router's common case)
+        if self._one_run and self.m_draws == 1 and restrict_kernel is not None:
+            narrowed = self._restrict_compiled(restrict_kernel, n, costs, eligible)
+            if narrowed is not False:
+                return narrowed
         room, need = self.rooms(n)
         worst = self._worst_team(costs)  # the dearest team of all
         if bool(np.all(room >= worst)) and bool(np.all(need <= costs.min(axis=1))):
@@ -236,6 +245,42 @@ class Pacer:
                 self._note_forced(costs[empty][picked], room[empty], need[empty], empty)
         self.restricted += narrowed
         return fits
+
+    def _restrict_compiled(
+        self,
+        kernel: Callable[..., int],
+        n: int,
+        costs: FloatArray,
+        eligible: BoolArray | None,
+    ) -> BoolArray | Literal[False] | None:
+        """``restrict`` of one run with one draw in ``kernel``: the eligible set, or False
+        (nothing changed) where no expert fits or the arrays do not fit its signature."""
+        k = costs.shape[1]
+        out = np.zeros((1, k), dtype=bool)
+        elig = np.ones((1, k), dtype=bool) if eligible is None else eligible
+        try:
+            code = kernel(
+                n,
+                costs,
+                self.spend,
+                self.open,
+                self.n_reports,
+                self.forced,
+                self.excess_max,
+                self.excess_sum,
+                self.shortfall_max,
+                self.shortfall_sum,
+                self.hi,
+                self.lo,
+                self._upper,
+                self._lower,
+                elig,
+                self.restricted,
+                out,
+            )
+        except TypeError:  # numba matched no signature (before running)
+            return False
+        return eligible if code == 0 else out if code == 1 else False
 
     def _note_forced(
         self, cost: FloatArray, room: FloatArray, need: FloatArray, runs: BoolArray

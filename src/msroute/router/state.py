@@ -361,7 +361,7 @@ def build_policy(
         raise RouterConfigError(f"params: {exc}") from exc
     if not isinstance(policy, OMDApproachability):  # OMD checked Assumption 1 with its floor
         problem.check_feasible(0.0)
-    elif cfg.m_draws == 1:  # its compiled feedback step, loaded in the background
+    if cfg.m_draws == 1 and policy.pacer is not None:  # the compiled step, in the background
         live_step.start()
     policy.streams = DecisionStreams(cfg.seed, policy.streams.uniforms.block)
     return policy

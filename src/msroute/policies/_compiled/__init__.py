@@ -14,7 +14,8 @@ gets from numpy:
 * ``checks`` -- the feedback's range checks;
 * ``multinomial`` -- inverse-CDF draws of the routing
   distribution;
-* ``live_step`` -- a live router's decision and feedback with OMD at one run and one draw
+* ``live_step`` -- a live router's decision, feedback and QP step with OMD, and its pacer's
+  narrowing, at one run and one draw
   (``msroute.policies.live_step``), compiled for its one signature on import.
 
 How they are compiled and cached: ``msroute._jit``.

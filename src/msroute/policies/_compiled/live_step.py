@@ -20,7 +20,7 @@ from msroute.core.qp.projection_cuts import _compiled_rows
 from msroute.policies import _live_rows as source
 from msroute.policies._compiled.dual import approach_step
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
 
 _f8 = types.float64
 _i8 = types.int64
@@ -157,4 +157,24 @@ qp_one = cast(
             _RO2,  # cap
         )
     )(pytypes.FunctionType(source.qp_one.__code__, _env, "qp_one")),
+)
+
+#: ``msroute.policies._live_rows.restrict_one``, compiled for the pacer's arrays.
+restrict_one = cast(
+    Callable[..., int],
+    eager(
+        _i8(
+            _i8,  # n
+            read_only(_f8, 3),  # est
+            *(_RO2, _RO1, _RO1),  # spend, open_, reports
+            *(_RO2,) * 5,  # forced, excess_max, excess_sum, shortfall_max, shortfall_sum
+            _RO2,  # hi
+            _RO2,  # lo
+            _BOOL2,  # upper
+            _BOOL2,  # lower
+            _BOOL2,  # elig
+            types.Array(_i8, 1, "C"),  # restricted
+            types.Array(types.boolean, 2, "C"),  # out
+        )
+    )(pytypes.FunctionType(source.restrict_one.__code__, _env, "restrict_one")),
 )

@@ -275,3 +275,61 @@ def test_the_pacers_narrowing_is_the_python_one(
     assert codes.count(1) > (0 if covering else ROUNDS // 10)  # narrowed in the step
     if covering and name == "uniform":
         assert codes.count(2) > 0  # no expert fitted: the one nearest the box, in Python
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_instances_decide_the_same_compiled_and_in_python(
+    compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Random instances (K, d, prices over orders of magnitude, upper and lower bounds,
+    contexts) through the live default OMD: every step compiled, and all in Python, give the
+    same decisions and state bit for bit."""
+    rng = np.random.default_rng(100 + seed)
+    k, d = int(rng.integers(2, 12)), int(rng.integers(1, 4))
+    costs = rng.uniform(0.05, 1.0, (k, d)) * 10.0 ** rng.integers(-4, 5, d)
+    upper = [float(costs[:, j].mean()) if rng.random() < 0.7 else None for j in range(d)]
+    lower = [
+        float(costs[:, j].min() * 1.2) if upper[j] is None and rng.random() < 0.5 else None
+        for j in range(d)
+    ]
+    if all(u is None for u in upper + lower):
+        upper[0] = float(costs[:, 0].max())
+    problem = Problem(costs, 1, Constraints(upper=upper, lower=lower))
+    n_contexts = int(rng.integers(1, 4))
+    states, made = [], []
+    calls: list[str] = []
+    for step in (None, _steps("compiled", compiled, calls)):
+        monkeypatch.setattr(live_step, "_loaded", step)
+        monkeypatch.setattr(projection_cuts, "_rows_loaded", step is not None)
+        monkeypatch.setattr(
+            pacing, "restrict_kernel", None if step is None else compiled.restrict_one
+        )
+        policy = OMDApproachability(
+            problem,
+            horizon=ROUNDS,
+            n_runs=1,
+            seed=seed,
+            n_contexts=n_contexts,
+            **DEFAULT_OMD_PARAMS,
+        ).pace()
+        rows = np.random.default_rng(seed)
+        decisions = []
+        for _ in range(ROUNDS):
+            context = rows.integers(0, n_contexts, 1) if n_contexts > 1 else None
+            decision = policy.select_trusted(context, None)
+            decisions.append(decision.draws.tobytes() + decision.probs.tobytes())  # type: ignore[union-attr]
+            assert decision.cost is not None
+            scale = 1.0 if rows.random() < 0.5 else float(rows.uniform(0.5, 2.0))
+            policy.update_trusted(decision, rows.uniform(0.0, 1.0, 1), decision.cost * scale)
+        states.append(state_dict(policy))
+        made.append(decisions)
+    assert made[0] == made[1]
+    assert calls.count("feedback_one") == ROUNDS  # every feedback compiled
+    steps = int(policy._steps.sum())  # the compiled run's QP steps, each offered to the step
+    assert calls.count("qp_one") + calls.count("qp_one declined") == steps > 0
+    for key, value in states[0].items():
+        other = states[1][key]
+        if isinstance(value, np.ndarray):
+            assert value.tobytes() == np.ascontiguousarray(other).tobytes(), key
+        else:
+            assert value == other, key

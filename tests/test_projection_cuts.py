@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from msroute import EmptyFeasibleSetError, project_step
+from msroute.core.qp import projection_cuts
 from msroute.core.qp._cut_rows import SOLVED, cut_rows
 from msroute.core.qp._simplex import _floored_simplex
 from msroute.core.qp.projection_cuts import project_cuts, solve_cuts
@@ -138,9 +139,16 @@ def test_bad_shapes_are_named() -> None:
         project_cuts([0.5, 0.5], 0.0, [[1.0, 0.0, 0.0]], [1.0])
 
 
-def test_one_row_in_python_floats_and_a_compiled_batch_give_the_same_floats() -> None:
-    # A live router projects one row in Python floats, a batch of runs compiles the same
-    # steps: a run must get the floats it would get in a batch (alone = batch, bit for bit).
+@pytest.mark.parametrize("loaded", [False, True], ids=["python", "compiled"])
+def test_one_row_in_python_floats_and_a_compiled_batch_give_the_same_floats(
+    loaded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A live router projects one row in Python floats until its background thread has loaded
+    # the compiled rows (then compiled), a batch of runs compiles the same steps: a run must
+    # get the floats it would get in a batch (alone = batch, bit for bit), either way.
+    if loaded:
+        projection_cuts.load_compiled_rows()
+    monkeypatch.setattr(projection_cuts, "_rows_loaded", loaded)
     rng = np.random.default_rng(5)
     for it in range(40):
         y, gamma, a, b = random_instance(rng, it)

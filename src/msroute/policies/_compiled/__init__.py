@@ -16,7 +16,7 @@ gets from numpy:
   distribution;
 * ``live_step`` -- a live router's decision, feedback and QP step with OMD, and its pacer's
   narrowing, at one run and one draw
-  (``msroute.policies.live_step``), compiled for its one signature on import.
+  (``msroute.policies.live_step``), each compiled for one signature on import.
 
 How they are compiled and cached: ``msroute._jit``.
 """

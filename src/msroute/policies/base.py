@@ -451,7 +451,7 @@ class BasePolicy:
             self.pacer.settle(decision.cost, cost, True, decision.draws, decision.context)
 
     # ------------------------------------------------------------------ pacing
-    def pace(self, window: float | None = COST_WINDOW) -> Self:
+    def pace(self, window: float | None = COST_WINDOW, mixtures: bool = True) -> Self:
         """Pace this policy's runs: every bound holds on the realized time-averaged spend,
         whatever the policy learns (``msroute.policies.pacing``; docs/budgets.md states the
         guarantee). Each decision's eligible experts are narrowed to those the remaining budget
@@ -459,10 +459,13 @@ class BasePolicy:
         until ``update`` (or ``settle``) reports what it really cost.
 
         ``window``: the most calls of an expert its cost estimate averages over (None: all of
-        them, as pacers recorded before the window ran).
+        them, as pacers recorded before the window ran). ``mixtures``: keep a reserve for the
+        decisions no single expert fits inside the bounds (bounds that only a mixture of
+        experts meets; False: as pacers recorded before it ran).
 
-        Recorded with the constructor arguments (``pacing=True``, ``pacing_window``), so a
-        saved, resized or rebuilt policy is paced the same. Returns the policy.
+        Recorded with the constructor arguments (``pacing=True``, ``pacing_window``,
+        ``pacing_mixtures``), so a saved, resized or rebuilt policy is paced the same.
+        Returns the policy.
         """
         if self.pacer is None:
             if self.t:
@@ -475,9 +478,11 @@ class BasePolicy:
                 self._cost_unit,
                 self.n_contexts,
                 math.inf if window is None else window,
+                mixtures,
             )
             self._init_kwargs["pacing"] = True
             self._init_kwargs["pacing_window"] = window
+            self._init_kwargs["pacing_mixtures"] = mixtures
         return self
 
     @classmethod
@@ -487,8 +492,10 @@ class BasePolicy:
         policy file and ``resized`` build through here)."""
         pacing = kwargs.pop("pacing", False)
         window = kwargs.pop("pacing_window", COST_WINDOW)
-        if not isinstance(pacing, bool):
-            raise InvalidTypeError(f"pacing must be True or False, got {pacing!r:.80}")
+        mixtures = kwargs.pop("pacing_mixtures", True)
+        for key, flag in (("pacing", pacing), ("pacing_mixtures", mixtures)):
+            if not isinstance(flag, bool):
+                raise InvalidTypeError(f"{key} must be True or False, got {flag!r:.80}")
         if window is not None and (
             isinstance(window, bool) or not isinstance(window, int | float) or not window >= 1
         ):
@@ -496,7 +503,7 @@ class BasePolicy:
                 f"pacing_window must be None or a number of calls >= 1, got {window!r:.80}"
             )
         policy = cls(problem, **kwargs)
-        return policy.pace(window) if pacing else policy
+        return policy.pace(window, mixtures) if pacing else policy
 
     def settle(
         self,
@@ -575,10 +582,12 @@ class BasePolicy:
     def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Constructor arguments recorded by a policy file or a journal, as this msroute reads
         them (a class whose arguments changed meaning translates the old ones): a pacer
-        recorded without ``pacing_window`` averaged all of an expert's calls."""
-        if kwargs.get("pacing") and "pacing_window" not in kwargs:
-            return {**kwargs, "pacing_window": None}
-        return kwargs
+        recorded without ``pacing_window`` averaged all of an expert's calls, and one recorded
+        without ``pacing_mixtures`` kept no reserve for decisions no single expert fits."""
+        if not kwargs.get("pacing"):
+            return kwargs
+        old = {"pacing_window": None, "pacing_mixtures": False}
+        return {**kwargs, **{k: v for k, v in old.items() if k not in kwargs}}
 
     def resized(self, problem: Problem, old_index: Sequence[int | None]) -> Self:
         """This policy over another expert set (and bounds), keeping what it learned.

@@ -25,9 +25,12 @@ The accounting, per run and cost coordinate ``j``, after ``n`` decisions:
   reserve_j`` (a team costs at least each of its members).
 * The reserve covers what the estimates do not know: twice the largest excess of a realized
   cost over its booking seen so far, plus, for the decisions still open, the mean excess each
-  (``excess`` and ``shortfall`` for the covering side); and what eligibility masks force:
-  eight times the most a decision whose eligible experts all lay beyond the room had to
-  overspend (``forced``), so that the other decisions keep room for the next run of them.
+  (``excess`` and ``shortfall`` for the covering side); and what the decisions no expert
+  fitted forced: eight times the most such a decision overspent where its eligibility mask
+  left only experts beyond the room (masked requests come in runs), once the most where no
+  single expert fits the bounds (bounds that only a mixture of experts meets: these come
+  one at a time, between decisions that pay it back), so that the other decisions keep room
+  for the next one (``forced``).
 
 Within that, the experts are dropped from the dearest (relative to the room) until the worst
 team fits; if no expert fits (a bound lowered below what was spent, prices that rose, bounds
@@ -88,6 +91,9 @@ class Pacer:
         Contexts the policy tells apart: the estimates are learned per (run, context).
     window : float, default ``COST_WINDOW``
         The most calls of an expert its estimate averages over (``inf``: all of them).
+    mixtures : bool, default True
+        Keep a reserve for the decisions no single expert fits while the run is inside its
+        bounds, without a mask (False: only for those a mask forced).
 
     Attributes
     ----------
@@ -134,8 +140,10 @@ class Pacer:
         scale: FloatArray,
         n_contexts: int = 1,
         window: float = COST_WINDOW,
+        mixtures: bool = True,
     ) -> None:
         r, d = batch.n_runs, batch.n_costs
+        self.mixtures = mixtures
         self.m_draws = batch.m_draws
         self.n_contexts = n_contexts
         x = n_contexts
@@ -166,8 +174,9 @@ class Pacer:
         self.shortfall_max: FloatArray = np.zeros((r, d))
         self.shortfall_sum: FloatArray = np.zeros((r, d))
         self.n_reports: FloatArray = np.zeros(r)
-        #: Per run and coordinate, the most a decision its mask forced beyond the room spent
-        #: (columns d..2d: fell short of a covering bound).
+        #: Per run and coordinate, the most a decision its mask forced beyond the room spent,
+        #: or an eighth of what one no single expert fitted did (columns d..2d: fell short of
+        #: a covering bound); the rooms keep ``_FORCED_FACTOR`` times it.
         self.forced: FloatArray = np.zeros((r, 2 * d))
         self.restricted: IntArray = np.zeros(r, dtype=np.int64)
         self.recovered: IntArray = np.zeros(r, dtype=np.int64)
@@ -243,6 +252,9 @@ class Pacer:
             self.recovered += empty
             if eligible is not None:  # a mask forced it: the other decisions keep room for it
                 self._note_forced(costs[empty][picked], room[empty], need[empty], empty)
+            elif self.mixtures:  # only a mixture fits: one such overshoot is kept in reserve
+                share = 1.0 / _FORCED_FACTOR
+                self._note_forced(costs[empty][picked], room[empty], need[empty], empty, share)
         self.restricted += narrowed
         return fits
 
@@ -283,14 +295,20 @@ class Pacer:
         return eligible if code == 0 else out if code == 1 else False
 
     def _note_forced(
-        self, cost: FloatArray, room: FloatArray, need: FloatArray, runs: BoolArray
+        self,
+        cost: FloatArray,
+        room: FloatArray,
+        need: FloatArray,
+        runs: BoolArray,
+        share: float = 1.0,
     ) -> None:
         """Record what the chosen expert's cost (R', d) takes beyond the room (or falls short
-        of the need) of runs that were within their bounds: what a mask forced."""
+        of the need) of runs that were within their bounds, times ``share``: what a mask (or
+        bounds only a mixture meets) forced, in units of the reserve's ``_FORCED_FACTOR``."""
         d = cost.shape[1]
         with np.errstate(invalid="ignore"):
-            over = np.where(room >= 0.0, np.maximum(cost - room, 0.0), 0.0)
-            short = np.where(need <= 0.0, np.maximum(need - cost, 0.0), 0.0)
+            over = share * np.where(room >= 0.0, np.maximum(cost - room, 0.0), 0.0)
+            short = share * np.where(need <= 0.0, np.maximum(need - cost, 0.0), 0.0)
         forced = self.forced[runs]
         forced[:, :d] = np.maximum(forced[:, :d], np.nan_to_num(over, posinf=0.0))
         forced[:, d:] = np.maximum(forced[:, d:], np.nan_to_num(short, posinf=0.0))

@@ -59,7 +59,7 @@ def make_policy(name: str, problem: Any, **kwargs: Any) -> BasePolicy:
     params = inspect.signature(cls).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         accepted = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        accepted += ["pacing", "pacing_window"]
+        accepted += ["pacing", "pacing_window", "pacing_mixtures"]
         unknown = sorted(set(kwargs) - set(accepted))
         if unknown:
             raise InvalidTypeError(

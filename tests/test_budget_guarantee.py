@@ -444,3 +444,37 @@ def test_a_journal_paced_before_the_mixture_reserve_reopens_as_it_ran(tmp_path) 
     assert reopened.policy.pacer is not None and reopened.policy.pacer.mixtures is False
     assert reopened.state()["decisions"] == 400
     reopened.close()
+
+
+@st.composite
+def mixture_instances(draw: st.DrawFn) -> dict[str, Any]:
+    """Bounds that no expert meets on its own and a mixture meets with some slack: fast experts
+    outside the in-house floor, slow in-house ones beyond the cap on seconds; at the mixture
+    that sends a share ``p`` of the calls to the fastest in-house expert and the rest to the
+    fastest other one, the cap and the floor each keep a slack of 2-20%."""
+    n_fast, n_slow = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    fast = rng.uniform(0.1, 0.4, n_fast)
+    slow = rng.uniform(0.6, 1.5, n_slow)
+    p, slack = rng.uniform(0.2, 0.7), rng.uniform(0.02, 0.2)
+    cap = (p * slow.min() + (1 - p) * fast.min()) * (1 + slack)
+    floor = p * (1 - slack)
+    experts = {f"f{i}": [float(s), 0.0] for i, s in enumerate(fast)}
+    experts |= {f"s{i}": [float(s), 1.0] for i, s in enumerate(slow)}
+    return {
+        "m_draws": 1,
+        "cost_names": ["seconds", "in_house"],
+        "seed": seed % 1000,
+        "experts": experts,
+        "constraints": {"upper": {"seconds": float(cap)}, "lower": {"in_house": float(floor)}},
+        "skill": rng.uniform(0.2, 0.9, n_fast + n_slow).tolist(),
+    }
+
+
+@SETTINGS
+@given(mixture_instances())
+def test_bounds_only_a_mixture_meets_hold_at_the_end_and_after_a_burn_in(inst) -> None:
+    router = _router(inst)
+    _traffic(router, inst, 300)  # the burn-in: the mixture's slack outgrows one overshoot
+    _traffic(router, inst, 600, check_every=1)

@@ -42,7 +42,10 @@ The guarantee (stated in docs/budgets.md): if some eligible expert is inside eve
 own (a *safe* expert) and no call costs more above its booking than the reserve, every bound
 holds on the time-averaged spend after every decision, from the first one on. A bound lowered
 below the average spent so far, or prices that rise until the estimates learn them, hold again
-after the decisions the safe expert needs to pay back the excess.
+after the decisions the safe expert needs to pay back the excess. Where no expert is safe but a
+mixture of them keeps every bound, the pacer alternates between them on the boundary, and the
+reserve of one overshoot keeps the alternation inside the bounds once the mixture's slack has
+grown past it (a burn-in).
 """
 
 from __future__ import annotations

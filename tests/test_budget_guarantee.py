@@ -478,3 +478,14 @@ def test_bounds_only_a_mixture_meets_hold_at_the_end_and_after_a_burn_in(inst) -
     router = _router(inst)
     _traffic(router, inst, 300)  # the burn-in: the mixture's slack outgrows one overshoot
     _traffic(router, inst, 600, check_every=1)
+
+
+def test_a_floor_a_mask_forced_short_is_reserved_for() -> None:
+    """Family instance 189 under CBwK, paced: an in-house floor, a cap no in-house team meets,
+    and a third of the requests masked. The masks' reserve covered a cap's overshoot only, so
+    the floor ended one call in 3,000 short (0.163 in-house against 0.16302); reserving what a
+    mask forced short of a floor too, it ends on the floor."""
+    inst = family_instance(189, 3000)
+    assert inst.mask_share > 0.3 and inst.config["constraints"]["lower"]
+    result = run_instance(inst, 3000, policy="cbwk")
+    assert not result.over, result.avg_cost

@@ -168,3 +168,41 @@ def test_a_price_that_rises_is_booked_at_its_new_level() -> None:
 def test_a_cost_window_below_one_call_is_refused(window: float) -> None:
     with pytest.raises(ValueError, match="window"):
         CostEstimate(np.array([[[0.01]]]), np.array([[0.01]]), window=window)
+
+
+def test_a_mask_that_forces_a_floor_short_is_reserved_for() -> None:
+    """A run at its in-house floor whose mask leaves only an outside expert falls one call
+    short: the pacer reserves that shortfall for the next masked requests, as it does a cap's
+    overshoot (it asked ``need <= 0`` before, under which nothing falls short: no reserve)."""
+    costs = np.array([[0.001, 0.0], [0.02, 1.0]])  # outside and cheap, in-house and dear
+    pacer = _pacer(costs, 1, [0.02, None], [None, 0.3])
+    pacer.spend[0] = [1.0, 30.05]  # 100 decisions made, 0.3005 in-house: within the floor
+    allowed = pacer.restrict(101, np.array([[True, False]]))
+    assert allowed is not None and allowed[0].tolist() == [True, False]
+    assert pacer.recovered[0] == 1
+    need = 101 * 0.3 * (1 + 1e-9) - 30.05
+    assert pacer.forced[0, 3] == pytest.approx(need)  # the floor's column: d + 1
+    _, need_next = pacer.rooms(102)
+    assert need_next[0, 1] == pytest.approx(102 * 0.3 - 30.05 + 8 * need, rel=1e-6)
+    old = _pacer(costs, 1, [0.02, None], [None, 0.3])
+    old.mixtures = False  # a pacer recorded before the reserve for floors
+    old.spend[0] = [1.0, 30.05]
+    old.restrict(101, np.array([[True, False]]))
+    assert old.forced[0, 3] == 0.0
+
+
+def test_bounds_only_a_mixture_meets_reserve_one_overshoot_without_a_mask() -> None:
+    """No expert meets the cap and the floor alone: a decision no expert fits, without a mask,
+    keeps its overshoot (or shortfall) in reserve once (an eighth of the masks' unit)."""
+    costs = np.array([[0.3, 0.0], [0.6, 1.0]])  # fast outside, slow in-house
+    for seconds, picked, column, amount in (
+        (46.0, 1, 0, 0.6 - (101 * 0.46 * (1 - 1e-9) - 46.0)),  # the slow one, 0.14 s over
+        (46.14, 0, 3, 101 * 0.48 * (1 + 1e-9) - 48.1),  # the fast one, 0.38 call short
+    ):
+        pacer = _pacer(costs, 1, [0.46, None], [None, 0.48])
+        pacer.spend[0] = [seconds, 48.1]  # 100 decisions, within both bounds
+        allowed = pacer.restrict(101, None)
+        assert allowed is not None and allowed[0].tolist() == [picked == 0, picked == 1]
+        assert pacer.recovered[0] == 1
+        assert pacer.forced[0, column] == pytest.approx(amount / 8)
+        assert np.count_nonzero(pacer.forced) == 1

@@ -461,7 +461,8 @@ class BasePolicy:
         ``window``: the most calls of an expert its cost estimate averages over (None: all of
         them, as pacers recorded before the window ran). ``mixtures``: keep a reserve for the
         decisions no single expert fits inside the bounds (bounds that only a mixture of
-        experts meets; False: as pacers recorded before it ran).
+        experts meets) and for what a mask forced short of a floor (False: as pacers recorded
+        before it ran).
 
         Recorded with the constructor arguments (``pacing=True``, ``pacing_window``,
         ``pacing_mixtures``), so a saved, resized or rebuilt policy is paced the same.

@@ -26,8 +26,9 @@ The accounting, per run and cost coordinate ``j``, after ``n`` decisions:
 * The reserve covers what the estimates do not know: twice the largest excess of a realized
   cost over its booking seen so far, plus, for the decisions still open, the mean excess each
   (``excess`` and ``shortfall`` for the covering side); and what the decisions no expert
-  fitted forced: eight times the most such a decision overspent where its eligibility mask
-  left only experts beyond the room (masked requests come in runs), once the most where no
+  fitted forced: eight times the most such a decision overspent (or fell short of a floor)
+  where its eligibility mask left only experts beyond the room (masked requests come in
+  runs), once the most where no
   single expert fits the bounds (bounds that only a mixture of experts meets: these come
   one at a time, between decisions that pay it back), so that the other decisions keep room
   for the next one (``forced``).
@@ -96,7 +97,9 @@ class Pacer:
         The most calls of an expert its estimate averages over (``inf``: all of them).
     mixtures : bool, default True
         Keep a reserve for the decisions no single expert fits while the run is inside its
-        bounds, without a mask (False: only for those a mask forced).
+        bounds, without a mask as well as with one, and for what they fell short of a floor as
+        well as what they overshot a cap (False: as pacers recorded before it, only a mask's
+        overshoot of a cap).
 
     Attributes
     ----------
@@ -307,11 +310,16 @@ class Pacer:
     ) -> None:
         """Record what the chosen expert's cost (R', d) takes beyond the room (or falls short
         of the need) of runs that were within their bounds, times ``share``: what a mask (or
-        bounds only a mixture meets) forced, in units of the reserve's ``_FORCED_FACTOR``."""
+        bounds only a mixture meets) forced, in units of the reserve's ``_FORCED_FACTOR``.
+
+        A run was within a floor if its average before this decision met it (``need <= l``); a
+        pacer recorded before ``mixtures`` asked ``need <= 0``, under which no cost falls short,
+        so it never reserved for a floor."""
         d = cost.shape[1]
+        within_floor = need <= (self.lo[runs] if self.mixtures else 0.0)
         with np.errstate(invalid="ignore"):
             over = share * np.where(room >= 0.0, np.maximum(cost - room, 0.0), 0.0)
-            short = share * np.where(need <= 0.0, np.maximum(need - cost, 0.0), 0.0)
+            short = share * np.where(within_floor, np.maximum(need - cost, 0.0), 0.0)
         forced = self.forced[runs]
         forced[:, :d] = np.maximum(forced[:, :d], np.nan_to_num(over, posinf=0.0))
         forced[:, d:] = np.maximum(forced[:, d:], np.nan_to_num(short, posinf=0.0))

@@ -5,8 +5,9 @@ bandit feedback, about 1,400 queries per task (14 tasks, 9 models) at T = 20,000
 measures that learning cost with a reference that is known to be near-optimal for independent
 Bernoulli arms: Thompson sampling with one ``Beta(1, 1)`` posterior per (task, model), and no
 budget at all (so it can only do better than a budgeted policy). It runs beside contextual OMD
-at the generous budget ($0.0002 per query, where OMD spends 0.55-0.70 of it, so the budget does
-not bind) on the same prompt sequences (the bench's seeds), and prints each policy's gap to the
+in the live router's configuration (``msroute.policies.live``, as ``msroute bench`` runs it) at
+the generous budget ($0.0002 per query, where OMD spends about two thirds of it, so the budget
+does not bind) on the same prompt sequences (the bench's seeds), and prints each policy's gap to the
 best model per task in hindsight. It also prints how much of that reference is in-sample luck:
 the best model per task in the whole table, scored on the sequence.
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from msroute.experiments import outcomes
 from msroute.outcome_env import OutcomeEnv
+from msroute.policies.live import live_kwargs
 from msroute.policies.registry import make_policy
 from msroute.problem_batch import ProblemBatch
 from msroute.simulate import simulate_summary
@@ -106,7 +108,12 @@ def main(horizons: list[int]) -> None:
         cfg = outcomes.OutcomeBenchConfig(
             table=outcomes.LLMROUTER, seeds=SEEDS, horizon=horizon, m_draws=(1,)
         )
-        env = OutcomeEnv(table, horizon=horizon, n_runs=SEEDS, seed=outcomes._run_seeds(cfg))
+        env = OutcomeEnv(
+            table,
+            horizon=horizon,
+            n_runs=SEEDS,
+            seed=[np.random.SeedSequence(s) for s in cfg.seed_list],
+        )
         skills = env.skills(0, horizon).sum(axis=2)  # (T, R, K): one reward dimension
         contexts = env.contexts(0, horizon)
         best = [
@@ -115,7 +122,8 @@ def main(horizons: list[int]) -> None:
         ts = [thompson(skills[:, r], contexts[:, r], table.n_contexts, r) for r in range(SEEDS)]
         batch = ProblemBatch(outcomes._problems(table, 1, [BUDGET], SEEDS, 0))
         seeds = [np.random.SeedSequence([s, outcomes._POLICY_KEY]) for s in cfg.seed_list]
-        pol = make_policy("omd", batch, horizon=horizon, seed=seeds, n_contexts=table.n_contexts)
+        kwargs = live_kwargs("omd", 1, table.n_contexts)
+        pol = make_policy("omd", batch, horizon=horizon, seed=seeds, **kwargs)
         run = simulate_summary({"omd": pol}, env, batch, horizon)["omd"]
         omd = np.asarray(run.avg_reward)
         spend = np.asarray(run.avg_cost)[:, 0] / BUDGET

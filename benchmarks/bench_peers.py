@@ -13,9 +13,10 @@ load on a noisy machine then hits all of them alike, and the ratios compare like
 * ``msroute omd``: the Router's default policy (``DEFAULT_OMD_PARAMS``), in memory;
 * ``msroute cbwk``: the Router with the CBwK baseline, in memory;
 * ``floor``: the Router with the ``uniform`` policy (it learns nothing: a draw from a fixed
-  distribution and no update), in memory: what the router itself costs a pair (the checks,
-  the decision id, the pending decision, the feedback's bookkeeping), the least any of its
-  policies can take;
+  distribution and no update), in memory, under a budget it never reaches (M times the
+  dearest model's cost: paced, but the pacer never narrows a decision): what the router itself
+  costs a pair (the checks, the pacer's check, the decision id, the pending decision, the
+  feedback's bookkeeping), the least any of its policies can take;
 * ``VW``: Vowpal Wabbit's ``--cb_explore_adf --epsilon 0.05`` (with ``-q sa`` under contexts:
   one value per context and model), action-dependent features ``|a m<i>``, the context as a
   shared feature, the loss ``-reward``; M = 1 only (VW's slates and CCB reductions rank
@@ -67,14 +68,16 @@ class Stream:
         self.outcomes = (rng.random((queries, k)) < self.means[self.ctx]).astype(float)
         self.names = [self.contexts[c] if self.contexts else None for c in self.ctx]
 
-    def config(self, policy: str) -> dict[str, Any]:
+    def config(self, policy: str, budget: float | None = None) -> dict[str, Any]:
+        """The Router's configuration for ``policy`` on this stream (``budget``: another
+        budget than the stream's)."""
         cfg: dict[str, Any] = {
             "policy": policy,
             "m_draws": self.m,
             "cost_names": ["usd"],
             "seed": 0,
             "experts": {f"m{i}": [float(c)] for i, c in enumerate(self.costs)},
-            "constraints": {"upper": {"usd": self.budget}},
+            "constraints": {"upper": {"usd": self.budget if budget is None else budget}},
         }
         if self.contexts:
             cfg["contexts"] = list(self.contexts)
@@ -238,7 +241,7 @@ def peers(args: argparse.Namespace) -> None:
                 runs = {
                     "omd": router_run(Router(s.config("omd")), s),
                     "cbwk": router_run(Router(s.config("cbwk")), s),
-                    "floor": router_run(Router(s.config("uniform")), s),
+                    "floor": router_run(Router(s.config("uniform", s.m * max(s.costs))), s),
                 }
                 peer = vw_run(s) if m == 1 else None
                 if peer is not None:

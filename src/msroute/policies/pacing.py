@@ -28,10 +28,9 @@ The accounting, per run and cost coordinate ``j``, after ``n`` decisions:
   (``excess`` and ``shortfall`` for the covering side); and what the decisions no expert
   fitted forced: eight times the most such a decision overspent (or fell short of a floor)
   where its eligibility mask left only experts beyond the room (masked requests come in
-  runs), once the most where no
-  single expert fits the bounds (bounds that only a mixture of experts meets: these come
-  one at a time, between decisions that pay it back), so that the other decisions keep room
-  for the next one (``forced``).
+  runs), once the most where no single expert fits the bounds (bounds that only a mixture of
+  experts meets: these come one at a time, between decisions that pay it back), so that the
+  other decisions keep room for the next one (``forced``).
 
 Within that, the experts are dropped from the dearest (relative to the room) until the worst
 team fits; if no expert fits (a bound lowered below what was spent, prices that rose, bounds

@@ -15,7 +15,7 @@ import pytest
 
 from msroute import Constraints, Problem
 from msroute.errors import InvalidValueError
-from msroute.policies import base
+from msroute.policies import sampling
 from msroute.policies.base import Decision, sample_multinomial
 from msroute.policies.costs import CostEstimate
 from msroute.policies.omd import OMDApproachability
@@ -62,7 +62,7 @@ def general_paths() -> Iterator[None]:
     """The batched code for a single run: gathered state, the batched CDF comparison, the
     model estimator's and the cost estimates' numpy forms."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(base, "_sample_row", base._sample_rows)
+        mp.setattr(sampling, "_sample_row", sampling._sample_rows)
         mp.setattr(OMDApproachability, "_cell", _gathered_cell)
         mp.setattr(_AdditiveModel, "estimate", _AdditiveModel._estimate_rows)
         mp.setattr(CostEstimate, "update", _batched_costs)

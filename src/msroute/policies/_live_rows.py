@@ -189,7 +189,7 @@ def select_one(
     ``Pacer.book``; returns the drawn expert.
 
     The played distribution ``probs`` (1, K) is sampled with the decision's uniform ``u`` by
-    the inverse CDF of its sequential cumulative sum (``_sample_row``). The dual steps with
+    the inverse CDF of its sequential cumulative sum (``sampling._sample_row``). The dual steps with
     ``measured`` (1, d), what it approaches for that distribution, and the arguments of
     ``step_rows`` (the new ``w`` into ``w_out``). The decision is booked at the drawn expert's
     estimate on ``row`` of the pacer's ``est`` (into ``booked`` (1, d), added to ``spend``

@@ -13,7 +13,7 @@ __all__ = ["inverse_cdf_draws"]
 
 @compiled
 def inverse_cdf_draws(u: FloatArray, q: FloatArray, out: IntArray) -> None:
-    """``msroute.policies.base.sample_multinomial`` of every row, without a mask, in one loop.
+    """``msroute.policies.sampling.sample_multinomial`` of every row, without a mask, in one loop.
 
     Row ``r``'s CDF is summed one entry after another (as ``cumsum``), each uniform
     ``u[r, m]`` is scaled by its last entry, and the draw is the number of CDF entries at most

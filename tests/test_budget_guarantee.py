@@ -40,6 +40,21 @@ def _within(state: dict[str, Any], upper: dict[str, float], lower: dict[str, flo
     return out + [f"{n}: {avg[n]!r} < {v!r}" for n, v in lower.items() if avg[n] < v]
 
 
+def _recorded_kwargs(path: Any, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The policy arguments a closed journal recorded; with ``kwargs``, written in their place
+    (as a journal of another msroute recorded them)."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        if kwargs is not None:
+            db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'policy_kwargs'", (json.dumps(kwargs),)
+            )
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = 'policy_kwargs'").fetchone()
+    db.close()
+    return dict(json.loads(raw))
+
+
 @st.composite
 def instances(draw: st.DrawFn) -> dict[str, Any]:
     """A small LLM-like instance the router accepts: dollars over three orders of magnitude
@@ -313,8 +328,6 @@ def test_a_journal_paced_before_the_cost_window_reopens_as_it_ran(tmp_path) -> N
     by a pacer that averaged all of an expert's calls: it reopens with that pacer, and its
     decisions, made where realized prices moved away from the table's, re-derive (a pacer with
     the window narrows them differently, and the replay would refuse the journal)."""
-    import sqlite3
-
     config = {
         "policy": "omd",
         "m_draws": 1,
@@ -333,14 +346,10 @@ def test_a_journal_paced_before_the_cost_window_reopens_as_it_ran(tmp_path) -> N
         router.feedback(d.decision_id, float(rng.random()), cost=[price[d.team[0]]])
     assert router.policy.pacer is not None and router.policy.pacer.est.window == np.inf
     router.close()
-    db = sqlite3.connect(path)
-    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'policy_kwargs'").fetchone()
-    recorded = json.loads(raw)
+    recorded = _recorded_kwargs(path)
     assert recorded["pacing"] is True and recorded["pacing_window"] is None
     del recorded["pacing_window"]  # as a journal written before the window recorded it
-    with db:
-        db.execute("UPDATE meta SET value = ? WHERE key = 'policy_kwargs'", (json.dumps(recorded),))
-    db.close()
+    _recorded_kwargs(path, recorded)
     reopened = Router.open(path, use_snapshot=False)
     assert reopened.policy.pacer is not None and reopened.policy.pacer.est.window == np.inf
     assert reopened.state()["decisions"] == 600
@@ -414,8 +423,6 @@ def test_a_journal_paced_before_the_mixture_reserve_reopens_as_it_ran(tmp_path) 
     without the reserve for decisions no expert fits: it reopens so, and its decisions on
     bounds only a mixture meets re-derive (with the reserve, the pacer narrows them
     differently and the replay refuses the journal)."""
-    import sqlite3
-
     config = {**_MIXTURE_ONLY, "seed": 1, "params": {"pacing_mixtures": False}}
     path = tmp_path / "j.db"
     router = Router(config, journal=path)
@@ -424,19 +431,13 @@ def test_a_journal_paced_before_the_mixture_reserve_reopens_as_it_ran(tmp_path) 
         d = router.route()
         router.feedback(d.decision_id, float(rng.random()))
     router.close()
-    with sqlite3.connect(path) as db:
-        (raw,) = db.execute("SELECT value FROM meta WHERE key = 'policy_kwargs'").fetchone()
-    db.close()
-    recorded = json.loads(raw)
+    recorded = _recorded_kwargs(path)
     assert recorded["pacing_mixtures"] is False
     for value in (True, None):  # None: as a journal written before the reserve
         kwargs = dict(recorded, pacing_mixtures=value)
         if value is None:
             del kwargs["pacing_mixtures"]
-        with sqlite3.connect(path) as db:
-            update = "UPDATE meta SET value = ? WHERE key = 'policy_kwargs'"
-            db.execute(update, (json.dumps(kwargs),))
-        db.close()
+        assert _recorded_kwargs(path, kwargs) == kwargs
         if value:
             with pytest.raises(msroute.errors.JournalError, match=r"re-derive|replay"):
                 Router.open(path, use_snapshot=False).close()

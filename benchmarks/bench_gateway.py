@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _server import ServerProcess, free_port  # noqa: E402 (after the path)
-from _upstream import StubUpstream  # noqa: E402
+from _upstream import ChildServer, StubUpstream  # noqa: E402
 from bench_service import TOKEN, Connection  # noqa: E402
 
 
@@ -202,6 +203,12 @@ def main() -> None:
     parser.add_argument(
         "--baseline", help="the src directory of another msroute tree: its gateways join the run"
     )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="add a pass-through proxy on the gateway's HTTP stack (benchmarks/_bare_proxy.py): "
+        "the floor any gateway on it pays",
+    )
     args = parser.parse_args()
     messages = [{"role": "user", "content": "Summarize the following text. " * 20}]
     direct = json.dumps(
@@ -212,12 +219,20 @@ def main() -> None:
     ).encode()
     routed = json.dumps({"model": "msroute/bench", "messages": messages}).encode()
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp, StubUpstream(free_port()) as stub:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        stub = stack.enter_context(StubUpstream(free_port()))
+        assert stub.proc is not None  # started
+        targets = {"direct": Target(stub.port, direct, stub.proc.pid)}
+        if args.bare:
+            port = free_port()
+            bare = [sys.executable, str(ROOT / "benchmarks" / "_bare_proxy.py"), str(port)]
+            proxy = stack.enter_context(ChildServer([*bare, stub.base_url], port))
+            assert proxy.proc is not None
+            targets["bare proxy"] = Target(port, direct, proxy.proc.pid)
         servers: dict[str, ServerProcess] = {}
         try:
             start_gateways(Path(tmp), stub, args, servers)
-            assert stub.proc is not None  # started
-            targets = {"direct": Target(stub.port, direct, stub.proc.pid)}
             for name, server in servers.items():
                 targets[name] = Target(server.port, routed, server.pid)
             order = list(targets.values())

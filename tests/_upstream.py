@@ -25,7 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl
 
 HOST = "127.0.0.1"
@@ -134,35 +134,31 @@ async def _send(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class StubUpstream:
-    """The stub in a child process on 127.0.0.1 (a context manager: killed by pid on exit)."""
+class ChildServer:
+    """A server script in a child process on 127.0.0.1, ready once ``GET /health`` answers (a
+    context manager: killed by pid on exit, and if it does not start)."""
 
-    def __init__(self, port: int, startup_s: float = 30.0) -> None:
+    def __init__(self, argv: list[str], port: int, startup_s: float = 30.0) -> None:
+        self.argv = argv
         self.port = port
         self.startup_s = startup_s
         self.proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://{HOST}:{self.port}/v1"
-
-    def __enter__(self) -> StubUpstream:
+    def __enter__(self) -> Self:
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__)), str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the stub upstream exited with {self.proc.returncode}")
+                raise RuntimeError(f"{self.argv[1]} exited with {self.proc.returncode}")
             try:
                 with urllib.request.urlopen(f"http://{HOST}:{self.port}/health", timeout=1):
                     return self
             except OSError:
                 time.sleep(0.05)
         self.__exit__(None, None, None)
-        raise TimeoutError("the stub upstream did not start")
+        raise TimeoutError(f"{self.argv[1]} did not start")
 
     def __exit__(
         self,
@@ -173,6 +169,17 @@ class StubUpstream:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+class StubUpstream(ChildServer):
+    """The stub in a child process on 127.0.0.1 (a context manager: killed by pid on exit)."""
+
+    def __init__(self, port: int, startup_s: float = 30.0) -> None:
+        super().__init__([sys.executable, str(Path(__file__)), str(port)], port, startup_s)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
 
 
 if __name__ == "__main__":

@@ -354,3 +354,29 @@ def test_a_router_with_the_sparse_fit_adds_experts_and_restarts(tmp_path: Path) 
     reopened = Router.open(tmp_path / "j.db")
     _assert_same_policy_state(reopened, router)
     reopened.close()
+
+
+def test_the_dense_fit_credits_a_batch_as_numpy_s_fancy_indexed_add() -> None:
+    """The compiled credit of a batch's round (``_compiled.gram.add_rounds``) leaves the Gram
+    matrices and moments of numpy's fancy-indexed add, entry for entry: ``1.0`` and the
+    reward added once to each distinct entry, a repeated draw counted once, other cells and
+    contexts untouched."""
+    rng = np.random.default_rng(5)
+    runs, contexts, k, m = 6, 3, 7, 4
+    fit = ModelGradient(runs, contexts, k, m, ix=0.0)
+    p = k + 1
+    gram = fit.gram.copy()
+    moment = fit.moment.copy()
+    for _ in range(40):
+        rows = rng.choice(runs, size=4, replace=False)
+        ctx = rng.integers(0, contexts, size=rows.size)
+        draws = rng.integers(0, 3, size=(rows.size, m))  # repeats within a row, often
+        idx = np.concatenate([np.zeros((rows.size, 1), dtype=np.int64), draws + 1], axis=1)
+        reward = rng.normal(size=rows.size)
+        fit._accumulate(rows, ctx, idx, reward)
+        at = ((rows * contexts + ctx) * p)[:, None] + idx
+        gram.reshape(-1)[at[:, :, None] * p + idx[:, None, :]] += 1.0
+        moment.reshape(-1)[at] += reward[:, None]
+    assert np.array_equal(fit.gram, gram)
+    assert np.array_equal(fit.moment, moment)
+    assert fit.gram.reshape(-1, p, p)[:, 0, 0].max() > 1.0  # the rounds were credited

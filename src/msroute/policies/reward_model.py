@@ -264,13 +264,17 @@ class ModelGradient(_AdditiveModel):
         p = self.coef.shape[-1]
         cell = rows * self.n_contexts + ctx  # the (run, context) pair
         if not (self.gram.flags.c_contiguous and self.moment.flags.c_contiguous):
-            self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the flat views
+            self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the views
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
-        # A plain fancy-indexed add (not np.add.at) adds 1 once per distinct entry: the pairs
-        # of a repeated draw repeat entries, each copy written with the same sum.
-        at = (cell * p)[:, None] + idx  # the features' rows of the cell's Gram matrix
-        self.gram.reshape(-1)[at[:, :, None] * p + idx[:, None, :]] += 1.0
-        self._add_moment(at, reward)
+        from msroute.policies._compiled.gram import add_rounds
+
+        add_rounds(
+            self.gram.reshape(-1, p, p),
+            self.moment.reshape(-1, p),
+            cell.astype(np.int64, copy=False),
+            idx,
+            np.asarray(reward, dtype=np.float64),
+        )
 
     def _accumulate_one(self, cell: int, feature: int, reward: float) -> None:
         """``_accumulate`` of one round with the features 0 and ``feature``, entry by entry."""

@@ -17,7 +17,6 @@ from msroute.experiments.cellcache import load_cell, save_cell
 from msroute.experiments.cells import (
     CellResult,
     CellSpec,
-    build_batch,
     cached_env,
     check_cell_memory,
     instance_key,
@@ -117,7 +116,7 @@ def draw_ahead(spec: CellSpec, threads: int) -> None:
     then share these pages instead of each drawing every environment again (the same values:
     the stream is a pure function of the cell's specification). Nothing is drawn when the
     environments would not keep every chunk (a long horizon): each cell then draws its own."""
-    env = build_batch(spec).env
+    env = cached_env(spec.env, spec.seeds, instance_key(spec), spec.horizon, spec.env_params)
     if env.cache_chunks * env.chunk_size < spec.horizon:
         return
     if isinstance(env, StackedEnv):

@@ -271,5 +271,6 @@ def run_contextual(
         extra={"max_opt_gap": max(float(r["opt_gap"].max()) for r in results)},
         plot=plot,
         quiet=quiet,
+        jobs=jobs,
     )
     return rows

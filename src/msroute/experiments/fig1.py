@@ -253,6 +253,7 @@ def run_fig1(
         extra={"max_opt_gap": max_gap},
         plot=plot,
         quiet=quiet,
+        jobs=jobs,
     )
     return rows
 

@@ -311,5 +311,6 @@ def run_fig2(
         plot=plot,
         quiet=quiet,
         plot_options={"reward_axis": cfg.reward_axis},
+        jobs=jobs,
     )
     return rows

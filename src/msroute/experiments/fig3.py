@@ -126,5 +126,6 @@ def run_fig3(
         summary=summary,
         plot=plot,
         quiet=quiet,
+        jobs=jobs,
     )
     return rows

@@ -7,6 +7,7 @@ import json
 import platform
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
@@ -174,6 +175,34 @@ def preload_plotting() -> None:
     import msroute.plotting  # noqa: F401
 
 
+def _save_figure(
+    base: Path, figure: str, rows: Sequence[Mapping[str, Any]], options: dict[str, Any], jobs: int
+) -> None:
+    """Draw ``msroute.plotting.FIGURES[figure]`` of ``rows`` and write ``base.png`` and
+    ``base.svg``: in two processes when ``jobs > 1`` and worker processes are forked (as the
+    sweep's, ``LocalBackend.forks``), else both here (``msroute.plotting.save_figure``)."""
+    from msroute.experiments.backends import LocalBackend
+
+    if not LocalBackend(jobs).forks(2):
+        from msroute import plotting
+
+        plotting.save_figure(plotting.FIGURES[figure](rows, **options), base)
+        return
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        svg = pool.submit(_save_format, figure, rows, options, base.with_name(base.name + ".svg"))
+        _save_format(figure, rows, options, base.with_name(base.name + ".png"))
+        svg.result()  # the worker's error, if any, raised here
+
+
+def _save_format(
+    figure: str, rows: Sequence[Mapping[str, Any]], options: dict[str, Any], path: Path
+) -> None:
+    """Draw a figure and write it in the format of ``path``'s suffix (run in either process)."""
+    from msroute import plotting
+
+    plotting.save_format(plotting.FIGURES[figure](rows, **options), path)
+
+
 def publish(
     out: Path,
     name: str,
@@ -188,11 +217,14 @@ def publish(
     quiet: bool = False,
     figure: str | None = None,
     plot_options: Mapping[str, Any] | None = None,
+    jobs: int = 1,
 ) -> None:
     """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.png``/``.svg`` (drawn
     by ``msroute.plotting.FIGURES[figure or name]`` with ``plot_options``), then ``name.json``
     (parameters, seeds, version, wall time since ``started``, the summary), and print the
-    summary table.
+    summary table. With ``jobs > 1`` where the sweep forks its workers, a worker process
+    draws the figure and writes the SVG while this process writes the PNG (the same bytes as
+    both written here); its error is raised here.
 
     The sidecar marks a complete set: an earlier run's sidecar and figures are removed first
     and the sidecar is written last, so an interrupted publish never leaves one run's record
@@ -202,10 +234,7 @@ def publish(
     write_csv(out / f"{name}.csv", rows)
     wall_time = time.perf_counter() - started  # the run's, the figure's drawing not included
     if plot:
-        from msroute import plotting
-
-        draw = plotting.FIGURES[figure or name]
-        plotting.save_figure(draw(rows, **(plot_options or {})), out / name)
+        _save_figure(out / name, figure or name, rows, dict(plot_options or {}), jobs)
     record = {"summary": [dict(zip(summary.columns, r, strict=True)) for r in summary.rows]}
     write_sidecar(
         out / f"{name}.json",

@@ -3,7 +3,7 @@
 Each ``plot_*`` function takes the rows of one experiment's CSV file (a sequence of mappings, as
 ``csv.DictReader`` yields them, so values may be strings; native ``int``/``float``/``bool``
 values work too) and returns a ``matplotlib.figure.Figure``; ``save_figure`` writes it
-as ``.png`` and ``.svg``.
+as ``.png`` and ``.svg`` (``save_format``: one of the two).
 
 * ``plot_fig1`` -- Figure 1: objective regret $R_1(n)$ and constraint regret
   $R_2(n)$ of OMD-Approachability against its step, per constraint level.
@@ -29,7 +29,7 @@ per figure, and ``figures`` (the figure of each experiment, by name).
 from __future__ import annotations
 
 from msroute.plotting.bench import plot_bench
-from msroute.plotting.canvas import save_figure
+from msroute.plotting.canvas import save_figure, save_format
 from msroute.plotting.contextual import plot_contextual
 from msroute.plotting.fig1 import plot_fig1
 from msroute.plotting.fig2 import plot_fig2
@@ -50,4 +50,5 @@ __all__ = [
     "policy_color",
     "policy_label",
     "save_figure",
+    "save_format",
 ]

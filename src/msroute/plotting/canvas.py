@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from msroute._atomic import atomic_path
 from msroute.errors import InvalidValueError
 
-__all__ = ["new_figure", "panels", "save_figure"]
+__all__ = ["new_figure", "panels", "save_figure", "save_format"]
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -74,21 +74,58 @@ def save_figure(
     Each file is written atomically: an interrupted save leaves no truncated figure.
     """
     base = Path(path_without_suffix)
-    if base.suffix.lower() in (".png", ".svg"):
+    if base.suffix.lower() in _WRITERS:
         raise InvalidValueError(
             f"path_without_suffix == {str(base)!r} ends in {base.suffix!r}; pass the path "
             f"without it ({str(base.with_suffix(''))!r}) and both .png and .svg are written"
         )
-    base.parent.mkdir(parents=True, exist_ok=True)
     png = base.with_name(base.name + ".png")
     svg = base.with_name(base.name + ".svg")
     with _laid_out(fig, dpi):
-        with atomic_path(png) as tmp:
-            fig.savefig(tmp, dpi=dpi, format="png")
-        # No date, element ids from a fixed salt: the same figure, the same file.
-        with matplotlib.rc_context({"svg.hashsalt": "msroute"}), atomic_path(svg) as tmp:
-            fig.savefig(tmp, format="svg", metadata={"Date": None})
+        _write_png(fig, png, dpi)
+        _write_svg(fig, svg, dpi)
     return png, svg
+
+
+def save_format(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) -> Path:
+    """Write ``fig`` in the one format its suffix names (``.png`` or ``.svg``): the bytes that
+    ``save_figure(fig, path_without_suffix, dpi=dpi)`` writes to that file.
+
+    Two processes can thus write a figure's two formats at once, each drawing the figure
+    (``msroute.experiments.output.publish`` with ``jobs > 1``). Like ``save_figure``, this
+    forks nothing and writes the file atomically (``msroute._atomic.atomic_path``, which also
+    creates missing folders).
+
+    Raises
+    ------
+    ValueError
+        If the suffix is neither ``.png`` nor ``.svg``.
+    """
+    target = Path(path)
+    write = _WRITERS.get(target.suffix.lower())
+    if write is None:
+        raise InvalidValueError(
+            f"path == {str(target)!r} ends in {target.suffix!r}, must end in .png or .svg"
+        )
+    with _laid_out(fig, dpi):
+        write(fig, target, dpi)
+    return target
+
+
+def _write_png(fig: Figure, png: Path, dpi: int) -> None:
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+
+
+def _write_svg(fig: Figure, svg: Path, dpi: int) -> None:
+    """The SVG (``dpi`` unused: its layout is the PNG's, made by ``_laid_out``)."""
+    # No date, element ids from a fixed salt: the same figure, the same file.
+    with matplotlib.rc_context({"svg.hashsalt": "msroute"}), atomic_path(svg) as tmp:
+        fig.savefig(tmp, format="svg", metadata={"Date": None})
+
+
+#: The writer of each format, by the file's suffix.
+_WRITERS = {".png": _write_png, ".svg": _write_svg}
 
 
 @contextmanager

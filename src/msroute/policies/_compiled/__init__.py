@@ -10,6 +10,7 @@ gets from numpy:
   sampling's Beta samples;
 * ``credit`` -- the team baselines' statistics credited with a
   batch's feedback;
+* ``gram`` -- the dense model fit's Gram matrices and moments credited with a batch's round;
 * ``dual`` -- the Lagrangian dual's step and penalty;
 * ``checks`` -- the feedback's range checks;
 * ``multinomial`` -- inverse-CDF draws of the routing

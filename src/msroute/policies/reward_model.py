@@ -266,7 +266,7 @@ class ModelGradient(_AdditiveModel):
         if not (self.gram.flags.c_contiguous and self.moment.flags.c_contiguous):
             self.gram = np.ascontiguousarray(self.gram)  # e.g. a loaded state: the views
             self.moment = np.ascontiguousarray(self.moment)  # below must alias the arrays
-        from msroute.policies._compiled.gram import add_rounds
+        from msroute.policies._compiled.gram import add_rounds  # numba, on first use
 
         add_rounds(
             self.gram.reshape(-1, p, p),

@@ -260,9 +260,6 @@ def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
     eta = policy.eta
     if policy.eta_schedule != "fixed":  # Corollary 2: a sqrt(n_x) at the n-th step
         eta = eta * math.sqrt(n + 1.0)
-    q0 = policy._q[:, x].copy()
-    grad = policy._grad[:, x]
-    y = q0 + grad / (policy.batch_size * eta)
     costs, aggregate = policy.cost_est.costs, None
     if policy.n_contexts > 1:
         costs, aggregate = policy._context_costs(_RUN0, ctx), policy._aggregate_spend(_RUN0, ctx)
@@ -270,6 +267,9 @@ def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
     if policy.floor != "fixed":
         gamma = max(policy.floor_min, floor_at(policy.gamma, policy.floor, float(n)))
     if not _qp_compiled(policy, x, eta, gamma, costs, aggregate):
+        q0 = policy._q[:, x].copy()
+        grad = policy._grad[:, x]
+        y = q0 + grad / (policy.batch_size * eta)
         policy._q[:, x] = policy.dual.project(y, gamma, costs, _RUN0, q0, aggregate)
         grad[...] = 0.0
     policy.estimator.refit(_RUN0, ctx)

@@ -20,6 +20,7 @@ import numpy as np
 
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidStateError, InvalidValueError
+from msroute.policies._gesv import solver
 
 __all__ = ["ModelGradient", "Prior", "SparseModelGradient"]
 
@@ -309,7 +310,10 @@ class ModelGradient(_AdditiveModel):
         solve reads the Gram matrices in place instead of a gathered copy (the same floats).
         The solver copies each matrix into column-major order; a Gram matrix is symmetric
         (its transpose is itself, entry for entry), so it is handed over transposed, whose
-        columns are contiguous rows: a cheaper copy of the same matrix."""
+        columns are contiguous rows: a cheaper copy of the same matrix. One cell without a
+        prior (a live router's QP step) goes to ``refit_one``."""
+        if prior is None and runs.size == 1 and self.refit_one(int(runs[0]), int(ctx[0])):
+            return
         every = runs.size == self.coef.shape[0] and bool(
             np.array_equal(runs, np.arange(runs.size)) and np.all(ctx == ctx[0])
         )
@@ -319,6 +323,17 @@ class ModelGradient(_AdditiveModel):
         if prior is not None:
             gram, moment = _with_prior(gram, moment[:, :, 0], prior)
         self.coef[at] = np.linalg.solve(gram, moment)[:, :, 0]
+
+    def refit_one(self, run: int, ctx: int) -> bool:
+        """``refit`` of the cell ``(run, ctx)`` without a prior by the LAPACK routine numpy's
+        solve calls, called directly (``msroute.policies._gesv``): the same floats without
+        numpy's fixed cost a call. False, with nothing changed, where the direct call is not
+        numpy's or does not settle the system (a singular or overflowing one): ``refit``
+        then asks numpy, which raises or answers as it does."""
+        solve = solver(self.coef.shape[-1])
+        return solve is not None and solve(
+            self.gram[run, ctx], self.moment[run, ctx], self.coef[run, ctx]
+        )
 
 
 class SparseModelGradient(_AdditiveModel):

@@ -38,7 +38,7 @@ from msroute.policies.base import Decision
 from msroute.policies.omd_variants import floor_at
 from msroute.policies.reward_model import ModelGradient
 
-__all__ = ["kernels", "learn_one", "route_one", "start"]
+__all__ = ["kernels", "learn_one", "route_one", "settled", "start"]
 
 _RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
 _NO_SPEND = np.zeros((1, 1))  # the other contexts' spend of a step without contexts (unread)
@@ -46,6 +46,7 @@ _NO_SPEND = np.zeros((1, 1))  # the other contexts' spend of a step without cont
 _lock = threading.Lock()
 _started = False
 _loaded: ModuleType | None = None
+_settled = threading.Event()  # set once the load has ended, loaded or not
 
 
 def start() -> None:
@@ -72,8 +73,21 @@ def _load() -> None:
         logging.getLogger("msroute.router").debug(
             "compiled feedback step not loaded", exc_info=True
         )
-        return
-    _loaded = live_step
+    else:
+        _loaded = live_step
+    finally:
+        _settled.set()
+
+
+def settled(timeout: float | None = None) -> bool:
+    """Wait until the load ``start`` began has ended (loaded, or failed: the Python path
+    stays), at most ``timeout`` seconds; whether it has. True at once when no load was
+    started. (A server freezes what the load brought into the process, as it froze what
+    existed when it started: ``msroute.service.server``.)"""
+    with _lock:
+        if not _started:
+            return True
+    return _settled.wait(timeout)
 
 
 def kernels() -> ModuleType | None:

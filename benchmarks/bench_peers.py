@@ -12,11 +12,13 @@ load on a noisy machine then hits all of them alike, and the ratios compare like
 
 * ``msroute omd``: the Router's default policy (``DEFAULT_OMD_PARAMS``), in memory;
 * ``msroute cbwk``: the Router with the CBwK baseline, in memory;
-* ``floor``: the Router with the ``uniform`` policy (it learns nothing: a draw from a fixed
-  distribution and no update), in memory, under a budget it never reaches (M times the
-  dearest model's cost: paced, but the pacer never narrows a decision): what the router itself
-  costs a pair (the checks, the pacer's check, the decision id, the pending decision, the
-  feedback's bookkeeping), the least any of its policies can take;
+* ``own``: the Router with the ``uniform`` policy (it learns nothing: a draw from a fixed
+  distribution and no update), in memory, unpaced: what the router itself costs a pair (the
+  checks, the decision id, the pending decision, the feedback's bookkeeping);
+* ``floor``: the same under a budget it never reaches (M times the dearest model's cost: paced,
+  but the pacer never narrows a decision): the router's own work and the pacer's, the least any
+  of its paced policies can take (a policy without the compiled step keeps its pacer's booking
+  and settling in Python);
 * ``VW``: Vowpal Wabbit's ``--cb_explore_adf --epsilon 0.05`` (with ``-q sa`` under contexts:
   one value per context and model), action-dependent features ``|a m<i>``, the context as a
   shared feature, the loss ``-reward``; M = 1 only (VW's slates and CCB reductions rank
@@ -68,11 +70,14 @@ class Stream:
         self.outcomes = (rng.random((queries, k)) < self.means[self.ctx]).astype(float)
         self.names = [self.contexts[c] if self.contexts else None for c in self.ctx]
 
-    def config(self, policy: str, budget: float | None = None) -> dict[str, Any]:
+    def config(
+        self, policy: str, budget: float | None = None, pacing: bool = True
+    ) -> dict[str, Any]:
         """The Router's configuration for ``policy`` on this stream (``budget``: another
-        budget than the stream's)."""
+        budget than the stream's; ``pacing``: the router's key)."""
         cfg: dict[str, Any] = {
             "policy": policy,
+            "pacing": pacing,
             "m_draws": self.m,
             "cost_names": ["usd"],
             "seed": 0,
@@ -231,9 +236,9 @@ def peers(args: argparse.Namespace) -> None:
     print(f"MABWiser: {mab_v or 'not installed, skipped (pip install -e .[peers])'}")
     print(f"route + feedback pairs per second, {args.queries} queries, in process, no journal")
     print(f"the live router's compiled step loaded: {compiled_step_loaded()}")
-    names = ("omd", "cbwk", "floor", "VW", "MABW")
+    names = ("omd", "cbwk", "floor", "own", "VW", "MABW")
     head = f"{'K':>3} {'M':>2} {'ctx':>3}  " + " ".join(f"{n:>7}" for n in names)
-    print(head + "  omd/VW  cbwk/VW  floor/VW  omd reward  VW reward")
+    print(head + "  omd/VW  cbwk/VW  floor/VW  own/VW  omd reward  VW reward")
     for k in args.k:
         for m in (1, 2):
             for x in (1, 3):
@@ -242,22 +247,26 @@ def peers(args: argparse.Namespace) -> None:
                     "omd": router_run(Router(s.config("omd")), s),
                     "cbwk": router_run(Router(s.config("cbwk")), s),
                     "floor": router_run(Router(s.config("uniform", s.m * max(s.costs))), s),
+                    "own": router_run(Router(s.config("uniform", pacing=False)), s),
                 }
                 peer = vw_run(s) if m == 1 else None
                 if peer is not None:
                     runs["vw"] = peer
                 got = interleaved(runs, s.queries)
-                (omd, r_omd), (cbwk, _), (floor, _) = got["omd"], got["cbwk"], got["floor"]
+                (omd, r_omd), (cbwk, _) = got["omd"], got["cbwk"]
+                floor, own = got["floor"][0], got["own"][0]
                 vw, r_vw = got.get("vw", (None, None))
                 mab = None
                 run = mabwiser_run(s) if m == 1 else None
                 if run is not None:
                     mab, _ = timed(run, min(s.queries, args.mabwiser_queries), warm=50)
-                cells = [f"{v:>7.0f}" if v else f"{'-':>7}" for v in (omd, cbwk, floor, vw, mab)]
+                cells = [
+                    f"{v:>7.0f}" if v else f"{'-':>7}" for v in (omd, cbwk, floor, own, vw, mab)
+                ]
                 ratio = (
-                    f"{omd / vw:>6.2f}x  {cbwk / vw:>6.2f}x  {floor / vw:>7.2f}x"
+                    f"{omd / vw:>6.2f}x  {cbwk / vw:>6.2f}x  {floor / vw:>7.2f}x  {own / vw:>5.2f}x"
                     if vw
-                    else f"{'':>6}   {'':>6}   {'':>7} "
+                    else f"{'':>6}   {'':>6}   {'':>7}   {'':>5} "
                 )
                 rvw = f"{r_vw:>9.3f}" if r_vw is not None else f"{'-':>9}"
                 print(

@@ -22,6 +22,7 @@ from msroute.policies.omd import OMDApproachability
 from msroute.policies.registry import make_policy
 from msroute.policies.state_walk import state_dict
 from msroute.router import Router
+from msroute.router.streams import DecisionStreams
 
 K, D = 6, 2
 ROUNDS = 300
@@ -71,6 +72,7 @@ def _policy(n_contexts: int, params: dict[str, Any], tight: bool = True) -> OMDA
     policy = OMDApproachability(
         Problem(COSTS, 1, bounds), horizon=ROUNDS, n_runs=1, seed=5, n_contexts=n_contexts, **kwargs
     )
+    policy.streams = DecisionStreams(5, policy.streams.uniforms.block)  # as a router's
     return policy.pace()
 
 
@@ -84,6 +86,8 @@ def _run(policy: BasePolicy, seed: int) -> list[Decision]:
         mask = rng.random((1, K)) < 0.6
         mask[0, rng.integers(0, K)] = True
         eligible = mask if t % 4 == 1 and not mask.all() else None
+        if isinstance(policy.streams, DecisionStreams):  # a router's: one stream a decision
+            policy.streams.start(t)
         decision = policy.select_trusted(context, eligible)
         pending.append(decision)
         made.append(decision)
@@ -150,7 +154,7 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
     if tight:
         assert calls.count("clear_one declined") > 0  # the pacer narrowed: Python decided
     else:
-        assert calls.count("select_one") > ROUNDS // 2
+        assert calls.count("select_one") > ROUNDS // 3  # a quarter of them masked
     assert int(base._steps.sum()) > 10  # the QP steps ran, most in the step
     if not params.get("dual") and not params.get("surrogate"):
         steps = int(base._steps.sum())  # a tight bound's cuts are often out of reach

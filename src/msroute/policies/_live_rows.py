@@ -13,6 +13,7 @@ import numpy as np
 
 from msroute.core.qp._cut_rows import SOLVED, cut_rows
 from msroute.policies._approach_rows import step_rows
+from msroute.policies._philox import first_uniform
 from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
 
 __all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
@@ -163,7 +164,8 @@ def restrict_one(
 
 def select_one(
     probs: Any,
-    u: float,
+    key: Any,
+    n: int,
     w: Any,
     measured: Any,
     scale: Any,
@@ -188,8 +190,9 @@ def select_one(
     """``OMDApproachability._select`` of one run with one draw and no mask, then
     ``Pacer.book``; returns the drawn expert.
 
-    The played distribution ``probs`` (1, K) is sampled with the decision's uniform ``u`` by
-    the inverse CDF of its sequential cumulative sum (``sampling._sample_row``). The dual steps with
+    The played distribution ``probs`` (1, K) is sampled with the decision's uniform (the first
+    of decision ``n``'s stream under the Philox ``key``: ``_philox.first_uniform``) by the
+    inverse CDF of its sequential cumulative sum (``sampling._sample_row``). The dual steps with
     ``measured`` (1, d), what it approaches for that distribution, and the arguments of
     ``step_rows`` (the new ``w`` into ``w_out``). The decision is booked at the drawn expert's
     estimate on ``row`` of the pacer's ``est`` (into ``booked`` (1, d), added to ``spend``
@@ -199,7 +202,7 @@ def select_one(
     total = 0.0
     for i in range(k):
         total += probs[0, i]
-    target = u * total
+    target = first_uniform(key, n) * total
     drawn = 0
     cdf = 0.0
     while drawn < k - 1:  # how many CDF entries before the last one are <= target

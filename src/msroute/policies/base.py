@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._memory import check_memory
+from msroute._records import quick_init
 from msroute._seeding import SeedArg
 from msroute._validation import (
     COST_MAX,
@@ -62,6 +63,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, eq=False)
 class Decision:
     """One call of ``select``: what was routed, from which distribution, in which context.
@@ -100,7 +102,7 @@ class Decision:
     def __post_init__(self) -> None:
         for arr in (self.draws, self.probs, self.context, self.cost, self.allowed):
             if isinstance(arr, np.ndarray):
-                arr.flags.writeable = False
+                arr.setflags(write=False)
 
 
 @runtime_checkable

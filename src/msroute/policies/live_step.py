@@ -100,15 +100,18 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     is loaded: the pacer's check that no team can break a bound, then the draw, the dual's
     step and the booking in one call (what the dual approaches, ``C^T q``, in numpy: the sum
     in OpenBLAS's order). None (nothing changed, no uniform drawn) where the step does not
-    apply: not loaded yet, more runs or draws, a mask, no pacer, the paper's dual or the exact
+    apply: not loaded yet, a policy outside a router (its stream has no per-decision key:
+    ``msroute.router.streams``), more runs or draws, a mask, no pacer, the paper's dual or the exact
     surrogate without a margin, a pacer that must narrow the decision, or arrays the
     signature does not take; the caller then decides in Python.
     """
     step = _loaded
     pacer = policy.pacer
     dual = policy.dual
+    streams = policy.streams
     if (
         step is None
+        or not isinstance(getattr(streams, "key", None), np.ndarray)
         or eligible is not None
         or policy.n_runs != 1
         or policy.m_draws != 1
@@ -156,7 +159,8 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     booked = np.empty_like(spend)
     drawn = step.select_one(
         played,
-        float(policy.streams.uniform(1)[0, 0]),
+        streams.key,
+        streams.n,
         dual.w,
         measured,
         scale,

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from msroute._records import quick_init
 from msroute._validation import FloatArray
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True)
 class RoutedDecision:
     """One routed query.
@@ -81,7 +83,8 @@ class RoutedDecision:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class Decide:
     """Route query ``n = state.n`` (context and eligible set already resolved by
     ``RouterState.context_index`` and ``RouterState.eligible_mask``); ``deadline`` None is
@@ -96,7 +99,8 @@ class Decide:
     deadline: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class Feedback:
     """The outcome of decision ``ref``: learned while it is pending (``status`` "applied"),
     else only counted ("late", "expert_removed", and a journaled "duplicate" never

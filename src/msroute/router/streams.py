@@ -37,6 +37,9 @@ class DecisionStreams(RunStreams):
     def __init__(self, seed: int, block: int) -> None:
         super().__init__(seed, 1, block=block)
         self._key = np.random.SeedSequence(seed).generate_state(2, np.uint64)
+        self._key.flags.writeable = False
+        #: The Philox key (2,) uint64 of every decision's stream (read-only).
+        self.key = self._key
         self._gen = np.random.Generator(np.random.Philox(key=self._key))
         # One state mapping reused by every decision (the setter copies its values): only the
         # counter's second word changes between decisions.
@@ -49,27 +52,37 @@ class DecisionStreams(RunStreams):
             "has_uint32": 0,
             "uinteger": 0,
         }
-        self.start(0)
+        self.n = 0
+        self._positioned = False
 
     def start(self, n: int) -> None:
-        """Position the stream at the start of decision ``n``'s randomness."""
-        self._counter[1] = n
-        self._gen.bit_generator.state = self._state
+        """Start decision ``n``'s randomness: the generator is positioned at its counter when
+        the decision first draws (a decision that takes its one uniform from
+        ``msroute.policies._philox`` never pays for it)."""
+        self.n = n
+        self._positioned = False
+
+    def _generator(self) -> np.random.Generator:
+        if not self._positioned:
+            self._counter[1] = self.n
+            self._gen.bit_generator.state = self._state
+            self._positioned = True
+        return self._gen
 
     def uniform(self, width: int) -> FloatArray:
         """The next ``width`` uniforms of the current decision, shape (1, width)."""
-        return self._gen.random((1, width))
+        return self._generator().random((1, width))
 
     def standard_gamma(self, shape: FloatArray) -> FloatArray:
         """One ``Gamma(shape)`` variate per entry, from the current decision's stream."""
-        return np.asarray(self._gen.standard_gamma(shape), dtype=np.float64)
+        return np.asarray(self._generator().standard_gamma(shape), dtype=np.float64)
 
     def beta(
         self, a: FloatArray, b: FloatArray, constants: GammaConstants | None = None
     ) -> FloatArray:
         """``Beta(a, b)`` per entry, from the current decision's stream (``constants``: unused,
         numpy draws these)."""
-        return np.asarray(self._gen.beta(a, b), dtype=np.float64)
+        return np.asarray(self._generator().beta(a, b), dtype=np.float64)
 
     def beta_top(
         self,

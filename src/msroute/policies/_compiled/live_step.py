@@ -19,6 +19,7 @@ from msroute._jit import compiled, eager, read_only
 from msroute.core.qp.projection_cuts import _compiled_rows
 from msroute.policies import _live_rows as source
 from msroute.policies._compiled.dual import approach_step
+from msroute.policies._compiled.philox import first_uniform
 
 __all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
 
@@ -35,6 +36,7 @@ for _name in ("_npmax", "_learn_cost"):
     _fn = getattr(source, _name)
     _env[_name] = compiled(pytypes.FunctionType(_fn.__code__, _env, _name))
 _env["step_rows"] = approach_step
+_env["first_uniform"] = first_uniform
 _env["cut_rows"] = _compiled_rows()
 
 _SIGNATURE = _i8(
@@ -111,7 +113,8 @@ select_one = cast(
     eager(
         _i8(
             _RO2,  # probs
-            _f8,  # u
+            read_only(types.uint64, 1),  # key
+            _i8,  # n
             *(_RO2,) * 5,  # w, measured, scale, lo, hi
             _f8,  # pad_sd
             _f8,  # pad_den

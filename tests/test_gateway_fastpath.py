@@ -61,6 +61,12 @@ CASES: list[tuple[str, int, bytes]] = [
     ("not JSON", 400, b'{"model": '),
     ("NaN", 400, chat(msroute={"eligible": ["a"]}, temperature=float("nan"))),
     ("a list", 400, b"[1, 2]"),
+    ("a lone surrogate", 400, chat(msroute={"eligible": ["a"]}, user="\ud800")),
+    (
+        "a number out of range",
+        400,
+        chat(msroute={"eligible": ["a"]}).replace(b"}", b',"n":1e400}', 1),
+    ),
     # Refused before either parses it (json_refusal): the same problem both ways.
     ("UTF-16", 415, chat(msroute={"eligible": ["a"]}).decode().encode("utf-16")),
     ("too deep", 400, b'{"model": "msroute/chat", "messages": [' + b"[" * 40 + b"]" * 40 + b"]}"),
@@ -220,5 +226,52 @@ def test_settled_gives_each_result_or_exception_as_gather_does() -> None:
         assert isinstance(error, ValueError)
         first, second = await _settled([task(), failing()])
         assert first not in (None, here) and isinstance(second, ValueError)
+
+    asyncio.run(main())
+
+
+def test_a_body_no_upstream_could_be_sent_is_refused_before_any_decision(
+    tmp_path: Path, stub: StubUpstream
+) -> None:
+    """A string with a lone surrogate (no UTF-8 carries it) or a number out of a double's range
+    (read as infinite) cannot be sent on: 400, and the router journals nothing."""
+    environ = {KEY_ENV: UPSTREAM_KEY}
+    config = load_gateway_config(
+        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
+    )
+    app = create_gateway_app(config, token=TOKEN, environ=environ)
+    refused = [
+        body for case, _, body in CASES if case in ("a lone surrogate", "a number out of range")
+    ]
+
+    async def main() -> None:
+        async with lifespan(app):
+            fast = _inside(app, FastPath)
+            for body in refused:
+                status, _, content, _ = await post(fast, body)
+                assert status == 400, content
+                assert json.loads(content)["error"]["type"] == "invalid_request_error"
+            rows = await fast.routers.call("chat", lambda r: r.export_rows(0, 1000))
+            assert [r for r in rows if r["kind"] in ("decision", "cost")] == []
+
+    asyncio.run(main())
+
+
+def test_a_team_of_one_answers_the_upstreams_bytes_as_they_came(
+    tmp_path: Path, stub: StubUpstream
+) -> None:
+    environ = {KEY_ENV: UPSTREAM_KEY}
+    config = load_gateway_config(
+        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
+    )
+    app = create_gateway_app(config, token=TOKEN, environ=environ)
+
+    async def main() -> None:
+        async with lifespan(app):
+            status, headers, content, _ = await post(app, chat(msroute={"eligible": ["b"]}))
+            assert status == 200
+            # The stub writes Python's default JSON (a space after each separator): kept as is.
+            assert content == json.dumps(json.loads(content)).encode()
+            assert headers["content-length"] == str(len(content))
 
     asyncio.run(main())

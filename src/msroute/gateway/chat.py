@@ -30,12 +30,20 @@ from urllib.parse import quote
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from msroute.errors import InvalidFeedbackError, InvalidValueError, MSRouteError
+from msroute.errors import InvalidFeedbackError, MSRouteError
 from msroute.gateway.config import USD, GatewayRouter, Upstream
 from msroute.gateway.metrics import GatewayMetrics
 from msroute.gateway.models import ChatRequest
 from msroute.gateway.prices import Usage
-from msroute.gateway.upstream import Answer, Stream, UpstreamFailure, Upstreams, upstream_body
+from msroute.gateway.upstream import (
+    Answer,
+    Stream,
+    UpstreamFailure,
+    Upstreams,
+    parse_json,
+    request_body,
+)
+from msroute.service.fastpath import json_bytes
 from msroute.service.models import DecisionRequest, FeedbackRequest
 from msroute.service.routers import ServedRouters
 
@@ -75,6 +83,24 @@ def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
+class JSONBytes(Response):
+    """A JSON body already encoded (an upstream's answer as it came), with the decision's
+    headers: what ``JSONResponse`` sends, the same headers in the same order, without
+    rendering anything again."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = [
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+            (b"content-length", b"%d" % len(body)),
+            (b"content-type", b"application/json"),
+        ]
+
+
 def decision_headers(decision_id: str, team: Sequence[str]) -> dict[str, str]:
     """The headers naming a decision and its team (expert ids percent-encoded where needed)."""
     members = ",".join(quote(e, safe="-._~:@!$&'()*+;=") for e in team)
@@ -110,7 +136,7 @@ class ChatHandler:
         """The response to the request's body ``raw`` (the FastAPI route and the service's fast
         path both answer with it)."""
         try:
-            data = json.loads(raw, parse_constant=_not_json)
+            data = parse_json(raw)
             chat = ChatRequest.model_validate(data)
         except ValueError as exc:  # not JSON, or not a chat request (ValidationError)
             return openai_error(400, _invalid(exc))
@@ -124,6 +150,10 @@ class ChatHandler:
                 code="model_not_found",
             )
         try:
+            payload = request_body(data, chat.stream)  # refused before any decision is made
+        except ValueError:
+            return openai_error(400, "body: a number out of the range of JSON's numbers")
+        try:
             decision = await self._route(name, chat)
         except ValidationError as exc:
             return openai_error(400, _invalid(exc))
@@ -132,11 +162,10 @@ class ChatHandler:
             return openai_error(status, self.service.redact(str(exc)))
         did, team = decision["decision_id"], list(decision["team"])
         headers = decision_headers(did, team)
-        body = {k: v for k, v in data.items() if k != "msroute"}
         work = (
-            self._stream(name, gw, did, team, body, headers)
+            self._stream(name, gw, did, team, data, payload, headers)
             if chat.stream
-            else (self._complete(name, gw, did, team, body, headers))
+            else (self._complete(name, gw, did, team, payload, headers))
         )
         # The calls and the booking go on if the client leaves: what was billed is booked.
         task = asyncio.ensure_future(work)
@@ -171,20 +200,18 @@ class ChatHandler:
         gw: GatewayRouter,
         did: str,
         team: list[str],
-        body: dict[str, Any],
+        payload: bytes,
         headers: dict[str, str],
     ) -> Response:
         ups = [gw.upstreams[e] for e in team]
-        results = await _settled(
-            [self.upstreams.complete(u, upstream_body(body, u, False)) for u in ups]
-        )
+        results = await _settled([self.upstreams.complete(u, payload) for u in ups])
         error = await self._book_calls(name, gw, did, team, results, headers)
         if error is not None:
             return error
         answers = [r for r in results if isinstance(r, Answer)]
         if len(answers) == 1:
-            return JSONResponse(answers[0].body, headers=headers)
-        return JSONResponse(_team_answer(name, did, answers), headers=headers)
+            return JSONBytes(answers[0].raw, headers)
+        return JSONBytes(json_bytes(_team_answer(name, did, answers)), headers)
 
     async def _book_calls(
         self,
@@ -263,13 +290,12 @@ class ChatHandler:
         gw: GatewayRouter,
         did: str,
         team: list[str],
-        body: dict[str, Any],
+        body: Mapping[str, Any],
+        payload: bytes,
         headers: dict[str, str],
     ) -> Response:
         ups = [gw.upstreams[e] for e in team]
-        opened = await _settled(
-            [self.upstreams.stream(u, upstream_body(body, u, True)) for u in ups]
-        )
+        opened = await _settled([self.upstreams.stream(u, payload) for u in ups])
         if any(isinstance(r, BaseException) for r in opened):
             for r in opened:
                 if isinstance(r, Stream):
@@ -439,11 +465,6 @@ def _team_answer(name: str, did: str, answers: list[Answer]) -> dict[str, Any]:
     }
 
 
-def _not_json(constant: str) -> Any:
-    """``NaN`` and ``Infinity`` are not JSON (Python's parser takes them; no upstream would)."""
-    raise InvalidValueError(f"{constant} is not JSON")
-
-
 def _invalid(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         errors = exc.errors()
@@ -451,4 +472,4 @@ def _invalid(exc: Exception) -> str:
             f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg', '')}"
             for e in errors
         )
-    return "body: not valid JSON"
+    return f"body: not valid JSON ({exc})"

@@ -7,6 +7,11 @@ to another host). Its key, read from the environment variable the config names, 
 nothing an upstream answers on an error (which may quote a key) is echoed to the client or the
 log but its status.
 
+A request is encoded once for the whole team (``request_body``) and each member's model put
+in front of it; an answer is parsed by pydantic-core, and a whole answer keeps its bytes, so
+that a team of one answers with them as they came. An answer that is not UTF-8 JSON (RFC 8259)
+is not a chat completion.
+
 A failure is an ``UpstreamFailure``: 504 for a timeout, 502 for anything else (a connection
 refused, an error status, an answer that is not a chat completion), with what the call is known
 to have billed: the usage an error answer reports (else nothing), and for a timeout the
@@ -16,6 +21,7 @@ expert's booking (its usage never came, and the upstream may have billed it).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import logging
 import time
@@ -24,11 +30,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import from_json
+
 from msroute.gateway.config import Upstream
 from msroute.gateway.http1 import HTTPFailure, Pool, Response, Target, target, tls_context
 from msroute.gateway.prices import Usage, usage_of
+from msroute.service.fastpath import json_bytes
 
-__all__ = ["Answer", "Stream", "UpstreamFailure", "Upstreams", "upstream_body"]
+__all__ = ["Answer", "Stream", "UpstreamFailure", "Upstreams", "parse_json", "request_body"]
 
 _log = logging.getLogger("msroute.gateway")
 
@@ -51,27 +60,46 @@ class UpstreamFailure(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One upstream's chat completion: its JSON body, its usage (None: it reported none) and
-    how long it took."""
+    """One upstream's chat completion: its JSON body (parsed, and its bytes as they came), its
+    usage (None: it reported none) and how long it took."""
 
     expert: str
     body: dict[str, Any]
+    raw: bytes
     usage: Usage | None
     seconds: float
 
 
-def upstream_body(body: Mapping[str, Any], upstream: Upstream, stream: bool) -> dict[str, Any]:
-    """The request an upstream gets: the client's, without the gateway's ``msroute`` options,
-    for the upstream's own model; a stream asks for its usage (``stream_options``)."""
-    out = {k: v for k, v in body.items() if k != "msroute"}
-    out["model"] = upstream.model
+def parse_json(data: bytes) -> Any:
+    """``data`` parsed as JSON (UTF-8, a byte order mark allowed), by pydantic-core.
+
+    Raises
+    ------
+    ValueError
+        Not UTF-8 JSON, or a constant JSON has not (``NaN``, ``Infinity``), or an escaped lone
+        surrogate (a string no UTF-8 carries).
+    """
+    return from_json(data.removeprefix(codecs.BOM_UTF8), allow_inf_nan=False)
+
+
+def request_body(body: Mapping[str, Any], stream: bool) -> bytes:
+    """What every member of a team is sent but its model, encoded once: the client's request
+    without ``model`` and the gateway's ``msroute`` options; a stream asks for its usage
+    (``stream_options``). ``Upstreams`` puts each member's model in front.
+
+    Raises
+    ------
+    ValueError
+        A number JSON cannot carry (one out of a double's range, read as infinite).
+    """
+    out = {k: v for k, v in body.items() if k not in ("model", "msroute")}
     if stream:
         options = out.get("stream_options")
         out["stream_options"] = {
             **(options if isinstance(options, Mapping) else {}),
             "include_usage": True,
         }
-    return out
+    return json_bytes(out)
 
 
 class Stream:
@@ -157,27 +185,30 @@ class Upstreams:
     def __init__(self, keys: Mapping[str, str], max_connections: int = 256) -> None:
         self._keys = dict(keys)
         self._pool = Pool(tls_context(), max_per_origin=max_connections)
-        self._requests: dict[tuple[str, str | None], tuple[Target, bytes]] = {}
+        self._requests: dict[tuple[str, str | None, str], tuple[Target, bytes, bytes]] = {}
 
-    def _request(self, upstream: Upstream) -> tuple[Target, bytes]:
-        """Where the upstream's calls go, and their headers (its key, if it has one)."""
-        key = (upstream.url, upstream.api_key_env)
+    def _request(self, upstream: Upstream) -> tuple[Target, bytes, bytes]:
+        """Where the upstream's calls go, their headers (its key, if it has one) and what their
+        body begins with (its model)."""
+        key = (upstream.url, upstream.api_key_env, upstream.model)
         known = self._requests.get(key)
         if known is None:
             secret = None if upstream.api_key_env is None else self._keys.get(upstream.api_key_env)
             headers = b"content-type: application/json\r\naccept: application/json\r\n"
             if secret is not None:
                 headers += b"authorization: Bearer %s\r\n" % secret.encode("ascii")
-            known = self._requests[key] = (target(upstream.url), headers)
+            model = b'{"model":%s,' % json_bytes(upstream.model)
+            known = self._requests[key] = (target(upstream.url), headers, model)
         return known
 
-    async def _send(self, upstream: Upstream, body: Mapping[str, Any]) -> Response:
-        to, headers = self._request(upstream)
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return await self._pool.post(to, headers, data.encode())
+    async def _send(self, upstream: Upstream, body: bytes) -> Response:
+        to, headers, model = self._request(upstream)
+        data = model + body[1:] if body != b"{}" else model[:-1] + b"}"
+        return await self._pool.post(to, headers, data)
 
-    async def complete(self, upstream: Upstream, body: Mapping[str, Any]) -> Answer:
-        """One chat completion, whole, within the upstream's ``timeout_s``."""
+    async def complete(self, upstream: Upstream, body: bytes) -> Answer:
+        """One chat completion, whole, within the upstream's ``timeout_s`` (``body``: the
+        team's ``request_body``)."""
         expert = upstream.expert
         started = time.perf_counter()
         async with _answering(upstream):
@@ -189,18 +220,19 @@ class Upstreams:
         if response.status != 200:
             raise _status_failure(expert, response.status, content)
         try:
-            data = json.loads(content)
+            data = parse_json(content)
         except ValueError:
             data = None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
             raise UpstreamFailure(
                 expert, 502, f"upstream {expert}: the answer is not a chat completion", None
             )
-        return Answer(expert, data, usage_of(data), time.perf_counter() - started)
+        raw = content.removeprefix(codecs.BOM_UTF8)
+        return Answer(expert, data, raw, usage_of(data), time.perf_counter() - started)
 
-    async def stream(self, upstream: Upstream, body: Mapping[str, Any]) -> Stream:
-        """Open a streamed chat completion: its status within ``timeout_s``; the events then
-        come each within ``timeout_s`` of the last."""
+    async def stream(self, upstream: Upstream, body: bytes) -> Stream:
+        """Open a streamed chat completion (``body``: the team's ``request_body``): its status
+        within ``timeout_s``; the events then come each within ``timeout_s`` of the last."""
         async with _answering(upstream):
             response = await self._send(upstream, body)
             if response.status != 200:

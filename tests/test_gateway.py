@@ -253,3 +253,27 @@ def test_the_config_is_checked_before_serving(tmp_path: Path) -> None:
     loaded = load_gateway_config(config, data_dir=tmp_path, environ={KEY_ENV: "sk-secret-9f3"})
     assert loaded.service.routers["chat"]["experts"]["a"] == {"usd": (100 * 2 + 50 * 8) / 1e6}
     assert "sk-secret-9f3" not in repr(loaded)  # the key stays in the environment
+
+
+def test_the_metrics_count_each_call_in_its_series() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from msroute.gateway.metrics import GatewayMetrics
+    from msroute.gateway.prices import Usage
+
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    for _ in range(2):
+        metrics.call("r", "a", "ok", 0.25, Usage(10, 5, 0))
+        metrics.observe_seconds("r", "a", 0.2)
+    metrics.call("r", "b", "timeout", 0.0, None)
+    text = generate_latest(registry).decode()
+    assert 'msroute_upstream_calls_total{expert="a",outcome="ok",router="r"} 2.0' in text
+    assert 'msroute_upstream_calls_total{expert="b",outcome="timeout",router="r"} 1.0' in text
+    assert 'msroute_upstream_usd_total{expert="a",router="r"} 0.5' in text
+    assert 'msroute_upstream_tokens_total{expert="a",kind="prompt",router="r"} 20.0' in text
+    assert 'msroute_upstream_tokens_total{expert="a",kind="completion",router="r"} 10.0' in text
+    assert 'msroute_upstream_seconds_count{expert="a",router="r"} 2.0' in text
+    # Only what was counted has a series: no cached tokens, no dollars of b, no other outcome.
+    assert 'kind="cached"' not in text and 'usd_total{expert="b"' not in text
+    assert 'outcome="error"' not in text

@@ -242,7 +242,7 @@ class ChatHandler:
         booked = self.booked[name][expert]
         upstream = self.routers[name].upstreams[expert]
         if isinstance(result, Answer):
-            self.metrics.seconds.labels(name, expert).observe(result.seconds)
+            self.metrics.observe_seconds(name, expert, result.seconds)
             outcome = "ok" if result.usage is not None else "no_usage"
             return self.count(name, upstream, outcome, result.usage, booked)
         if isinstance(result, UpstreamFailure):

@@ -55,12 +55,22 @@ class GatewayMetrics:
         self.query_bound: Gauge = family(
             Gauge, "budget_query_bound_usd", "The per-query bound the budgets give.", ("router",)
         )
+        # The labelled children of the per-call families, each looked up once (a series
+        # appears when first counted, as with ``labels``).
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        key = (family, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def call(self, router: str, expert: str, outcome: str, usd: float, usage: Usage | None) -> None:
         """Count one upstream call and what it billed."""
-        self.calls.labels(router, expert, outcome).inc()
+        self._child(self.calls, router, expert, outcome).inc()
         if usd > 0:
-            self.usd.labels(router, expert).inc(usd)
+            self._child(self.usd, router, expert).inc(usd)
         if usage is not None:
             for kind, n in (
                 ("prompt", usage.prompt),
@@ -68,7 +78,11 @@ class GatewayMetrics:
                 ("cached", usage.cached),
             ):
                 if n:
-                    self.tokens.labels(router, expert, kind).inc(n)
+                    self._child(self.tokens, router, expert, kind).inc(n)
+
+    def observe_seconds(self, router: str, expert: str, seconds: float) -> None:
+        """The time of one answered upstream call."""
+        self._child(self.seconds, router, expert).observe(seconds)
 
     def set_budget(self, router: str, report: dict[str, Any]) -> None:
         """Copy a budget plan's report into the gauges."""

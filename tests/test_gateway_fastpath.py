@@ -275,3 +275,26 @@ def test_a_team_of_one_answers_the_upstreams_bytes_as_they_came(
             assert headers["content-length"] == str(len(content))
 
     asyncio.run(main())
+
+
+def test_decision_ids_random_hex_never_repeats_a_byte_of_its_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from msroute.gateway import chat as chat_module
+
+    drawn: list[bytes] = []
+    system = os.urandom
+
+    def urandom(n: int) -> bytes:
+        drawn.append(system(n))
+        return drawn[-1]
+
+    monkeypatch.setattr(chat_module.os, "urandom", urandom)
+    random_hex = chat_module._RandomHex()
+    ids = [random_hex(10) for _ in range(1000)]  # more than one batch
+    assert all(len(i) == 20 for i in ids) and len(set(ids)) == len(ids)
+    # Each id is the next 10 bytes of a batch the OS gave (none skipped, none used twice).
+    used = b"".join(bytes.fromhex(i) for i in ids)
+    assert len(drawn) == 3 and used == b"".join(b[: len(b) // 10 * 10] for b in drawn)[: len(used)]

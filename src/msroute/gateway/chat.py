@@ -20,9 +20,10 @@ its booking run on even if the client goes away, so what was billed is booked.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-import secrets
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -103,8 +104,32 @@ class JSONBytes(Response):
 
 def decision_headers(decision_id: str, team: Sequence[str]) -> dict[str, str]:
     """The headers naming a decision and its team (expert ids percent-encoded where needed)."""
-    members = ",".join(quote(e, safe="-._~:@!$&'()*+;=") for e in team)
+    members = ",".join(_header_id(e) for e in team)
     return {"x-msroute-decision-id": decision_id, "x-msroute-team": members}
+
+
+@functools.lru_cache(maxsize=4096)
+def _header_id(expert: str) -> str:
+    """An expert id as ``x-msroute-team`` names it (the ids are a config's: a few, repeated)."""
+    return quote(expert, safe="-._~:@!$&'()*+;=")
+
+
+class _RandomHex:
+    """Random hex digits for decision ids: the operating system's random bytes (as ``secrets``
+    draws them), read ``_BATCH`` bytes at a time rather than in a system call per id."""
+
+    _BATCH = 4096
+
+    def __init__(self) -> None:
+        self._bytes = b""
+        self._at = 0
+
+    def __call__(self, n: int) -> str:
+        """``2 n`` hex digits, from ``n`` bytes never given before."""
+        if self._at + n > len(self._bytes):
+            self._bytes, self._at = os.urandom(max(n, self._BATCH)), 0
+        start, self._at = self._at, self._at + n
+        return self._bytes[start : self._at].hex()
 
 
 class ChatHandler:
@@ -125,6 +150,7 @@ class ChatHandler:
         self.text_context = text_context
         #: Bookings of streams that ended (awaited when the gateway stops).
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._random_hex = _RandomHex()  # made in the serving process, at its start
         #: Each router's booking of each expert, in dollars.
         self.booked = {
             name: {e: float(c[USD]) for e, c in service.config.routers[name]["experts"].items()}
@@ -189,7 +215,7 @@ class ChatHandler:
             context=context,
             prompt=prompt_text(chat.messages) if by_text else None,
             eligible=None if options is None else options.eligible,
-            decision_id=f"{name}:{secrets.token_hex(10)}",
+            decision_id=f"{name}:{self._random_hex(10)}",
         )
         return await self.service.decide(name, request)
 

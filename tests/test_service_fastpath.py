@@ -420,3 +420,31 @@ def test_hidden_depth_in_utf16_and_utf32_is_a_4xx_over_http(tmp_path: Path) -> N
                 assert "UTF-8" in resp.json()["detail"]
         after = client.get("/v1/routers/llm").json()
         assert after["decisions"] == before["decisions"] + 1 and after["pending"] == 1
+
+
+def test_a_raw_route_is_matched_alone_unless_a_hot_route_could_take_its_path(
+    tmp_path: Path,
+) -> None:
+    """An extension's hot route is found by its path, but one whose path a hot route's
+    template also matches is tried after the hot routes, as the routes are declared."""
+
+    async def endpoint(request: Request) -> JSONResponse:
+        return JSONResponse({})
+
+    def route(path: str) -> Route:
+        return Route(path, endpoint, methods=["POST"])
+
+    async def handler(body: bytes) -> Any:
+        raise AssertionError("not called")
+
+    chat, shadowed = route("/v1/chat/completions"), route("/v1/routers/x/decisions")
+    config = write_config(tmp_path / "service.toml", {"llm": ROUTER})
+    fast = FastPath(
+        endpoint,
+        ServedRouters(load_service_config(config, data_dir=tmp_path)),
+        BearerToken(TOKEN),
+        decide=route(DECISIONS),
+        feedback=route(FEEDBACK),
+        raw=[(chat, handler), (shadowed, handler)],
+    )
+    assert fast._raw_by_path == {"/v1/chat/completions": (chat, handler)}

@@ -204,10 +204,22 @@ class FastPath:
         self.auth = auth
         self._hot: Sequence[tuple[BaseRoute, bool]] = ((decide, True), (feedback, False))
         self._raw = tuple(raw)
+        # The raw routes by their path, where no hot route could take that path: a request
+        # for one of them is matched against that route alone.
+        self._raw_by_path = {
+            path: (route, handler)
+            for route, handler in self._raw
+            if isinstance(path := getattr(route, "path", None), str)
+            and not any(_template_takes(hot, path) for hot, _ in self._hot)
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
+            return
+        raw = self._raw_by_path.get(scope["path"])
+        if raw is not None and raw[0].matches(scope)[0] is Match.FULL and self._ordinary(scope):
+            await self._answer_raw(scope, receive, send, *raw)
             return
         matched = self._match(scope)
         if matched is None:
@@ -338,6 +350,12 @@ class FastPath:
         except Exception:
             _log.exception("POST %s", scope["path"])
             return internal_problem()
+
+
+def _template_takes(route: BaseRoute, path: str) -> bool:
+    """Whether ``route``'s path template matches ``path`` (a route without one: assumed to)."""
+    regex = getattr(route, "path_regex", None)
+    return regex is None or regex.match(path) is not None
 
 
 def _declares_json(scope: Scope) -> bool:

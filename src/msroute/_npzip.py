@@ -10,6 +10,7 @@ opened with ``numpy.load(..., allow_pickle=False)``.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
@@ -25,6 +26,8 @@ __all__ = ["MANIFEST", "read_zip", "write_zip", "zip_bytes"]
 
 #: The manifest member of an archive.
 MANIFEST = "manifest.json"
+#: Arrays up to this size (bytes) are written after a cached header (``_npy_header``).
+_SMALL = 1 << 16
 
 
 def write_zip(out: IO[bytes], manifest: str, arrays: dict[str, np.ndarray]) -> None:
@@ -33,8 +36,25 @@ def write_zip(out: IO[bytes], manifest: str, arrays: dict[str, np.ndarray]) -> N
         info = zipfile.ZipInfo(MANIFEST, date_time=(1980, 1, 1, 0, 0, 0))
         zf.writestr(info, manifest, compress_type=zipfile.ZIP_DEFLATED)
         for key, arr in arrays.items():
+            a = np.asarray(arr)
             with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
+                if a.nbytes <= _SMALL and a.flags.c_contiguous and not a.dtype.hasobject:
+                    f.write(_npy_header(a.dtype, a.shape))
+                    f.write(a.tobytes())
+                else:  # numpy's writer: large, another memory order, or refused (objects)
+                    np.lib.format.write_array(f, a, allow_pickle=False)
+
+
+@functools.lru_cache(maxsize=512)
+def _npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header numpy's ``write_array`` writes before a C-contiguous array's bytes
+    (its magic, version and header dict, which depend only on the dtype and the shape): taken
+    from numpy's own output once per dtype and shape of a small array, since building it is
+    most of the cost of writing one (a policy snapshot writes dozens)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.zeros(shape, dtype=dtype), allow_pickle=False)
+    data = buffer.getvalue()
+    return data[: len(data) - int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
 
 
 def zip_bytes(manifest: str, arrays: dict[str, np.ndarray]) -> bytes:

@@ -236,3 +236,36 @@ def test_a_router_routing_teams_runs_the_exact_surrogate(
     cfg = {**ROUTER, "contexts": None, "m_draws": m, "params": params}
     with Router(cfg) as router:
         assert router.policy.dual.surrogate == want
+
+
+def _aggregate_of_runs(pol: OMDApproachability, ctx: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_aggregate_spend`` of run 0 as the batch computes it (gathers of (R', X, ...))."""
+    x, (k, d) = pol.n_contexts, pol.cost_est.costs.shape[1:]
+    runs = np.array([0])
+    by_ctx = pol.cost_est.costs.reshape(1, x, k, d)[runs]
+    visits = pol._visits[runs].astype(np.float64)
+    if pol.prior.on:
+        visits = visits + pol.prior.share[runs]
+    share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)
+    measured = pol.dual.measure(pol._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d))
+    spend = measured.reshape(1, x, d) * share[..., None]
+    return share[[0], [ctx]], spend.sum(axis=1) - spend[[0], [ctx]]
+
+
+@pytest.mark.parametrize(("m", "x"), [(1, 3), (1, 14), (2, 3), (2, 20)])
+def test_one_runs_aggregate_is_the_batchs_floats(m: int, x: int) -> None:
+    problem = Problem(COSTS, m, Constraints(upper=[0.9, None]))
+    pol = OMDApproachability(problem, horizon=400, n_runs=1, seed=m + x, n_contexts=x)
+    rng = np.random.default_rng(x)
+    for t in range(300):
+        ctx = rng.integers(0, x, 1)
+        dec = pol.select(ctx)
+        reward = rng.random(1)
+        pol.update(dec, reward, COSTS[np.unique(dec.draws[0])].sum(axis=0)[None, :])
+        if t % 25 == 0:
+            for c in range(x):
+                share, others = pol._aggregate_spend(np.array([0]), np.array([c]))
+                want_share, want_others = _aggregate_of_runs(pol, c)
+                assert share.tobytes() == want_share.tobytes()
+                assert others.shape == want_others.shape
+                assert others.tobytes() == want_others.tobytes()

@@ -564,7 +564,9 @@ class OMDApproachability(BasePolicy):
         """
         r, x = self.n_runs, self.n_contexts
         k, d = self.cost_est.costs.shape[1:]
-        at: IntArray | slice = slice(None) if r == 1 else runs  # one run: views, not gathers
+        if r == 1:
+            return self._aggregate_spend_one(int(ctx[0]))
+        at: IntArray | slice = runs
         by_ctx = self.cost_est.costs.reshape(r, x, k, d)[at]
         visits = self._visits[at].astype(np.float64)
         if self.prior.on:  # a warm start's pseudo-visits in the table's proportions
@@ -574,6 +576,18 @@ class OMDApproachability(BasePolicy):
         spend = measured.reshape(runs.shape[0], x, d) * share[..., None]
         own = np.arange(runs.shape[0])
         return share[own, ctx], spend.sum(axis=1) - spend[own, ctx]
+
+    def _aggregate_spend_one(self, x: int) -> tuple[FloatArray, FloatArray]:
+        """``_aggregate_spend`` of the one run's step in context ``x``: the same operations on
+        views of the run's rows (a live router's step; the same floats, tested)."""
+        visits = self._visits[0].astype(np.float64)  # (X,)
+        if self.prior.on:
+            visits = visits + self.prior.share[0]
+        share = visits / np.maximum(visits.sum(), 1.0)
+        k, d = self.cost_est.costs.shape[1:]
+        by_ctx = self.cost_est.costs.reshape(self.n_contexts, k, d)
+        spend = self.dual.measure(self._q[0], by_ctx) * share[:, None]  # (X, d)
+        return share[x : x + 1], (spend.sum(axis=0) - spend[x])[None, :]
 
     def _costs_in(self, context: IntArray | None) -> FloatArray:
         """The cost estimates (R, K, d) of each run's context (context 0 where None)."""

@@ -672,8 +672,10 @@ class Router(Transactional):
 
     # ------------------------------------------------------------------ snapshots and replay
     def _maybe_snapshot(self) -> None:
-        """Take the periodic snapshot when it is due (``recovery.maybe_snapshot``)."""
-        recovery.maybe_snapshot(self)
+        """Take the periodic snapshot when it is due (``recovery.maybe_snapshot``; a router
+        without a file takes none)."""
+        if self._journal.path is not None:
+            recovery.maybe_snapshot(self)
 
     def _snapshot_due(self) -> bool:
         return recovery.snapshot_due(self)

@@ -186,25 +186,48 @@ class Response:
         """
         while True:
             if self._pieces:
-                data = b"".join(self._pieces)
-                self._pieces.clear()
-                self._buffered = 0
-                self._connection.resume()
-                yield data if self._decoder is None else self._decoder(data)
+                yield self._take()
                 continue
             if self._error is not None:
                 raise self._error
             if self._complete:
                 return
-            self._waiter = self._connection.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._more()
 
     async def read(self) -> bytes:
-        """The whole body (decoded)."""
-        return b"".join([piece async for piece in self.chunks()])
+        """The whole body (decoded): ``chunks`` joined.
+
+        Raises
+        ------
+        HTTPFailure
+            As ``chunks``.
+        """
+        pieces: list[bytes] = []
+        while True:
+            if self._pieces:
+                pieces.append(self._take())
+                continue
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return b"".join(pieces)
+            await self._more()
+
+    def _take(self) -> bytes:
+        """What has come of the body so far (decoded); reading goes on."""
+        data = b"".join(self._pieces)
+        self._pieces.clear()
+        self._buffered = 0
+        self._connection.resume()
+        return data if self._decoder is None else self._decoder(data)
+
+    async def _more(self) -> None:
+        """Until more of the body comes, it ends, or the exchange fails."""
+        self._waiter = self._connection.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool if the exchange ended

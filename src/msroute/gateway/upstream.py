@@ -25,10 +25,9 @@ import codecs
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_core import from_json
 
@@ -40,6 +39,7 @@ from msroute.service.fastpath import json_bytes
 __all__ = ["Answer", "Stream", "UpstreamFailure", "Upstreams", "parse_json", "request_body"]
 
 _log = logging.getLogger("msroute.gateway")
+T = TypeVar("T")
 
 #: The most of an upstream's error answer read (to find its usage).
 _ERROR_BYTES = 65536
@@ -211,14 +211,9 @@ class Upstreams:
         team's ``request_body``)."""
         expert = upstream.expert
         started = time.perf_counter()
-        async with _answering(upstream):
-            response = await self._send(upstream, body)
-            try:
-                content = await response.read()
-            finally:
-                response.release()
-        if response.status != 200:
-            raise _status_failure(expert, response.status, content)
+        status, content = await _within(upstream, self._exchange(upstream, body))
+        if status != 200:
+            raise _status_failure(expert, status, content)
         try:
             data = parse_json(content)
         except ValueError:
@@ -233,29 +228,40 @@ class Upstreams:
     async def stream(self, upstream: Upstream, body: bytes) -> Stream:
         """Open a streamed chat completion (``body``: the team's ``request_body``): its status
         within ``timeout_s``; the events then come each within ``timeout_s`` of the last."""
-        async with _answering(upstream):
-            response = await self._send(upstream, body)
-            if response.status != 200:
-                try:
-                    content = await _read_some(response)
-                finally:
-                    response.release()
-                raise _status_failure(upstream.expert, response.status, content)
+        response = await _within(upstream, self._open(upstream, body))
         return Stream(upstream.expert, response, upstream.timeout_s)
+
+    async def _exchange(self, upstream: Upstream, body: bytes) -> tuple[int, bytes]:
+        """A whole call: the answer's status and body."""
+        response = await self._send(upstream, body)
+        try:
+            return response.status, await response.read()
+        finally:
+            response.release()
+
+    async def _open(self, upstream: Upstream, body: bytes) -> Response:
+        """A streamed call, its status 200 read (else an ``UpstreamFailure``)."""
+        response = await self._send(upstream, body)
+        if response.status != 200:
+            try:
+                content = await _read_some(response)
+            finally:
+                response.release()
+            raise _status_failure(upstream.expert, response.status, content)
+        return response
 
     async def close(self) -> None:
         """Close the idle connections."""
         self._pool.close()
 
 
-@asynccontextmanager
-async def _answering(upstream: Upstream) -> AsyncIterator[None]:
-    """The upstream's answer within ``timeout_s`` (what a call or a stream opens with): no
+async def _within(upstream: Upstream, call: Awaitable[T]) -> T:
+    """``call`` (what a call or a stream opens with) within the upstream's ``timeout_s``: no
     answer in time is a 504 ``UpstreamFailure``, a failed exchange a 502, both without usage."""
     expert = upstream.expert
     try:
         async with asyncio.timeout(upstream.timeout_s):
-            yield
+            return await call
     except TimeoutError:
         raise UpstreamFailure(
             expert, 504, f"upstream {expert}: no answer within {upstream.timeout_s:g}s", None

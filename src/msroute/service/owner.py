@@ -179,7 +179,7 @@ class RouterOwner:
             if transaction is None:
                 return outcomes[0]
             if _quick(router):
-                return (await self._commit(router, transaction, outcomes))[0]
+                return (await self._commit(router, transaction, outcomes, quick=True))[0]
             # A COMMIT that waits for the disk: its task releases the lock once it returned.
             task = asyncio.get_running_loop().create_task(
                 self._commit_and_release(router, transaction, outcomes)
@@ -267,11 +267,17 @@ class RouterOwner:
         return transaction, outcomes
 
     async def _commit(
-        self, router: Router, transaction: Any, outcomes: list[tuple[bool, Any]]
+        self,
+        router: Router,
+        transaction: Any,
+        outcomes: list[tuple[bool, Any]],
+        *,
+        quick: bool | None = None,
     ) -> list[tuple[bool, Any]]:
-        """COMMIT the group: the outcomes if it committed, else its error for every call."""
+        """COMMIT the group: the outcomes if it committed, else its error for every call
+        (``quick``: whether the commit is quick, when the caller has just asked)."""
         try:
-            if _quick(router):
+            if _quick(router) if quick is None else quick:
                 transaction.__exit__(None, None, None)
             else:
                 await asyncio.get_running_loop().run_in_executor(

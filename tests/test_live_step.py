@@ -5,6 +5,7 @@ the policy's Python path, run for run and bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +58,7 @@ def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.Sim
 
         return call
 
-    names = ("clear_one", "select_one", "feedback_one", "qp_one")
+    names = ("clear_one", "select_one", "feedback_one", "qp_one", "settle_one")
     return types.SimpleNamespace(**{name: counted(name) for name in names})
 
 
@@ -76,8 +77,10 @@ def _policy(n_contexts: int, params: dict[str, Any], tight: bool = True) -> OMDA
     return policy.pace()
 
 
-def _run(policy: BasePolicy, seed: int) -> list[Decision]:
-    """Decisions with masks, feedback late, out of order or never, real costs off the table."""
+def _run(policy: BasePolicy, seed: int, reports: bool = False) -> list[Decision]:
+    """Decisions with masks, feedback late, out of order or never, real costs off the table;
+    with ``reports``, half the feedbacks come after a cost report (``settle`` with the
+    decision, as a router books a call's realized cost; the decision is booked at it then)."""
     rng = np.random.default_rng(seed)
     pending: list[Decision] = []
     made = []
@@ -96,6 +99,11 @@ def _run(policy: BasePolicy, seed: int) -> list[Decision]:
             booked = d.cost
             assert booked is not None
             scale = 1.0 if rng.random() < 0.3 else rng.uniform(0.7, 1.4)  # some as booked
+            if reports and rng.random() < 0.5:
+                reported = booked * (1.0 if rng.random() < 0.3 else rng.uniform(0.5, 1.6))
+                policy.settle(booked, reported, was_open=False, decision=d)
+                d = dataclasses.replace(d, cost=reported)
+                booked = reported
             policy.update_trusted(d, rng.uniform(0.0, 1.0, 1), booked * scale)
     return made
 
@@ -128,6 +136,49 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
         policy = _policy(n_contexts, params, tight)
         runs[name] = (policy, _run(policy, seed=9))
     (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
+    _assert_same(base, base_made, other, other_made)
+    assert calls.count("feedback_one") == base._n_feedback  # every feedback took the step
+    # A decision takes the step where the pacer leaves it alone (no mask): tight bounds
+    # narrow many, loose ones few.
+    assert calls.count("select_one") == calls.count("clear_one")
+    if tight:
+        assert calls.count("clear_one declined") > 0  # the pacer narrowed: Python decided
+    else:
+        assert calls.count("select_one") > ROUNDS // 3  # a quarter of them masked
+    assert int(base._steps.sum()) > 10  # the QP steps ran, most in the step
+    if not params.get("dual") and not params.get("surrogate"):
+        steps = int(base._steps.sum())  # a tight bound's cuts are often out of reach
+        assert calls.count("qp_one") > (0 if tight else steps // 2)
+    assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["compiled", "source"])
+@pytest.mark.parametrize("n_contexts", [1, 3])
+def test_a_cost_report_settles_the_pacer_as_the_python_path(
+    compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch, kind: str, n_contexts: int
+) -> None:
+    """A cost reported before the reward (a gateway's booking of what a call billed) settles
+    the pacer in one call of ``settle_one``: the same decisions and state bit for bit."""
+    runs = {}
+    calls: list[str] = []
+    for name in ("python-path", kind):
+        steps = _steps(name, compiled, calls)
+        monkeypatch.setattr(live_step, "_loaded", steps)
+        monkeypatch.setattr(projection_cuts, "_rows_loaded", name == "compiled")
+        monkeypatch.setattr(pacing, "settle_kernel", None if steps is None else steps.settle_one)
+        policy = _policy(n_contexts, {})
+        runs[name] = (policy, _run(policy, seed=11, reports=True))
+    (base, base_made), (other, other_made) = runs["python-path"], runs[kind]
+    _assert_same(base, base_made, other, other_made)
+    # Each report in one call (a feedback's settle runs inside feedback_one).
+    assert calls.count("settle_one") > 20
+    assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
+
+
+def _assert_same(
+    base: BasePolicy, base_made: list[Decision], other: BasePolicy, other_made: list[Decision]
+) -> None:
+    """Two runs made the same decisions and hold the same state, bit for bit."""
     for a, b in zip(base_made, other_made, strict=True):
         assert a.round == b.round
         assert (a.context is None) == (b.context is None)
@@ -147,19 +198,6 @@ def test_the_feedback_step_learns_what_the_python_path_learns(
             assert value.tobytes() == np.ascontiguousarray(other_value).tobytes(), key
         else:
             assert value == other_state[key], key
-    assert calls.count("feedback_one") == base._n_feedback  # every feedback took the step
-    # A decision takes the step where the pacer leaves it alone (no mask): tight bounds
-    # narrow many, loose ones few.
-    assert calls.count("select_one") == calls.count("clear_one")
-    if tight:
-        assert calls.count("clear_one declined") > 0  # the pacer narrowed: Python decided
-    else:
-        assert calls.count("select_one") > ROUNDS // 3  # a quarter of them masked
-    assert int(base._steps.sum()) > 10  # the QP steps ran, most in the step
-    if not params.get("dual") and not params.get("surrogate"):
-        steps = int(base._steps.sum())  # a tight bound's cuts are often out of reach
-        assert calls.count("qp_one") > (0 if tight else steps // 2)
-    assert float(base.pacer.n_reports[0]) > 10  # type: ignore[union-attr]
 
 
 def test_the_step_leaves_what_it_does_not_cover_to_python(

@@ -16,7 +16,7 @@ from msroute.policies._approach_rows import step_rows
 from msroute.policies._philox import first_uniform
 from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one", "settle_one"]
 
 
 def clear_one(
@@ -424,8 +424,56 @@ def feedback_one(
     for j in range(d):
         cost_sum[0, j] += cost[j]
     # The pacer's settle: the decision closes, its estimates learn, the report feeds the reserve.
-    open_[0] = _npmax(open_[0] - 1.0, 0.0)
-    _learn_cost(pace_est, pace_n, pace_floor, pace_row, drawn, cost, pace_weight, pace_window)
+    settle_one(
+        drawn,
+        cost,
+        booked,
+        True,
+        pace_est,
+        pace_n,
+        pace_floor,
+        pace_row,
+        pace_weight,
+        pace_window,
+        spend,
+        excess_max,
+        excess_sum,
+        shortfall_max,
+        shortfall_sum,
+        open_,
+        reports,
+    )
+    return int(seen)
+
+
+def settle_one(
+    drawn: int,
+    cost: Any,
+    booked: Any,
+    was_open: bool,
+    est: Any,
+    est_n: Any,
+    est_floor: Any,
+    row: int,
+    weight: float,
+    window: float,
+    spend: Any,
+    excess_max: Any,
+    excess_sum: Any,
+    shortfall_max: Any,
+    shortfall_sum: Any,
+    open_: Any,
+    reports: Any,
+) -> None:
+    """``Pacer.settle`` of one run whose decision drew one expert, ``drawn``, and realized
+    ``cost`` (d,) against its booking ``booked`` (d,): an open decision closes (``was_open``),
+    the pacer's estimate ``est`` (rows, K, d) learns on ``row`` (its counts ``est_n``, floor,
+    prior weight and window), and a cost off the booking moves the ``spend`` and the reserve
+    (1, d each) and counts in ``reports`` (1,)."""
+    if was_open:
+        open_[0] = _npmax(open_[0] - 1.0, 0.0)
+    _learn_cost(est, est_n, est_floor, row, drawn, cost, weight, window)
+    d = cost.shape[0]
     reported = False
     for j in range(d):
         if cost[j] - booked[j] != 0.0:
@@ -440,4 +488,3 @@ def feedback_one(
             excess_sum[0, j] += over
             shortfall_sum[0, j] += under
         reports[0] += 1.0
-    return int(seen)

@@ -69,6 +69,7 @@ def _load() -> None:
 
         load_compiled_rows()
         pacing.restrict_kernel = live_step.restrict_one
+        pacing.settle_kernel = live_step.settle_one
     except Exception:  # no compiler, no cache: the Python path stays (same floats, slower)
         logging.getLogger("msroute.router").debug(
             "compiled feedback step not loaded", exc_info=True

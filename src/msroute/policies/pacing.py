@@ -79,6 +79,9 @@ _FORCED_FACTOR = 8.0
 #: (``msroute.policies._live_rows.restrict_one``, the same floats), set by the thread that
 #: loads a live router's compiled step (``msroute.policies.live_step``); None: in Python.
 restrict_kernel: Callable[..., int] | None = None
+#: ``settle`` of one run whose decision drew one expert, in one compiled call
+#: (``msroute.policies._live_rows.settle_one``, the same floats), set likewise; None: in Python.
+settle_kernel: Callable[..., None] | None = None
 
 
 class Pacer:
@@ -469,6 +472,15 @@ class Pacer:
         A realized cost that differs from the booking is a report: it feeds the reserve (the
         largest and the mean excess, or shortfall, of a report) and, with the decision's
         ``draws`` (R, M), the experts' estimated costs."""
+        if (
+            settle_kernel is not None
+            and realized is not None
+            and draws is not None
+            and draws.shape == (1, 1)
+            and self._one_run
+            and self._settle_compiled(settle_kernel, booked, realized, was_open, draws, context)
+        ):
+            return
         if was_open:
             self.open = np.maximum(self.open - 1.0, 0.0)
         if realized is None:
@@ -485,6 +497,45 @@ class Pacer:
         self.excess_sum += over
         self.shortfall_sum += under
         self.n_reports += np.any(diff != 0.0, axis=1)
+
+    def _settle_compiled(
+        self,
+        kernel: Callable[..., None],
+        booked: FloatArray,
+        realized: FloatArray,
+        was_open: bool,
+        draws: IntArray,
+        context: IntArray | None,
+    ) -> bool:
+        """``settle`` of one run whose decision drew one expert in ``kernel``; False (nothing
+        changed) for estimates that do not learn, or arrays that do not fit its signature."""
+        est = self.est
+        if est.mode == "table":
+            return False
+        row = 0 if self.n_contexts == 1 or context is None else int(context[0])  # ``_rows``
+        try:
+            kernel(
+                int(draws[0, 0]),
+                realized[0],
+                booked[0],
+                was_open,
+                est.costs,
+                est.n_obs,
+                est._floor,
+                row,
+                est.prior_weight,
+                est.window,
+                self.spend,
+                self.excess_max,
+                self.excess_sum,
+                self.shortfall_max,
+                self.shortfall_sum,
+                self.open,
+                self.n_reports,
+            )
+        except TypeError:  # numba matched no signature (before running)
+            return False
+        return True
 
 
 def _fitting_one(

@@ -21,7 +21,7 @@ from msroute.policies import _live_rows as source
 from msroute.policies._compiled.dual import approach_step
 from msroute.policies._compiled.philox import first_uniform
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one"]
+__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one", "settle_one"]
 
 _f8 = types.float64
 _i8 = types.int64
@@ -38,6 +38,30 @@ for _name in ("_npmax", "_learn_cost"):
 _env["step_rows"] = approach_step
 _env["first_uniform"] = first_uniform
 _env["cut_rows"] = _compiled_rows()
+
+#: ``msroute.policies._live_rows.settle_one``, compiled for the pacer's arrays (its one source:
+#: ``feedback_one`` calls it too).
+settle_one = cast(
+    Callable[..., None],
+    eager(
+        types.none(
+            _i8,  # drawn
+            read_only(_f8, 1),  # cost
+            read_only(_f8, 1),  # booked
+            types.boolean,  # was_open
+            _array(3),  # est
+            _array(2),  # est_n
+            read_only(_f8, 3),  # est_floor
+            _i8,  # row
+            _f8,  # weight
+            _f8,  # window
+            *(_array(2),) * 5,  # spend, excess_max, excess_sum, shortfall_max, shortfall_sum
+            _array(1),  # open_
+            _array(1),  # reports
+        )
+    )(pytypes.FunctionType(source.settle_one.__code__, _env, "settle_one")),
+)
+_env["settle_one"] = settle_one
 
 _SIGNATURE = _i8(
     _i8,  # drawn

@@ -441,7 +441,7 @@ def _decide(
     drawn = propensities = None
     if dec.probs is not None:
         probs = dec.probs[0].tolist()
-        drawn = tuple(probs[c] for c in cols)
+        drawn = tuple([probs[c] for c in cols])
         # The support only: with a mask, or a policy that puts no mass on some experts.
         propensities = (
             dict(zip(ids, probs, strict=True))
@@ -450,15 +450,15 @@ def _decide(
         )
     deadline = event.now + state.config.feedback_ttl_s if event.deadline is None else event.deadline
     cost_list = cost.tolist()
-    routed = RoutedDecision(
-        decision_id=event.ref,
-        team=team,
-        draws=draws,
-        propensities=propensities,
-        policy_version=state.version,
-        cost=dict(zip(state.config.cost_names, cost_list, strict=True)),
-        deadline=deadline,
-        seq=event.seq,
+    routed = RoutedDecision(  # decision_id, team, draws, propensities, policy_version, ...
+        event.ref,
+        team,
+        draws,
+        propensities,
+        state.version,
+        dict(zip(state.config.cost_names, cost_list, strict=True)),
+        deadline,
+        event.seq,
     )
     layout = state.layout
     state.pending[event.ref] = Pending(

@@ -459,3 +459,56 @@ def test_fill_chunk_checks_its_target_and_copies_a_cached_chunk() -> None:
     env.fill_chunk(0, copied)
     np.testing.assert_array_equal(drawn, cached[:5])
     np.testing.assert_array_equal(copied, drawn)
+
+
+# ---------------------------------------------------------------------------- memory pages
+def _huge_pages_allowed(arr: np.ndarray) -> bool | None:
+    """Whether the kernel may back the middle of ``arr``'s memory with transparent huge pages
+    (the ``THPeligible`` line of its mapping in ``/proc/self/smaps``); None where it does not
+    say."""
+    from pathlib import Path
+
+    addr = arr.__array_interface__["data"][0] + arr.nbytes // 2  # numpy advises whole 2 MiB
+    try:
+        text = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return None
+    inside = False
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0]
+        if not head.endswith(":"):  # a mapping's first line: "lo-hi perms ..."
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return None
+
+
+def test_kept_chunks_are_on_ordinary_pages() -> None:
+    """The chunks an environment keeps (a sweep's skills, drawn before its workers fork) are
+    not on transparent huge pages, which numpy asks for from 4 MiB and which cost several
+    times the CPU to write where the kernel compacts memory to find them."""
+    from msroute.env_layouts import StackedEnv
+
+    if _huge_pages_allowed(np.empty((1000, 1, 1, 600))) is not True:
+        pytest.skip("this kernel gives numpy's large arrays no transparent huge pages")
+    base = np.full((1, 600), 0.5)  # a chunk of 1,000 rounds: 4.8 MB
+    env = StochasticEnv(base, seed=[0])
+    env.skills(0, 1)
+
+    def pair() -> StackedEnv:
+        regime = RegimeSwitchingEnv(base, horizon=10**3, seed=[2])
+        return StackedEnv([StochasticEnv(base, seed=[1]), regime])
+
+    stacked, ahead = pair(), pair()
+    stacked.skills(0, 1)
+    ahead.draw_ahead(10**3, threads=2)
+    for chunk in (env._cache[0], stacked._cache[0], ahead._cache[0]):
+        assert _huge_pages_allowed(chunk) is False
+    np.testing.assert_array_equal(stacked._cache[0], ahead._cache[0])
+    from msroute._memory import empty_kept
+
+    kept = empty_kept((3, 4))
+    kept[...] = 1.5
+    assert kept.dtype == np.float64 and kept.shape == (3, 4) and kept.sum() == 18.0
+    assert empty_kept((0, 4)).shape == (0, 4)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from msroute._memory import empty_kept
 from msroute._validation import FloatArray, IntArray
 from msroute.envs import ChunkCache, RegimeSwitchingEnv, StochasticEnv, check_range
 from msroute.errors import InvalidValueError
@@ -104,7 +105,7 @@ class StackedEnv:
         hit = self._cache.use(c)
         if hit is not None:
             return hit
-        out = np.empty((self._length(c), self.n_runs, self.n_dims, self.n_experts))
+        out = empty_kept((self._length(c), self.n_runs, self.n_dims, self.n_experts))
         for e, lo in zip(self.envs, self._offsets, strict=False):
             e.fill_chunk(c, out[:, lo : lo + e.n_runs])
         return self._cache.store(c, out)
@@ -114,7 +115,7 @@ class StackedEnv:
         one of up to ``threads`` threads (numpy releases the GIL while drawing)."""
         todo = [c for c in range(-(-stop // self.chunk_size)) if c not in self._cache]
         chunks = {
-            c: np.empty((self._length(c), self.n_runs, self.n_dims, self.n_experts)) for c in todo
+            c: empty_kept((self._length(c), self.n_runs, self.n_dims, self.n_experts)) for c in todo
         }
 
         def draw(i: int) -> None:

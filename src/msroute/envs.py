@@ -48,6 +48,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._memory import empty_kept
 from msroute._seeding import (
     SeedArg,
     _is_seed_sequence_arg,
@@ -267,7 +268,7 @@ class _BetaEnv:
         hit = self._cache.use(c)
         if hit is not None:
             return hit
-        out = np.empty((self.chunk_length(c), self.n_runs, self.n_dims, self.n_experts))
+        out = empty_kept((self.chunk_length(c), self.n_runs, self.n_dims, self.n_experts))
         self.fill_chunk(c, out)
         return self._cache.store(c, out)
 

@@ -377,6 +377,43 @@ def test_reproduce_all_writes_every_output(tmp_path: Path) -> None:
         assert side["experiment"] == name and side["msroute_version"] == msroute.__version__
 
 
+_LEFT_AT_EXIT = """
+import sys
+from pathlib import Path
+
+from msroute.cli import main
+
+out = Path(sys.argv[1])
+args = ["reproduce", "fig2", "--seeds", "1", "--horizon", "50", "--jobs", "1", "--no-plot"]
+assert main([*args, "--quiet", "--out", str(out)]) == 0
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        (out / "collected").write_text("the last collection ran")
+
+
+Cycle()  # garbage only the cyclic collector frees
+"""
+
+
+def test_reproduce_leaves_its_objects_to_the_process_exit(tmp_path: Path) -> None:
+    """After a reproduce run, the interpreter's exit does not walk its objects (matplotlib's,
+    numba's) in a last garbage collection: what is left goes with the process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LEFT_AT_EXIT, str(tmp_path)], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert (tmp_path / "fig2.csv").exists()
+    assert not (tmp_path / "collected").exists()
+
+
 @pytest.mark.parametrize("policy", ["ts", "omd", "moe"])
 def test_run_command_replays_one_run_of_the_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str

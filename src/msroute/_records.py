@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from msroute.errors import InvalidTypeError
+
 __all__ = ["quick_init"]
 
 T = TypeVar("T")
@@ -28,7 +30,7 @@ def quick_init(cls: type[T]) -> type[T]:
         or hasattr(cls, "__slots__")
         or any(not f.init or f.default_factory is not dataclasses.MISSING for f in params)
     ):
-        raise TypeError(f"quick_init takes a frozen dataclass without slots, not {cls!r}")
+        raise InvalidTypeError(f"quick_init takes a frozen dataclass without slots, not {cls!r}")
     defaults = {f"_d_{f.name}": f.default for f in params if f.default is not dataclasses.MISSING}
     args = ", ".join(
         f.name if f.default is dataclasses.MISSING else f"{f.name}=_d_{f.name}" for f in params

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from prometheus_client import generate_latest
 
 from _gateway import KEY_ENV, UPSTREAM_KEY, write_config
 from _server import free_port
@@ -291,10 +292,65 @@ def test_decision_ids_random_hex_never_repeats_a_byte_of_its_batch(
         drawn.append(system(n))
         return drawn[-1]
 
-    monkeypatch.setattr(chat_module.os, "urandom", urandom)
+    monkeypatch.setattr(os, "urandom", urandom)
     random_hex = chat_module._RandomHex()
     ids = [random_hex(10) for _ in range(1000)]  # more than one batch
     assert all(len(i) == 20 for i in ids) and len(set(ids)) == len(ids)
     # Each id is the next 10 bytes of a batch the OS gave (none skipped, none used twice).
     used = b"".join(bytes.fromhex(i) for i in ids)
     assert len(drawn) == 3 and used == b"".join(b[: len(b) // 10 * 10] for b in drawn)[: len(used)]
+
+
+def test_a_call_goes_on_and_is_booked_when_its_request_is_cancelled(
+    tmp_path: Path, stub: StubUpstream
+) -> None:
+    """A request cancelled mid-call (a server's shutdown cancels its requests) leaves the call
+    running: the upstream's timeout comes and the call is booked at its configured cost."""
+    environ = {KEY_ENV: UPSTREAM_KEY}
+    config = load_gateway_config(
+        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
+    )
+    app = create_gateway_app(config, token=TOKEN, environ=environ)
+
+    async def main() -> None:
+        async with lifespan(app):
+            fast = _inside(app, FastPath)
+            request = asyncio.ensure_future(post(fast, chat(msroute={"eligible": ["slow"]})))
+            await asyncio.sleep(0.2)  # decided, the upstream call under way (it hangs)
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await asyncio.sleep(0.8)  # past the upstream's 0.5 s timeout
+            # Counted and booked (at its configured cost: the decision's booking stands).
+            metrics = generate_latest(fast.routers.metrics.registry).decode()
+            assert 'calls_total{expert="slow",outcome="timeout",router="chat"} 1.0' in metrics
+            assert 'upstream_usd_total{expert="slow",router="chat"}' in metrics
+
+    asyncio.run(main())
+
+
+def test_hand_over_gives_the_work_s_result_or_error_and_survives_its_awaiter() -> None:
+    from msroute.gateway.chat import _hand_over
+
+    async def work(value: object, wait: float = 0.0) -> object:
+        await asyncio.sleep(wait)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[object] = loop.create_future()
+        await _hand_over(work("ok"), answered)
+        assert answered.result() == "ok"
+        failed: asyncio.Future[object] = loop.create_future()
+        await _hand_over(work(ValueError("bug")), failed)
+        with pytest.raises(ValueError, match="bug"):
+            failed.result()
+        left: asyncio.Future[object] = loop.create_future()
+        task = asyncio.ensure_future(_hand_over(work("late", 0.05), left))
+        left.cancel()  # the request went away
+        await task  # the work ran to its end
+        assert task.done() and not task.cancelled()
+
+    asyncio.run(main())

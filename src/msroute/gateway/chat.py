@@ -24,7 +24,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -194,10 +194,11 @@ class ChatHandler:
             else (self._complete(name, gw, did, team, payload, headers))
         )
         # The calls and the booking go on if the client leaves: what was billed is booked.
-        task = asyncio.ensure_future(work)
+        answered: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(_hand_over(work, answered))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        return await asyncio.shield(task)
+        return await answered
 
     async def _route(self, name: str, chat: ChatRequest) -> dict[str, Any]:
         options = chat.msroute
@@ -456,6 +457,27 @@ class _Relay:
         await self.handler.book(
             self.name, self.gw, self.did, usd, self.failure is not None, self.headers
         )
+
+
+async def _hand_over(work: Awaitable[T], answered: asyncio.Future[T]) -> None:
+    """Await ``work`` (in a task of its own) and hand its result or error to ``answered``,
+    which the request awaits: a request cancelled (a server's shutdown) cancels that future
+    only, never the work, as ``asyncio.shield`` would, and the answer reaches the request
+    without the extra turn of the event loop the shield's callbacks take. An error no request
+    is left to answer is logged."""
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        answered.cancel()
+        raise
+    except Exception as exc:
+        if not answered.done():
+            answered.set_exception(exc)
+        else:
+            _log.error("a call whose request went away failed", exc_info=exc)
+    else:
+        if not answered.done():
+            answered.set_result(result)
 
 
 async def _settled(calls: list[Coroutine[Any, Any, T]]) -> list[T | BaseException]:

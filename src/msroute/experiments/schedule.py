@@ -6,6 +6,7 @@ numbers depend on its specification only, ``msroute.experiments.cells``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +16,7 @@ from msroute.errors import InvalidValueError
 from msroute.experiments.backends import Backend, LocalBackend
 from msroute.experiments.cellcache import load_cell, save_cell
 from msroute.experiments.cells import (
+    CellEnv,
     CellResult,
     CellSpec,
     cached_env,
@@ -94,36 +96,60 @@ def run_cells(
                 when_free()
 
         if todo:
-            runner = backend or LocalBackend(jobs)
-            order = _costliest_first(specs, todo)
-            if isinstance(runner, LocalBackend) and runner.forks(len(todo)):
-                with ThreadPoolExecutor(max_workers=1) as loader:
-                    # Loading the machine code is Python work under the GIL; the draws run
-                    # without it: the two overlap instead of following each other.
-                    loaded = loader.submit(compile_ahead)
-                    draw_ahead(specs[order[0]], runner.jobs)
-                    loaded.result()
-            try:
-                runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
-            finally:
-                cached_env.cache_clear()  # the workers are done with what was drawn ahead
+            _run_todo(specs, todo, worker, backend or LocalBackend(jobs), done)
     return [r for r in results if r is not None]
 
 
-def draw_ahead(spec: CellSpec, threads: int) -> None:
+def _run_todo(
+    specs: Sequence[CellSpec],
+    todo: list[int],
+    worker: Callable[[CellSpec], CellResult],
+    runner: Backend,
+    done: Callable[[int, CellResult], None],
+) -> None:
+    """Run the cells ``todo`` (indices into ``specs``), costliest first, and hand each result
+    to ``done(i, result)``; workers forked from this process share the first cell's skills
+    and the simulator's machine code, loaded here first."""
+    order = _costliest_first(specs, todo)
+    drawn: list[CellEnv] = []
+    if isinstance(runner, LocalBackend) and runner.forks(len(todo)):
+        # The environment is built first, alone: it is Python work under the GIL, as loading
+        # the machine code is; the draws run without it, and the loading overlaps them.
+        _spec_env(specs[order[0]])
+        with ThreadPoolExecutor(max_workers=1) as loader:
+            loaded = loader.submit(compile_ahead)
+            drawn += draw_ahead(specs[order[0]], runner.jobs)
+            loaded.result()
+    try:
+        runner.run(worker, [specs[i] for i in order], lambda j, res: done(order[j], res))
+    finally:
+        cached_env.cache_clear()  # the workers are done with what was drawn ahead
+        # Its pages are freed by a thread of their own: unmapping hundreds of MB takes tens of
+        # ms, which the caller's next step (a figure) need not wait for.
+        threading.Thread(target=drawn.clear, daemon=True).start()
+
+
+def _spec_env(spec: CellSpec) -> CellEnv:
+    """A cell's environment(s), from this process's cache (``cached_env``)."""
+    return cached_env(spec.env, spec.seeds, instance_key(spec), spec.horizon, spec.env_params)
+
+
+def draw_ahead(spec: CellSpec, threads: int) -> list[CellEnv]:
     """Draw the skills of a cell's environment(s) into this process's cache, one environment
     per thread (up to ``threads``), before worker processes are forked from it: the workers
     then share these pages instead of each drawing every environment again (the same values:
     the stream is a pure function of the cell's specification). Nothing is drawn when the
-    environments would not keep every chunk (a long horizon): each cell then draws its own."""
-    env = cached_env(spec.env, spec.seeds, instance_key(spec), spec.horizon, spec.env_params)
+    environments would not keep every chunk (a long horizon): each cell then draws its own.
+    Returns the environment drawn, in a list (empty when nothing was drawn)."""
+    env = _spec_env(spec)
     if env.cache_chunks * env.chunk_size < spec.horizon:
-        return
+        return []
     if isinstance(env, StackedEnv):
         env.draw_ahead(spec.horizon, threads)
-        return
+        return [env]
     for start in range(0, spec.horizon, env.chunk_size):
         env.skills(start, min(start + env.chunk_size, spec.horizon))
+    return [env]
 
 
 def compile_ahead() -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -450,26 +451,42 @@ def test_run_command_replays_one_run_of_the_sweep(
 def test_when_free_runs_once_while_the_last_cell_runs(tmp_path: Path) -> None:
     # The step after a sweep (the figure) may start its fixed costs on the core that the
     # workers no longer use: once, with one cell of the three still running; never when the
-    # cells run one at a time in this process or all come from the cache.
+    # cells run one at a time in this process or all come from the cache. It runs beside the
+    # driver, which meanwhile stores the last cell (here it waits until that cell is stored).
     cfg = Fig2Config(
         seeds=1, horizon=200, policies=("random", "greedy", "cucb"), envs=("stochastic",)
     )
     specs = [spec for _, spec in fig2_module.sweep_specs(cfg, "sweep", ())]
-    calls: list[int] = []
+    calls: list[bool] = []
     out = [tmp_path / "two"]
 
     def free() -> None:
-        calls.append(len(list(out[0].rglob("*.npz"))))  # cells of this run stored so far
+        deadline = time.monotonic() + 30
+        while len(list(out[0].rglob("*.npz"))) < len(specs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        calls.append(len(list(out[0].rglob("*.npz"))) == len(specs))
 
     schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
-    assert calls == [len(specs) - 1]
+    assert calls == [True]
     schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "two", jobs=2, when_free=free)
     schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path / "one", jobs=1, when_free=free)
-    assert calls == [len(specs) - 1]
+    assert calls == [True]
     # More workers than cells: a core is free from the first cell stored on; still once.
     out[0] = tmp_path / "four"
     schedule.run_cells(specs, fig2_module.sweep_worker, out[0], jobs=4, when_free=free)
-    assert calls == [len(specs) - 1, 1]
+    assert calls == [True, True]
+
+
+def test_an_error_of_when_free_is_raised_once_every_cell_is_stored(tmp_path: Path) -> None:
+    cfg = Fig2Config(seeds=1, horizon=100, policies=("random", "greedy"), envs=("stochastic",))
+    specs = [spec for _, spec in fig2_module.sweep_specs(cfg, "sweep", ())]
+
+    def free() -> None:
+        raise RuntimeError("cannot load the figure's library")
+
+    with pytest.raises(RuntimeError, match="cannot load"):
+        schedule.run_cells(specs, fig2_module.sweep_worker, tmp_path, jobs=2, when_free=free)
+    assert len(list(tmp_path.rglob("*.npz"))) == len(specs)
 
 
 def test_a_policy_that_ignores_the_constraints_plays_one_level_for_all(

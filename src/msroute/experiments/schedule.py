@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from msroute.env_layouts import StackedEnv
@@ -67,7 +67,9 @@ def run_cells(
         Called once, in this process, as soon as fewer cells are left running than ``jobs``:
         a core is then free until the last cell ends, and the caller's next step can start
         its fixed costs there (e.g. ``msroute.experiments.output.preload_plotting``)
-        instead of after the last cell. Not called when no cell runs in parallel.
+        instead of after the last cell. It runs in a thread of its own, so that the cells
+        still running are stored as they finish meanwhile; its error, if any, is raised here
+        once every cell is stored. Not called when no cell runs in parallel.
     """
     bar = progress or Progress(enabled=False)
 
@@ -83,20 +85,24 @@ def run_cells(
             if r is not None:
                 bar.advance(_label(specs[i]) + " (cached)")
 
-        running, freed = len(todo), when_free is None
+        running = len(todo)
+        freed: list[Future[None]] = []
 
         def done(i: int, result: CellResult) -> None:
-            nonlocal running, freed
+            nonlocal running
+            running -= 1
+            if not freed and 0 < running < jobs and when_free is not None:
+                # Once: the first time a worker has no cell left to start.
+                freed.append(helper.submit(when_free))
             save_cell(out_dir, specs[i], result)
             results[i] = kept(result)
             bar.advance(_label(specs[i]))
-            running -= 1
-            if not freed and 0 < running < jobs and when_free is not None:
-                freed = True  # once: the first time a worker has no cell left to start
-                when_free()
 
-        if todo:
-            _run_todo(specs, todo, worker, backend or LocalBackend(jobs), done)
+        with ThreadPoolExecutor(max_workers=1) as helper:  # when_free's thread
+            if todo:
+                _run_todo(specs, todo, worker, backend or LocalBackend(jobs), done)
+        for started in freed:
+            started.result()
     return [r for r in results if r is not None]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -281,7 +282,6 @@ def test_a_team_of_one_answers_the_upstreams_bytes_as_they_came(
 def test_decision_ids_random_hex_never_repeats_a_byte_of_its_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import os
 
     from msroute.gateway import chat as chat_module
 
@@ -299,6 +299,31 @@ def test_decision_ids_random_hex_never_repeats_a_byte_of_its_batch(
     # Each id is the next 10 bytes of a batch the OS gave (none skipped, none used twice).
     used = b"".join(bytes.fromhex(i) for i in ids)
     assert len(drawn) == 3 and used == b"".join(b[: len(b) // 10 * 10] for b in drawn)[: len(used)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_never_gives_its_parents_decision_ids() -> None:
+    """A handler's batch of random bytes made before a fork: the child reads its own, so the
+    two processes' next ids differ (a server that forks workers after building its app)."""
+    from msroute.gateway import chat as chat_module
+
+    random_hex = chat_module._RandomHex()
+    random_hex(10)  # a batch read in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        try:
+            os.write(write, "".join(random_hex(10) for _ in range(5)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 1000).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    parent = "".join(random_hex(10) for _ in range(5))
+    assert len(child) == len(parent) == 100 and child != parent
 
 
 def test_a_call_goes_on_and_is_booked_when_its_request_is_cancelled(

@@ -116,18 +116,21 @@ def _header_id(expert: str) -> str:
 
 class _RandomHex:
     """Random hex digits for decision ids: the operating system's random bytes (as ``secrets``
-    draws them), read ``_BATCH`` bytes at a time rather than in a system call per id."""
+    draws them), read ``_BATCH`` bytes at a time rather than in a system call per id. A batch
+    belongs to the process that read it: a forked child reads its own, so that two processes
+    never give the same id."""
 
     _BATCH = 4096
 
     def __init__(self) -> None:
         self._bytes = b""
         self._at = 0
+        self._pid = os.getpid()
 
     def __call__(self, n: int) -> str:
-        """``2 n`` hex digits, from ``n`` bytes never given before."""
-        if self._at + n > len(self._bytes):
-            self._bytes, self._at = os.urandom(max(n, self._BATCH)), 0
+        """``2 n`` hex digits, from ``n`` bytes never given before (in any process)."""
+        if self._at + n > len(self._bytes) or self._pid != os.getpid():
+            self._bytes, self._at, self._pid = os.urandom(max(n, self._BATCH)), 0, os.getpid()
         start, self._at = self._at, self._at + n
         return self._bytes[start : self._at].hex()
 

@@ -16,6 +16,7 @@ from msroute import (
     expected_reward,
     simulate,
 )
+from msroute.policies import set_debug_checks
 from msroute.policies.base import BasePolicy, Decision
 
 COSTS = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.0]])
@@ -130,6 +131,51 @@ def test_contexts_skip_the_per_round_checks_with_the_same_decisions(
         trusted = run(OMDApproachability(batch, horizon=300, seed=3, n_contexts=3))
     np.testing.assert_array_equal(trusted[0], checked[0])
     np.testing.assert_array_equal(trusted[1], checked[1])
+
+
+def test_the_simulators_feedback_skips_the_per_round_checks_of_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A package policy learns the simulator's rounds through ``update_built`` (the range
+    checks only), never through ``update``; a policy with an ``update`` of its own keeps it:
+    the same runs. Feedback out of the policy's range is still named."""
+    env = StochasticEnv(np.full((3, 4), 0.6), seed=[5, 6])
+    batch = ProblemBatch(problem(), 2)
+
+    def run(pol: OMDApproachability) -> tuple[np.ndarray, np.ndarray]:
+        traj = simulate({"omd": pol}, env, batch, 300)
+        return traj["omd"].rewards, traj["omd"].costs
+
+    checked_pol = OMDApproachability(batch, horizon=300, seed=3)
+    calls: list[int] = []
+    own = checked_pol.update
+
+    def update(decision: Decision, reward: object, cost: object) -> None:
+        calls.append(decision.round)
+        own(decision, reward, cost)  # type: ignore[arg-type]
+
+    checked_pol.update = update  # type: ignore[method-assign]
+    checked = run(checked_pol)
+    assert len(calls) == 300
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("update() called: its checks ran every round")
+
+    debug = set_debug_checks(False)  # the suite checks every state through update
+    try:
+        with monkeypatch.context() as mp:
+            mp.setattr(BasePolicy, "update", refuse)
+            built = run(OMDApproachability(batch, horizon=300, seed=3))
+    finally:
+        set_debug_checks(debug)
+    np.testing.assert_array_equal(built[0], checked[0])
+    np.testing.assert_array_equal(built[1], checked[1])
+
+    class Narrow(RandomPolicy):
+        reward_range = (0.0, 0.5)
+
+    with pytest.raises(ValueError, match=r"reward must be finite and in \[0, 0.5\]"):
+        simulate({"n": Narrow(batch, horizon=10, seed=0)}, env, batch, 10)
 
 
 def test_a_policy_with_a_select_of_its_own_is_asked_through_it() -> None:

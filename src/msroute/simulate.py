@@ -193,6 +193,27 @@ def _selector(
     return lambda ctx: pol.select_trusted(ctx, None)
 
 
+def _learner(
+    pol: BasePolicy | Policy, built: bool
+) -> Callable[[Decision, FloatArray, FloatArray], None]:
+    """How ``_play`` feeds a round back to ``pol``.
+
+    The simulator's outcome (``built``: not a recorded environment's costs or its judge's
+    reward) is a float64 reward (R,) and cost (R, d) of the draws that ``select``
+    just returned: a policy that keeps ``BasePolicy.select`` and ``BasePolicy.update`` then
+    learns through ``update_built`` (the range checks only, the same learning). Any other
+    policy or outcome goes through ``update``."""
+    if (
+        built
+        and isinstance(pol, BasePolicy)
+        and type(pol).select is BasePolicy.select
+        and type(pol).update is BasePolicy.update
+        and not {"select", "update"} & vars(pol).keys()
+    ):
+        return pol.update_built
+    return pol.update
+
+
 def _check_run_map(run_map: ArrayLike | None, n_runs: int, env_runs: int) -> IntArray | None:
     if run_map is None:
         return None
@@ -526,6 +547,7 @@ def _play(
     env_runs = every_run if runs is None else runs  # each run's environment run
     names = list(policies)
     select = {n: _selector(policies[n], ctx_all) for n in names}
+    learn = {n: _learner(policies[n], recorded is None and judge is None) for n in names}
     recorders = {n: recorder(t_total, r, d) for n in names}
     # Filled for the policies whose decisions carry their distribution (known at the first).
     expected: dict[str, FloatArray] = {}
@@ -561,7 +583,7 @@ def _play(
                 reward, cost = outcome(name, v, rows, draws, round_cost)
                 if judge is not None:
                     reward = judge(t, env_runs, v, rows, draws, reward)
-                pol.update(decision, reward, cost)
+                learn[name](decision, reward, cost)
                 clock[name] += time.perf_counter() - tic
                 recorders[name].add(t, reward, cost)
         if q_buf:

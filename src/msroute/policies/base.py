@@ -453,6 +453,17 @@ class BasePolicy:
         if self.pacer is not None and decision.cost is not None:
             self.pacer.settle(decision.cost, cost, True, decision.draws, decision.context)
 
+    def update_built(self, decision: Decision, reward: FloatArray, cost: FloatArray) -> None:
+        """``update`` for a caller that built the feedback itself: the simulator feeds back the
+        decision ``select`` just returned, with a reward (R,) and a cost (R, d) of float64 it
+        computed from the draws. Only the range checks run (one compiled pass,
+        ``_batch_in_range``), not the checks of types and shapes; feedback out of range, a
+        single run, or the debug checks go through ``update``, which names what is wrong."""
+        if _debug_checks or not self._batch_in_range(decision.draws, reward, cost):
+            self.update(decision, reward, cost)
+        else:
+            self.update_trusted(decision, reward, cost)
+
     # ------------------------------------------------------------------ pacing
     def pace(self, window: float | None = COST_WINDOW, mixtures: bool = True) -> Self:
         """Pace this policy's runs: every bound holds on the realized time-averaged spend,

@@ -5,7 +5,7 @@ they expire. This routes ``--decisions`` queries (default 100,000) with one OMD 
 K = 50 experts (a TREC pool, M = 3, a binding workload budget) and a journal at
 ``synchronous=FULL``, each call committed before it returns, no feedback, a deadline far away
 (nothing expires: every decision stays pending, the worst case for snapshots), and the default
-``snapshot_every`` (1,000 events). It reports the journal's size on disk (file and WAL) and per
+``snapshot_every`` (4,096 events). It reports the journal's size on disk (file and WAL) and per
 event, the snapshots kept, the time to reopen the journal, and the p50/p99 latency of the first
 and the last ``--window`` decisions (goal of docs/operations.md: the last window's p99 within
 1.5x of the first's, the journal under 100 MB).

@@ -9,7 +9,7 @@ Format (the same one ``msroute serve`` reads):
     seed = 0
     journal = "router.db"          # optional: without it the router lives in memory only
     journal_sync = "full"          # or "normal" (faster; may lose the last commits on power loss)
-    snapshot_every = 1000          # journal events between two policy snapshots
+    snapshot_every = 4096          # journal events between two policy snapshots
     feedback_ttl_s = 600           # after it a decision expires
     on_missing = "drop"            # or a number: the default reward of an expired decision
     reward_min = 0.0               # feedback rewards outside [reward_min, reward_max] are refused
@@ -57,10 +57,21 @@ from msroute._validation import check_cost_range, quoted, text_name
 from msroute.errors import RouterConfigError
 from msroute.policies.registry import POLICIES
 
-__all__ = ["DEFAULT_WARM_STRENGTH", "RouterConfig", "cost_vector", "resolve_paths"]
+__all__ = [
+    "DEFAULT_WARM_STRENGTH",
+    "SNAPSHOT_EVERY",
+    "RouterConfig",
+    "cost_vector",
+    "resolve_paths",
+]
 
 #: The warm start's default strength (``msroute.warmstart.DEFAULT_STRENGTH``).
 DEFAULT_WARM_STRENGTH = 100.0
+#: Journal events between two snapshots by default: four of the tail's folds
+#: (``msroute.router.journal.TAIL_FOLD``). A snapshot (the policy's zip, its row and HMAC, and
+#: the fold it makes) costs as much as a few hundred events; a reopen replays at most this many
+#: events after the last one (about 50 us an event at K = 5).
+SNAPSHOT_EVERY = 4096
 
 Sync = Literal["full", "normal"]
 
@@ -263,7 +274,7 @@ class RouterConfig:
     seed: int = 0
     journal: str | None = None
     journal_sync: Sync = "full"
-    snapshot_every: int = 1000
+    snapshot_every: int = SNAPSHOT_EVERY
     feedback_ttl_s: float = 600.0
     on_missing: Literal["drop"] | float = "drop"
     reward_min: float = 0.0
@@ -396,7 +407,7 @@ class RouterConfig:
             seed=_int(data.get("seed", 0), "seed", 0),
             journal=journal,
             journal_sync=sync,
-            snapshot_every=_int(data.get("snapshot_every", 1000), "snapshot_every", 1),
+            snapshot_every=_int(data.get("snapshot_every", SNAPSHOT_EVERY), "snapshot_every", 1),
             feedback_ttl_s=ttl,
             on_missing=on_missing,
             reward_min=reward_min,

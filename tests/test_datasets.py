@@ -186,6 +186,49 @@ def test_blank_lines_and_repeated_identical_gold_are_accepted(tmp_path: Path) ->
     assert data.accuracy.tolist() == [0.5]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1 10 1\n2 10 0\n",
+        "\n1\t5\t1\r\n\n2 5 0\n   \n",
+        "+1 -10 007\n-0 999999999999999999 +5",
+        "3 4 5",
+    ],
+)
+def test_the_bulk_reading_gives_the_line_by_line_table(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plainly well-formed text is read in bulk (``_plain_table``), with the very table and
+    line numbers that reading it line by line gives."""
+    bulk = crowd_module._plain_table(text, 3)
+    assert bulk is not None
+    monkeypatch.setattr(crowd_module, "_plain_table", lambda text, ncol: None)
+    table, lines = crowd_module._parse_table(text, "c.txt", ("task", "worker", "response"))
+    assert table.dtype == bulk[0].dtype == lines.dtype == bulk[1].dtype == np.int64
+    assert table.tolist() == bulk[0].tolist() and lines.tolist() == bulk[1].tolist()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1 10 1\n2 10\n",  # a line short
+        "1 10 1\r2 10 0\n",  # a lone CR ends a line
+        "1 10 1\n2 10 0\r",
+        "1 10 1\n2 1-0 0\n",  # a sign amid a field
+        "1 10 1\n2 - 0\n",  # a sign alone
+        "1 10 1\n2 1234567890123456789 0\n",  # 19 digits: may not fit in 64 bits
+        "1 10 1\n2 10 x\n",
+        "1 10 1\n2 10 \u0663\n",
+        "1 10 1\f2 10 0\n",
+        "\n \n",
+    ],
+)
+def test_the_bulk_reading_leaves_other_texts_to_the_line_by_line_one(text: str) -> None:
+    """Anything not plainly well formed is left to ``_parse_table``'s line by line reading
+    (which names a malformed file's problem), valid or not."""
+    assert crowd_module._plain_table(text, 3) is None
+
+
 def test_arrays_are_read_only(hand: CrowdData) -> None:
     with pytest.raises(ValueError, match="read-only"):
         hand.accuracy[0] = 0.0

@@ -78,6 +78,7 @@ _TRUTH_COLUMNS = ("task", "gold")
 _FOREIGN_CHAR = re.compile(r"[^0-9+\-\s]")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_SPACE, _TAB, _NEWLINE, _RETURN, _PLUS, _MINUS, _ZERO, _NINE = b" \t\n\r+-09"
 
 PathLike = str | os.PathLike[str]
 
@@ -90,6 +91,9 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
     Blank lines are skipped; anything else that is not exactly ``len(columns)`` ASCII integers
     raises ``DataFormatError`` naming ``source`` and the line.
     """
+    fast = _plain_table(text, len(columns))
+    if fast is not None:
+        return fast
     ncol = len(columns)
     layout = " ".join(columns)
     rows: list[list[str]] = []
@@ -127,6 +131,42 @@ def _parse_table(text: str, source: str, columns: tuple[str, ...]) -> tuple[IntA
                     )
         raise DataFormatError(f"{source}: could not read the integers")  # pragma: no cover
     return table, np.asarray(linenos, dtype=np.int64)
+
+
+def _plain_table(text: str, ncol: int) -> tuple[IntArray, IntArray] | None:
+    """``_parse_table``'s result, read in bulk, when the text is plainly well formed: ASCII
+    lines of digits, signs, spaces and tabs ended by LF or CRLF, each blank or exactly ``ncol``
+    integers of at most 18 digits (which fit in 64 bits), every sign leading its digits.
+    None otherwise, even for some valid files: ``_parse_table`` then reads the text line by
+    line, and names the problem of a malformed one."""
+    if not text.isascii():
+        return None
+    raw = text.encode("ascii")
+    chars = np.frombuffer(raw, dtype=np.uint8)
+    newline = chars == _NEWLINE
+    blank = (chars == _SPACE) | (chars == _TAB) | newline
+    returns = np.flatnonzero(chars == _RETURN)  # only in CRLF (a lone CR ends a line)
+    if returns.size and (returns[-1] + 1 == chars.size or not newline[returns + 1].all()):
+        return None
+    blank[returns] = True
+    sign = (chars == _PLUS) | (chars == _MINUS)
+    if not (blank | sign | ((chars >= _ZERO) & (chars <= _NINE))).all():
+        return None
+    before = np.concatenate([[True], blank[:-1]])  # a field starts after a blank
+    after = np.concatenate([blank[1:], [True]])
+    starts = np.flatnonzero(~blank & before)
+    ends = np.flatnonzero(~blank & after) + 1
+    if not starts.size or (ends - starts - sign[starts] > 18).any():
+        return None
+    if (sign & ~before).any() or (sign & after).any():  # a sign amid a field or alone
+        return None
+    fields_before = np.searchsorted(starts, np.flatnonzero(newline))  # of each line end
+    per_line = np.diff(fields_before, prepend=0, append=starts.size)
+    if ((per_line != 0) & (per_line != ncol)).any():
+        return None
+    values = np.fromstring(raw, dtype=np.int64, sep=" ")  # any whitespace separates
+    lines = np.flatnonzero(per_line) + 1
+    return values.reshape(lines.size, ncol), lines.astype(np.int64)
 
 
 def _unique_annotations(crowd: IntArray, lines: IntArray, source: str) -> IntArray:

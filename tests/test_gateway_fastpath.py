@@ -165,12 +165,17 @@ def stub() -> Any:
         yield upstream
 
 
-def test_the_fast_path_answers_as_the_fastapi_route(tmp_path: Path, stub: StubUpstream) -> None:
+def _gateway_app(tmp_path: Path, stub: StubUpstream) -> Any:
+    """A gateway app on the stub upstream, its journal under ``tmp_path``."""
     environ = {KEY_ENV: UPSTREAM_KEY}
     config = load_gateway_config(
         write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
     )
-    app = create_gateway_app(config, token=TOKEN, environ=environ)
+    return create_gateway_app(config, token=TOKEN, environ=environ)
+
+
+def test_the_fast_path_answers_as_the_fastapi_route(tmp_path: Path, stub: StubUpstream) -> None:
+    app = _gateway_app(tmp_path, stub)
 
     async def main() -> None:
         async with lifespan(app):
@@ -237,11 +242,7 @@ def test_a_body_no_upstream_could_be_sent_is_refused_before_any_decision(
 ) -> None:
     """A string with a lone surrogate (no UTF-8 carries it) or a number out of a double's range
     (read as infinite) cannot be sent on: 400, and the router journals nothing."""
-    environ = {KEY_ENV: UPSTREAM_KEY}
-    config = load_gateway_config(
-        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
-    )
-    app = create_gateway_app(config, token=TOKEN, environ=environ)
+    app = _gateway_app(tmp_path, stub)
     refused = [
         body for case, _, body in CASES if case in ("a lone surrogate", "a number out of range")
     ]
@@ -262,11 +263,7 @@ def test_a_body_no_upstream_could_be_sent_is_refused_before_any_decision(
 def test_a_team_of_one_answers_the_upstreams_bytes_as_they_came(
     tmp_path: Path, stub: StubUpstream
 ) -> None:
-    environ = {KEY_ENV: UPSTREAM_KEY}
-    config = load_gateway_config(
-        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
-    )
-    app = create_gateway_app(config, token=TOKEN, environ=environ)
+    app = _gateway_app(tmp_path, stub)
 
     async def main() -> None:
         async with lifespan(app):
@@ -331,11 +328,7 @@ def test_a_call_goes_on_and_is_booked_when_its_request_is_cancelled(
 ) -> None:
     """A request cancelled mid-call (a server's shutdown cancels its requests) leaves the call
     running: the upstream's timeout comes and the call is booked at its configured cost."""
-    environ = {KEY_ENV: UPSTREAM_KEY}
-    config = load_gateway_config(
-        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
-    )
-    app = create_gateway_app(config, token=TOKEN, environ=environ)
+    app = _gateway_app(tmp_path, stub)
 
     async def main() -> None:
         async with lifespan(app):

@@ -240,6 +240,31 @@ def _drive(router: Router, rounds: int, seed: int) -> list[tuple[list[str], str]
     return out
 
 
+def test_the_counters_uniform_is_a_fresh_decisions_only(
+    compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled step takes a decision's first uniform from its counter only while its
+    stream has drawn nothing: a second decision without a new start decides in Python, from
+    the stream as it goes on."""
+    monkeypatch.setattr(live_step, "_loaded", compiled)
+    policy = _policy(1, {}, tight=False)
+    streams = policy.streams
+    assert isinstance(streams, DecisionStreams)
+    taken = 0
+    for n in range(ROUNDS):
+        streams.start(n)
+        decision = live_step.route_one(policy, None, None)
+        if decision is not None:
+            taken += 1
+            assert not streams.fresh
+            assert live_step.route_one(policy, None, None) is None  # declined: nothing changed
+        else:  # the pacer left it to Python (the first decisions: no room yet)
+            decision = policy.select_trusted(None, None)
+        assert decision.cost is not None
+        policy.update_trusted(decision, np.array([0.5]), decision.cost)
+    assert taken > ROUNDS // 2
+
+
 def test_a_journal_of_the_compiled_step_replays_in_python(
     compiled: types.ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

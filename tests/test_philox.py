@@ -51,3 +51,18 @@ def test_a_lazily_started_stream_draws_the_positioned_streams_draws(seed: int) -
         assert streams.uniform(1)[0, 0] != u[0, 0]  # the stream goes on within a decision
     with pytest.raises(ValueError):
         streams.key[0] = 1  # the key is read-only
+
+
+def test_a_stream_goes_on_after_the_counters_first_uniform() -> None:
+    """A decision whose first uniform came from the counter draws next what the generator
+    would have drawn after it; a decision that drew is no longer fresh."""
+    taken, drawn = DecisionStreams(11, 8), DecisionStreams(11, 8)
+    for n in [0, 4, 4, 9]:
+        taken.start(n)
+        drawn.start(n)
+        assert taken.fresh and drawn.fresh
+        taken.take_first()
+        first = drawn.uniform(1)[0, 0]
+        assert first == _philox.first_uniform(taken.key, n)
+        assert not taken.fresh and not drawn.fresh
+        assert taken.uniform(3).tobytes() == drawn.uniform(3).tobytes()

@@ -102,9 +102,10 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     step and the booking in one call (what the dual approaches, ``C^T q``, in numpy: the sum
     in OpenBLAS's order). None (nothing changed, no uniform drawn) where the step does not
     apply: not loaded yet, a policy outside a router (its stream has no per-decision key:
-    ``msroute.router.streams``), more runs or draws, a mask, no pacer, the paper's dual or the exact
-    surrogate without a margin, a pacer that must narrow the decision, or arrays the
-    signature does not take; the caller then decides in Python.
+    ``msroute.router.streams``) or a decision whose stream has drawn already (its first uniform
+    is the counter's only while it is ``fresh``), more runs or draws, a mask, no pacer, the
+    paper's dual or the exact surrogate without a margin, a pacer that must narrow the
+    decision, or arrays the signature does not take; the caller then decides in Python.
     """
     step = _loaded
     pacer = policy.pacer
@@ -112,7 +113,7 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     streams = policy.streams
     if (
         step is None
-        or not isinstance(getattr(streams, "key", None), np.ndarray)
+        or not getattr(streams, "fresh", False)
         or eligible is not None
         or policy.n_runs != 1
         or policy.m_draws != 1
@@ -184,6 +185,7 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
         booked,
     )
     dual.w = w_out
+    streams.take_first()
     decision = Decision(np.array([[drawn]], dtype=np.int64), played, ctx, policy.t, booked)
     policy.t += 1
     return decision

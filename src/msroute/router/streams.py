@@ -52,21 +52,34 @@ class DecisionStreams(RunStreams):
             "has_uint32": 0,
             "uinteger": 0,
         }
-        self.n = 0
-        self._positioned = False
+        self.start(0)
 
     def start(self, n: int) -> None:
         """Start decision ``n``'s randomness: the generator is positioned at its counter when
         the decision first draws (a decision that takes its one uniform from
         ``msroute.policies._philox`` never pays for it)."""
         self.n = n
+        #: Whether decision ``n`` has drawn nothing yet: its first uniform may then be taken
+        #: from the counter (``take_first``).
+        self.fresh = True
         self._positioned = False
+        self._taken = False
+
+    def take_first(self) -> None:
+        """Record that decision ``n``'s first uniform was taken from its counter
+        (``msroute.policies._philox.first_uniform``): its next draws follow that one, as if
+        the generator had drawn it."""
+        self.fresh = False
+        self._taken = True
 
     def _generator(self) -> np.random.Generator:
+        self.fresh = False
         if not self._positioned:
             self._counter[1] = self.n
             self._gen.bit_generator.state = self._state
             self._positioned = True
+            if self._taken:  # the first uniform went to the counter's computation
+                self._gen.random()
         return self._gen
 
     def uniform(self, width: int) -> FloatArray:

@@ -326,8 +326,7 @@ class OMDApproachability(BasePolicy):
             prior_weight=cost_prior_weight,
         )
         self.estimator = make_estimator(self.estimator_name, r, x, k, m, self.ix, model_fit)
-        # A warm start's (``warm_start``).
-        self.prior = RewardPrior(r, x, k, self.batch_size, b.n_costs)
+        self.prior = RewardPrior(r, x, k, self.batch_size, b.n_costs)  # ``warm_start``'s
 
     @classmethod
     def _recorded_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -564,28 +563,25 @@ class OMDApproachability(BasePolicy):
         """
         r, x = self.n_runs, self.n_contexts
         k, d = self.cost_est.costs.shape[1:]
-        if r == 1:
+        if r == 1:  # views of the run's rows, not gathers
             return self._aggregate_spend_one(int(ctx[0]))
-        at: IntArray | slice = runs
-        by_ctx = self.cost_est.costs.reshape(r, x, k, d)[at]
-        visits = self._visits[at].astype(np.float64)
+        by_ctx = self.cost_est.costs.reshape(r, x, k, d)[runs]
+        visits = self._visits[runs].astype(np.float64)
         if self.prior.on:  # a warm start's pseudo-visits in the table's proportions
-            visits = visits + self.prior.share[at]
+            visits = visits + self.prior.share[runs]
         share = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1.0)  # (R', X)
-        measured = self.dual.measure(self._q[at].reshape(-1, k), by_ctx.reshape(-1, k, d))
+        measured = self.dual.measure(self._q[runs].reshape(-1, k), by_ctx.reshape(-1, k, d))
         spend = measured.reshape(runs.shape[0], x, d) * share[..., None]
         own = np.arange(runs.shape[0])
         return share[own, ctx], spend.sum(axis=1) - spend[own, ctx]
 
     def _aggregate_spend_one(self, x: int) -> tuple[FloatArray, FloatArray]:
-        """``_aggregate_spend`` of the one run's step in context ``x``: the same operations on
-        views of the run's rows (a live router's step; the same floats, tested)."""
+        """``_aggregate_spend`` of one run on views of its rows: the batch's floats (tested)."""
         visits = self._visits[0].astype(np.float64)  # (X,)
         if self.prior.on:
             visits = visits + self.prior.share[0]
         share = visits / np.maximum(visits.sum(), 1.0)
-        k, d = self.cost_est.costs.shape[1:]
-        by_ctx = self.cost_est.costs.reshape(self.n_contexts, k, d)
+        by_ctx = self.cost_est.costs.reshape(self.n_contexts, *self.cost_est.costs.shape[1:])
         spend = self.dual.measure(self._q[0], by_ctx) * share[:, None]  # (X, d)
         return share[x : x + 1], (spend.sum(axis=0) - spend[x])[None, :]
 

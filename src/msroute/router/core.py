@@ -415,7 +415,7 @@ class Router(Transactional):
             assert decided is not None
             routed, payload, blob = decided
             payload["context"] = context
-            payload["eligible"] = None if eligible is None else list(eligible)
+            payload["eligible"] = None if eligible is None else tuple(eligible)
             # Unmasked decisions of a context share their distribution until the policy learns.
             self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed

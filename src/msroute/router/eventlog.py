@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Event", "EventLog", "MemoryJournal"]
+__all__ = ["Event", "EventLog", "MemoryJournal", "read_back"]
 
 #: One row of ``events``: seq, kind, ref, time, payload (decoded), probs (raw bytes or None).
 Event = tuple[int, str, str | None, float, dict[str, Any], bytes | None]
@@ -60,11 +60,37 @@ class EventLog:
         raise NotImplementedError
 
 
+#: An event as a ``MemoryJournal`` keeps it, one flat tuple: seq, kind, ref, time, its
+#: payload's keys (a tuple), its distribution, then the payload's values.
+_Kept = tuple[Any, ...]
+
+
+def read_back(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """A payload the router made (its sequences tuples) as a journal gives it back: a dict of
+    its own, its sequences lists (JSON's arrays)."""
+    return {k: list(v) if type(v) is tuple else v for k, v in items}
+
+
+def _thawed(kept: _Kept) -> Event:
+    """A kept event as the file journal gives it back (``Journal.events``)."""
+    seq, kind, ref, time, keys, probs = kept[:6]
+    return seq, kind, ref, time, read_back(zip(keys, kept[6:], strict=True)), probs
+
+
 class MemoryJournal(EventLog):
     """The journal of a router without a file: the same interface, events kept in a list.
 
     Nothing is durable and nothing needs to be: a transaction is a no-op. Snapshots are not
     kept (there is nothing to recover from).
+
+    An event is kept as one flat tuple of plain values: the payload's keys (one tuple per set
+    of keys) and its values, whose sequences the router makes tuples
+    (``msroute.router.state``); the positions of an id's events are a tuple of ints. The
+    garbage collector stops tracking such a tuple once it has stopped tracking what it holds
+    (a tuple of numbers and strings at its first pass, the event at the next: a dict it would
+    track until a full collection, a list for ever), so that a long run's events neither
+    trigger full collections nor make them longer. They are read back as the file journal
+    reads them, with dicts and lists (``_thawed``).
     """
 
     path: Path | None = None
@@ -75,8 +101,9 @@ class MemoryJournal(EventLog):
         self.run_id = uuid.uuid4().hex[:12]
         self.snapshot_key = secrets.token_bytes(32)
         self._shared = {}
-        self._events: list[Event] = []
-        self._by_ref: dict[str, list[int]] = {}
+        self._events: list[_Kept] = []
+        self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._by_ref: dict[str, tuple[int, ...]] = {}
         self._meta: dict[str, str] = {}
         self._txn_from = 0
 
@@ -93,9 +120,10 @@ class MemoryJournal(EventLog):
         for event in self._events[self._txn_from :]:
             ref = event[2]
             if ref is not None:
-                seqs = self._by_ref[ref]
-                seqs.pop()
-                if not seqs:
+                seqs = self._by_ref[ref][:-1]
+                if seqs:
+                    self._by_ref[ref] = seqs
+                else:
                     del self._by_ref[ref]
         del self._events[self._txn_from :]
         self.last_seq = len(self._events)
@@ -115,10 +143,12 @@ class MemoryJournal(EventLog):
         return True
 
     def _store(self, event: Event, probs_seq: int | None) -> None:
-        ref = event[2]
+        seq, kind, ref, time, payload, probs = event
         if ref is not None:
-            self._by_ref.setdefault(ref, []).append(len(self._events))
-        self._events.append(event)
+            self._by_ref[ref] = (*self._by_ref.get(ref, ()), len(self._events))
+        keys = tuple(payload)
+        keys = self._keys.setdefault(keys, keys)
+        self._events.append((seq, kind, ref, time, keys, probs, *payload.values()))
 
     def put_meta(self, key: str, value: str) -> None:
         """Set one meta entry."""
@@ -144,11 +174,12 @@ class MemoryJournal(EventLog):
     def events(self, after: int = 0, limit: int | None = None) -> Iterator[Event]:
         """The events with ``seq > after``, in order (at most ``limit``)."""
         stop = None if limit is None else after + limit
-        yield from self._events[max(after, 0) : stop]
+        for event in self._events[max(after, 0) : stop]:
+            yield _thawed(event)
 
     def events_of(self, ref: str) -> list[Event]:
         """Every event about one id, in order."""
-        return [self._events[i] for i in self._by_ref.get(ref, ())]
+        return [_thawed(self._events[i]) for i in self._by_ref.get(ref, ())]
 
     def close(self) -> None:
         """Nothing to release."""

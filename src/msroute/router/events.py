@@ -115,7 +115,7 @@ class Feedback:
 
     def payload(self) -> dict[str, Any]:
         """The journal event's fields."""
-        cost = None if self.cost is None else self.cost.tolist()
+        cost = None if self.cost is None else tuple(self.cost.tolist())
         return {"reward": self.reward, "cost": cost, "status": self.status}
 
 
@@ -135,7 +135,7 @@ class CostReport:
 
     def payload(self) -> dict[str, Any]:
         """The journal event's fields."""
-        return {"cost": self.cost.tolist(), "status": self.status}
+        return {"cost": tuple(self.cost.tolist()), "status": self.status}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from msroute.policies.persist import policy_bytes, policy_from_bytes
 from msroute.policies.registry import get_policy_class
 from msroute.router.changes import FIXED_KEYS, SETTING_KEYS
 from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.eventlog import read_back
 from msroute.router.inputs import check_reward, decision_cost
 from msroute.router.journal import Event as JournalEvent
 from msroute.router.journal import Journal, MemoryJournal
@@ -369,7 +370,7 @@ def _replay_decision(router: Recoverable, event: JournalEvent) -> None:
     mask = state.eligible_mask(payload["eligible"])
     decided = apply(state, Decide(ref, ctx, mask, now, seq, float(payload["deadline"])))
     assert decided is not None
-    _, redone, probs = decided
+    redone, probs = read_back(decided[1].items()), decided[2]
     if redone["draws"] != payload["draws"] or probs != blob:
         raise JournalError(
             f"{label}: event {seq}: decision {ref!r} (number {payload['n']}) re-derives "

@@ -461,24 +461,28 @@ def _decide(
         event.seq,
     )
     layout = state.layout
+    drawn_ids = tuple(draws)
     state.pending[event.ref] = Pending(
-        n, tuple(draws), drawn, ctx, cost, deadline, dec, layout, event.seq
+        n, drawn_ids, drawn, ctx, cost, deadline, dec, layout, event.seq
     )
     state.push_deadline(deadline, n, event.ref)
     state.cost_sum += cost
     state.n = n + 1
+    # Tuples, not the routed decision's lists: the event keeps what was decided whatever the
+    # caller does with its answer, and a router without a file keeps its events as values the
+    # collector stops tracking (``msroute.router.eventlog.MemoryJournal``).
     payload: dict[str, Any] = {
         "n": n,
-        "draws": draws,
-        "team": team,
-        "probs": None if drawn is None else list(drawn),
-        "cost": cost_list,
+        "draws": drawn_ids,
+        "team": tuple(team),
+        "probs": drawn,
+        "cost": tuple(cost_list),
         "deadline": deadline,
         "version": routed.policy_version,
         "layout": layout,
     }
     if dec.allowed is not None:  # the pacer narrowed it: what a candidate is played within
-        payload["allowed"] = [ids[c] for c in np.flatnonzero(dec.allowed[0])]
+        payload["allowed"] = tuple([ids[c] for c in np.flatnonzero(dec.allowed[0])])
     return routed, payload, None if dec.probs is None else dec.probs[0].tobytes()
 
 

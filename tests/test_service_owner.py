@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from msroute.errors import InvalidFeedbackError, JournalError
+from msroute.errors import InvalidFeedbackError, JournalError, MSRouteError
 from msroute.service.owner import RouterOwner
 
 pytestmark = pytest.mark.timeout(60)
@@ -164,3 +164,58 @@ def test_a_cancelled_caller_of_a_call_alone_still_holds_the_router_until_its_com
             await owner.stop()
 
     asyncio.run(main())
+
+
+def test_calls_submitted_in_one_turn_share_a_group_done_before_the_next_step() -> None:
+    """``submit`` returns at once; the owner commits every call submitted in the turn as one
+    group before a task created after them first runs: it finds them done, never before
+    their COMMIT."""
+    disk = Disk(commit_s=0.0, quick=True)
+
+    async def main() -> None:
+        owner = RouterOwner("test", lambda: disk)  # type: ignore[arg-type, return-value]
+        await owner.start()
+        try:
+            values = [1, -2, 3, 4]
+            futures = [owner.submit(lambda r, v=v: r.apply(v)) for v in values]  # type: ignore[misc]
+            assert not any(f.done() for f in futures) and disk.committed == []
+
+            async def next_step() -> list[Any]:
+                assert all(f.done() for f in futures)  # no turn of the event loop waited
+                return [f.exception() or f.result() for f in futures]
+
+            outcomes = await asyncio.ensure_future(next_step())
+            assert outcomes[0] == 1 and outcomes[2:] == [3, 4]
+            assert isinstance(outcomes[1], InvalidFeedbackError)  # fails alone
+            assert disk.committed == [[1, 3, 4]] and owner.groups == 1
+        finally:
+            await owner.stop()
+
+    asyncio.run(main())
+
+
+def test_a_submitted_call_is_done_only_after_its_commit_and_fails_with_it() -> None:
+    """A COMMIT that waits for the disk (on the owner thread) comes first; one that fails
+    fails every submitted call of its group; after ``stop``, a submitted call is refused."""
+    for fail in (False, True):
+        disk = Disk(commit_s=0.05, fail_commit=fail)
+
+        async def main(disk: Disk) -> list[Any]:
+            owner = RouterOwner("test", lambda: disk)  # type: ignore[arg-type, return-value]
+            await owner.start()
+            try:
+                futures = [owner.submit(lambda r, v=v: r.apply(v)) for v in range(5)]  # type: ignore[misc]
+                await asyncio.sleep(0.01)
+                assert disk.committing and not any(f.done() for f in futures)
+                return list(await asyncio.gather(*futures, return_exceptions=True))
+            finally:
+                await owner.stop()
+                late = owner.submit(lambda r: r.apply(9))  # type: ignore[attr-defined]
+                with pytest.raises(MSRouteError, match="shutting down"):
+                    await late
+
+        outcomes = asyncio.run(main(disk))
+        if fail:
+            assert all(isinstance(o, JournalError) for o in outcomes) and disk.committed == []
+        else:
+            assert outcomes == list(range(5)) and disk.committed == [list(range(5))]

@@ -38,11 +38,20 @@ rather than queued for the owner's task to pick up and answer: each of those two
 waited behind whatever else the event loop had ready. Such a group whose commit turns out not to
 be quick commits on the owner thread like any other, in a task of its own that holds the group's
 lock until the COMMIT has returned, even if its caller is cancelled meanwhile.
+
+``submit`` queues a call and returns its future at once: the owner's task, woken by the first
+call queued, applies the calls queued meanwhile as one group when the event loop runs it, which
+is before anything the caller scheduled after submitting (the loop runs what is ready in the
+order it became ready). A caller that goes on in a task of its own, or hands its result to a
+task that awaits it, thus finds its call committed when it resumes, without waiting a turn of
+the event loop, and concurrent requests share one transaction and one journal write per turn
+(the gateway's decisions and bookings).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -89,7 +98,10 @@ class RouterOwner:
         self.name = name
         self._opener = opener
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"msroute-{name}")
-        self._queue: asyncio.Queue[_Call | None] = asyncio.Queue()
+        #: The calls waiting for the owner's task (None: stop), and its task's wake-up while
+        #: it waits for one (a deque and a future: cheaper than an ``asyncio.Queue``).
+        self._queue: collections.deque[_Call | None] = collections.deque()
+        self._wake: asyncio.Future[None] | None = None
         self._router: Router | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -158,7 +170,7 @@ class RouterOwner:
         router = self._router
         if (
             router is not None
-            and self._queue.empty()
+            and not self._queue
             and not self._lock.locked()
             and not _needs_reopen(router)
         ):
@@ -167,8 +179,33 @@ class RouterOwner:
                 return cast(T, value)
             raise value
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Call(fn, future))
+        self._put(_Call(fn, future))
         return await future
+
+    def submit(self, fn: Callable[[Router], T]) -> asyncio.Future[T]:
+        """Queue ``fn(router)`` for the next group and return at once: the future of its
+        result, set once that group has committed (or its error: the call's own, or the
+        group's ``JournalError``, or ``MSRouteError`` if the owner is shutting down).
+
+        Nothing about the call may be acknowledged before the future is done. The owner's task
+        applies the group when the event loop next runs it, and the loop runs what is ready
+        in the order it became ready: a caller that submits and then schedules its next step
+        (a task, or a future another task awaits) finds the future done when that step runs,
+        so it waits no turn of the event loop for it, and the calls submitted in one turn
+        share one transaction and one journal write."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if self._closing or self._task is None or self._task.done():
+            future.set_exception(MSRouteError(f"router {self.name!r} is shutting down"))
+        else:
+            self._put(_Call(fn, future))
+        return future
+
+    def _put(self, item: _Call | None) -> None:
+        """Queue a call (or the stop) and wake the owner's task if it waits for one."""
+        self._queue.append(item)
+        wake, self._wake = self._wake, None
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     async def _now(self, router: Router, fn: Callable[[Router], Any]) -> tuple[bool, Any]:
         """``fn`` as a group of one, applied at once (nothing waits, no group is under way)."""
@@ -202,7 +239,7 @@ class RouterOwner:
         """Finish the queued calls, then close the router's journal and the owner thread."""
         self._closing = True
         if self._task is not None:
-            self._queue.put_nowait(None)
+            self._put(None)
             await self._task
             self._task = None
         async with self._lock:  # a group of one may still be committing
@@ -214,13 +251,18 @@ class RouterOwner:
 
     async def _serve(self) -> None:
         stopping = False
+        queue = self._queue
         while not stopping:
-            first = await self._queue.get()
+            if not queue:
+                self._wake = asyncio.get_running_loop().create_future()
+                await self._wake
+                continue
+            first = queue.popleft()
             if first is None:
                 break
             group = [first]
-            while len(group) < MAX_GROUP and not self._queue.empty():
-                item = self._queue.get_nowait()
+            while len(group) < MAX_GROUP and queue:
+                item = queue.popleft()
                 if item is None:
                     stopping = True
                     break

@@ -12,6 +12,7 @@ The journals' paths stay on the server: an error message that names a journal fi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from msroute.errors import ConfigError, JournalError, MSRouteError, UnknownRouterError
-from msroute.router import Router
+from msroute.router import RoutedDecision, Router
 from msroute.service.config import ServiceConfig
 from msroute.service.metrics import DelayClock, ServiceMetrics
 from msroute.service.models import DecisionRequest, FeedbackRequest
@@ -106,6 +107,11 @@ class ServedRouters:
         """``fn(router)`` in the router's next commit group; its result once committed."""
         return await self.owner(name).call(fn)
 
+    def submit(self, name: str, fn: Callable[[Router], T]) -> asyncio.Future[T]:
+        """``fn(router)`` submitted to the router's next commit group, at once: the future of
+        its result, done once committed (``RouterOwner.submit``)."""
+        return self.owner(name).submit(fn)
+
     async def decide(self, name: str, body: DecisionRequest) -> dict[str, Any]:
         """Route one query; the decision (JSON-ready) once its journal row is committed."""
         decision = await self.call(
@@ -117,9 +123,13 @@ class ServedRouters:
                 prompt=body.prompt,
             ),
         )
+        self.decided(name, decision)
+        return decision.to_dict()
+
+    def decided(self, name: str, decision: RoutedDecision) -> None:
+        """Count a committed decision of router ``name`` and start its feedback-delay clock."""
         self.metrics.hot(name).decisions.inc()
         self.clocks[name].start(decision.decision_id)
-        return decision.to_dict()
 
     async def feedback(self, name: str, decision_id: str, body: FeedbackRequest) -> str:
         """Apply a decision's feedback; its status once its journal row is committed."""

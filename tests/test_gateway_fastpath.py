@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +102,11 @@ async def lifespan(app: Any) -> AsyncIterator[None]:
         await task
 
 
-async def post(app: Any, body: bytes) -> tuple[int, dict[str, str], bytes, Message]:
-    """POST ``body`` to chat completions through ``app``: status, headers, body, scope."""
+async def post(
+    app: Any, body: bytes, on_start: Callable[[Message], None] | None = None
+) -> tuple[int, dict[str, str], bytes, Message]:
+    """POST ``body`` to chat completions through ``app``: status, headers, body, scope
+    (``on_start``: called with the response's start as it is sent)."""
     scope: Message = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.4"},
@@ -130,6 +135,8 @@ async def post(app: Any, body: bytes) -> tuple[int, dict[str, str], bytes, Messa
         raise AssertionError("unreachable")
 
     async def send(message: Message) -> None:
+        if on_start is not None and message["type"] == "http.response.start":
+            on_start(message)
         sent.append(message)
 
     await app(scope, receive, send)
@@ -165,12 +172,17 @@ def stub() -> Any:
         yield upstream
 
 
-def _gateway_app(tmp_path: Path, stub: StubUpstream) -> Any:
-    """A gateway app on the stub upstream, its journal under ``tmp_path``."""
+def _gateway_app(tmp_path: Path, stub: StubUpstream, sync: str | None = None) -> Any:
+    """A gateway app on the stub upstream, its journal under ``tmp_path`` (``sync``: router
+    ``chat``'s ``journal_sync``, else the default)."""
     environ = {KEY_ENV: UPSTREAM_KEY}
-    config = load_gateway_config(
-        write_config(tmp_path / "gateway.toml", stub.base_url), data_dir=tmp_path, environ=environ
-    )
+    path = write_config(tmp_path / "gateway.toml", stub.base_url)
+    if sync is not None:
+        text = path.read_text().replace(
+            "[routers.chat]\n", f'[routers.chat]\njournal_sync = "{sync}"\n'
+        )
+        path.write_text(text)
+    config = load_gateway_config(path, data_dir=tmp_path, environ=environ)
     return create_gateway_app(config, token=TOKEN, environ=environ)
 
 
@@ -370,5 +382,114 @@ def test_hand_over_gives_the_work_s_result_or_error_and_survives_its_awaiter() -
         left.cancel()  # the request went away
         await task  # the work ran to its end
         assert task.done() and not task.cancelled()
+
+    asyncio.run(main())
+
+
+def _journaled(
+    fast: FastPath, monkeypatch: pytest.MonkeyPatch, refuse: str | None = None
+) -> list[Any]:
+    """The events router ``chat`` commits to its journal from now on, in order, each added
+    once its transaction has committed; with ``refuse``, a transaction holding an event of
+    that kind fails to commit, as on a full disk."""
+    owner = fast.routers.owners["chat"]
+    assert owner._router is not None
+    journal = owner._router._journal
+    store, commit, rollback = journal._store, journal.commit, journal.rollback  # type: ignore[union-attr]
+    pending: list[Any] = []
+    committed: list[Any] = []
+
+    def stored(event: Any, probs_seq: int | None) -> None:
+        store(event, probs_seq)
+        pending.append(event)
+
+    def committing() -> None:
+        if refuse is not None and any(event[1] == refuse for event in pending):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        commit()
+        committed.extend(pending)
+        pending.clear()
+
+    def rolled_back() -> None:
+        rollback()
+        pending.clear()
+
+    monkeypatch.setattr(journal, "_store", stored)
+    monkeypatch.setattr(journal, "commit", committing)
+    monkeypatch.setattr(journal, "rollback", rolled_back)
+    return committed
+
+
+@pytest.mark.parametrize("sync", ["normal", "full"])
+def test_concurrent_calls_share_journal_writes_and_answer_once_journaled(
+    tmp_path: Path, stub: StubUpstream, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """The decisions and bookings of concurrent requests are submitted to the router's owner
+    (``RouterOwner.submit``), which commits those of one turn of the event loop in one
+    transaction (one frame of the journal's tail at ``"normal"``, one fsync at ``"full"``);
+    each answer is sent only once its decision and its booking are committed."""
+    app = _gateway_app(tmp_path, stub, sync)
+
+    async def main() -> None:
+        async with lifespan(app):
+            fast = _inside(app, FastPath)
+            owner = fast.routers.owners["chat"]
+            rows = _journaled(fast, monkeypatch)
+            groups, calls = owner.groups, owner.calls
+            answered: list[str] = []
+
+            def journaled_first(start: Message) -> None:
+                did = dict(start["headers"])[b"x-msroute-decision-id"].decode()
+                kinds = [row[1] for row in rows if row[2] == did]
+                assert kinds == ["decision", "cost"], did
+                answered.append(did)
+
+            body = chat(msroute={"eligible": ["a", "b"]})
+            answers = await asyncio.gather(*(post(fast, body, journaled_first) for _ in range(20)))
+            assert [a[0] for a in answers] == [200] * 20 and len(set(answered)) == 20
+            assert owner.calls - calls == 40
+            # The 20 decisions were submitted in one turn: one group; the bookings as the
+            # answers came.
+            assert owner.groups - groups <= 21
+
+    asyncio.run(main())
+
+
+def test_a_journal_that_refuses_the_decision_or_the_booking_answers_503(
+    tmp_path: Path,
+    stub: StubUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A decision the journal refuses is answered 503 before any upstream is called; a booking
+    it refuses, 503 with the decision's headers (the call was made), logged."""
+    app = _gateway_app(tmp_path, stub)
+
+    async def main() -> None:
+        async with lifespan(app):
+            fast = _inside(app, FastPath)
+            body = chat(msroute={"eligible": ["b"]})
+            with monkeypatch.context() as patch:
+                _journaled(fast, patch, refuse="decision")
+                status, headers, content, _ = await post(fast, body)
+            assert status == 503 and "x-msroute-decision-id" not in headers
+            error = json.loads(content)["error"]
+            assert error["type"] == "service_unavailable" and "No space left" in error["message"]
+            metrics = generate_latest(fast.routers.metrics.registry).decode()
+            assert 'expert="b"' not in metrics  # no upstream was called
+            with monkeypatch.context() as patch:
+                rows = _journaled(fast, patch, refuse="cost")
+                with caplog.at_level(logging.ERROR, logger="msroute.gateway"):
+                    status, headers, content, _ = await post(fast, body)
+            assert status == 503, content
+            did = headers["x-msroute-decision-id"]
+            assert headers["x-msroute-team"] == "b"
+            assert "could not be journaled" in json.loads(content)["error"]["message"]
+            assert [row[1] for row in rows if row[2] == did] == ["decision"]
+            assert f"cannot book decision {did}" in caplog.text
+            metrics = generate_latest(fast.routers.metrics.registry).decode()
+            assert 'calls_total{expert="b",outcome="ok",router="chat"} 1.0' in metrics
+            # The disk is back: the next call is decided, booked and answered.
+            assert (await post(fast, body))[0] == 200
 
     asyncio.run(main())

@@ -20,12 +20,13 @@ its booking run on even if the client goes away, so what was billed is booked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -44,6 +45,7 @@ from msroute.gateway.upstream import (
     parse_json,
     request_body,
 )
+from msroute.router import RoutedDecision
 from msroute.service.fastpath import json_bytes
 from msroute.service.models import DecisionRequest, FeedbackRequest
 from msroute.service.routers import ServedRouters
@@ -182,28 +184,35 @@ class ChatHandler:
             payload = request_body(data, chat.stream)  # refused before any decision is made
         except ValueError:
             return openai_error(400, "body: a number out of the range of JSON's numbers")
+        did = f"{name}:{self._random_hex(10)}"
         try:
-            decision = await self._route(name, chat)
+            routed = self._route(name, chat, did)
         except ValidationError as exc:
             return openai_error(400, _invalid(exc))
-        except MSRouteError as exc:  # a value the router refuses, or a journal it cannot write
-            status = 400 if isinstance(exc, ValueError) else 503
-            return openai_error(status, self.service.redact(str(exc)))
-        did, team = decision["decision_id"], list(decision["team"])
-        headers = decision_headers(did, team)
+        except MSRouteError as exc:  # a context the router needs and the request lacks
+            return self._refusal(exc)
         work = (
-            self._stream(name, gw, did, team, data, payload, headers)
+            self._stream(name, gw, did, routed, data, payload)
             if chat.stream
-            else (self._complete(name, gw, did, team, payload, headers))
+            else self._complete(name, gw, did, routed, payload)
         )
         # The calls and the booking go on if the client leaves: what was billed is booked.
-        answered: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        # The work's task is scheduled after the router's owner, which commits the decision
+        # first (``RouterOwner.submit``): the task finds it done.
+        answered: asyncio.Future[_Done] = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(_hand_over(work, answered))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        return await answered
+        done = await answered
+        if done.booking is None:
+            return done.response
+        # The booking was submitted before ``answered`` was set: it is committed by now.
+        refused = await self._booked(done.booking, done.headers)
+        return done.response if refused is None else refused
 
-    async def _route(self, name: str, chat: ChatRequest) -> dict[str, Any]:
+    def _route(self, name: str, chat: ChatRequest, did: str) -> asyncio.Future[RoutedDecision]:
+        """The query's decision ``did``, submitted to the router's owner: the future of the
+        decision, done once it is journaled."""
         options = chat.msroute
         context = None if options is None else options.context
         if context is None and self.text_context is not None:
@@ -219,9 +228,33 @@ class ChatHandler:
             context=context,
             prompt=prompt_text(chat.messages) if by_text else None,
             eligible=None if options is None else options.eligible,
-            decision_id=f"{name}:{self._random_hex(10)}",
+            decision_id=did,
         )
-        return await self.service.decide(name, request)
+        return self.service.submit(
+            name,
+            lambda r: r.route(
+                context=request.context,
+                eligible=request.eligible,
+                decision_id=did,
+                prompt=request.prompt,
+            ),
+        )
+
+    async def _decided(
+        self, name: str, routed: asyncio.Future[RoutedDecision]
+    ) -> RoutedDecision | JSONResponse:
+        """The journaled decision, counted; or the error to answer when the router refused it."""
+        try:
+            decision = await routed
+        except MSRouteError as exc:
+            return self._refusal(exc)
+        self.service.decided(name, decision)
+        return decision
+
+    def _refusal(self, exc: MSRouteError) -> JSONResponse:
+        """A value the router refuses (400), or a journal it cannot write (503)."""
+        status = 400 if isinstance(exc, ValueError) else 503
+        return openai_error(status, self.service.redact(str(exc)))
 
     # ------------------------------------------------------------------ whole answers
     async def _complete(
@@ -229,43 +262,40 @@ class ChatHandler:
         name: str,
         gw: GatewayRouter,
         did: str,
-        team: list[str],
+        routed: asyncio.Future[RoutedDecision],
         payload: bytes,
-        headers: dict[str, str],
-    ) -> Response:
+    ) -> _Done:
+        decision = await self._decided(name, routed)
+        if not isinstance(decision, RoutedDecision):
+            return _Done(decision)
+        team = list(decision.team)
+        headers = decision_headers(did, team)
         ups = [gw.upstreams[e] for e in team]
         results = await _settled([self.upstreams.complete(u, payload) for u in ups])
-        error = await self._book_calls(name, gw, did, team, results, headers)
-        if error is not None:
-            return error
+        booking, failure = self._book_calls(name, gw, did, team, results)
+        if failure is not None:
+            return _Done(_failed(failure, headers), booking, headers)
         answers = [r for r in results if isinstance(r, Answer)]
         if len(answers) == 1:
-            return JSONBytes(answers[0].raw, headers)
-        return JSONBytes(json_bytes(_team_answer(name, did, answers)), headers)
+            return _Done(JSONBytes(answers[0].raw, headers), booking, headers)
+        return _Done(
+            JSONBytes(json_bytes(_team_answer(name, did, answers)), headers), booking, headers
+        )
 
-    async def _book_calls(
+    def _book_calls(
         self,
         name: str,
         gw: GatewayRouter,
         did: str,
         team: list[str],
         results: Sequence[object],
-        headers: Mapping[str, str],
-    ) -> Response | None:
+    ) -> tuple[asyncio.Future[Any], BaseException | None]:
         """Book the dollars of the team's calls (``results``: each member's answer, opened
-        stream or exception) on the decision; the error to answer when a call failed or the
-        journal refused the booking, None when every call answered and the booking holds.
-
-        An exception that is not an upstream's failure (a bug) is raised once the call is
-        booked: the server logs it."""
+        stream or exception) on the decision: the booking (``_submit_booking``), and the
+        first call's failure, if one failed."""
         usd = sum(self._member_cost(name, e, r) for e, r in zip(team, results, strict=True))
         failure = next((r for r in results if isinstance(r, BaseException)), None)
-        refused = await self.book(name, gw, did, usd, failure is not None, headers)
-        if failure is not None and not isinstance(failure, UpstreamFailure):
-            raise failure
-        if refused is not None or failure is None:
-            return refused
-        return openai_error(failure.status, failure.message, headers=headers)
+        return self._submit_booking(name, gw, did, usd, failure is not None), failure
 
     def _member_cost(self, name: str, expert: str, result: object) -> float:
         """The dollars one member's call is booked at (module docstring), counted in the metrics."""
@@ -287,25 +317,29 @@ class ChatHandler:
         self.metrics.call(name, upstream.expert, outcome, usd, usage)
         return usd
 
-    async def book(
-        self,
-        name: str,
-        gw: GatewayRouter,
-        did: str,
-        usd: float,
-        failed: bool,
-        headers: Mapping[str, str],
-    ) -> Response | None:
+    def _submit_booking(
+        self, name: str, gw: GatewayRouter, did: str, usd: float, failed: bool
+    ) -> asyncio.Future[Any]:
         """Book the team's dollars on the decision (a feedback with the configured reward for
-        a failed call); the error to answer when the journal refuses it, else None."""
+        a failed call), submitted now: durable once the future is done. A refusal is logged."""
+        booking: asyncio.Future[Any]
+        if failed and gw.upstream_error_reward is not None:
+            request = FeedbackRequest(reward=gw.upstream_error_reward, cost={USD: usd})
+            booking = asyncio.ensure_future(self.service.feedback(name, did, request))
+            self.tasks.add(booking)
+            booking.add_done_callback(self.tasks.discard)
+        else:
+            booking = self.service.submit(name, lambda r: r.report_cost(did, {USD: usd}))
+        booking.add_done_callback(functools.partial(_log_refusal, name, did, usd))
+        return booking
+
+    async def _booked(
+        self, booking: asyncio.Future[Any], headers: Mapping[str, str] | None
+    ) -> Response | None:
+        """Wait until the booking is durable; the error to answer if the journal refused it."""
         try:
-            if failed and gw.upstream_error_reward is not None:
-                request = FeedbackRequest(reward=gw.upstream_error_reward, cost={USD: usd})
-                await self.service.feedback(name, did, request)
-            else:
-                await self.service.call(name, lambda r: r.report_cost(did, {USD: usd}))
+            await booking
         except MSRouteError as exc:
-            _log.error("router %s: cannot book decision %s at $%.6g: %s", name, did, usd, exc)
             return openai_error(
                 503,
                 f"the call's cost could not be journaled: {self.service.redact(str(exc))}",
@@ -313,33 +347,75 @@ class ChatHandler:
             )
         return None
 
+    async def book(self, name: str, gw: GatewayRouter, did: str, usd: float, failed: bool) -> None:
+        """Book the team's dollars on the decision and wait until that is durable (a refusal
+        is logged)."""
+        with contextlib.suppress(MSRouteError):
+            await self._submit_booking(name, gw, did, usd, failed)
+
     # ------------------------------------------------------------------ streams
     async def _stream(
         self,
         name: str,
         gw: GatewayRouter,
         did: str,
-        team: list[str],
+        routed: asyncio.Future[RoutedDecision],
         body: Mapping[str, Any],
         payload: bytes,
-        headers: dict[str, str],
-    ) -> Response:
+    ) -> _Done:
+        decision = await self._decided(name, routed)
+        if not isinstance(decision, RoutedDecision):
+            return _Done(decision)
+        team = list(decision.team)
+        headers = decision_headers(did, team)
         ups = [gw.upstreams[e] for e in team]
         opened = await _settled([self.upstreams.stream(u, payload) for u in ups])
         if any(isinstance(r, BaseException) for r in opened):
             for r in opened:
                 if isinstance(r, Stream):
                     await r.close()
-            error = await self._book_calls(name, gw, did, team, opened, headers)
-            assert error is not None  # a call failed
-            return error
+            booking, failure = self._book_calls(name, gw, did, team, opened)
+            assert failure is not None  # a call failed
+            return _Done(_failed(failure, headers), booking, headers)
         streams = [r for r in opened if isinstance(r, Stream)]
         options = body.get("stream_options")
         wants_usage = isinstance(options, Mapping) and options.get("include_usage") is True
         n = body.get("n")
         per_member = n if isinstance(n, int) and n > 1 else 1
-        relay = _Relay(self, name, gw, did, streams, wants_usage, per_member, headers)
-        return StreamingResponse(relay.events(), media_type="text/event-stream", headers=headers)
+        relay = _Relay(self, name, gw, did, streams, wants_usage, per_member)
+        response = StreamingResponse(
+            relay.events(), media_type="text/event-stream", headers=headers
+        )
+        return _Done(response)
+
+
+class _Done(NamedTuple):
+    """What a call's work hands its request: the response, and the booking that must be
+    durable before it is sent (None: nothing to wait for) with the decision's headers."""
+
+    response: Response
+    booking: asyncio.Future[Any] | None = None
+    headers: Mapping[str, str] | None = None
+
+
+def _failed(failure: BaseException, headers: Mapping[str, str]) -> JSONResponse:
+    """The error answering an upstream's failure; an exception that is not one (a bug) is
+    raised (its call was booked: the server logs it)."""
+    if not isinstance(failure, UpstreamFailure):
+        raise failure
+    return openai_error(failure.status, failure.message, headers=headers)
+
+
+def _log_refusal(name: str, did: str, usd: float, booking: asyncio.Future[Any]) -> None:
+    """Log a booking the router refused (a done callback: whether or not a request is left
+    to answer)."""
+    if booking.cancelled():
+        return
+    exc = booking.exception()
+    if isinstance(exc, MSRouteError):
+        _log.error("router %s: cannot book decision %s at $%.6g: %s", name, did, usd, exc)
+    elif exc is not None:
+        _log.error("router %s: booking decision %s failed", name, did, exc_info=exc)
 
 
 class _Relay:
@@ -354,10 +430,9 @@ class _Relay:
         streams: list[Stream],
         wants_usage: bool,
         n: int,
-        headers: Mapping[str, str],
     ) -> None:
         self.handler, self.name, self.gw, self.did = handler, name, gw, did
-        self.streams, self.wants_usage, self.n, self.headers = streams, wants_usage, n, headers
+        self.streams, self.wants_usage, self.n = streams, wants_usage, n
         self.failure: UpstreamFailure | None = None
         self.finished = [False] * len(streams)
 
@@ -457,9 +532,7 @@ class _Relay:
             else:
                 outcome = "no_usage" if done else "error"
             usd += self.handler.count(self.name, upstream, outcome, stream.usage, booked)
-        await self.handler.book(
-            self.name, self.gw, self.did, usd, self.failure is not None, self.headers
-        )
+        await self.handler.book(self.name, self.gw, self.did, usd, self.failure is not None)
 
 
 async def _hand_over(work: Awaitable[T], answered: asyncio.Future[T]) -> None:

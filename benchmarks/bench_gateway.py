@@ -6,7 +6,9 @@ experts on the stub, each call's usage different from its booking, so that every
 journaled decision and a journaled cost report), all child processes on 127.0.0.1. Then
 ``--clients`` concurrent clients, each on its own keep-alive connection, POST chat completions
 to the stub directly and to each gateway, in alternating phases of ``--requests`` calls (the
-first tenth of each phase not measured), ``--rounds`` times, each round starting one target
+first tenth of each phase not measured), ``--rounds`` times, after the servers have gone idle
+(a gateway loads its compiled step in the background once it answers) and a warm-up phase of
+half as many calls each, each round starting one target
 later than the one before: side by side in one run, so the machine's other load weighs on both
 alike. Reports p50/p95/p99 latency and calls per second of each target, the CPU time its
 server process spent per measured call (the stub's for the direct
@@ -123,6 +125,19 @@ async def phase(
     return latencies, len(latencies) / elapsed, errors, cpu_ms, own_ms
 
 
+def wait_idle(pids: list[int], cap_s: float = 120.0, window_s: float = 0.5) -> None:
+    """Wait until the processes ``pids`` spend under a tenth of a core over ``window_s``
+    seconds, all of them (a gateway loads its compiled step in the background after it
+    starts answering), for ``cap_s`` seconds at most."""
+    stop_at = time.monotonic() + cap_s
+    while time.monotonic() < stop_at:
+        before = [cpu_seconds(pid) for pid in pids]
+        time.sleep(window_s)
+        spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+        if all(not s >= 0.1 * window_s for s in spent):  # NaN (no /proc): nothing to wait for
+            return
+
+
 @dataclass
 class Target:
     """One server the clients call, and what its phases measured."""
@@ -236,6 +251,19 @@ def main() -> None:
             for name, server in servers.items():
                 targets[name] = Target(server.port, routed, server.pid)
             order = list(targets.values())
+            wait_idle([t.pid for t in order])
+            for t in order:  # a warm-up phase each, not measured
+                asyncio.run(
+                    phase(
+                        t.port,
+                        "/v1/chat/completions",
+                        t.body,
+                        args.clients,
+                        args.requests // 2,
+                        args.time_cap,
+                        t.pid,
+                    )
+                )
             for r in range(args.rounds):
                 # Each round starts one target later: no target always follows the same one.
                 for t in order[r % len(order) :] + order[: r % len(order)]:

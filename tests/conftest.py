@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -46,3 +47,16 @@ def _close_idle_event_loops() -> Iterator[None]:
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Iterator[types.ModuleType]:
+    """The live router's compiled step and the projection's compiled rows, loaded now (as the
+    background thread loads them); each test says which of them a run takes
+    (tests/test_live_step.py, tests/test_live_sums.py)."""
+    from msroute.core.qp import projection_cuts
+    from msroute.policies._compiled import live_step as module
+
+    projection_cuts.load_compiled_rows()
+    yield module
+    projection_cuts._rows_loaded = False

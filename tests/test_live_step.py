@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,6 @@ ROUNDS = 300
 COSTS = np.random.default_rng(4).uniform(0.05, 1.0, (K, D))
 
 
-@pytest.fixture(scope="module")
-def compiled() -> Iterator[types.ModuleType]:
-    """The compiled step and the projection's compiled rows, loaded now (as the background
-    thread loads them); each test says which of them a run takes."""
-    from msroute.policies._compiled import live_step as module
-
-    projection_cuts.load_compiled_rows()
-    yield module
-    projection_cuts._rows_loaded = False
-
-
 def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.SimpleNamespace | None:
     """What ``live_step.kernels`` holds: nothing (the Python path), the compiled step, or
     the step's Python source in its place (counting the calls of each function)."""
@@ -58,7 +46,15 @@ def _steps(kind: str, compiled: types.ModuleType, calls: list[str]) -> types.Sim
 
         return call
 
-    names = ("clear_one", "select_one", "feedback_one", "qp_one", "settle_one")
+    names = (
+        "clear_one",
+        "select_one",
+        "feedback_one",
+        "qp_one",
+        "settle_one",
+        "measure_rows",
+        "aggregate_one",
+    )
     return types.SimpleNamespace(**{name: counted(name) for name in names})
 
 
@@ -86,8 +82,8 @@ def _run(policy: BasePolicy, seed: int, reports: bool = False) -> list[Decision]
     made = []
     for t in range(ROUNDS):
         context = rng.integers(0, policy.n_contexts, 1) if policy.n_contexts > 1 else None
-        mask = rng.random((1, K)) < 0.6
-        mask[0, rng.integers(0, K)] = True
+        mask = rng.random((1, policy.n_experts)) < 0.6
+        mask[0, rng.integers(0, policy.n_experts)] = True
         eligible = mask if t % 4 == 1 and not mask.all() else None
         if isinstance(policy.streams, DecisionStreams):  # a router's: one stream a decision
             policy.streams.start(t)

@@ -7,16 +7,27 @@ fastmath), so both give the floats of the policy's single-run Python path bit fo
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from msroute._outcome import _leaf_sum
 from msroute.core.qp._cut_rows import SOLVED, cut_rows
 from msroute.policies._approach_rows import step_rows
 from msroute.policies._philox import first_uniform
 from msroute.policies.pacing import _EXCESS_FACTOR, _FORCED_FACTOR, _REL_SLACK
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one", "settle_one"]
+__all__ = [
+    "aggregate_one",
+    "clear_one",
+    "feedback_one",
+    "measure_rows",
+    "qp_one",
+    "restrict_one",
+    "select_one",
+    "settle_one",
+]
 
 
 def clear_one(
@@ -488,3 +499,53 @@ def settle_one(
             excess_sum[0, j] += over
             shortfall_sum[0, j] += under
         reports[0] += 1.0
+
+
+def _fma(a: float, b: float, c: float) -> float:
+    """``a * b + c`` rounded once (exact rationals here; ``msroute.policies._compiled.fma``
+    compiled)."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _dot(q: Any, x: int, costs: Any, j: int) -> float:
+    """``sum_i q[x, i] costs[x, i, j]``, accumulated from 0 one fused multiply-add after
+    another: OpenBLAS's dot product of a few entries on a CPU with FMA (where numpy's product
+    sums otherwise, ``msroute.policies.live_step``'s probe keeps numpy's)."""
+    s = 0.0
+    for i in range(q.shape[1]):
+        s = _fma(q[x, i], costs[x, i, j], s)
+    return s
+
+
+def measure_rows(q: Any, costs: Any, out: Any) -> None:
+    """What the linear surrogate's dual measures, ``C^T q`` of each row: ``q`` (X, K), ``costs``
+    (X, K, d) -> ``out`` (X, d) (``msroute.core.problem_batch.surrogate_cost``)."""
+    for x in range(q.shape[0]):
+        for j in range(costs.shape[2]):
+            out[x, j] = _dot(q, x, costs, j)
+
+
+def aggregate_one(q: Any, costs: Any, visits: Any, x: int, others: Any) -> float:
+    """``OMDApproachability._aggregate_spend_one`` of the linear surrogate without a warm
+    start's prior: context ``x``'s share (returned) and the other contexts' spend into
+    ``others`` (1, d), from the contexts' routings ``q`` (X, K), cost estimates ``costs``
+    (X, K, d) and visits (X,), at most 128 contexts. numpy's sums: the visits' and, at d = 1,
+    the spend's pairwise (``_leaf_sum``); at d >= 2 the spend's rows one after another."""
+    n_ctx, d = q.shape[0], costs.shape[2]
+    v = np.empty(n_ctx)
+    for y in range(n_ctx):
+        v[y] = float(visits[y])
+    total = _leaf_sum(v, 0, n_ctx)
+    den = 1.0 if total < 1.0 else total  # np.maximum(total, 1.0): NaN propagates
+    spend = np.empty(n_ctx)
+    for j in range(d):
+        for y in range(n_ctx):
+            spend[y] = _dot(q, y, costs, j) * (v[y] / den)
+        if d == 1:
+            s = _leaf_sum(spend, 0, n_ctx)
+        else:
+            s = spend[0]
+            for y in range(1, n_ctx):
+                s += spend[y]
+        others[0, j] = s - spend[x]
+    return float(v[x] / den)

@@ -58,6 +58,7 @@ surrogate cost is inside ``S``, and a cost within ``tol`` of the box counts as i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar, Literal, get_args
 
 import numpy as np
@@ -76,6 +77,7 @@ __all__ = [
     "ApproachabilityDual",
     "DualConstruction",
     "Surrogate",
+    "aggregate_spend",
     "check_construction",
     "check_surrogate",
     "cost_scale",
@@ -661,3 +663,19 @@ class _Cone:
         if self.none:
             return np.asarray(clamp(w, 0.0), dtype=np.float64)
         return np.where(self.bounded, w, clamp(w, 0.0))
+
+
+def aggregate_spend(
+    q: FloatArray,
+    costs: FloatArray,
+    visits: FloatArray,
+    x: int,
+    measure: Callable[[FloatArray, FloatArray], FloatArray],
+) -> tuple[FloatArray, FloatArray]:
+    """The aggregate cut of one run's QP step in context ``x`` (``OMDApproachability.
+    _aggregate_spend``): the context's share ``p_x`` (1,) and the other contexts' spend
+    ``sum_{y != x} p_y u_y(q_y)`` (1, d), from the contexts' routings ``q`` (X, K), cost
+    estimates ``costs`` (X, K, d), visits (X,) as floats and what the dual ``measure``s."""
+    share = visits / np.maximum(visits.sum(), 1.0)
+    spend = measure(q, costs) * share[:, None]  # (X, d)
+    return share[x : x + 1], (spend.sum(axis=0) - spend[x])[None, :]

@@ -8,8 +8,10 @@ estimator's gradient and its Gram counts, the reward sums, the two cost estimate
 its pacer's, the dual's realized-cost moments, the pacer's spend and reserve). In Python
 floats and numpy each is a few microseconds of fixed cost; the functions of
 ``msroute.policies._live_rows`` do them in one loop each, compiled with numba. What the dual
-approaches, ``C^T q``, stays numpy's product (OpenBLAS's order of the sum), and the QP step
-every ``batch`` feedbacks stays in Python.
+approaches, ``C^T q`` (and the aggregate cut's spend over the contexts), is compiled too where
+a check once per process and shape finds the compiled sum gives numpy's product, OpenBLAS's
+(``_sums_as_numpy``; numpy's product elsewhere); the QP step every ``batch`` feedbacks calls
+its compiled cuts and projection from Python.
 
 The router's first decisions must never wait for numba (about a second to import, more to
 compile): ``start`` loads the compiled step in a daemon thread when a router is built, and
@@ -35,6 +37,7 @@ import numpy as np
 from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies import pacing
 from msroute.policies.base import Decision
+from msroute.policies.duals import aggregate_spend
 from msroute.policies.omd_variants import floor_at
 from msroute.policies.reward_model import ModelGradient
 
@@ -42,6 +45,13 @@ __all__ = ["kernels", "learn_one", "route_one", "settled", "start"]
 
 _RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
 _NO_SPEND = np.zeros((1, 1))  # the other contexts' spend of a step without contexts (unread)
+
+#: Random draws ``_sums_as_numpy`` checks a shape on.
+_PROBES = 16
+#: The most contexts ``aggregate_one`` sums (numpy's pairwise sum of one leaf).
+_MAX_COMPILED_CONTEXTS = 128
+#: ``_sums_as_numpy``'s answer by (contexts, K, d).
+_sums_checked: dict[tuple[int, ...], bool] = {}
 
 _lock = threading.Lock()
 _started = False
@@ -99,13 +109,14 @@ def kernels() -> ModuleType | None:
 def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None) -> Decision | None:
     """``OMDApproachability.select_trusted`` of one run at M = 1 in the compiled step, once it
     is loaded: the pacer's check that no team can break a bound, then the draw, the dual's
-    step and the booking in one call (what the dual approaches, ``C^T q``, in numpy: the sum
-    in OpenBLAS's order). None (nothing changed, no uniform drawn) where the step does not
-    apply: not loaded yet, a policy outside a router (its stream has no per-decision key:
-    ``msroute.router.streams``) or a decision whose stream has drawn already (its first uniform
-    is the counter's only while it is ``fresh``), more runs or draws, a mask, no pacer, the
-    paper's dual or the exact surrogate without a margin, a pacer that must narrow the
-    decision, or arrays the signature does not take; the caller then decides in Python.
+    step and the booking in one call (what the dual approaches, ``C^T q``, before it: compiled
+    where ``_sums_as_numpy`` allows, else numpy's product). None (nothing changed, no uniform
+    drawn) where the step does not apply: not loaded yet, a policy outside a router (its
+    stream has no per-decision key: ``msroute.router.streams``) or a decision whose stream has
+    drawn already (its first uniform is the counter's only while it is ``fresh``), more runs or
+    draws, a mask, no pacer, the paper's dual or the exact surrogate without a margin, a pacer
+    that must narrow the decision, or arrays the signature does not take; the caller then
+    decides in Python.
     """
     step = _loaded
     pacer = policy.pacer
@@ -152,7 +163,12 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     if not clear:
         return None
     played = policy._q[:, x].copy()  # the decision's own distribution
-    measured = dual.measure(played, policy._costs_in(ctx))
+    costs = policy._costs_in(ctx)
+    if dual.surrogate == "linear" and _sums_as_numpy(step, policy.n_contexts, costs.shape[1:]):
+        measured = np.empty((1, costs.shape[2]))
+        step.measure_rows(played, costs, measured)
+    else:
+        measured = dual.measure(played, costs)
     pad_sd, pad_den = 0.0, 1.0
     if dual.budget_margin > 0.0 and dual._n_obs > 1:
         pad_sd, pad_den = dual.budget_margin, dual._units * math.sqrt(dual._n_obs)
@@ -283,7 +299,7 @@ def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
         eta = eta * math.sqrt(n + 1.0)
     costs, aggregate = policy.cost_est.costs, None
     if policy.n_contexts > 1:
-        costs, aggregate = policy._context_costs(_RUN0, ctx), policy._aggregate_spend(_RUN0, ctx)
+        costs, aggregate = policy._context_costs(_RUN0, ctx), _aggregate(policy, x, ctx)
     gamma = policy.gamma
     if policy.floor != "fixed":
         gamma = max(policy.floor_min, floor_at(policy.gamma, policy.floor, float(n)))
@@ -294,6 +310,66 @@ def _qp_step_one(policy: Any, x: int, ctx: IntArray) -> None:
         policy._q[:, x] = policy.dual.project(y, gamma, costs, _RUN0, q0, aggregate)
         grad[...] = 0.0
     policy.estimator.refit(_RUN0, ctx)
+
+
+def _aggregate(policy: Any, x: int, ctx: IntArray) -> tuple[FloatArray, FloatArray]:
+    """``OMDApproachability._aggregate_spend`` of one run in context ``x``: in one compiled call
+    where it gives numpy's floats (the linear surrogate, no warm start's prior, at most 128
+    contexts, sums that ``_sums_as_numpy`` checked), else the policy's own."""
+    step = _loaded
+    costs = policy.cost_est.costs
+    if (
+        step is None
+        or policy.dual.surrogate != "linear"
+        or policy.prior.on
+        or policy.n_contexts > _MAX_COMPILED_CONTEXTS
+        or not _sums_as_numpy(step, policy.n_contexts, costs.shape[1:])
+    ):
+        return policy._aggregate_spend(_RUN0, ctx)  # type: ignore[no-any-return]
+    others = np.empty((1, costs.shape[2]))
+    share = step.aggregate_one(policy._q[0], costs, policy._visits[0], x, others)
+    return np.array([share]), others
+
+
+def _sums_as_numpy(step: ModuleType, n_contexts: int, shape: tuple[int, ...]) -> bool:
+    """Whether the compiled ``C^T q`` (``measure_rows``, ``aggregate_one``) gives numpy's floats
+    for ``n_contexts`` contexts of K experts and d costs (``shape``: (K, d)) on this machine.
+
+    numpy's product is OpenBLAS's: its order of the sum (and whether it fuses the multiply and
+    the add) depends on K, d and the CPU; the compiled sums take one fused multiply-add after
+    another, which is OpenBLAS's dot product of a few entries on a CPU with FMA. So each
+    shape is checked once per process, on random routings and costs over five orders of
+    magnitude, against numpy's product and the policy's aggregate (``_PROBES`` draws; where
+    one float differs, the shape stays with numpy)."""
+    key = (n_contexts, *shape)
+    known = _sums_checked.get(key)
+    if known is None:
+        known = _probe_sums(step, n_contexts, *shape)
+        _sums_checked[key] = known
+    return known
+
+
+def _probe_sums(step: ModuleType, n_contexts: int, k: int, d: int) -> bool:
+    """``_sums_as_numpy`` of one shape, checked on ``_PROBES`` random draws."""
+    from msroute.core.problem_batch import surrogate_cost
+
+    rng = np.random.default_rng([n_contexts, k, d])
+    for _ in range(_PROBES):
+        q = rng.dirichlet(np.ones(k), size=n_contexts)
+        costs = rng.random((n_contexts, k, d)) * 10.0 ** rng.uniform(-3, 2, (n_contexts, k, d))
+        measured = np.empty((n_contexts, d))
+        step.measure_rows(q, costs, measured)
+        if not np.array_equal(measured, surrogate_cost(q, costs)):
+            return False
+        if n_contexts > 1 and n_contexts <= _MAX_COMPILED_CONTEXTS:
+            visits = rng.integers(0, 10_000, n_contexts)
+            x = int(rng.integers(n_contexts))
+            others = np.empty((1, d))
+            share = step.aggregate_one(q, costs, visits, x, others)
+            want = aggregate_spend(q, costs, visits.astype(np.float64), x, surrogate_cost)
+            if share != want[0][0] or not np.array_equal(others, want[1]):
+                return False
+    return True
 
 
 def _qp_compiled(

@@ -45,6 +45,7 @@ from msroute.policies.duals import (
     ApproachabilityDual,
     DualConstruction,
     Surrogate,
+    aggregate_spend,
     check_construction,
     check_surrogate,
     cost_scale,
@@ -580,10 +581,8 @@ class OMDApproachability(BasePolicy):
         visits = self._visits[0].astype(np.float64)  # (X,)
         if self.prior.on:
             visits = visits + self.prior.share[0]
-        share = visits / np.maximum(visits.sum(), 1.0)
         by_ctx = self.cost_est.costs.reshape(self.n_contexts, *self.cost_est.costs.shape[1:])
-        spend = self.dual.measure(self._q[0], by_ctx) * share[:, None]  # (X, d)
-        return share[x : x + 1], (spend.sum(axis=0) - spend[x])[None, :]
+        return aggregate_spend(self._q[0], by_ctx, visits, x, self.dual.measure)
 
     def _costs_in(self, context: IntArray | None) -> FloatArray:
         """The cost estimates (R, K, d) of each run's context (context 0 where None)."""

@@ -8,16 +8,10 @@ numpy (or OpenBLAS, for the penalty's product) adds them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
-
-from llvmlite import ir  # type: ignore[import-untyped]
-from numba.core import types
-from numba.extending import intrinsic
-
 from msroute._jit import compiled
 from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.policies._approach_rows import observe_rows, step_rows
+from msroute.policies._compiled.fma import fma
 
 __all__ = ["approach_step", "dual_step", "observe_cost", "penalties"]
 
@@ -56,25 +50,6 @@ def dual_step(
             out[r, b] = 0.0 if v < 0.0 else v
 
 
-@intrinsic
-def _fma_intrinsic(
-    typingctx: object, a: types.Type, b: types.Type, c: types.Type
-) -> tuple[object, object]:
-    sig = types.float64(types.float64, types.float64, types.float64)
-
-    def codegen(context: object, builder: ir.IRBuilder, signature: object, args: object) -> object:
-        f64 = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [f64], ir.FunctionType(f64, [f64] * 3))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-#: ``_fma(a, b, c)``: ``a b + c`` rounded once (LLVM's ``llvm.fma.f64``, in software where the
-#: CPU has no FMA instruction).
-_fma = cast(Callable[[float, float, float], float], _fma_intrinsic)
-
-
 @compiled
 def penalties(costs: FloatArray, weights: FloatArray, out: FloatArray) -> None:
     """``out[r, i] = costs[r, i] . weights[r]`` for d = 2 cost coordinates, summed as OpenBLAS's
@@ -88,7 +63,7 @@ def penalties(costs: FloatArray, weights: FloatArray, out: FloatArray) -> None:
     for r in range(costs.shape[0]):
         w0, w1 = weights[r, 0], weights[r, 1]
         for i in range(costs.shape[1]):
-            out[r, i] = _fma(costs[r, i, 0], w0, costs[r, i, 1] * w1)
+            out[r, i] = fma(costs[r, i, 0], w0, costs[r, i, 1] * w1)
 
 
 #: ``msroute.policies._approach_rows``' two functions compiled: the approachability dual's step

@@ -19,9 +19,19 @@ from msroute._jit import compiled, eager, read_only
 from msroute.core.qp.projection_cuts import _compiled_rows
 from msroute.policies import _live_rows as source
 from msroute.policies._compiled.dual import approach_step
+from msroute.policies._compiled.fma import fma
 from msroute.policies._compiled.philox import first_uniform
 
-__all__ = ["clear_one", "feedback_one", "qp_one", "restrict_one", "select_one", "settle_one"]
+__all__ = [
+    "aggregate_one",
+    "clear_one",
+    "feedback_one",
+    "measure_rows",
+    "qp_one",
+    "restrict_one",
+    "select_one",
+    "settle_one",
+]
 
 _f8 = types.float64
 _i8 = types.int64
@@ -32,7 +42,8 @@ def _array(ndim: int) -> types.Type:
 
 
 _env = dict(vars(source))
-for _name in ("_npmax", "_learn_cost"):
+_env["_fma"] = fma
+for _name in ("_npmax", "_learn_cost", "_dot"):
     _fn = getattr(source, _name)
     _env[_name] = compiled(pytypes.FunctionType(_fn.__code__, _env, _name))
 _env["step_rows"] = approach_step
@@ -204,4 +215,26 @@ restrict_one = cast(
             types.Array(types.boolean, 2, "C"),  # out
         )
     )(pytypes.FunctionType(source.restrict_one.__code__, _env, "restrict_one")),
+)
+
+#: ``msroute.policies._live_rows.measure_rows``, compiled for the policy's arrays.
+measure_rows = cast(
+    Callable[..., None],
+    eager(types.none(_RO2, read_only(_f8, 3), _array(2)))(
+        pytypes.FunctionType(source.measure_rows.__code__, _env, "measure_rows")
+    ),
+)
+
+#: ``msroute.policies._live_rows.aggregate_one``, compiled for the policy's arrays.
+aggregate_one = cast(
+    Callable[..., float],
+    eager(
+        _f8(
+            _RO2,  # q
+            read_only(_f8, 3),  # costs
+            read_only(_i8, 1),  # visits
+            _i8,  # x
+            _array(2),  # others
+        )
+    )(pytypes.FunctionType(source.aggregate_one.__code__, _env, "aggregate_one")),
 )

@@ -4,6 +4,8 @@ product everywhere else.
 
 - Where ``live_step._sums_as_numpy`` accepts a shape, the compiled sums equal numpy's product
   and the policy's aggregate on fresh random draws (the check's promise).
+- The live step's decision (shared read-only draws, no pass over its arrays) is the
+  constructor's value.
 - A one-cost router (the common case: dollars) decides and learns the same through the
   compiled sums, their Python source and the policy's Python path, bit for bit, with one
   context and three.
@@ -11,6 +13,7 @@ product everywhere else.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from typing import Any
 
@@ -21,6 +24,7 @@ from msroute import Constraints, Problem
 from msroute.core.problem_batch import surrogate_cost
 from msroute.core.qp import projection_cuts
 from msroute.policies import _live_rows, live_step
+from msroute.policies.base import Decision
 from msroute.policies.duals import aggregate_spend
 from msroute.policies.live import DEFAULT_OMD_PARAMS
 from msroute.policies.omd import OMDApproachability
@@ -112,3 +116,18 @@ def test_a_one_cost_router_decides_the_same_through_the_compiled_sums(
     assert calls.count("measure_rows") == calls.count("select_one") > 0
     if n_contexts > 1:
         assert calls.count("aggregate_one") > 10  # the QP steps' aggregate cut
+
+
+def test_the_live_steps_decision_is_the_constructors_value() -> None:
+    draws, probs = live_step._drawn(3), np.array([[0.1, 0.2, 0.3, 0.4]])
+    context, cost = np.array([2]), np.array([[0.5]])
+    for arr in (probs, context, cost):
+        arr.setflags(write=False)
+    fast = live_step._decision(draws, probs, context, 7, cost)
+    slow = Decision(np.array([[3]]), probs, context, 7, cost)
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(Decision)}
+    for f in dataclasses.fields(Decision):
+        np.testing.assert_array_equal(getattr(fast, f.name), getattr(slow, f.name))
+    assert live_step._drawn(3) is draws and not draws.flags.writeable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.round = 8  # type: ignore[misc]

@@ -46,6 +46,8 @@ __all__ = ["kernels", "learn_one", "route_one", "settled", "start"]
 _RUN0 = np.zeros(1, dtype=np.int64)  # the runs of a single run's QP step
 _NO_SPEND = np.zeros((1, 1))  # the other contexts' spend of a step without contexts (unread)
 
+#: ``_drawn``'s arrays, by expert.
+_DRAWN: list[IntArray] = []
 #: Random draws ``_sums_as_numpy`` checks a shape on.
 _PROBES = 16
 #: The most contexts ``aggregate_one`` sums (numpy's pairwise sum of one leaf).
@@ -202,9 +204,38 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     )
     dual.w = w_out
     streams.take_first()
-    decision = Decision(np.array([[drawn]], dtype=np.int64), played, ctx, policy.t, booked)
+    played.setflags(write=False)
+    booked.setflags(write=False)
+    if ctx is not None:
+        ctx.setflags(write=False)
+    decision = _decision(_drawn(drawn), played, ctx, policy.t, booked)
     policy.t += 1
     return decision
+
+
+def _decision(
+    draws: IntArray,
+    probs: FloatArray,
+    context: IntArray | None,
+    n: int,
+    cost: FloatArray,
+) -> Decision:
+    """``Decision(draws, probs, context, n, cost)`` of arrays made read-only already: the same
+    value, without the constructor's pass over its arrays."""
+    decision = Decision.__new__(Decision)
+    items = {"draws": draws, "probs": probs, "context": context, "round": n, "cost": cost}
+    object.__setattr__(decision, "__dict__", {**items, "allowed": None})
+    return decision
+
+
+def _drawn(i: int) -> IntArray:
+    """The draws (1, 1) of a decision that drew expert ``i``: one read-only array per expert,
+    shared by the decisions (their arrays are read-only)."""
+    while len(_DRAWN) <= i:
+        draws = np.array([[len(_DRAWN)]], dtype=np.int64)
+        draws.setflags(write=False)
+        _DRAWN.append(draws)
+    return _DRAWN[i]
 
 
 def learn_one(policy: Any, decision: Decision, reward: FloatArray, cost: FloatArray) -> bool:

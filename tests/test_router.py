@@ -206,6 +206,9 @@ def test_a_decision_and_its_feedback() -> None:
     [
         (math.nan, None, "reward"),
         (math.inf, None, "reward"),
+        (np.float64(math.nan), None, "reward: must be finite"),
+        (np.float64(-math.inf), None, "reward: must be finite"),
+        (np.float64(-0.5), None, "reward"),
         (-0.5, None, "reward"),
         (True, None, "reward"),
         ("1", None, "reward"),

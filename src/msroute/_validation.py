@@ -162,10 +162,10 @@ def as_real(value: Any, name: str) -> float:
 def finite_real(value: object, name: str, error: type[Exception] = InvalidValueError) -> float:
     """``value`` as a float if it is a real number (Python's or numpy's, not a bool, not a
     string) and finite; otherwise ``error`` naming ``name``."""
-    if type(value) is float:  # the common case, checked first
+    if isinstance(value, float):  # the common case, checked first (numpy's float64 too)
         if not math.isfinite(value):
             raise error(f"{name}: must be finite, got {quoted(value)}")
-        return value
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise error(f"{name}: must be a number, got {value!r:.80}")
     x = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf

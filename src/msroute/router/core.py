@@ -546,9 +546,11 @@ class Router(Transactional):
             return self._expire_due(t)
 
     def _expire_due(self, now: float) -> int:
+        due = self._state.due(now)
+        if not due:
+            return 0
         default = self.config.on_missing
         reward = None if default == "drop" else float(default)
-        due = self._state.due(now)
         for did in due:
             self._commit_event(Expire(did, reward), now)
         return len(due)

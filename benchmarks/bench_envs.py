@@ -3,9 +3,12 @@
 Run: ``python benchmarks/bench_envs.py [--rounds 10000] [--runs 20] [--dims 3] [--experts 50]
 [--threads 1 2]``.
 
-For each environment and thread count it reports the best of ``--repeat`` fresh environments
-(wall and CPU seconds to draw all rounds, chunk by chunk as the simulator reads them) and the
-cost per skill entry, next to numpy's raw ``Generator.beta`` on the same number of entries.
+The skills' means are Figure 2's: run ``r`` has the TREC worker pool of seed ``r``
+(``msroute.experiments.protocol.paper_instance``), whose accuracies near 0 and 1 give Beta
+shapes below 1 (kappa = 20). For each environment and thread count it reports the best of
+``--repeat`` fresh environments (wall and CPU seconds to draw all rounds, chunk by chunk as the
+simulator reads them) and the cost per skill entry, next to numpy's ``Generator.beta`` on the
+same means, one call per run and chunk.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from msroute.envs import RegimeSwitchingEnv, SkillEnv, StochasticEnv
+from msroute.envs import MEAN_CLIP, RegimeSwitchingEnv, SkillEnv, StochasticEnv
+from msroute.experiments.protocol import paper_instance
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, float]:
@@ -45,14 +49,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     t, r, n, k = args.rounds, args.runs, args.dims, args.experts
-    base = np.random.default_rng(0).uniform(0.3, 0.95, (n, k))
+    base = np.stack([paper_instance(seed, k, n).skills_base for seed in range(r)])
     entries = t * r * n * k
     print(f"{t} rounds x {r} runs x N={n} x K={k} = {entries:,} entries")
     rng = np.random.default_rng(1)
-    a, b = 20 * base, 20 * (1 - base)
+    mean = np.clip(base, MEAN_CLIP, 1 - MEAN_CLIP)
+    a, b = 20 * mean, 20 * (1 - mean)
     wall, cpu = best_of(
         args.repeat,
-        lambda: [rng.beta(a, b, size=(1000, n, k)) for _ in range(entries // (1000 * n * k))],
+        lambda: [
+            rng.beta(a[run], b[run], size=(1000, n, k))
+            for _ in range(-(-t // 1000))
+            for run in range(r)
+        ],
     )
     print(row("numpy Generator.beta", wall, cpu, entries))
     for name, factory in (

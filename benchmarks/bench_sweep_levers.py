@@ -1,21 +1,20 @@
-"""What two number-changing levers would buy Figure 2's wall time, alternated with the tree.
+"""What a number-changing lever would buy Figure 2's wall time, alternated with the tree.
 
 Run: ``python benchmarks/bench_sweep_levers.py [--rounds 4]``.
 
 Figure 2's critical path is the skill stream drawn before the workers fork, then OMD's cell
-(docs/benchmarks.md, "Sweeps"). The two levers named for it, installed into a child process
-before its sweep (the forked workers inherit them; the package is not changed):
+(docs/benchmarks.md, "Sweeps"). The lever named for OMD's cell, installed into a child process
+before its sweep (the forked workers inherit it; the package is not changed):
 
-* ``beta``: the environments' skills from a compiled stream, each (run, chunk) from its own
-  xoshiro256++ generator with the policies' Marsaglia-Tsang Beta sampler
-  (``msroute.policies._compiled.variates``), instead of numpy's PCG64 ``Generator.beta``;
 * ``chol``: the model estimator's refit by Cholesky (numpy's batched factorization, then
   compiled triangular solves) instead of the dense LU of ``np.linalg.solve``.
 
-Either changes every number of the sweep, so this script only times them: each round runs
-``msroute reproduce fig2 --quiet --no-plot`` (warm, into a fresh directory) once as the tree
-is and once with both levers, and prints the wall times and their means. One warm-up run of
-each comes first (numba compiles this script's kernels into its cache).
+(The other lever measured here, a compiled skill stream, is now the environments' own:
+``msroute._skill_draws``.) It changes every OMD number of the sweep, so this script only times
+it: each round runs ``msroute reproduce fig2 --quiet --no-plot`` (warm, into a fresh
+directory) once as the tree is and once with the lever, and prints the wall times and their
+means. One warm-up run of each comes first (numba compiles this script's kernel into its
+cache).
 """
 
 from __future__ import annotations
@@ -25,54 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
 import numpy as np
 
-from msroute import envs
-from msroute._seeding import child_seed
 from msroute.policies import omd_variants
-from msroute.policies._compiled import variates
-
-
-@numba.njit(cache=True, nogil=True)
-def _betas(state: Any, a: Any, b: Any, lo: int, hi: int, out: Any) -> None:
-    """Rounds ``lo .. hi`` of one run's chunk ``out`` (rounds, N * K) ~ Beta(a, b)."""
-    w = a.size
-    shape, d, c = np.empty(2 * w), np.empty(2 * w), np.empty(2 * w)
-    for j in range(w):
-        shape[j], shape[w + j] = a[j], b[j]
-    for j in range(2 * w):
-        d[j], c[j] = variates.constants(shape[j])
-    g, log_g = np.empty(2 * w), np.empty(2 * w)
-    s = (state[0], state[1], state[2], state[3])
-    for t in range(lo, hi):
-        s = variates.betas(shape, d, c, s, g, log_g, out[t])
-    state[0], state[1], state[2], state[3] = s
-
-
-def _fill_chunk(self: Any, c: int, out: Any) -> None:
-    """``_BetaEnv.fill_chunk`` with the compiled stream (the same chunks, segments and cache)."""
-    hit = self._cache.get(c)
-    if hit is not None:
-        out[...] = hit[: out.shape[0]]
-        return
-    length, width = out.shape[0], self.n_dims * self.n_experts
-    start = c * self.chunk_size
-    segments = list(self._segments(start, start + length))
-
-    def draw(r: int) -> None:
-        state = child_seed(self.run_seeds[r], envs._CHUNK_DOMAIN, c).generate_state(4, np.uint64)
-        buf = np.empty((length, width))
-        for lo, hi, m in segments:
-            mean = np.ascontiguousarray(m[r]).reshape(-1)
-            _betas(state, self.kappa * mean, self.kappa * (1.0 - mean), lo - start, hi - start, buf)
-        out[:, r] = buf.reshape(out.shape[0], *out.shape[2:])
-
-    with ThreadPoolExecutor(max_workers=max(1, min(self.n_threads, self.n_runs))) as pool:
-        list(pool.map(draw, range(self.n_runs)))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -111,7 +68,6 @@ def child(variant: str, argv: list[str]) -> int:
     if variant not in ("tree", "levers"):
         raise SystemExit(f"--child: unknown variant {variant!r} (tree or levers)")
     if variant == "levers":
-        envs._BetaEnv.fill_chunk = _fill_chunk  # type: ignore[method-assign]
         omd_variants.ModelGradient.refit = _refit  # type: ignore[method-assign]
     from msroute.cli import main as cli
 

@@ -59,6 +59,22 @@ def test_kappa_sets_the_variance(kappa: float) -> None:
     assert abs(x.var(ddof=1) - var) < 5 * var * np.sqrt((kurt + 2) / t)
 
 
+@pytest.mark.parametrize(
+    ("mean", "kappa"),
+    [(1e-3, 20.0), (0.97, 20.0), (0.5, 0.5), (0.3, 2.0), (0.5, 20.0)],
+    ids=["a<1", "b<1", "both<1", "a<1<b", "both>1"],
+)
+def test_skills_follow_the_beta_law_whatever_the_shapes(mean: float, kappa: float) -> None:
+    # 20,000 draws of one entry against scipy's Beta(kappa m, kappa (1 - m)): the cdf (KS) and
+    # the mean; a shape below 1 takes the variates' other branches (and both, their logarithms).
+    x = StochasticEnv([[mean]], kappa=kappa, seed=5).skills(0, 20_000).ravel()
+    law = stats.beta(kappa * mean, kappa * (1 - mean))
+    assert stats.kstest(x, law.cdf).pvalue > 1e-3
+    assert abs(x.mean() - mean) < 5 * law.std() / np.sqrt(x.size)
+    assert np.all((x >= 0) & (x <= 1))
+    assert stats.kstest(x, stats.beta(kappa * mean * 1.2, kappa * (1 - mean)).cdf).pvalue < 1e-6
+
+
 def test_regime_beta_noise_around_the_block_means() -> None:
     base = np.full((1, 10), 0.5)
     env = RegimeSwitchingEnv(base, n_blocks=2, fraction=0.3, shrink=0.2, horizon=20_000, seed=5)

@@ -187,6 +187,46 @@ def test_forked_workers_use_the_skills_drawn_ahead_by_the_driver(
     assert run_fig2(cfg, tmp_path / "serial", jobs=1, plot=False, quiet=True) == parallel
 
 
+_LOAD_ORDER = """
+import sys
+from pathlib import Path
+
+from msroute.experiments import schedule
+from msroute.experiments.fig1 import Fig1Config, run_fig1
+
+seen = []
+real = schedule.compile_ahead
+
+
+def spy():
+    seen.append("msroute._skill_draws" in sys.modules)
+    real()
+
+
+schedule.compile_ahead = spy
+cfg = Fig1Config(seeds=1, horizon=200, dims=(2, 3))
+run_fig1(cfg, Path(sys.argv[1]), jobs=2, plot=False, quiet=True)
+print(seen)
+"""
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="the driver loads code for forked workers"
+)
+def test_the_driver_imports_numba_in_one_thread_before_the_loader(tmp_path: Path) -> None:
+    """In a fresh process, the driver imports the environments' compiled draws before a thread
+    loads the simulator's machine code beside the draws: numba imported from two threads at
+    once failed with a partially initialized module (Figure 1 from a fresh process)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_ORDER, str(tmp_path)], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["[True]"]
+
+
 def test_same_seed_same_numbers_different_seed_different(tmp_path: Path) -> None:
     base = {
         "policies": ("omd",),

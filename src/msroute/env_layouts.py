@@ -112,7 +112,7 @@ class StackedEnv:
 
     def draw_ahead(self, stop: int, threads: int) -> None:
         """Draw every chunk of rounds ``[0, stop)`` into the cache, each environment's runs by
-        one of up to ``threads`` threads (numpy releases the GIL while drawing)."""
+        one of up to ``threads`` threads (the compiled draws release the GIL)."""
         todo = [c for c in range(-(-stop // self.chunk_size)) if c not in self._cache]
         chunks = {
             c: empty_kept((self._length(c), self.n_runs, self.n_dims, self.n_experts)) for c in todo

@@ -22,8 +22,8 @@ Reproducible streams
 An environment is a fixed stream: the same seed gives the same skills, so every policy of a
 seed faces the same skills (common random numbers) and metrics can replay any range.
 The rounds are cut into chunks of ``chunk_size`` (1,000) rounds; chunk ``c`` of run ``r`` is
-drawn in one vectorized call from its own child seed, keyed by the run's seed and ``c``, and the
-most recently used chunks are cached. Hence
+drawn in one compiled call from its own generator, seeded from the child seed keyed by the
+run's seed and ``c``, and the most recently used chunks are cached. Hence
 
 * ``skills(start, stop)`` gives the same values whatever the call pattern (one call for the
   whole horizon, one call per round, out of order);
@@ -36,6 +36,11 @@ most recently used chunks are cached. Hence
 The stream of a run depends on its seed and ``chunk_size`` only, not on ``kappa`` or the means:
 a ``RegimeSwitchingEnv`` with ``shrink=1`` draws exactly the skills of the
 ``StochasticEnv`` with the same seed.
+
+The generator is xoshiro256++ with Marsaglia and Tsang's Gamma variates, ``X / (X + Y)`` for each
+Beta (``msroute._skill_draws``), round after round, entry after
+entry: a compiled loop rather than numpy's ``Generator.beta``, because the skills are most of a
+sweep's random draws and the loop costs less per entry.
 """
 
 from __future__ import annotations
@@ -299,18 +304,20 @@ class _BetaEnv:
             for lo, hi, m in self._segments(start, start + length)
         ]
 
+        from msroute._skill_draws import beta_rounds  # numba, on first use
+
         def draw(r: int) -> None:
-            # One generator per (run, chunk): run r never depends on the other runs. numpy
-            # draws element after element, so consecutive calls over the segments give the
-            # same values as one call with per-round parameters, and a shorter (last) chunk
-            # is a prefix of the full one.
+            # One generator per (run, chunk): run r never depends on the other runs. The rounds
+            # are drawn one after another, so consecutive calls over the segments give the same
+            # values as one call with per-round parameters, and a shorter (last) chunk is a
+            # prefix of the full one.
             seed = child_seed(self.run_seeds[r], _CHUNK_DOMAIN, c)
-            rng = np.random.Generator(np.random.PCG64(seed))
+            state = np.asarray(seed.generate_state(4, np.uint64), dtype=np.uint64)
             for lo, hi, a, b in segments:
-                out[lo:hi, r] = rng.beta(a[r], b[r], size=(hi - lo, n, k))
+                beta_rounds(a[r], b[r], state, out[lo:hi, r])
 
         threads = min(self.n_threads, self.n_runs)
-        if threads > 1:  # numpy releases the GIL while drawing; runs write disjoint slices
+        if threads > 1:  # the compiled loop releases the GIL; runs write disjoint slices
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 list(pool.map(draw, range(self.n_runs)))
         else:
@@ -342,12 +349,12 @@ class StochasticEnv(_BetaEnv):
     n_runs : int, optional
         R; by default taken from ``skills_base`` or ``seed``, else 1.
     chunk_size : int, default 1000
-        Rounds drawn per vectorized call; part of the stream's definition (the same seed with
-        another chunk size gives other skills).
+        Rounds drawn per call, each chunk from its own generator; part of the stream's
+        definition (the same seed with another chunk size gives other skills).
     cache_chunks : int, default 2
         How many recently used chunks are kept.
     n_threads : int, default 1
-        Threads drawing the runs of a chunk in parallel (numpy releases the GIL while drawing).
+        Threads drawing the runs of a chunk in parallel (the compiled draws release the GIL).
         The values do not depend on it; leave it at 1 inside a process-parallel sweep.
 
     Attributes

@@ -6,6 +6,7 @@ numbers depend on its specification only, ``msroute.experiments.cells``).
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -122,6 +123,7 @@ def _run_todo(
         # The environment is built first, alone: it is Python work under the GIL, as loading
         # the machine code is; the draws run without it, and the loading overlaps them.
         _spec_env(specs[order[0]])
+        load_draws()
         with ThreadPoolExecutor(max_workers=1) as loader:
             loaded = loader.submit(compile_ahead)
             drawn += draw_ahead(specs[order[0]], runner.jobs)
@@ -156,6 +158,13 @@ def draw_ahead(spec: CellSpec, threads: int) -> list[CellEnv]:
     for start in range(0, spec.horizon, env.chunk_size):
         env.skills(start, min(start + env.chunk_size, spec.horizon))
     return [env]
+
+
+def load_draws() -> None:
+    """Import the environments' compiled draws (``msroute._skill_draws``: numba and their
+    machine code) in this thread, before ``compile_ahead`` loads the simulator's beside the
+    draws: numba's first import is not safe from two threads at once."""
+    importlib.import_module("msroute._skill_draws")
 
 
 def compile_ahead() -> None:

@@ -1,11 +1,12 @@
 """Each run's own random stream, compiled (numba): uniforms, normals, Gamma and Beta variates.
 
 Thompson sampling draws 2 R K Gamma variates a round, each from its run's own stream so that a
-run decides the same alone or in any batch. Every run's stream is a xoshiro256++ generator
-(Blackman and Vigna, "Scrambled linear pseudorandom number generators", ACM TOMS 47(4), 2021)
-whose whole state is one row of four 64-bit words of an (R, 4) array, advanced in place by the
-compiled loop: no buffers, no per-run Python calls, and a run consumes only its own row, in its
-own order, whatever the batch.
+run decides the same alone or in any batch; the skill environments draw each run's chunk of
+rounds from a stream of its own (``beta``, in ``msroute._skill_draws``). Every run's stream is a
+xoshiro256++ generator (Blackman and Vigna, "Scrambled linear pseudorandom number generators",
+ACM TOMS 47(4), 2021) whose whole state is one row of four 64-bit words of an (R, 4) array,
+advanced in place by the compiled loop: no buffers, no per-run Python calls, and a run consumes
+only its own row, in its own order, whatever the batch.
 
 From each run's 64-bit words:
 
@@ -16,8 +17,10 @@ From each run's 64-bit words:
   the time;
 * Gamma variates: Marsaglia and Tsang's method (ACM TOMS 26(3), 2000), a normal and a uniform
   per candidate; a shape ``a < 1`` is drawn as ``Gamma(a + 1) U^(1/a)``;
-* Beta variates: ``X / (X + Y)`` with ``X ~ Gamma(a)`` and ``Y ~ Gamma(b)``, from the
-  logarithms when a shape is below 1 (never ``0 / 0``).
+* Beta variates: ``X / (X + Y)`` with ``X ~ Gamma(a)`` and ``Y ~ Gamma(b)``, never ``0 / 0``:
+  Thompson sampling's (``betas``) draw a row's Gammas first and take every ratio from the
+  logarithms when a shape of the row is below 1; the environments' (``beta``) draw
+  entry by entry and take the logarithms only when both shapes of the entry are below 1.
 
 Why xoshiro256++: these loops consume their words one after another (a rejection decides
 whether the next word is a retry), so the cost of a word is in every draw's path, and it is the
@@ -45,6 +48,7 @@ __all__ = [
     "ZIG_R",
     "ZIG_V",
     "State",
+    "beta",
     "beta_variates",
     "betas",
     "constants",
@@ -304,6 +308,37 @@ def beta_variates(
     g, log_g = np.empty(seen.shape[1]), np.empty(seen.shape[1])
     for r in range(a.shape[0]):
         store(state, r, betas(seen[r], d[r], c[r], load(state, r), g, log_g, out[r]))
+
+
+@inline
+def beta(
+    a: float, b: float, da: float, ca: float, db: float, cb: float, s: State
+) -> tuple[float, State]:
+    """One ``Beta(a, b)`` variate ``X / (X + Y)``, entry by entry (``msroute._skill_draws``).
+
+    ``X ~ Gamma(a)``, then ``Y ~ Gamma(b)`` (constants ``da, ca`` and ``db, cb``), each shape
+    below 1 drawn as ``Gamma(shape + 1) U^(1/shape)`` with its uniform right after its Gamma;
+    from the logarithms when both shapes are below 1 (X and Y may then both be 0.0 in floating
+    point). With one shape at 1 or more its variate is positive, so ``X + Y > 0``.
+    """
+    x, s = _gamma(da, ca, s)
+    ua = 1.0
+    if a < 1.0:
+        u, s = _uniform(s)
+        ua = 1.0 - u  # in (0, 1]
+    y, s = _gamma(db, cb, s)
+    ub = 1.0
+    if b < 1.0:
+        u, s = _uniform(s)
+        ub = 1.0 - u
+    if a < 1.0 and b < 1.0:
+        log_ratio = math.log(y) + math.log(ub) / b - math.log(x) - math.log(ua) / a
+        return 1.0 / (1.0 + math.exp(log_ratio)), s
+    if a < 1.0:
+        x *= ua ** (1.0 / a)
+    if b < 1.0:
+        y *= ub ** (1.0 / b)
+    return x / (x + y), s
 
 
 @compiled

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msroute.errors import InvalidFeedbackError, UnknownDecisionError
+from msroute.errors import InvalidFeedbackError, InvalidValueError, UnknownDecisionError
 from msroute.policies.state_walk import state_dict
 from msroute.router import Router
 
@@ -172,3 +172,66 @@ def test_the_budget_holds_on_reported_costs_above_the_table() -> None:
     assert max(averages[100:]) <= bound
     assert reported.state()["avg_cost"]["usd"] <= bound
     assert late.state()["avg_cost"]["usd"] > bound  # the test can fail: unbooked, it breaks
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        {"usd": 0.25},
+        {"usd": 0.25, "gpu": 2.0},
+        [0.25, 2.0],
+        {"usd": 1, "gpu": 0},  # integers
+        {"usd": True},
+        [0.25, float("inf")],
+        {"gpu": 1e12},
+        {"gpu": 2e12},
+        {"usd": -0.0},
+        {"usd": "0.1"},
+        (0.25, 2.0),
+        [0.25, 2.0, 3.0],
+    ],
+)
+def test_a_cost_is_read_as_the_config_reads_a_cost_vector(cost: Any) -> None:
+    """``check_cost`` gives the vector ``cost_vector`` gives (a table completed by the decision's
+    realized cost), or refuses with its message: a list of floats in range is taken as it is."""
+    from msroute.router.config import RouterConfigError, cost_vector
+    from msroute.router.inputs import check_cost
+
+    router = Router(CONFIG)
+    names = router.config.cost_names
+    realized = np.array([0.03, 1.0])
+    table = (
+        {**dict(zip(names, realized.tolist(), strict=True)), **cost}
+        if isinstance(cost, dict)
+        else cost
+    )
+    try:
+        expected: Any = np.array(cost_vector(table, names, "cost"))
+        router.policy.check_cost(expected[None, :])  # within what the policy learns from
+    except (RouterConfigError, InvalidValueError) as exc:
+        expected = f"cost: {exc}"
+    try:
+        got: Any = check_cost(cost, realized, names, router.policy)
+    except InvalidFeedbackError as exc:
+        got = str(exc)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64
+        assert got.tolist() == expected.tolist()
+
+
+def test_a_decision_booked_at_another_cost_is_the_same_value_otherwise() -> None:
+    import dataclasses
+
+    router = Router(CONFIG)
+    router.route()
+    [pending] = router._state.pending.values()
+    decision = router._state.decision_of(pending)
+    cost = np.array([[0.5, 0.25]])
+    rebooked = decision.with_cost(cost)
+    expected = dataclasses.replace(decision, cost=cost)
+    for field in dataclasses.fields(expected):
+        a, b = getattr(rebooked, field.name), getattr(expected, field.name)
+        assert a is b or np.array_equal(a, b), field.name
+    assert not rebooked.cost.flags.writeable  # type: ignore[union-attr]

@@ -104,6 +104,12 @@ class Decision:
             if isinstance(arr, np.ndarray):
                 arr.setflags(write=False)
 
+    def with_cost(self, cost: FloatArray | None) -> Decision:
+        """This decision booked at ``cost`` instead: ``dataclasses.replace(self, cost=cost)``
+        without its walk over the fields (a live router rebooks a decision at every reported
+        cost)."""
+        return Decision(self.draws, self.probs, self.context, self.round, cost, self.allowed)
+
 
 @runtime_checkable
 class Policy(Protocol):

@@ -31,8 +31,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from msroute._validation import text_name
 from msroute.errors import (
     InvalidFeedbackError,
@@ -519,7 +517,7 @@ class Router(Transactional):
             raise InvalidFeedbackError("cost: required (by cost name, or in cost-name order)")
         c = check_cost(cost, realized, self.config.cost_names, self.policy)
         assert c is not None
-        if np.array_equal(c, realized):
+        if c.tolist() == realized.tolist():  # np.array_equal of two finite cost vectors
             return "unchanged"
         with self._write():
             now = time.time()

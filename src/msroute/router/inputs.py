@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from msroute._validation import FloatArray, finite_real
+from msroute._validation import COST_MAX, FloatArray, finite_real
 from msroute.errors import (
     DecisionConflictError,
     InvalidFeedbackError,
@@ -96,9 +96,17 @@ def check_cost(
         unknown = sorted(set(cost) - set(names))
         if unknown:
             raise InvalidFeedbackError(f"cost: unknown cost name(s) {unknown}; known: {names}")
-        cost = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
+        given = {**dict(zip(names, realized.tolist(), strict=True)), **cost}
+        cost = [given[n] for n in names]  # cost_vector reads this list as it reads the table
     try:
-        vec = np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
+        if (
+            isinstance(cost, list)
+            and len(cost) == len(names)
+            and all(type(v) is float and 0.0 <= v <= COST_MAX for v in cost)
+        ):
+            vec = np.array(cost, dtype=np.float64)  # what cost_vector accepts as it is
+        else:
+            vec = np.array(cost_vector(cost, names, "cost"), dtype=np.float64)
         policy.check_cost(vec[None, :])  # within what the policy can learn from
     except (RouterConfigError, InvalidValueError) as exc:
         raise InvalidFeedbackError(f"cost: {exc}") from exc

@@ -527,7 +527,7 @@ def _cost_report(state: RouterState, event: CostReport) -> None:
     pending.cost = event.cost
     decision = pending.decision
     if decision is not None and decision.cost is not None:  # booked now at the report
-        pending.decision = dataclasses.replace(decision, cost=event.cost[None, :].copy())
+        pending.decision = decision.with_cost(event.cost[None, :].copy())
 
 
 def _expire(state: RouterState, event: Expire, trusted: bool) -> None:

@@ -218,7 +218,7 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         raw = self._raw_by_path.get(scope["path"])
-        if raw is not None and raw[0].matches(scope)[0] is Match.FULL and self._ordinary(scope):
+        if raw is not None and _takes(raw[0], scope) and self._ordinary(scope):
             await self._answer_raw(scope, receive, send, *raw)
             return
         matched = self._match(scope)
@@ -350,6 +350,16 @@ class FastPath:
         except Exception:
             _log.exception("POST %s", scope["path"])
             return internal_problem()
+
+
+def _takes(route: BaseRoute, scope: Scope) -> bool:
+    """Whether ``route``, a route of the path ``scope`` names exactly, takes the request
+    (``route.matches`` is a full match): its method, where no ``root_path`` changes which path
+    the route sees; else ``route.matches`` says."""
+    if not scope.get("root_path"):
+        methods = getattr(route, "methods", None)
+        return not methods or scope["method"] in methods
+    return route.matches(scope)[0] is Match.FULL
 
 
 def _template_takes(route: BaseRoute, path: str) -> bool:

@@ -493,3 +493,16 @@ def test_a_journal_that_refuses_the_decision_or_the_booking_answers_503(
             assert (await post(fast, body))[0] == 200
 
     asyncio.run(main())
+
+
+def test_a_decision_id_the_gateway_mints_is_one_a_request_may_carry() -> None:
+    """The gateway does not check the ids it mints (``<router>:<20 hex digits>``): the longest
+    router name and every character a name may hold give a valid one."""
+    from msroute.service.config import ROUTER_NAME
+    from msroute.service.models import DecisionRequest
+
+    for name in ("a" * 64, "_" + "Az09_.-" * 9):
+        assert ROUTER_NAME.fullmatch(name)
+        decision_id = f"{name}:{os.urandom(10).hex()}"
+        request = DecisionRequest(context=None, prompt=None, eligible=None, decision_id=decision_id)
+        assert request.decision_id == decision_id

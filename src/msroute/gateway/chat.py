@@ -224,20 +224,22 @@ class ChatHandler:
                 f"router {name!r} routes by context: give extra_body={{'msroute': {{'context': "
                 f"...}}}} with one of {list(config['contexts'])}"
             )
-        request = DecisionRequest(
-            context=context,
-            prompt=prompt_text(chat.messages) if by_text else None,
-            eligible=None if options is None else options.eligible,
-            decision_id=did,
-        )
+        eligible = None if options is None else options.eligible
+        # The id the gateway mints is an id a request may carry: a router's name is at most
+        # 64 letters, digits, "_", "-" and "." (ROUTER_NAME). Nothing else to check: no model.
+        if context is not None or eligible is not None or by_text:
+            request = DecisionRequest(
+                context=context,
+                prompt=prompt_text(chat.messages) if by_text else None,
+                eligible=eligible,
+                decision_id=did,
+            )
+            context, eligible, prompt = request.context, request.eligible, request.prompt
+        else:
+            prompt = None
         return self.service.submit(
             name,
-            lambda r: r.route(
-                context=request.context,
-                eligible=request.eligible,
-                decision_id=did,
-                prompt=request.prompt,
-            ),
+            lambda r: r.route(context=context, eligible=eligible, decision_id=did, prompt=prompt),
         )
 
     async def _decided(

@@ -67,11 +67,10 @@ __all__ = [
 
 #: The warm start's default strength (``msroute.warmstart.DEFAULT_STRENGTH``).
 DEFAULT_WARM_STRENGTH = 100.0
-#: Journal events between two snapshots by default: half the tail's fold
-#: (``msroute.router.journal.TAIL_FOLD``), so that at ``"normal"`` the snapshot's transaction
-#: folds the tail. A snapshot (the policy's zip, its row and HMAC, and the fold it makes) costs
-#: as much as a few hundred events; a reopen replays at most this many events after the last
-#: one (about 50 us an event at K = 5).
+#: Journal events between two snapshots by default: four of the tail's folds
+#: (``msroute.router.journal.TAIL_FOLD``). A snapshot (the policy's zip, its row and HMAC, and
+#: the fold it makes) costs as much as a few hundred events; a reopen replays at most this many
+#: events after the last one (about 50 us an event at K = 5).
 SNAPSHOT_EVERY = 4096
 
 Sync = Literal["full", "normal"]

@@ -107,11 +107,8 @@ SCHEMA_VERSION = 3
 REFS_BATCH = 1024
 
 #: How many events of the tail (``msroute.router.tail``) a journal at ``"normal"`` holds before
-#: it folds them into SQLite (sooner when a transaction writes a snapshot or a meta entry). Twice
-#: the default ``snapshot_every``: a router's periodic snapshot folds the tail first, so its one
-#: transaction (committed at ``synchronous = FULL``) is the only fold; a fold's commit, not its
-#: rows, is most of its cost.
-TAIL_FOLD = 8192
+#: it folds them into SQLite (sooner when a transaction writes a snapshot or a meta entry).
+TAIL_FOLD = 1024
 
 #: The same bound in bytes (payloads and distributions), so that the unfolded events a journal
 #: holds in memory stay small at any K: at K = 10,000 a masked decision carries 80 KB.
@@ -121,7 +118,7 @@ TAIL_FOLD_BYTES = 8 << 20
 #: its folds keep failing (each failure is logged and retried): past that, a transaction commits
 #: in SQLite with the tail's events or fails like a write to a full disk, so that the events
 #: held in memory stay bounded.
-TAIL_LIMIT = 2
+TAIL_LIMIT = 16
 
 _log = logging.getLogger("msroute.router")
 

@@ -253,6 +253,17 @@ class ChatHandler:
         self.service.decided(name, decision)
         return decision
 
+    async def _team(
+        self, name: str, gw: GatewayRouter, did: str, routed: asyncio.Future[RoutedDecision]
+    ) -> _Team | JSONResponse:
+        """The journaled decision's team, its headers and its members' upstreams (``_decided``);
+        or the error to answer when the router refused it."""
+        decision = await self._decided(name, routed)
+        if not isinstance(decision, RoutedDecision):
+            return decision
+        team = list(decision.team)
+        return _Team(team, decision_headers(did, team), [gw.upstreams[e] for e in team])
+
     def _refusal(self, exc: MSRouteError) -> JSONResponse:
         """A value the router refuses (400), or a journal it cannot write (503)."""
         status = 400 if isinstance(exc, ValueError) else 503
@@ -267,12 +278,10 @@ class ChatHandler:
         routed: asyncio.Future[RoutedDecision],
         payload: bytes,
     ) -> _Done:
-        decision = await self._decided(name, routed)
-        if not isinstance(decision, RoutedDecision):
-            return _Done(decision)
-        team = list(decision.team)
-        headers = decision_headers(did, team)
-        ups = [gw.upstreams[e] for e in team]
+        routed_team = await self._team(name, gw, did, routed)
+        if not isinstance(routed_team, _Team):
+            return _Done(routed_team)
+        team, headers, ups = routed_team
         results = await _settled([self.upstreams.complete(u, payload) for u in ups])
         booking, failure = self._book_calls(name, gw, did, team, results)
         if failure is not None:
@@ -365,12 +374,10 @@ class ChatHandler:
         body: Mapping[str, Any],
         payload: bytes,
     ) -> _Done:
-        decision = await self._decided(name, routed)
-        if not isinstance(decision, RoutedDecision):
-            return _Done(decision)
-        team = list(decision.team)
-        headers = decision_headers(did, team)
-        ups = [gw.upstreams[e] for e in team]
+        routed_team = await self._team(name, gw, did, routed)
+        if not isinstance(routed_team, _Team):
+            return _Done(routed_team)
+        team, headers, ups = routed_team
         opened = await _settled([self.upstreams.stream(u, payload) for u in ups])
         if any(isinstance(r, BaseException) for r in opened):
             for r in opened:
@@ -389,6 +396,14 @@ class ChatHandler:
             relay.events(), media_type="text/event-stream", headers=headers
         )
         return _Done(response)
+
+
+class _Team(NamedTuple):
+    """A decision's team (ids in draw order), its response headers and its upstreams."""
+
+    team: list[str]
+    headers: dict[str, str]
+    ups: list[Upstream]
 
 
 class _Done(NamedTuple):

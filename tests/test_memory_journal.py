@@ -68,6 +68,10 @@ def test_memory_and_file_journals_read_back_the_same_events(tmp_path: Path) -> N
     # Each read is a copy: changing one changes no later read.
     got[0]["draws"].append("x")
     assert memory.decisions_since(0, 1)[0]["draws"] == want[0]["draws"]
+    bounds = next(e for e in got if e["kind"] == "set_bounds")
+    bounds["upper"]["usd"] = 9.0
+    again = next(e for e in memory.decisions_since(0, 10_000) if e["kind"] == "set_bounds")
+    assert again["upper"] == {"usd": 0.5}
     assert memory.export_rows(0, 10_000) != [] and len(memory.export_rows(0, 10_000)) == len(got)
 
 

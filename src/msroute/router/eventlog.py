@@ -67,8 +67,12 @@ _Kept = tuple[Any, ...]
 
 def read_back(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     """A payload the router made (its sequences tuples) as a journal gives it back: a dict of
-    its own, its sequences lists (JSON's arrays)."""
-    return {k: list(v) if type(v) is tuple else v for k, v in items}
+    its own, its sequences lists (JSON's arrays) and its tables (a change's bounds or settings)
+    dicts of their own."""
+    return {
+        k: list(v) if type(v) in (tuple, list) else dict(v) if type(v) is dict else v
+        for k, v in items
+    }
 
 
 def _thawed(kept: _Kept) -> Event:

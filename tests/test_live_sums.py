@@ -123,7 +123,7 @@ def test_the_live_steps_decision_is_the_constructors_value() -> None:
     context, cost = np.array([2]), np.array([[0.5]])
     for arr in (probs, context, cost):
         arr.setflags(write=False)
-    fast = live_step._decision(draws, probs, context, 7, cost)
+    fast = Decision.of_read_only(draws, probs, context, 7, cost)
     slow = Decision(np.array([[3]]), probs, context, 7, cost)
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(Decision)}
     for f in dataclasses.fields(Decision):

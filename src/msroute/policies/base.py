@@ -21,14 +21,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from msroute._memory import check_memory
-from msroute._records import quick_init
 from msroute._seeding import SeedArg
 from msroute._validation import (
     COST_MAX,
@@ -46,6 +44,7 @@ from msroute.core.problem_batch import ProblemBatch
 from msroute.core.reward import draw_counts, draws_to_mask
 from msroute.errors import InvalidTypeError, InvalidValueError
 from msroute.policies.costs import CostEstimate
+from msroute.policies.decision import Decision
 from msroute.policies.duals import cost_scale
 from msroute.policies.pacing import COST_WINDOW, Pacer
 from msroute.policies.sampling import sample_multinomial
@@ -61,54 +60,6 @@ __all__ = [
     "draws_to_mask",
     "sample_multinomial",
 ]
-
-
-@quick_init
-@dataclass(frozen=True, eq=False)
-class Decision:
-    """One call of ``select``: what was routed, from which distribution, in which context.
-
-    A value handed back to ``update`` with the feedback, so that the policy needs no memory of
-    its pending decisions. Its arrays are read-only.
-
-    Attributes
-    ----------
-    draws : ndarray of int, shape (R, M)
-        Each run's M draws (expert indices); the routed team is the set of distinct draws.
-    probs : ndarray, shape (R, K), or None
-        The distribution the draws were sampled from i.i.d. (the propensities), after the
-        eligibility mask; None for policies without a closed form (the index policies, TS, MoE).
-    context : ndarray of int, shape (R,), or None
-        Each run's context (contextual policies), None for a context-free decision.
-    round : int
-        How many decisions the policy had made before this one (0 for the first).
-    cost : ndarray, shape (R, d), or None
-        What the decision was booked at, its team's table cost (each distinct expert once),
-        when the policy is paced (``BasePolicy.pace``); the realized cost fed back replaces it
-        in the pacer's spend. None for a policy that is not paced.
-    allowed : ndarray of bool, shape (R, K), or None
-        The experts the pacer left eligible (within the mask), when it narrowed the decision;
-        None when it did not (or the policy is not paced). Off-policy evaluation plays a
-        candidate within it, as the router would have.
-    """
-
-    draws: IntArray
-    probs: FloatArray | None
-    context: IntArray | None
-    round: int
-    cost: FloatArray | None = None
-    allowed: BoolArray | None = None
-
-    def __post_init__(self) -> None:
-        for arr in (self.draws, self.probs, self.context, self.cost, self.allowed):
-            if isinstance(arr, np.ndarray):
-                arr.setflags(write=False)
-
-    def with_cost(self, cost: FloatArray | None) -> Decision:
-        """This decision booked at ``cost`` instead: ``dataclasses.replace(self, cost=cost)``
-        without its walk over the fields (a live router rebooks a decision at every reported
-        cost)."""
-        return Decision(self.draws, self.probs, self.context, self.round, cost, self.allowed)
 
 
 @runtime_checkable

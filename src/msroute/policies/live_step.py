@@ -208,23 +208,8 @@ def route_one(policy: Any, context: IntArray | None, eligible: BoolArray | None)
     booked.setflags(write=False)
     if ctx is not None:
         ctx.setflags(write=False)
-    decision = _decision(_drawn(drawn), played, ctx, policy.t, booked)
+    decision = Decision.of_read_only(_drawn(drawn), played, ctx, policy.t, booked)
     policy.t += 1
-    return decision
-
-
-def _decision(
-    draws: IntArray,
-    probs: FloatArray,
-    context: IntArray | None,
-    n: int,
-    cost: FloatArray,
-) -> Decision:
-    """``Decision(draws, probs, context, n, cost)`` of arrays made read-only already: the same
-    value, without the constructor's pass over its arrays."""
-    decision = Decision.__new__(Decision)
-    items = {"draws": draws, "probs": probs, "context": context, "round": n, "cost": cost}
-    object.__setattr__(decision, "__dict__", {**items, "allowed": None})
     return decision
 
 

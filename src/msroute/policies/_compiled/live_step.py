@@ -22,16 +22,7 @@ from msroute.policies._compiled.dual import approach_step
 from msroute.policies._compiled.fma import fma
 from msroute.policies._compiled.philox import first_uniform
 
-__all__ = [
-    "aggregate_one",
-    "clear_one",
-    "feedback_one",
-    "measure_rows",
-    "qp_one",
-    "restrict_one",
-    "select_one",
-    "settle_one",
-]
+__all__ = source.__all__
 
 _f8 = types.float64
 _i8 = types.int64

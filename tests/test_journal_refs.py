@@ -129,10 +129,10 @@ class _FailingBatch:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
-    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
         if sql.startswith("INSERT INTO refs"):
             raise sqlite3.OperationalError("database or disk is full")
-        return self._db.executemany(sql, *args)
+        return self._db.execute(sql, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)

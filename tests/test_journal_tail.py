@@ -442,14 +442,7 @@ def test_a_failed_fold_fails_no_call_and_is_tried_again(
     assert isinstance(journal, Journal)
     real = journal._db
 
-    class FailingFold:
-        def executemany(self, *args: Any) -> Any:
-            raise sqlite3.OperationalError("database or disk is full")
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-    journal._db = FailingFold()  # type: ignore[assignment]
+    journal._db = _FoldFails(real)  # type: ignore[assignment]
     with caplog.at_level(logging.WARNING, logger="msroute.router"):
         first = [router.route(context="x", decision_id=f"q{i}") for i in range(20)]
     assert "cannot fold the tail (retried later)" in caplog.text
@@ -578,13 +571,15 @@ def test_the_tail_folds_by_bytes_too(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 # ---------------------------------------------------------------------- random faults
 class _FoldFails:
-    """The journal's connection with every executemany failing (a fold cannot write)."""
+    """The journal's connection with every write of events failing (a fold cannot write)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 
-    def executemany(self, *args: Any) -> Any:
-        raise sqlite3.OperationalError("database or disk is full")
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith("INSERT INTO events"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
@@ -783,3 +778,44 @@ def test_a_transaction_that_cannot_start_gives_no_event_number_twice(
     logged = [e["ref"] for e in reopened.decisions_since(0, 10**6) if e["kind"] == "decision"]
     reopened.close()
     assert logged == acked
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 129, 300])
+def test_multi_row_inserts_store_what_one_insert_a_row_stores(tmp_path: Path, n: int) -> None:
+    """``insert_rows`` and ``insert_refs`` (statements of many rows) store exactly what one
+    statement a row stores, NULLs, blobs and the statements' boundaries included."""
+    rows = [
+        (
+            i + 1,
+            "decision" if i % 2 else "feedback",
+            None if i % 7 == 0 else f"d{i}",
+            0.1 * i,
+            json.dumps({"i": i}),
+            None if i % 3 else struct.pack("<2d", i, -i),
+            None if i % 3 != 1 else i,
+        )
+        for i in range(n)
+    ]
+    refs = [(r[2], r[0]) for r in rows if r[2] is not None]
+    got = []
+    for name, many in (("many", True), ("rows", False)):
+        db = sqlite3.connect(tmp_path / f"{name}.db", isolation_level=None)
+        db.execute(
+            "CREATE TABLE events(seq INTEGER PRIMARY KEY, kind TEXT, ref TEXT, time REAL, "
+            "payload TEXT, probs BLOB, probs_seq INTEGER)"
+        )
+        db.execute("CREATE TABLE refs(ref TEXT, seq INTEGER, PRIMARY KEY (ref, seq))")
+        if many:
+            db.executemany(tail_module.INSERT_EVENT, rows)
+            db.executemany("INSERT INTO refs(ref, seq) VALUES (?, ?)", refs)
+        else:
+            tail_module.insert_rows(db, rows)
+            tail_module.insert_refs(db, refs)
+        got.append(
+            (
+                db.execute("SELECT * FROM events ORDER BY seq").fetchall(),
+                db.execute("SELECT * FROM refs ORDER BY ref, seq").fetchall(),
+            )
+        )
+        db.close()
+    assert got[0] == got[1] and len(got[1][0]) == n

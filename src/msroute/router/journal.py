@@ -82,7 +82,16 @@ from msroute._validation import quoted
 from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
 from msroute.router.snapshots import bind
-from msroute.router.tail import INSERT_EVENT, Row, Tail, fold_leftover, tail_path, transaction
+from msroute.router.tail import (
+    INSERT_EVENT,
+    Row,
+    Tail,
+    fold_leftover,
+    insert_refs,
+    insert_rows,
+    tail_path,
+    transaction,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -122,9 +131,8 @@ TAIL_LIMIT = 16
 
 _log = logging.getLogger("msroute.router")
 
-#: How long opening a journal waits for another connection's lock, in milliseconds. A live
-#: router holds its journal's lock until it closes, so a longer wait would only delay the
-#: error; this one covers a router that is just closing.
+#: How long opening a journal waits for another connection's lock, in milliseconds: a live
+#: router holds it until it closes, so this covers only a router that is just closing.
 BUSY_TIMEOUT_MS = 200
 
 _SCHEMA = """
@@ -159,11 +167,9 @@ def _unencodable(value: object) -> NoReturn:
 
 
 def _payload_encoder() -> Callable[[Any], str]:
-    """The encoder of payloads: compact JSON, floats at full precision, the output of
-    ``json.dumps(value, separators=(",", ":"))``. ``JSONEncoder.encode`` builds CPython's C
-    encoder anew for every value, a third of the cost of encoding a decision's payload; this
-    one builds it once (no circular check: payloads are plain values the router made). Where
-    there is no C encoder, the stdlib's."""
+    """The encoder of payloads: ``json.dumps(value, separators=(",", ":"))``, with CPython's C
+    encoder built once, not for every value as ``JSONEncoder.encode`` does (a third of a
+    decision's cost; no circular check: payloads are plain values). Else the stdlib's."""
     if c_make_encoder is None:
         return json.JSONEncoder(separators=(",", ":")).encode
     chunks = c_make_encoder(
@@ -172,7 +178,6 @@ def _payload_encoder() -> Callable[[Any], str]:
     return lambda value: "".join(chunks(value, 0))
 
 
-#: The encoder of payloads (``_payload_encoder``).
 _encode = _payload_encoder()
 
 
@@ -434,7 +439,7 @@ class Journal(EventLog):
                 self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("BEGIN IMMEDIATE")
             if self._unfolded:
-                self._db.executemany(INSERT_EVENT, self._unfolded)
+                insert_rows(self._db, self._unfolded)
         except BaseException:
             self._rollback_sqlite()  # no transaction is left open by a failed start
             raise
@@ -444,7 +449,7 @@ class Journal(EventLog):
         ``refs`` in it (module docstring). Every event is in SQLite then: the tail empties."""
         batch = len(self._recent_rows) >= REFS_BATCH
         if batch:
-            self._db.executemany("INSERT INTO refs(ref, seq) VALUES (?, ?)", self._recent_rows)
+            insert_refs(self._db, self._recent_rows)
             self.put_meta("refs_upto", str(self.last_seq))
         self._db.execute("COMMIT")
         self._after_sqlite()

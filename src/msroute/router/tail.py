@@ -45,6 +45,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from msroute.errors import JournalError
 
@@ -56,6 +57,8 @@ __all__ = [
     "Tail",
     "fold_leftover",
     "header",
+    "insert_refs",
+    "insert_rows",
     "read_tail",
     "tail_path",
     "transaction",
@@ -77,6 +80,11 @@ INSERT_EVENT = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+#: How many rows one INSERT statement of ``insert_rows`` and ``insert_refs`` carries (7 values
+#: a row, well under SQLite's 32,766 variables): a fold of 1,024 events is 8 statements, which
+#: costs less than one statement executed per row.
+_ROWS_PER_INSERT = 128
+
 _log = logging.getLogger("msroute.router")
 
 _ID = struct.Struct("<H")
@@ -92,6 +100,28 @@ _MOVE = "move it away to open the journal without it"
 def tail_path(journal: Path) -> Path:
     """The tail file of the journal at ``journal``."""
     return journal.with_name(journal.name + "-tail")
+
+
+def _insert_many(
+    db: sqlite3.Connection, head: str, width: int, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """INSERT ``rows`` (each ``width`` values) with the statement that starts ``head``, in
+    statements of ``_ROWS_PER_INSERT`` rows (inside the caller's transaction)."""
+    one = "(" + ", ".join("?" * width) + ")"
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        part = rows[start : start + _ROWS_PER_INSERT]
+        values = list(itertools.chain.from_iterable(part))
+        db.execute(head + ", ".join(itertools.repeat(one, len(part))), values)
+
+
+def insert_rows(db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Store ``rows`` in ``events`` (inside the caller's transaction)."""
+    _insert_many(db, INSERT_EVENT.split("VALUES")[0] + "VALUES ", 7, rows)
+
+
+def insert_refs(db: sqlite3.Connection, refs: Sequence[tuple[str, int]]) -> None:
+    """Store ``(ref, seq)`` pairs in ``refs`` (inside the caller's transaction)."""
+    _insert_many(db, "INSERT INTO refs(ref, seq) VALUES ", 2, refs)
 
 
 def header(run_id: str) -> bytes:
@@ -323,7 +353,7 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
     if new:
         db.execute("PRAGMA synchronous = FULL")
         with transaction(db):
-            db.executemany(INSERT_EVENT, new)
+            insert_rows(db, new)
         _log.info("%s: folded %d events into the journal", path, len(new))
     path.unlink()
     return new[-1][0] if new else last

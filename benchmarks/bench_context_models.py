@@ -9,10 +9,12 @@ of ``bench_warm_start.py``, taken over all the streamed prompts instead of a dra
 exact, and fast enough to compare fits. Reported per variant: the gap at each packaged budget
 (mean over the seeds), the spend / budget and the numbers of clusters.
 
-A variant is ``words`` or ``scores`` (``by``), optionally with ``:k=N`` (a fixed number of
-clusters instead of the criterion's), ``:dims=N`` (``SCORE_DIMS``) or ``:ridge=X`` (``RIDGE``),
-e.g. ``scores:k=16:dims=64``; a module constant is changed in this process only. ``task`` plays
-the eval half's per-task routing (the task column, which a text router does not see).
+A variant is ``task``, ``words`` or ``scores`` (``by``; the eval half's prompts in the contexts
+a warm start gives them, ``ContextModel.eval_contexts``), optionally with ``:k=N`` (a fixed
+number of clusters instead of the criterion's), ``:dims=N`` (``SCORE_DIMS``), ``:ridge=X``
+(``RIDGE``) or ``:strength=X`` (the task model's ``STRENGTH``), e.g. ``scores:k=16:dims=64``; a
+module constant is changed in this process only. ``labels`` plays the eval half's per-task
+routing on the streamed prompts' own tasks (the task column, which a text router does not see).
 
 Usage: ``python benchmarks/bench_context_models.py [--seeds 5] [VARIANT ...]``.
 """
@@ -32,8 +34,13 @@ from msroute.experiments.outcome_runs import _split
 from msroute.experiments.outcomes import LLMROUTER_BUDGETS, _problems
 from msroute.oracle import contextual_opt
 from msroute.prompts import model as context_models
+from msroute.prompts import tasks as task_models
 
-_SETTINGS = {"dims": "SCORE_DIMS", "ridge": "RIDGE"}
+_SETTINGS = {
+    "dims": (context_models, "SCORE_DIMS"),
+    "ridge": (context_models, "RIDGE"),
+    "strength": (task_models, "STRENGTH"),
+}
 
 
 def opt_routing(table: OutcomeTable, labels: np.ndarray, k: int, budget: float) -> np.ndarray:
@@ -57,26 +64,31 @@ def contexts(
     variant: str, warm: OutcomeTable, stream: OutcomeTable, seed: int
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The eval and streamed halves' contexts of ``variant``, and their number."""
-    if variant == "task":
+    if variant == "labels":
         return warm.category, stream.category, warm.n_contexts
     by, *options = variant.split(":")
     k = None
-    saved = {name: getattr(context_models, name) for name in _SETTINGS.values()}
+    saved = {key: getattr(*where) for key, where in _SETTINGS.items()}
     try:
         for opt in options:
             key, value = opt.split("=", 1)
             if key == "k":
                 k = int(value)
             else:
-                setattr(context_models, _SETTINGS[key], type(saved[_SETTINGS[key]])(value))
+                setattr(*_SETTINGS[key], type(saved[key])(value))
         model = context_models.fit_context_model(
-            warm.prompt_counts(), warm.scores.sum(axis=1), k=k, by=by, seed=seed
+            warm.prompt_counts(),
+            warm.scores.sum(axis=1),
+            k=k,
+            by=by,
+            labels=warm.category_labels(),
+            seed=seed,
         )
     finally:
-        for name, value in saved.items():
-            setattr(context_models, name, value)
+        for key, value in saved.items():
+            setattr(*_SETTINGS[key], value)
     return (
-        model.assign_matrix(warm.prompt_counts()),
+        model.eval_contexts(warm.prompt_counts()),
         model.assign_matrix(stream.prompt_counts()),
         model.k,
     )
@@ -85,7 +97,7 @@ def contexts(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("variants", nargs="*", default=["task", "words", "scores"])
+    parser.add_argument("variants", nargs="*", default=["labels", "task", "scores", "words"])
     args = parser.parse_args()
     budgets = [float(b) for b in LLMROUTER_BUDGETS]
     full = load_llmrouter()

@@ -8,9 +8,11 @@ timed with ``time.perf_counter_ns``. Reported: the fit's seconds, and per prompt
 the largest, over ``--rounds`` passes (the first pass warms up and is not counted); the target
 is at most 1 ms per prompt at p99.
 
-``--by words`` measures the clusters by words instead of by scores (``msroute.prompts.model``).
+The model is fitted as a router fits it on a table with categories (by task: the prompts'
+tasks predicted from the text, ``msroute.prompts.tasks``); ``--by scores`` or ``--by words``
+measures the clusters instead (``msroute.prompts.model``).
 
-Usage: ``python benchmarks/bench_prompts.py [--data DIR] [--rounds 3] [--by words]``.
+Usage: ``python benchmarks/bench_prompts.py [--data DIR] [--rounds 3] [--by scores]``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--by", choices=BY, default=BY[0])
+    parser.add_argument("--by", choices=BY, default="task")
     args = parser.parse_args()
     if not (args.data / "train.json").is_file():
         raise SystemExit(f"no LLMRouter files in {args.data} (see its PROVENANCE.md)")
@@ -57,6 +59,7 @@ def main() -> None:
     model = fit_context_model(
         feature_matrix([prompts[i] for i in fit]),
         table.scores[fit].sum(axis=1),
+        labels=[table.categories[table.category[i]] for i in fit],
         seed=0,
         by=args.by,
     )
@@ -70,9 +73,10 @@ def main() -> None:
                 ns.append(time.perf_counter_ns() - t0)
     ms = np.array(ns) / 1e6
     chars = np.array([len(prompts[i]) for i in rest])
+    chosen = f" (criterion {model.info['criterion']})" if "criterion" in model.info else ""
     print(
-        f"fit on {fit.size} prompts: {fit_s:.2f} s, k = {model.k} (criterion "
-        f"{model.info['criterion']}); model {len(model.to_bytes()) / 1e6:.2f} MB"
+        f"fit on {fit.size} prompts by {args.by}: {fit_s:.2f} s, k = {model.k}{chosen}; model "
+        f"{len(model.to_bytes()) / 1e6:.2f} MB"
     )
     print(
         f"featurize + assign, {ms.size} prompts ({rest.size} x {args.rounds}; {chars.mean():.0f} "

@@ -11,9 +11,10 @@ router sees). The starts:
 * ``warm``: it starts from the eval half (``msroute.warmstart``, default strength);
 * ``inverted``: from the eval half with every score ``s`` replaced by ``1 - s`` (a wrong prior).
 
-The contexts: ``category`` (the task), ``text`` (clusters of a context model fitted on the eval
-half's prompts, ``msroute.prompts``; cold, it clusters the eval half all the same and only
-leaves its scores unused), ``none``.
+The contexts: ``category`` (the task), ``text`` (a context model fitted on the eval half's
+prompts, ``msroute.prompts``: by default the eval half's task predicted from the text, the eval
+prompts in their held-out contexts; cold, it is fitted on the eval half all the same and only
+its scores are left unused), ``none``.
 
 Beside each warm row, ``prior alone``: what the start is worth without learning, the eval half's
 OPT^ctx routing in the router's contexts (no floor) played fixed on the same streamed prompts, and
@@ -22,11 +23,12 @@ its spend / budget (it is fitted to the eval half's costs, so it may end over th
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
 sets the warm start's strength, ``--omd KEY=VALUE`` overrides one of the live OMD parameters
 (``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it forks), and
-``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by words`` fits
-the text contexts' model by words instead of by predicted scores (``msroute.prompts.model``).
+``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by scores`` (or
+``words``, ``task``) fits the text contexts' model that way instead of the package's default for
+the eval half (``msroute.prompts.model``: by task, the table having categories).
 
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
-[--omd eta_mult=0.01] [--cases category:warm] [--by words]``.
+[--omd eta_mult=0.01] [--cases category:warm] [--by scores]``.
 """
 
 from __future__ import annotations
@@ -112,11 +114,12 @@ def main() -> None:
     parser.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
     parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
-    parser.add_argument("--by", choices=context_models.BY, default=context_models.BY[0])
+    parser.add_argument("--by", choices=("default", *context_models.BY), default="default")
     args = parser.parse_args()
-    context_models.fit_context_model = functools.partial(  # type: ignore[assignment]
-        context_models.fit_context_model, by=args.by
-    )
+    if args.by != "default":
+        context_models.fit_context_model = functools.partial(  # type: ignore[assignment]
+            context_models.fit_context_model, by=args.by
+        )
     cases = [tuple(c.split(":", 1)) for c in args.cases]
     for key, value in (kv.split("=", 1) for kv in args.omd):
         if key not in DEFAULT_OMD_PARAMS:

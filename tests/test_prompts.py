@@ -178,8 +178,8 @@ def test_a_model_by_scores_needs_its_idf_and_bias():
     del arrays["bias"]
     with pytest.raises(ContextModelError, match="not a valid context model"):
         ContextModel.from_bytes(zip_bytes(json.dumps(manifest), arrays), "m")
-    manifest["format_version"] = 3
-    with pytest.raises(ContextModelError, match="format version 1 or 2"):
+    manifest["format_version"] = 4
+    with pytest.raises(ContextModelError, match="format version 1, 2 or 3"):
         ContextModel.from_bytes(zip_bytes(json.dumps(manifest), arrays), "m")
 
 

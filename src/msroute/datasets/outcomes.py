@@ -197,6 +197,10 @@ class OutcomeTable:
         assert self.features is not None
         return self.features
 
+    def category_labels(self) -> list[str]:
+        """Each prompt's category name (the labels a context model by task learns)."""
+        return [self.categories[i] for i in self.category.tolist()]
+
     def cost_index(self, name: str) -> int:
         """Column of cost ``name`` (an ``InvalidValueError`` naming the known ones)."""
         if name not in self.cost_names:

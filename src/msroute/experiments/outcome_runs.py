@@ -9,10 +9,12 @@ options change what a run is made of (``OutcomeBenchConfig``):
   starts from a fraction F of the prompts and the run streams the rest, so the benefit is
   measured on prompts the prior never saw (``OPT^ctx`` is that of the streamed part);
 * ``--contexts category|text|none``: what the router sees of a prompt: its category (the
-  default), a cluster of its text (``msroute.prompts``: a context model fitted on the eval
-  table's prompts, their texts and scores, with the seed's number; without an eval table on the
-  streamed prompts themselves, a hindsight), or nothing. The comparators stay per category, so
-  the rows compare.
+  default), a context from its text (``msroute.prompts``: a context model fitted on the eval
+  table's prompts, their texts, scores and categories, with the seed's number: the eval table's
+  task predicted from the text when it has two or more categories, else a cluster; the eval
+  table's prompts are in their held-out contexts, ``ContextModel.eval_contexts``; without an
+  eval table, clusters of the streamed prompts themselves, whose categories stay hidden, a
+  hindsight), or nothing. The comparators stay per category, so the rows compare.
 """
 
 from __future__ import annotations
@@ -39,21 +41,22 @@ _SPLIT_KEY = 0x73706C
 
 
 def _text_contexts(stream: OutcomeTable, warm: OutcomeTable | None, seed: int) -> RunTables:
-    """The run's tables with the clusters of a context model fitted on the eval table's prompts
-    (the stream's without one) as the router's contexts."""
+    """The run's tables with the contexts of a context model fitted on the eval table's prompts
+    and categories (clusters of the stream's prompts without one) as the router's."""
     from msroute.prompts.model import fit_context_model
 
     fit_on = stream if warm is None else warm
     model = fit_context_model(
-        fit_on.prompt_counts(), fit_on.scores.sum(axis=1), seed=seed, source=fit_on.source
+        fit_on.prompt_counts(),
+        fit_on.scores.sum(axis=1),
+        labels=None if warm is None else warm.category_labels(),
+        seed=seed,
+        source=fit_on.source,
     )
-
-    def routed(table: OutcomeTable) -> OutcomeTable:
-        return table.with_contexts(model.names, model.assign_matrix(table.prompt_counts()))
-
-    return RunTables(
-        stream, routed(stream), None if warm is None else routed(warm), dict(model.info)
-    )
+    routed = stream.with_contexts(model.names, model.assign_matrix(stream.prompt_counts()))
+    if warm is not None:
+        warm = warm.with_contexts(model.names, model.eval_contexts(warm.prompt_counts()))
+    return RunTables(stream, routed, warm, dict(model.info))
 
 
 @cache

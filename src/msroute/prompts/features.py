@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from msroute._npzip import read_zip, zip_bytes
@@ -42,6 +43,7 @@ __all__ = [
     "features_from_bytes",
     "prompt_features",
     "prompt_grams",
+    "row_keys",
 ]
 
 #: The hashing's name, recorded with features and models.
@@ -105,6 +107,23 @@ def feature_matrix(texts: Sequence[str]) -> sp.csr_matrix:
         ),
         shape=(len(texts), DIM),
     )
+
+
+def row_keys(counts: sp.csr_matrix) -> npt.NDArray[np.uint64]:
+    """A key per prompt of its feature counts (P,): the first 8 bytes of the BLAKE2b of its
+    buckets (sorted, little-endian int64) and their counts (little-endian float64). Prompts of
+    equal features have equal keys, on every machine; a context model keeps the keys of the
+    prompts it was fitted on (``msroute.prompts.tasks``)."""
+    x = sp.csr_matrix(counts, dtype=np.float64, copy=True)
+    x.sum_duplicates()
+    x.eliminate_zeros()
+    ids, vals = x.indices.astype("<i8"), x.data.astype("<f8")
+    out = np.empty(x.shape[0], dtype=np.uint64)
+    for i, (a, b) in enumerate(itertools.pairwise(x.indptr.tolist())):
+        digest = hashlib.blake2b(ids[a:b].tobytes(), digest_size=8)
+        digest.update(vals[a:b].tobytes())
+        out[i] = int.from_bytes(digest.digest(), "little")
+    return out
 
 
 def _ids_digest(prompt_ids: Sequence[str]) -> str:

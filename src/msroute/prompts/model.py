@@ -1,7 +1,11 @@
-"""A context model: which cluster of an eval table's prompts a new prompt belongs to.
+"""A context model: which cluster of an eval table's prompts, or which of its tasks, a new
+prompt belongs to.
 
 ``fit_context_model`` fits it on the hashed n-gram counts of a table's prompts
-(``msroute.prompts.features``) and, by default, on their scores:
+(``msroute.prompts.features``) and their task labels or scores. Given labels of two or more
+tasks (an outcome table's ``category`` column) and no number of clusters, the contexts are the
+tasks, each prompt's the task predicted from its words (``by="task"``, a classifier:
+``msroute.prompts.tasks``). Otherwise the contexts are clusters of the prompts:
 
 1. the vocabulary: the buckets in at least two prompts (one prompt's own words tell nothing
    about another's), weighted ``(1 + log count) x idf``, ``idf = log((1 + P) / (1 + df)) + 1``,
@@ -41,12 +45,18 @@ A prompt's cluster is a linear function of its TF-IDF vector, so the model keeps
 A prompt that has no bucket of the vocabulary goes to ``fallback``: the largest cluster by
 words, the cluster of the highest bias by scores (where a prompt without known words lands).
 
+A model by task has the form of one by scores (a weight per bucket and task, divided by the
+length of the prompt's TF-IDF vector, plus a bias per task), and keeps for a warm start the
+context each prompt it was fitted on gets from a fit without it (``held_out_keys``,
+``held_out_contexts``; ``eval_contexts``).
+
 Saved as one zip of ``manifest.json`` and ``.npy`` arrays (``msroute._npzip``; never pickled):
-``vocab.npy`` (int64, sorted buckets), ``weights.npy`` (float32, (V, k)), by scores also
-``idf.npy`` (float32, (V,)) and ``bias.npy`` (float64, (k,)), and the manifest's names,
-fallback, featurizer and how the model was fitted. A model by words is written as format
-version 1 (the files of earlier msroute versions, read as they were),
-one by scores as version 2. The same model gives the same bytes, and ``sha256`` names them.
+``vocab.npy`` (int64, sorted buckets), ``weights.npy`` (float32, (V, k)), by scores and by task
+also ``idf.npy`` (float32, (V,)) and ``bias.npy`` (float64, (k,)), by task ``held_out_keys.npy``
+(uint64, sorted) and ``held_out_contexts.npy`` (int64), and the manifest's names, fallback,
+featurizer and how the model was fitted. A model by words is written as format version 1 (the
+files of earlier msroute versions, read as they were), one by scores as version 2, one by task
+as version 3. The same model gives the same bytes, and ``sha256`` names them.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from msroute import _version
@@ -67,7 +78,7 @@ from msroute._atomic import atomic_path
 from msroute._npzip import read_zip, zip_bytes
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import DataFormatError, InvalidValueError
-from msroute.prompts.features import DIM, FEATURIZER, feature_matrix, prompt_features
+from msroute.prompts.features import DIM, FEATURIZER, feature_matrix, prompt_features, row_keys
 
 __all__ = [
     "BY",
@@ -81,8 +92,9 @@ __all__ = [
     "load_context_model",
 ]
 
-#: How the clusters are fitted (module docstring), the default first.
-BY = ("scores", "words")
+#: How the contexts are fitted (module docstring): the tasks predicted from the words, or
+#: clusters by predicted scores or by words.
+BY = ("task", "scores", "words")
 #: SVD directions of the clusters by words.
 DIMS = 64
 #: SVD directions of the clusters by scores (the regression's inputs).
@@ -98,8 +110,9 @@ MIN_PER_CLUSTER = 20
 #: Two-fold splits of the criterion.
 FOLD_REPEATS = 2
 _FORMAT = "msroute-context-model"
-#: Format version of a model by words, and of a model by scores.
-_WORDS_VERSION, _SCORES_VERSION = 1, 2
+#: Format version of a model by words, by scores and by task.
+_WORDS_VERSION, _SCORES_VERSION, _TASK_VERSION = 1, 2, 3
+_VERSIONS = (_WORDS_VERSION, _SCORES_VERSION, _TASK_VERSION)
 _ITER = 60
 
 
@@ -129,6 +142,11 @@ class ContextModel:
         TF-IDF vector. None by words.
     bias : ndarray of float64, shape (k,), optional
         By scores: each cluster's bias, added to the divided scores. None by words.
+    held_out_keys : ndarray of uint64, shape (H,), optional
+        By task: the keys (``msroute.prompts.features.row_keys``) of the prompts the model was
+        fitted on, sorted and distinct. None otherwise.
+    held_out_contexts : ndarray of int64, shape (H,), optional
+        By task: the context of each of those prompts in a fit without it (cross-fitted).
     """
 
     vocab: IntArray
@@ -138,6 +156,8 @@ class ContextModel:
     info: dict[str, Any] = field(default_factory=dict)
     idf: FloatArray | None = None
     bias: FloatArray | None = None
+    held_out_keys: npt.NDArray[np.uint64] | None = None
+    held_out_contexts: IntArray | None = None
 
     def __post_init__(self) -> None:
         v, k = self.weights.shape
@@ -161,6 +181,25 @@ class ContextModel:
                 )
             if not (np.all(self.idf > 0) and np.all(np.isfinite(self.bias))):
                 raise InvalidValueError("idf must be positive and finite, bias finite")
+        self._check_held_out()
+
+    def _check_held_out(self) -> None:
+        keys, contexts = self.held_out_keys, self.held_out_contexts
+        if keys is None and contexts is None:
+            return
+        if keys is None or contexts is None or self.idf is None:
+            raise InvalidValueError(
+                "a context model by task needs idf, bias, held_out_keys and held_out_contexts"
+            )
+        if keys.dtype != np.uint64 or keys.ndim != 1 or contexts.shape != keys.shape:
+            raise InvalidValueError(
+                f"held_out_keys must be uint64 (H,) and held_out_contexts (H,): got "
+                f"{keys.dtype} {keys.shape}, {contexts.shape}"
+            )
+        if np.any(keys[1:] <= keys[:-1]):
+            raise InvalidValueError("held_out_keys must be sorted and distinct")
+        if contexts.size and (contexts.min() < 0 or contexts.max() >= self.k):
+            raise InvalidValueError(f"held_out_contexts must be contexts in [0, {self.k})")
 
     @property
     def k(self) -> int:
@@ -169,8 +208,10 @@ class ContextModel:
 
     @property
     def format_version(self) -> int:
-        """The file's format version: 1 by words, 2 by scores (module docstring)."""
-        return _WORDS_VERSION if self.idf is None else _SCORES_VERSION
+        """The file's format version: 1 by words, 2 by scores, 3 by task (module docstring)."""
+        if self.idf is None:
+            return _WORDS_VERSION
+        return _SCORES_VERSION if self.held_out_keys is None else _TASK_VERSION
 
     def _scored(self, sums: FloatArray, squares: FloatArray) -> FloatArray:
         """Prompts' scores per cluster by scores, (n, k), from the weighted sums ``sums`` of
@@ -216,6 +257,23 @@ class ContextModel:
         out: IntArray = np.array([self.assign(t) for t in texts], dtype=np.int64)
         return out
 
+    def eval_contexts(self, counts: sp.csr_matrix) -> IntArray:
+        """The contexts of an eval table's prompts (feature counts, (P, ``DIM``)) that a warm
+        start's prior per context is taken from: ``assign_matrix``'s, except that a prompt the
+        model by task was fitted on gets its held-out context, the one a fit without it gives
+        it. Fitted on a prompt, the classifier knows its task; the prior of a task's context
+        is then of the prompts that the model sends there, those of other tasks it mistakes
+        for it included."""
+        out = self.assign_matrix(counts)
+        keys, held = self.held_out_keys, self.held_out_contexts
+        if keys is None or held is None or not keys.size:
+            return out
+        mine = row_keys(counts)
+        at = np.minimum(np.searchsorted(keys, mine), keys.size - 1)
+        hit = keys[at] == mine
+        out[hit] = held[at[hit]]
+        return out
+
     # ------------------------------------------------------------------ files
     def _archive(self) -> tuple[str, dict[str, np.ndarray]]:
         manifest = {
@@ -234,6 +292,9 @@ class ContextModel:
         if self.idf is not None and self.bias is not None:
             arrays["idf"] = np.asarray(self.idf, dtype=np.float32)
             arrays["bias"] = np.asarray(self.bias, dtype=np.float64)
+        if self.held_out_keys is not None and self.held_out_contexts is not None:
+            arrays["held_out_keys"] = np.asarray(self.held_out_keys, dtype=np.uint64)
+            arrays["held_out_contexts"] = np.asarray(self.held_out_contexts, dtype=np.int64)
         return json.dumps(manifest, indent=2, sort_keys=True), arrays
 
     def to_bytes(self) -> bytes:
@@ -257,17 +318,17 @@ class ContextModel:
         """The model of a file's bytes (``ContextModelError`` naming ``label``)."""
         manifest, arrays = read_zip(blob, label, "context model", ContextModelError)
         version = manifest.get("format_version")
-        if manifest.get("format") != _FORMAT or version not in (_WORDS_VERSION, _SCORES_VERSION):
+        if manifest.get("format") != _FORMAT or version not in _VERSIONS:
             raise ContextModelError(
-                f"{label}: not an msroute context model of format version {_WORDS_VERSION} "
-                f"or {_SCORES_VERSION} (format {manifest.get('format')!r}, version {version!r})"
+                f"{label}: not an msroute context model of format version 1, 2 or 3 (format "
+                f"{manifest.get('format')!r}, version {version!r})"
             )
         if manifest.get("featurizer") != FEATURIZER:
             raise ContextModelError(
                 f"{label}: fitted on features {manifest.get('featurizer')!r}; this msroute "
                 f"computes {FEATURIZER!r}: fit the model again"
             )
-        by_scores = version == _SCORES_VERSION
+        by_scores, by_task = version != _WORDS_VERSION, version == _TASK_VERSION
         try:
             return cls(
                 vocab=np.asarray(arrays["vocab"], dtype=np.int64),
@@ -277,6 +338,10 @@ class ContextModel:
                 info=dict(manifest.get("info") or {}),
                 idf=np.asarray(arrays["idf"], dtype=np.float32) if by_scores else None,
                 bias=np.asarray(arrays["bias"], dtype=np.float64) if by_scores else None,
+                held_out_keys=np.asarray(arrays["held_out_keys"]) if by_task else None,
+                held_out_contexts=(
+                    np.asarray(arrays["held_out_contexts"], dtype=np.int64) if by_task else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ContextModelError(f"{label}: not a valid context model: {exc}") from exc
@@ -302,15 +367,19 @@ class _Space:
     basis: FloatArray  # (V, r)
 
     @classmethod
-    def fit(cls, counts: sp.csr_matrix, rng: np.random.Generator, dims: int) -> _Space:
+    def words(cls, counts: sp.csr_matrix) -> _Space:
+        """The vocabulary and idf of some prompts (module docstring), no directions."""
         p = counts.shape[0]
         df = np.bincount(counts.indices, minlength=counts.shape[1])
         vocab = np.flatnonzero(df >= (2 if p >= 50 else 1))
         idf = np.log((1.0 + p) / (1.0 + df[vocab])) + 1.0
-        space = cls(vocab, idf, np.zeros((vocab.size, 0)))
-        y = space.tfidf(counts)
-        r = max(1, min(dims, vocab.size - 1, p - 1))
-        return cls(vocab, idf, _top_directions(y, r, rng))
+        return cls(vocab, idf, np.zeros((vocab.size, 0)))
+
+    @classmethod
+    def fit(cls, counts: sp.csr_matrix, rng: np.random.Generator, dims: int) -> _Space:
+        space = cls.words(counts)
+        r = max(1, min(dims, space.vocab.size - 1, counts.shape[0] - 1))
+        return cls(space.vocab, space.idf, _top_directions(space.tfidf(counts), r, rng))
 
     def tfidf(self, counts: sp.csr_matrix) -> sp.csr_matrix:
         x = sp.csr_matrix(counts)[:, self.vocab].astype(np.float64)
@@ -483,7 +552,8 @@ def fit_context_model(
     rewards: FloatArray | None = None,
     *,
     k: int | None = None,
-    by: str = "scores",
+    by: str | None = None,
+    labels: Sequence[str] | None = None,
     seed: int = 0,
     source: str = "",
 ) -> ContextModel:
@@ -498,11 +568,17 @@ def fit_context_model(
         what chooses ``k``.
     k : int, optional
         The number of clusters (default: chosen by the held-out criterion among
-        ``K_CANDIDATES``).
-    by : {"scores", "words"}, default "scores"
-        Cluster the prompts by their predicted scores (needs ``rewards``) or by their words.
+        ``K_CANDIDATES``). Not with ``by="task"`` (one context per task).
+    by : {"task", "scores", "words"}, optional
+        The tasks predicted from the words (needs ``labels``; ``msroute.prompts.tasks``), or
+        clusters of the prompts by their predicted scores (needs ``rewards``) or by their
+        words. Default: ``"task"`` when ``labels`` name two or more tasks and ``k`` is not
+        given, else ``"scores"``.
+    labels : sequence of str, length P, optional
+        Each prompt's task (an outcome table's ``category``).
     seed : int, default 0
-        Seeds the SVD, the k-means starts and the criterion's folds.
+        Seeds the SVD, the k-means starts and the criterion's folds (by task, the folds of the
+        held-out contexts).
     source : str
         Where the prompts come from (recorded in ``info``).
     """
@@ -511,8 +587,23 @@ def fit_context_model(
     p = x.shape[0]
     if x.shape[1] != DIM:
         raise InvalidValueError(f"counts must have {DIM} columns (the hash buckets)")
-    if by not in BY:
+    if by is not None and by not in BY:
         raise InvalidValueError(f"by == {by!r}, must be one of {', '.join(map(repr, BY))}")
+    if labels is not None or by == "task":
+        from msroute.prompts.tasks import fit_task_model, task_labels
+
+        tasks = None if labels is None else task_labels(labels, p)
+        if by is None and k is None and tasks is not None and len(tasks[1]) > 1:
+            by = "task"
+        if by == "task":
+            if k is not None:
+                raise InvalidValueError(
+                    f"k == {k!r}: a context model by task has one context per task; leave k out"
+                )
+            if tasks is None:
+                raise InvalidValueError("give the labels (each prompt's task) to fit by task")
+            return fit_task_model(x, *tasks, seed=seed, source=source)
+    by = by or "scores"
     r: FloatArray | None = None
     if rewards is not None:
         r = np.asarray(rewards, dtype=np.float64)
@@ -553,14 +644,14 @@ def fit_context_model(
             bias=bias,
         )
     weights = np.zeros((fitted.vocab.size, 1))
-    labels = np.zeros(p, np.int64)
+    clusters = np.zeros(p, np.int64)
     if k > 1:
-        c, labels = _kmeans(z, k, rng, spherical=True)
+        c, clusters = _kmeans(z, k, rng, spherical=True)
         weights = fitted.idf[:, None] * (fitted.basis @ c.T)
     return ContextModel(
         vocab=fitted.vocab.astype(np.int64),
         weights=weights.astype(np.float32),
         names=names,
-        fallback=int(np.argmax(np.bincount(labels, minlength=k))),
+        fallback=int(np.argmax(np.bincount(clusters, minlength=k))),
         info=info,
     )

@@ -34,8 +34,11 @@ Format (the same one ``msroute serve`` reads):
     anchor = true                  # the prior anchors the learner (default; msroute.policies.warm)
     [contexts_from]                # optional, instead of contexts: contexts from the prompt's text
     prompts = "eval.csv"           # an outcome table with a prompt column: a context model is
-                                   # fitted on its prompts (msroute.prompts), one context per
-                                   # cluster, and saved beside the journal (JOURNAL.contexts.npz)
+                                   # fitted on its prompts (msroute.prompts) and saved beside
+                                   # the journal (JOURNAL.contexts.npz): one context per task
+                                   # of its category column, else per cluster
+    by = "task"                    # or "scores", "words": clusters (default: "task" when the
+                                   # table has two or more categories and k is not given)
     k = 24                         # clusters (default: chosen from the table)
     seed = 0                       # the fit's seed
     # model = "contexts.npz"       # or a model fitted before (msroute.prompts), instead of prompts
@@ -214,9 +217,11 @@ def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str,
     key = "contexts_from"
     if not isinstance(value, Mapping):
         raise RouterConfigError(f"{key}: must be a table (prompts or model), got {value!r:.80}")
-    unknown = sorted(set(value) - {"prompts", "model", "k", "seed", "sha256"})
+    unknown = sorted(set(value) - {"prompts", "model", "k", "by", "seed", "sha256"})
     if unknown:
-        raise RouterConfigError(f"{key}: unknown key(s) {unknown}; known: prompts, model, k, seed")
+        raise RouterConfigError(
+            f"{key}: unknown key(s) {unknown}; known: prompts, model, k, by, seed"
+        )
     out: dict[str, Any] = {"seed": _int(value.get("seed", 0), f"{key}.seed", 0)}
     for name in ("prompts", "model", "sha256"):
         path = value.get(name)
@@ -226,6 +231,13 @@ def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str,
             out[name] = path
     if "k" in value:
         out["k"] = _int(value["k"], f"{key}.k", 1)
+    if "by" in value:  # its values are msroute.prompts.model's (checked by the fit)
+        if not isinstance(value["by"], str) or "prompts" not in value:
+            raise RouterConfigError(
+                f"{key}.by: a string, with prompts (how the model is fitted on them), got "
+                f"{value['by']!r:.80}"
+            )
+        out["by"] = value["by"]
     applied = "sha256" in out
     if not applied and ("prompts" in out) == ("model" in out):
         raise RouterConfigError(

@@ -1,12 +1,14 @@
 """A router's contexts from the prompt's text: its context model, fitted or loaded, and checked.
 
-``contexts_from = {prompts = "eval.csv", k, seed}`` (``msroute.router.config``) fits a context
-model (``msroute.prompts``) on the prompt column of an outcome table when the router is created;
-``{model = "contexts.npz"}`` takes one fitted before. The router's contexts are the model's
-clusters, and ``Router.route(prompt=...)`` (the HTTP decision's ``prompt``) takes a prompt's text
-instead of a context name: the model assigns it, and the decision is journaled in that context,
-as one given by name (the text itself is not journaled). A warm start from a table with a prompt
-column starts each cluster from the table's prompts the model assigns to it.
+``contexts_from = {prompts = "eval.csv", by, k, seed}`` (``msroute.router.config``) fits a
+context model (``msroute.prompts``) on the prompt column of an outcome table when the router is
+created: by default, on a table of two or more categories, a classifier of its tasks (the
+contexts are the tasks), else clusters; ``{model = "contexts.npz"}`` takes one fitted before. The
+router's contexts are the model's, and ``Router.route(prompt=...)`` (the HTTP decision's
+``prompt``) takes a prompt's text instead of a context name: the model assigns it, and the
+decision is journaled in that context, as one given by name (the text itself is not journaled).
+A warm start from a table with a prompt column starts each context from the table's prompts in
+it (``ContextModel.eval_contexts``: those the model was fitted on in their held-out contexts).
 
 A fitted model is saved beside the journal (``JOURNAL.contexts.npz``), a given one stays where it
 is; the configuration the journal records names the model's path (absolute, or relative to the
@@ -22,7 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msroute.datasets.outcomes import OutcomeTable, load_outcomes
-from msroute.errors import DataFormatError, InvalidFeedbackError, RouterConfigError
+from msroute.errors import (
+    DataFormatError,
+    InvalidFeedbackError,
+    InvalidValueError,
+    RouterConfigError,
+)
 from msroute.router.config import RouterConfig
 
 if TYPE_CHECKING:  # scipy is imported when a router has a context model, not with msroute
@@ -41,7 +48,7 @@ __all__ = [
 MODEL_SUFFIX = ".contexts.npz"
 
 #: The keys a user writes (the router adds ``sha256`` and, for a fitted model, ``model``).
-_GIVEN = ("prompts", "model", "k", "seed")
+_GIVEN = ("prompts", "model", "k", "by", "seed")
 
 
 def prompt_table(path: str, what: str) -> OutcomeTable:
@@ -107,13 +114,20 @@ def apply_contexts_from(
         from msroute.prompts.model import fit_context_model
 
         table = prompt_table(given["prompts"], "contexts_from.prompts")
-        model = fit_context_model(
-            table.prompt_counts(),
-            table.scores.sum(axis=1),
-            k=given.get("k"),
-            seed=given["seed"],
-            source=given["prompts"],
-        )
+        try:
+            model = fit_context_model(
+                table.prompt_counts(),
+                table.scores.sum(axis=1),
+                k=given.get("k"),
+                by=given.get("by"),
+                labels=table.category_labels(),
+                seed=given["seed"],
+                source=given["prompts"],
+            )
+        except InvalidValueError as exc:
+            raise RouterConfigError(
+                f"contexts_from: cannot fit a context model on {given['prompts']!r}: {exc}"
+            ) from exc
         digest = model.sha256
         if journal is not None:  # saved there once the journal is created (save_model)
             resolved["model"] = journal.name + MODEL_SUFFIX  # relative to the journal's folder

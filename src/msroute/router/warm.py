@@ -105,7 +105,7 @@ def apply_warm_start(
                 "come from the prompts' text starts each cluster from the table's prompts in it"
             )
         else:
-            index = text_model.assign_matrix(table.prompt_counts())
+            index = text_model.eval_contexts(table.prompt_counts())
         warm_start(
             policy, table, index, float(settings["strength"]), anchor=bool(settings["anchor"])
         )

@@ -13,8 +13,11 @@ A variant is ``task``, ``words`` or ``scores`` (``by``; the eval half's prompts 
 a warm start gives them, ``ContextModel.eval_contexts``), optionally with ``:k=N`` (a fixed
 number of clusters instead of the criterion's), ``:dims=N`` (``SCORE_DIMS``), ``:ridge=X``
 (``RIDGE``) or ``:strength=X`` (the task model's ``STRENGTH``), e.g. ``scores:k=16:dims=64``; a
-module constant is changed in this process only. ``labels`` plays the eval half's per-task
-routing on the streamed prompts' own tasks (the task column, which a text router does not see).
+module constant is changed in this process only; ``:prior=assigned`` takes the eval half's
+prompts in the contexts the model assigns them (by task, their own task: fitted on them, it
+knows them) and ``:prior=hindsight`` the streamed half's own best routing in the model's
+contexts instead of the eval half's. ``labels`` plays the eval half's per-task routing on the
+streamed prompts' own tasks (the task column, which a text router does not see).
 
 Usage: ``python benchmarks/bench_context_models.py [--seeds 5] [VARIANT ...]``.
 """
@@ -62,18 +65,21 @@ def played(q: np.ndarray, labels: np.ndarray, table: OutcomeTable) -> tuple[floa
 
 def contexts(
     variant: str, warm: OutcomeTable, stream: OutcomeTable, seed: int
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """The eval and streamed halves' contexts of ``variant``, and their number."""
+) -> tuple[OutcomeTable, np.ndarray, np.ndarray, int]:
+    """The table whose OPT^ctx routing is played (the eval half, or the streamed one in
+    hindsight), its contexts and the streamed half's of ``variant``, and their number."""
     if variant == "labels":
-        return warm.category, stream.category, warm.n_contexts
+        return warm, warm.category, stream.category, warm.n_contexts
     by, *options = variant.split(":")
-    k = None
+    k, prior = None, "held-out"
     saved = {key: getattr(*where) for key, where in _SETTINGS.items()}
     try:
         for opt in options:
             key, value = opt.split("=", 1)
             if key == "k":
                 k = int(value)
+            elif key == "prior":
+                prior = value
             else:
                 setattr(*_SETTINGS[key], type(saved[key])(value))
         model = context_models.fit_context_model(
@@ -87,11 +93,12 @@ def contexts(
     finally:
         for key, value in saved.items():
             setattr(*_SETTINGS[key], value)
-    return (
-        model.eval_contexts(warm.prompt_counts()),
-        model.assign_matrix(stream.prompt_counts()),
-        model.k,
-    )
+    s = model.assign_matrix(stream.prompt_counts())
+    if prior == "hindsight":
+        return stream, s, s, model.k
+    if prior == "assigned":
+        return warm, model.assign_matrix(warm.prompt_counts()), s, model.k
+    return warm, model.eval_contexts(warm.prompt_counts()), s, model.k
 
 
 def main() -> None:
@@ -112,9 +119,9 @@ def main() -> None:
         tic = time.perf_counter()
         gaps, spends, ks = [], [], []
         for seed, (warm, stream) in enumerate(halves):
-            w, s, k = contexts(variant, warm, stream, seed)
+            fit_on, w, s, k = contexts(variant, warm, stream, seed)
             ks.append(k)
-            runs = [played(opt_routing(warm, w, k, b), s, stream) for b in budgets]
+            runs = [played(opt_routing(fit_on, w, k, b), s, stream) for b in budgets]
             gaps.append([best[seed][i] - r for i, (r, _) in enumerate(runs)])
             spends.append([c / b for (_, c), b in zip(runs, budgets, strict=True)])
         gap, spend = np.mean(gaps, axis=0), np.mean(spends, axis=0)

@@ -88,8 +88,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--contexts",
         choices=["category", "text", "none"],
-        help="outcome tables: what the router sees of a prompt (default category; text: "
-        "clusters of its text)",
+        help="outcome tables: what the router sees of a prompt (default category; text: its "
+        "task predicted from its text by a model fitted on the eval table, or clusters)",
     )
     p.add_argument("--seeds", type=int_arg, help="number of seeds (default 5)")
     p.add_argument("--horizon", type=int_arg, help="rounds per run (default 5000)")

@@ -209,9 +209,9 @@ def _warm_start(value: object) -> dict[str, Any] | None:
 
 
 def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str, Any] | None:
-    """``contexts_from = {prompts = "eval.csv", k, seed}`` or ``{model = "contexts.npz"}``,
+    """``contexts_from = {prompts = "eval.csv", by, k, seed}`` or ``{model = "contexts.npz"}``,
     validated; a router that has applied it (``msroute.router.text``) adds its model's path and
-    SHA-256 and its contexts (the clusters' names)."""
+    SHA-256 and its contexts (the model's: tasks or clusters)."""
     if value is None:
         return None
     key = "contexts_from"
@@ -245,7 +245,7 @@ def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str,
         )
     if applied != (contexts is not None):
         raise RouterConfigError(
-            "contexts: set by contexts_from (its model's clusters); leave contexts out"
+            "contexts: set by contexts_from (its model's contexts); leave contexts out"
             if contexts is not None
             else f"{key}.sha256: set by the router that applied it"
         )

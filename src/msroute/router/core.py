@@ -372,7 +372,8 @@ class Router(Transactional):
             The query's context name (required when the router has contexts).
         prompt : str, optional
             Instead of ``context``, for a router with ``contexts_from``: the prompt's text,
-            whose cluster is the context (``msroute.router.text``; the text is not journaled).
+            whose predicted task or cluster is the context (``msroute.router.text``; the text
+            is not journaled).
         eligible : sequence of str, optional
             The expert ids this query may go to (default: all).
         decision_id : str, optional

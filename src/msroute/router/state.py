@@ -129,7 +129,7 @@ class RouterState:
         ``kwargs`` (a journal's recorded constructor arguments; default:
         ``policy_kwargs(cfg)``), and started from the configured warm-start table
         (``msroute.router.warm``; ``warm_sha256``: the SHA-256 a journal recorded of it; its
-        prompts in the clusters of ``text_model``, the context model of ``contexts_from``).
+        prompts in the contexts of ``text_model``, the context model of ``contexts_from``).
 
         Raises
         ------

@@ -13,7 +13,7 @@ it (``ContextModel.eval_contexts``: those the model was fitted on in their held-
 A fitted model is saved beside the journal (``JOURNAL.contexts.npz``), a given one stays where it
 is; the configuration the journal records names the model's path (absolute, or relative to the
 journal's folder), its SHA-256 and the contexts. A reopen loads that file and refuses it if its
-bytes changed: new prompts would go to other clusters than those the router learned.
+bytes changed: new prompts would go to other contexts than those the router learned.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def apply_contexts_from(
             raise RouterConfigError("contexts_from: the model of a router in memory is gone")
         model, _ = _read_model(folder / given["model"], given["sha256"])
         if model.names != cfg.contexts:
-            raise RouterConfigError("contexts_from: the model's clusters are not the contexts")
+            raise RouterConfigError("contexts_from: the model's contexts are not the router's")
         return cfg, model
     resolved: dict[str, Any] = dict(given)
     if "model" in given:

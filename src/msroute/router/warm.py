@@ -102,7 +102,7 @@ def apply_warm_start(
         elif table.prompts is None:
             raise RouterConfigError(
                 f"warm_start.table: {path!r} has no prompt column: a router whose contexts "
-                "come from the prompts' text starts each cluster from the table's prompts in it"
+                "come from the prompts' text starts each context from the table's prompts in it"
             )
         else:
             index = text_model.eval_contexts(table.prompt_counts())

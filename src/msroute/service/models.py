@@ -69,7 +69,7 @@ class DecisionRequest(BaseModel):
         None,
         max_length=1_000_000,
         description="Instead of context, for a router with contexts_from: the prompt's text, "
-        "whose cluster is the context (not journaled).",
+        "whose predicted task or cluster is the context (not journaled).",
     )
     eligible: list[Ident] | None = Field(
         None,

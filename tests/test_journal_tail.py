@@ -819,3 +819,48 @@ def test_multi_row_inserts_store_what_one_insert_a_row_stores(tmp_path: Path, n:
         )
         db.close()
     assert got[0] == got[1] and len(got[1][0]) == n
+
+
+class _Statements:
+    """The journal's connection, recording the statements it executes."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.seen: list[str] = []
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self.seen.append(sql)
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def test_folds_commit_at_normal_and_the_tail_empties_only_after_a_commit_at_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold in batches commits without an fsync and the tail keeps its frames; the fold that
+    finds ``TAIL_SYNC`` folds' worth in the tail commits at FULL and empties it."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 10)
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    spy = _Statements(journal._db)
+    journal._db = spy  # type: ignore[assignment]
+    tail = tail_path(path)
+    folds: list[tuple[int, bool, int]] = []
+    for i in range(100):
+        spy.seen.clear()
+        router.route(context="x", decision_id=f"q{i}")
+        if "COMMIT" in spy.seen:  # a fold
+            full = "PRAGMA synchronous = FULL" in spy.seen
+            folds.append((journal._folded_seq, full, len(read_tail(tail, journal.run_id)[0])))
+    assert [f[0] for f in folds] == list(range(10, 101, 10))
+    # Every fourth fold at FULL, which empties the tail; the others keep its frames.
+    assert [f[1] for f in folds] == [False, False, False, True] * 2 + [False, False]
+    assert [f[2] for f in folds] == [10, 20, 30, 0, 10, 20, 30, 0, 10, 20]
+    spy.seen.clear()
+    router.close()  # the last fold was at NORMAL: a checkpoint syncs it before the tail goes
+    assert "PRAGMA wal_checkpoint(FULL)" in spy.seen
+    assert not tail.exists() and raw_events(path) == 100

@@ -49,7 +49,8 @@ The connection runs in autocommit mode (``isolation_level=None``) with explicit
 faster, and a power loss may lose the last commits but never corrupts) a transaction of events is
 a frame of the journal's tail instead (``msroute.router.tail``), folded into SQLite every
 ``TAIL_FOLD`` events (or ``TAIL_FOLD_BYTES`` of payloads and distributions, whichever comes
-first) and by any transaction that writes a snapshot or a meta entry; the events
+first; at ``synchronous = NORMAL``, except every ``TAIL_SYNC``-th, which empties the tail) and by
+any transaction that writes a snapshot or a meta entry; the events
 after ``_folded_seq`` are kept in memory too (``_unfolded``), and the reads serve them from
 there. Opening a journal folds a tail its router left.
 
@@ -72,7 +73,6 @@ import os
 import secrets
 import sqlite3
 import stat
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
@@ -81,6 +81,7 @@ from typing import Any, NoReturn
 from msroute._validation import quoted
 from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
+from msroute.router.schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, setup
 from msroute.router.snapshots import bind
 from msroute.router.tail import (
     INSERT_EVENT,
@@ -100,16 +101,13 @@ __all__ = [
     "TAIL_FOLD",
     "TAIL_FOLD_BYTES",
     "TAIL_LIMIT",
+    "TAIL_SYNC",
     "Event",
     "Journal",
     "MemoryJournal",
     "open_journal",
 ]
 
-#: Version of the table layout; a journal of another version is refused (version 1, the same
-#: without ``events.probs_seq``, and version 2, with an index on ``events.ref`` instead of
-#: ``refs``, are upgraded in place when opened).
-SCHEMA_VERSION = 3
 
 #: How many events' ids a journal holds in memory before it writes them to ``refs`` (module
 #: docstring): the batch costs one commit a few milliseconds in a thousand.
@@ -123,6 +121,11 @@ TAIL_FOLD = 1024
 #: holds in memory stay small at any K: at K = 10,000 a masked decision carries 80 KB.
 TAIL_FOLD_BYTES = 8 << 20
 
+#: How many folds' worth of events (``TAIL_FOLD``) the tail keeps after they were folded at
+#: ``synchronous = NORMAL``: the fold that reaches it commits at FULL and empties the tail (so
+#: does any transaction that writes a snapshot or a meta entry, and closing the journal).
+TAIL_SYNC = 4
+
 #: How many folds' worth (``TAIL_FOLD`` events or ``TAIL_FOLD_BYTES``) the tail may hold when
 #: its folds keep failing (each failure is logged and retried): past that, a transaction commits
 #: in SQLite with the tail's events or fails like a write to a full disk, so that the events
@@ -131,28 +134,7 @@ TAIL_LIMIT = 16
 
 _log = logging.getLogger("msroute.router")
 
-#: How long opening a journal waits for another connection's lock, in milliseconds: a live
-#: router holds it until it closes, so this covers only a router that is just closing.
-BUSY_TIMEOUT_MS = 200
 
-_SCHEMA = """
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE events(
-    seq INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    ref TEXT,
-    time REAL NOT NULL,
-    payload TEXT NOT NULL,
-    probs BLOB,
-    probs_seq INTEGER
-);
-CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, policy BLOB NOT NULL, router TEXT NOT NULL);
-"""
-
-_SCHEMA_REFS = (
-    "CREATE TABLE refs(ref TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ref, seq)) "
-    "WITHOUT ROWID"
-)
 _SELECT_REFS = "SELECT seq FROM refs WHERE ref = ? ORDER BY seq"
 
 #: The columns of an event as read: the distribution resolved through ``probs_seq``.
@@ -252,7 +234,8 @@ class Journal(EventLog):
         except sqlite3.Error as exc:
             raise JournalError(f"{label}: cannot open the journal: {exc}") from exc
         try:
-            self._setup(sync, create)
+            setup(self._db, label, create)
+            self.set_sync(sync)
             self.run_id = self.meta("run_id")
         except sqlite3.DatabaseError as exc:
             self._db.close()
@@ -289,6 +272,8 @@ class Journal(EventLog):
         self._fold_at = TAIL_FOLD
         self._unfolded_bytes = 0  # the payloads' and distributions' bytes in _unfolded
         self._fold_bytes_at = TAIL_FOLD_BYTES
+        self._tail_rows = 0  # events in the tail since it was last emptied
+        self._empties = False  # the open SQLite transaction commits at FULL, then empties the tail
         self._committed_seq = self.last_seq
         self._shared = {}
         self._closed = False
@@ -331,74 +316,6 @@ class Journal(EventLog):
         _log.info("%s: %d snapshots bound to the journal", self.label, len(bound))
         return key
 
-    def _setup(self, sync: str, create: bool) -> None:
-        db = self._db
-        db.execute("PRAGMA locking_mode = EXCLUSIVE")  # before the first access (module doc)
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        has_tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
-        if create:
-            if version != 0 or has_tables:
-                raise JournalError(
-                    f"{self.label}: already holds a journal or another database; open it with "
-                    "Router.open() or choose a new file"
-                )
-        else:
-            check = db.execute("PRAGMA integrity_check").fetchone()[0]
-            if check != "ok":
-                raise JournalError(f"{self.label}: integrity check failed: {check}")
-            if version == 1:  # the same tables without events.probs_seq
-                version = self._upgrade_from_1()
-            if version == 2:  # an index on events.ref instead of the table refs
-                version = self._upgrade_from_2()
-            if version != SCHEMA_VERSION:
-                raise JournalError(
-                    f"{self.label}: journal schema version {version}, this msroute reads version "
-                    f"{SCHEMA_VERSION}" + (" (not an msroute journal?)" if version == 0 else "")
-                )
-        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if mode != "wal":
-            raise JournalError(f"{self.label}: cannot switch to WAL mode (got {mode})")
-        self.set_sync(sync)
-        if create:
-            db.execute("BEGIN IMMEDIATE")
-            for statement in [*_SCHEMA.split(";"), _SCHEMA_REFS]:
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT INTO meta(key, value) VALUES ('refs_upto', '0')")
-            run_id = uuid.uuid4().hex[:12]
-            db.execute("INSERT INTO meta(key, value) VALUES ('run_id', ?)", (run_id,))
-            key = secrets.token_hex(32)
-            db.execute("INSERT INTO meta(key, value) VALUES ('snapshot_key', ?)", (key,))
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-
-    def _upgrade_from_1(self) -> int:
-        """Add ``events.probs_seq`` to a version 1 journal (every row keeps its own blob):
-        version 2."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        db.execute("ALTER TABLE events ADD COLUMN probs_seq INTEGER")
-        db.execute("PRAGMA user_version = 2")
-        db.execute("COMMIT")
-        return 2
-
-    def _upgrade_from_2(self) -> int:
-        """Replace a version 2 journal's index on ``events.ref`` by the table ``refs``, holding
-        every event's id: version 3."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(_SCHEMA_REFS)
-        db.execute("INSERT INTO refs(ref, seq) SELECT ref, seq FROM events WHERE ref IS NOT NULL")
-        db.execute("DROP INDEX IF EXISTS events_ref")
-        db.execute(
-            "INSERT OR REPLACE INTO meta(key, value) "
-            "VALUES ('refs_upto', (SELECT coalesce(max(seq), 0) FROM events))"
-        )
-        db.execute("PRAGMA user_version = 3")
-        db.execute("COMMIT")
-        return 3
-
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
         """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
@@ -424,18 +341,23 @@ class Journal(EventLog):
             rows = self._unfolded[self._txn_from :]
             if rows:
                 self._tail.append(rows)
+                self._tail_rows += len(rows)
             self._txn_open = False
             if len(self._unfolded) >= self._fold_at or self._unfolded_bytes >= self._fold_bytes_at:
                 self._fold()
 
-    def _to_sqlite(self) -> None:
+    def _to_sqlite(self, fold: bool = False) -> None:
         """Make the open transaction a SQLite one (if it is not yet), holding every unfolded
-        event: a tail's fold commits at ``synchronous = FULL`` (``msroute.router.tail``)."""
+        event. Its commit empties the tail, and so commits at ``synchronous = FULL`` (module
+        docstring of ``msroute.router.tail``), unless it is a ``fold`` in batches while the tail
+        holds fewer than ``TAIL_SYNC`` folds' worth of events: that one commits at NORMAL and
+        the tail keeps its frames until a later commit at FULL has made them durable."""
         self._txn_open = False
         if self._db.in_transaction:
             return
+        self._empties = not fold or self._tail_rows >= TAIL_SYNC * TAIL_FOLD
         try:
-            if self._unfolded and self._sync == "normal":
+            if self._empties and self._tail.holds_rows and self._sync == "normal":
                 self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("BEGIN IMMEDIATE")
             if self._unfolded:
@@ -461,7 +383,9 @@ class Journal(EventLog):
         self._unfolded.clear()
         self._unfolded_bytes = 0
         self._fold_at, self._fold_bytes_at = TAIL_FOLD, TAIL_FOLD_BYTES
-        self._tail.empty()
+        if self._empties:
+            self._tail.empty()
+            self._tail_rows = 0
 
     def _after_sqlite(self) -> None:
         """Back to the configured ``synchronous`` after a fold committed or rolled back."""
@@ -472,7 +396,7 @@ class Journal(EventLog):
         """Fold the tail into SQLite now. Its events are durable already, so a failure fails
         no call: it is logged, and tried again some events later."""
         try:
-            self._to_sqlite()
+            self._to_sqlite(fold=True)
             self._commit_sqlite()
         except (sqlite3.Error, OSError) as exc:
             self._rollback_sqlite()
@@ -690,6 +614,8 @@ class Journal(EventLog):
             if self._unfolded:
                 self._to_sqlite()
                 self._commit_sqlite()
+            elif self._tail_rows:  # folded at NORMAL: a checkpoint syncs them to the disk first
+                self._db.execute("PRAGMA wal_checkpoint(FULL)")
             self._tail.close(remove=True)
         except (sqlite3.Error, OSError) as exc:
             self._tail.close(remove=False)

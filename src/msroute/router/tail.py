@@ -7,8 +7,10 @@ survives the process (a crash, SIGKILL) but not a power loss, which is what SQLi
 for a fraction of a SQLite transaction's cost (docs/benchmarks.md, "Against the peers"), so at
 ``"normal"`` a transaction of events is one frame appended here; ``msroute.router.journal``
 folds the tail into SQLite in batches, and whenever a transaction writes anything else
-(a snapshot, a meta entry), in one SQLite transaction committed at ``synchronous = FULL``
-before the tail is emptied (so a power loss cannot keep the tail's emptying and lose the fold).
+(a snapshot, a meta entry), in one SQLite transaction; the tail is emptied only after a
+transaction committed at ``synchronous = FULL`` (so a power loss cannot keep the tail's emptying
+and lose a fold: the fsync of SQLite's WAL covers the earlier commits at NORMAL too), and
+until then keeps frames whose events SQLite holds, which opening skips.
 
 File layout (format 3): a header, ``MAGIC``, the journal's run id (``<u16 length>`` and its
 UTF-8 bytes: a tail names the journal it belongs to, so another journal's is refused) and a

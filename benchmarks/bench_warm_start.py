@@ -21,14 +21,17 @@ OPT^ctx routing in the router's contexts (no floor) played fixed on the same str
 its spend / budget (it is fitted to the eval half's costs, so it may end over the budget).
 
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
-sets the warm start's strength, ``--omd KEY=VALUE`` overrides one of the live OMD parameters
-(``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it forks), and
-``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by scores`` (or
-``words``, ``task``) fits the text contexts' model that way instead of the package's default for
-the eval half (``msroute.prompts.model``: by task, the table having categories).
+sets the warm start's strength, ``--no-margin`` starts it without the live budget margin (the
+warm start before it: the optimum of the bounds themselves, the price gated by the dual;
+``msroute.policies.warm``, "The margin"), ``--omd KEY=VALUE`` overrides one of the live OMD
+parameters (``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it
+forks), ``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by
+scores`` (or ``words``, ``task``) fits the text contexts' model that way instead of the
+package's default for the eval half (``msroute.prompts.model``: by task, the table having
+categories).
 
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
-[--omd eta_mult=0.01] [--cases category:warm] [--by scores]``.
+[--no-margin] [--omd eta_mult=0.01] [--cases category:warm] [--by scores]``.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def main() -> None:
     parser.add_argument("--horizons", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
+    parser.add_argument("--no-margin", action="store_true")
     parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
     parser.add_argument("--by", choices=("default", *context_models.BY), default="default")
@@ -128,7 +132,8 @@ def main() -> None:
         DEFAULT_OMD_PARAMS[key] = kind(value)
     print(
         f"msroute {msroute.__version__}, numpy {importlib.metadata.version('numpy')}; live OMD "
-        f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}, text contexts by "
+        f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}"
+        f"{' without the margin' if args.no_margin else ''}, text contexts by "
         f"{args.by}; seeds 0-4, M = 1, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
@@ -147,6 +152,7 @@ def main() -> None:
                 contexts=contexts,
                 start=start,
                 warm_strength=args.strength,
+                warm_margin=not args.no_margin,
             )
             tic = time.perf_counter()
             with tempfile.TemporaryDirectory() as out:

@@ -82,6 +82,8 @@ def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):
         Router({**config(table), "warm_start": {"table": str(table), "strength": -1}})
     with pytest.raises(RouterConfigError, match=r"warm_start\.anchor: must be true or false"):
         Router({**config(table), "warm_start": {"table": str(table), "anchor": "yes"}})
+    with pytest.raises(RouterConfigError, match=r"warm_start\.margin: must be true or false"):
+        Router({**config(table), "warm_start": {"table": str(table), "margin": 1}})
     with pytest.raises(RouterConfigError, match="cannot read"):
         Router(config(tmp_path / "absent.csv"))
 
@@ -98,6 +100,7 @@ def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
         "table": str(tmp_path / "eval.csv"),
         "strength": DEFAULT_WARM_STRENGTH,
         "anchor": True,
+        "margin": True,
     }
     assert router.policy.prior.on
     router.close()
@@ -131,5 +134,37 @@ def test_the_anchor_is_recorded_and_a_journal_without_one_replays_without_it(tmp
     assert not reopened.policy.prior.anchor.any()
     reopened.close()
     twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=loose))
+    traffic(twin, 100)
+    decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")
+
+
+def test_the_margin_is_recorded_and_a_journal_without_one_replays_without_it(tmp_path):
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(0, 600))
+    kept = Router(config(table, tmp_path / "m.db"))
+    assert kept.policy.prior.fade.all()
+    kept.close()
+    db = sqlite3.connect(tmp_path / "m.db")
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'warm_start'").fetchone()
+    db.close()
+    assert json.loads(raw)["margin"] is True
+    # A journal written before the margin existed names none: it ran (and replays) without.
+    bare = {"table": str(table), "strength": 30, "margin": False}
+    router = Router(config(table, tmp_path / "old.db", snapshot_every=40, warm_start=bare))
+    traffic(router, 100)
+    router.close()
+    db = sqlite3.connect(tmp_path / "old.db")
+    for key in ("config", "warm_start"):
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        entry = json.loads(raw)
+        (entry["warm_start"] if key == "config" else entry).pop("margin")
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(entry), key))
+    db.commit()
+    db.close()
+    reopened = Router.open(tmp_path / "old.db")
+    assert reopened.config.warm_start is not None and reopened.config.warm_start["margin"] is False
+    assert reopened.policy.prior.anchor.all() and not reopened.policy.prior.fade.any()
+    reopened.close()
+    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=bare))
     traffic(twin, 100)
     decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")

@@ -18,7 +18,7 @@ from msroute.policies.live import live_kwargs
 from msroute.policies.persist import policy_bytes, policy_from_bytes
 from msroute.policies.registry import make_policy
 from msroute.simulate import simulate
-from msroute.warmstart import table_contexts, warm_start
+from msroute.warmstart import table_contexts, warm_start, within_margin
 from test_outcomes import write_csv
 
 #: Per context, each model's chance of a right answer: the best model differs by context, and
@@ -80,12 +80,28 @@ def test_a_warm_start_begins_at_the_tables_certified_optimum_and_spends_nothing(
     ones = np.ones((3, 1))
     # Anchored (the default), the prior counts as 30 QP steps: the first step is the 31st.
     floor = max(pol.floor_min, pol.gamma / np.sqrt(30.0 + 1.0))
-    problem = pol.problem_batch.problems[0]
+    # Within the live budget margin (the default): the optimum of the bound less its cap, a
+    # tenth of it, the box the dual approaches at its first decisions.
+    problem = within_margin(pol, 0)
+    assert problem.constraints.upper_array()[0] == pytest.approx(0.9 * 1.6)
     opt = contextual_opt(
         table.scores, contexts, ones, problem, floor=floor, round_costs=table.costs
     )
     np.testing.assert_allclose(pol.q[0], opt.q, atol=1e-9)
     np.testing.assert_allclose(plan.value, opt.value)
+    assert opt.cost[0] <= 0.9 * 1.6 + 1e-9 and pol.prior.fade.all()
+    loose = policy(table, budget=1.6)
+    (bare,) = warm_start(loose, table, contexts, strength=30.0, margin=False)
+    at_bound = contextual_opt(
+        table.scores,
+        contexts,
+        ones,
+        loose.problem_batch.problems[0],
+        floor=floor,
+        round_costs=table.costs,
+    )
+    np.testing.assert_allclose(loose.q[0], at_bound.q, atol=1e-9)
+    assert bare.value > plan.value and not loose.prior.fade.any()
     # The budget binds at the optimum (model 3 is dearer and better): the dual starts on it.
     assert plan.multipliers[0] > 0 and pol.w[0, 0] > 0
     state = pol.state()
@@ -291,3 +307,86 @@ def test_an_anchored_single_run_decides_as_the_general_paths_bit_for_bit():
     for key, value in state_dict(fast).items():
         assert_bitwise(value, state_dict(general)[key], key)
     assert fast.prior.anchor.all() and int(fast._steps.sum()) > 10
+
+
+def test_within_the_margin_a_warm_start_keeps_its_start_and_spends_up_to_the_budget():
+    # The table's optimum of the bound itself is a tenth over the box the dual approaches at
+    # first: each context's first QP step then takes the aggregate's whole excess and moves
+    # toward its cheapest models (a 7-10% of the mass in 300 rounds), and the price, gated
+    # by the dual's sign, holds the spend where it is as the margin shrinks (0.75-0.86 of the
+    # budget). Within the margin the start stays (about 2%) and the faded price lets the
+    # spend back up to the budget.
+    budget, runs, horizon = 1.6, 8, 3000
+    eval_table, stream = graded(2, 600), graded(3, 3000)
+    contexts = table_contexts(eval_table, eval_table.categories)
+    moved, spend = {}, {}
+    for margin in (True, False):
+        pol = policy(stream, budget, runs, horizon)
+        warm_start(pol, eval_table, contexts, margin=margin)
+        start = pol.q
+        env = OutcomeEnv(stream, horizon=horizon, n_runs=runs, seed=list(range(100, 100 + runs)))
+        simulate({"p": pol}, env, pol.problem_batch, 300)
+        moved[margin] = float(np.abs(pol.q - start).sum(axis=-1).mean() / 2)
+        traj = simulate({"p": pol}, env, pol.problem_batch, horizon)["p"]
+        spend[margin] = float(traj.costs[:, :, 0].mean() / budget)
+        assert np.all(traj.costs[:, :, 0].mean(axis=0) <= budget)
+    assert moved[True] < 0.04 and moved[False] > 0.06
+    assert spend[True] > 0.9 and spend[True] > spend[False] + 0.04
+
+
+def test_the_margins_price_fades_with_the_spends_slack():
+    table = graded(0, 600)
+    pol = policy(table, budget=1.6)
+    warm_start(pol, table, table_contexts(table, table.categories), strength=30.0)
+    prior, dual, runs, ctx = pol.prior, pol.dual, np.array([0]), np.array([1])
+    costs = pol.cost_est.costs.reshape(1, 3, 4, 1)[:, 1]
+    price = prior.price_of(runs, ctx)
+    assert price[0, 0] > 0 and dual.pad_cap[0, 0] == pytest.approx(0.16)
+    _, hi = dual.target()  # the bound itself before two realized costs
+    full = np.einsum("rkd,rd->rk", costs, price)
+
+    def at(spend: float) -> np.ndarray:
+        aggregate = (np.array([0.0]), np.array([[spend]]))  # the contexts' spend, exactly
+        return prior.priced(runs, ctx, dual, pol.q[:, 1], costs, aggregate)
+
+    for spend, share in ((hi[0, 0] + 0.3, 1.0), (hi[0, 0], 1.0), (hi[0, 0] - 0.08, 0.5)):
+        np.testing.assert_allclose(at(spend), share * full, rtol=1e-12)
+    np.testing.assert_allclose(at(hi[0, 0] - 0.16), 0.0, atol=1e-12)  # a cap inside: none
+    np.testing.assert_array_equal(at(hi[0, 0] - 0.2), 0.0)
+    np.testing.assert_array_equal(at(0.1), 0.0)
+    dual.w[0] = 0.0  # the dual's sign plays no part in a faded price
+    np.testing.assert_allclose(at(hi[0, 0]), full, rtol=1e-12)
+    prior.fade[0] = False  # without the margin: the dual's sign gates it, whatever the spend
+    np.testing.assert_array_equal(at(hi[0, 0]), 0.0)
+    dual.w[0] = 0.5
+    np.testing.assert_allclose(at(0.1), full, rtol=1e-12)
+
+
+def test_a_policy_file_from_before_the_margin_resumes_without_it(tmp_path):
+    import json
+    import zipfile
+
+    table = graded(1, 300)
+    pol = policy(table, budget=1.6, runs=2)
+    warm_start(pol, table, table_contexts(table, table.categories), 20.0, margin=False)
+    run(pol, table, 200, runs=2)
+    path = tmp_path / "v7.npz"
+    pol.save(path)
+    with zipfile.ZipFile(path) as zf:  # as format 7 wrote it: no fade
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members.pop("manifest.json"))
+    manifest["format_version"] = 7
+    manifest["arrays"].remove("prior.fade")
+    del members["state.prior.fade.npy"]
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for n, data in members.items():
+            zf.writestr(n, data)
+    old = load_policy(path)
+    assert old.prior.on and old.prior.anchor.all() and not old.prior.fade.any()
+    ctx = np.array([0, 2])
+    for _ in range(60):
+        a, b = pol.select(ctx), old.select(ctx)
+        assert np.array_equal(a.draws, b.draws) and np.array_equal(a.probs, b.probs)
+        for p, d in ((pol, a), (old, b)):
+            p.update(d, np.array([1.0, 0.0]), np.array([[1.0], [1.0]]))

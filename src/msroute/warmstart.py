@@ -4,15 +4,19 @@ A team that routes LLM calls has graded its models on its own prompts before lau
 table, ``msroute.datasets.outcomes``). ``warm_start`` starts an OMD policy from such a table,
 before any traffic:
 
-* each context at the table's certified best routing for the policy's bounds: ``OPT^ctx`` of
-  the table's prompts (``msroute.core.oracle.contextual_opt``: one routing per context under the
-  aggregate budget, each prompt's own costs), with the floor the policy's first step keeps;
+* each context at the table's certified best routing for the policy's bounds (by default less
+  the budget margin's cap, below): ``OPT^ctx`` of the table's prompts
+  (``msroute.core.oracle.contextual_opt``: one routing per context under the aggregate budget,
+  each prompt's own costs), with the floor the policy's first step keeps;
 * the approachability dual at the optimum's multipliers: a bound that binds there is enforced
   from the first decision (its weight is the multiplier in the dual's units, in the unit ball);
 * the reward and cost estimates as pseudo-counts of strength ``N`` (``DEFAULT_STRENGTH``), with
   the bias check of ``msroute.policies.warm`` that shrinks a prior the traffic contradicts;
 * by default the prior anchors the learner (``anchor``; ``msroute.policies.warm``, "The
-  anchor"), so that a good start is kept, not overwritten by the first noisy steps.
+  anchor"), so that a good start is kept, not overwritten by the first noisy steps;
+* by default the start keeps a live router's budget margin (``margin``; ``msroute.policies.warm``,
+  "The margin"): the optimum is that of the bounds shrunk by the margin's cap, the box the dual
+  approaches at its first decisions, and the anchor's price fades with the spend's slack.
 
 Nothing of the table is traffic: the policy has made no decision, spent nothing and learned from
 no feedback after it. The table's prompts are mapped to the policy's contexts by name (a
@@ -27,12 +31,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from msroute._validation import FloatArray, IntArray
+from msroute.core.problem import Constraints, Problem
 from msroute.datasets.outcomes import OutcomeTable
-from msroute.errors import InvalidValueError
+from msroute.errors import InfeasibleConstraintsError, InvalidValueError
 from msroute.policies.omd import OMDApproachability
 from msroute.policies.omd_variants import floor_at
 
-__all__ = ["DEFAULT_STRENGTH", "WarmPlan", "plan_warm_start", "table_contexts", "warm_start"]
+__all__ = [
+    "DEFAULT_STRENGTH",
+    "WarmPlan",
+    "plan_warm_start",
+    "table_contexts",
+    "warm_start",
+    "within_margin",
+]
 
 #: The default strength ``N``: pseudo-rounds per (context, expert) of the table's means, calls
 #: of its per-context costs, and ``N`` proximal steps (``N / B`` without the anchor;
@@ -93,6 +105,33 @@ def table_contexts(table: OutcomeTable, names: Sequence[str] | None) -> IntArray
     return np.asarray(mapping[table.category], dtype=np.int64)
 
 
+def within_margin(policy: OMDApproachability, run: int) -> Problem:
+    """Run ``run``'s problem with its bounds shrunk by the budget margin's cap, the box the
+    policy's dual approaches at its first decisions (``ApproachabilityDual.target``: a tenth of
+    each finite bound, the margin's largest, while the realized costs are few); the problem
+    itself where the dual keeps no budget margin or the shrunk bounds cross."""
+    problem = policy.problem_batch.problems[run]
+    dual = policy.dual
+    if dual.construction != "invariant" or dual.budget_margin == 0.0:
+        return problem
+    units = problem.m_draws if dual.surrogate == "linear" else 1  # the dual's hi is per draw
+    lo, hi = problem.constraints.lower_array(), problem.constraints.upper_array()
+    upper, lower = hi - units * dual.pad_cap[run], lo + dual.pad_cap[run]
+    if np.any(lower > upper):
+        return problem
+    return Problem(
+        problem.costs,
+        problem.m_draws,
+        Constraints(
+            upper=[float(u) if np.isfinite(h) else None for u, h in zip(upper, hi, strict=True)],
+            lower=[float(v) if np.isfinite(b) else None for v, b in zip(lower, lo, strict=True)],
+            names=problem.constraints.names,
+        ),
+        problem.cbar,
+        expert_names=problem.expert_names,
+    )
+
+
 def plan_warm_start(
     policy: OMDApproachability,
     table: OutcomeTable,
@@ -103,14 +142,17 @@ def plan_warm_start(
     pick: float = 1.0,
     tol: float = 1e-6,
     anchor: bool = True,
+    margin: bool = True,
 ) -> WarmPlan:
     """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
     contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
     (``msroute.outcome_env.best_pick``); ``anchor``: whether the prior anchors the learner
-    (``warm_start``), which sets the step its first QP step counts."""
-    from msroute.core.oracle import contextual_opt
+    (``warm_start``), which sets the step its first QP step counts; ``margin``: the optimum of
+    the bounds shrunk by the budget margin's cap (``within_margin``; that of the bounds where
+    none meets them), else of the bounds."""
+    from msroute.core.oracle import ContextualOracleResult, contextual_opt
 
-    problem = policy.problem_batch.problems[run]
+    bounds = policy.problem_batch.problems[run]
     n_ctx, k = policy.n_contexts, policy.n_experts
     if table.n_experts != k:
         raise InvalidValueError(
@@ -118,16 +160,26 @@ def plan_warm_start(
         )
     first = float(policy.prior.steps_of(strength, anchor)) + 1.0  # the first QP step's count
     floor = max(policy.floor_min, floor_at(policy.gamma, policy.floor, first))
-    res = contextual_opt(
-        table.scores,
-        contexts,
-        np.ones((n_ctx, table.n_dims)),
-        problem,
-        floor=min(floor, 1.0 / k),
-        round_costs=table.costs,
-        tol=tol,
-        pick=pick,
-    )
+
+    def optimum(problem: Problem) -> ContextualOracleResult:
+        return contextual_opt(
+            table.scores,
+            contexts,
+            np.ones((n_ctx, table.n_dims)),
+            problem,
+            floor=min(floor, 1.0 / k),
+            round_costs=table.costs,
+            tol=tol,
+            pick=pick,
+        )
+
+    shrunk = within_margin(policy, run) if margin else bounds
+    try:
+        res = optimum(shrunk)
+    except InfeasibleConstraintsError:
+        if shrunk is bounds:
+            raise
+        res = optimum(bounds)  # no routing of the floor meets the shrunk bounds
     support = np.bincount(contexts, minlength=n_ctx).astype(np.float64)
     costs = np.zeros((n_ctx, k, table.costs.shape[2]))
     np.add.at(costs, contexts, table.costs)
@@ -161,6 +213,7 @@ def warm_start(
     *,
     pick: float = 1.0,
     anchor: bool = True,
+    margin: bool = True,
 ) -> list[WarmPlan]:
     """Start every run of ``policy`` from ``table`` (one plan per distinct problem, shared by
     the runs on it); returns the plans, in order of the problems' first runs.
@@ -181,6 +234,11 @@ def warm_start(
         Let the prior anchor the learner (``msroute.policies.warm``, "The anchor"): damped
         residuals, ``N`` steps counted, the optimum's multipliers as a price. False: the
         warm start as it was before the anchor (a journal that recorded none replays so).
+    margin : bool, default True
+        Keep the live budget margin (``msroute.policies.warm``, "The margin"): the optimum of
+        the bounds shrunk by the margin's cap, the price faded by the spend's slack. False: the
+        optimum of the bounds, the price gated by the dual (a journal that recorded no margin
+        replays so).
     """
     if not isinstance(policy, OMDApproachability):
         raise InvalidValueError(
@@ -195,7 +253,7 @@ def warm_start(
     for run, problem in enumerate(problems):
         if id(problem) not in done:
             done[id(problem)] = plan_warm_start(
-                policy, table, contexts, run, strength, pick=pick, anchor=anchor
+                policy, table, contexts, run, strength, pick=pick, anchor=anchor, margin=margin
             )
             plans.append(done[id(problem)])
     runs = np.arange(len(problems))
@@ -212,5 +270,6 @@ def warm_start(
         float(strength),
         runs,
         np.stack([p.multipliers for p in pl]) if anchor else None,
+        margin,
     )
     return plans

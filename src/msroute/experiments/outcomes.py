@@ -106,6 +106,8 @@ class OutcomeBenchConfig:
         (``msroute.experiments.outcome_runs``).
     warm_strength : float
         The warm start's strength ``N``.
+    warm_margin : bool
+        Whether the warm start keeps the live budget margin (``msroute.warmstart.warm_start``).
     contexts : {"category", "text", "none"}
         What the router sees of a prompt (the comparators stay per category).
     """
@@ -124,6 +126,7 @@ class OutcomeBenchConfig:
     warm_start: str | None = None
     warm_split: float | None = None
     warm_strength: float = DEFAULT_STRENGTH
+    warm_margin: bool = True
     contexts: str = "category"
 
     def __post_init__(self) -> None:
@@ -266,7 +269,8 @@ def _policy_cell(
     warm = tables.warm
     if warm is not None and isinstance(pol, OMDApproachability):
         contexts = table_contexts(warm, table.categories)
-        warm_start(pol, warm, contexts, cfg.warm_strength, pick=best_pick(cfg.team_answer))
+        pick = best_pick(cfg.team_answer)
+        warm_start(pol, warm, contexts, cfg.warm_strength, pick=pick, margin=cfg.warm_margin)
     run = simulate_summary({policy: pol}, env, batch, cfg.horizon, run_map=run_map)[policy]
     return {
         "seeds": list(seeds),

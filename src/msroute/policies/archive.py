@@ -39,8 +39,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "Saveable", "policy_bytes", "save_policy"
 #: a paced policy saves its pacer. Version 6: OMD saves its warm start's prior
 #: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros). Version 7:
 #: the prior's anchor and price; older files load with none (a warm start without the anchor,
-#: as it ran).
-FORMAT_VERSION = 7
+#: as it ran). Version 8: whether the prior's price fades with the spend's slack (its margin);
+#: older files load without (the price gated by the dual, as it ran).
+FORMAT_VERSION = 8
 #: The ``format`` a policy file's manifest names.
 FORMAT = "msroute-policy"
 

@@ -235,6 +235,12 @@ class ApproachabilityDual:
         self.tol = tol
         self.lo = lo
         self.hi = hi
+        # The budget margin's cap, a tenth of each finite bound (the margin never exceeds it).
+        finite_hi, finite_lo = (
+            np.where(np.isfinite(hi), hi, 0.0),
+            np.where(np.isfinite(lo), lo, 0.0),
+        )
+        self.pad_cap: FloatArray = 0.1 * np.maximum(np.abs(finite_hi), np.abs(finite_lo))
         if self.construction == "invariant":
             if scale is None or has_lower is None or has_upper is None:
                 raise InvalidValueError("the invariant dual needs scale, has_lower and has_upper")
@@ -247,12 +253,7 @@ class ApproachabilityDual:
                 raise InvalidValueError(
                     f"the invariant dual takes at most 128 cost coordinates, got {lo.shape[-1]}"
                 )
-            # The margin's cap (a tenth of each finite bound) and the open sides never move.
-            finite_hi, finite_lo = (
-                np.where(np.isfinite(hi), hi, 0.0),
-                np.where(np.isfinite(lo), lo, 0.0),
-            )
-            self._pad_cap = 0.1 * np.maximum(np.abs(finite_hi), np.abs(finite_lo))
+            # The open sides never move.
             self._open_lo = _OpenSide(self._lower, -np.inf)
             self._open_hi = _OpenSide(self._upper, np.inf)
             # What the step reads, as (R, d) arrays, and for one run as lists (``step_rows``).
@@ -262,7 +263,7 @@ class ApproachabilityDual:
                     scale,
                     self._open_lo(lo),
                     self._open_hi(hi),
-                    self._pad_cap,
+                    self.pad_cap,
                     self._lower,
                     self._upper,
                 )
@@ -316,7 +317,7 @@ class ApproachabilityDual:
                 # capped at a tenth of each finite bound.
                 sd = np.sqrt(self._cost_m2 / (self._n_obs - 1))
                 pad = self.budget_margin * sd / (self._units * np.sqrt(self._n_obs))
-                pad = np.minimum(pad, self._pad_cap)
+                pad = np.minimum(pad, self.pad_cap)
                 lo, hi = lo + pad, hi - pad
         elif self.surrogate == "exact":
             sd = np.sqrt(self._cost_m2 / max(self._n_obs - 1, 1))

@@ -428,7 +428,7 @@ def _qp_compiled(
                 dual._units,
                 dual._n_obs,
                 dual._cost_m2,
-                dual._pad_cap,
+                dual.pad_cap,
             )
         )
     except TypeError:  # numba matched no signature: nothing changed

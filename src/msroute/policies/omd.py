@@ -431,6 +431,7 @@ class OMDApproachability(BasePolicy):
         strength: float,
         runs: IntArray | None = None,
         price: FloatArray | None = None,
+        fade: bool = False,
     ) -> None:
         """Start runs from an eval table, before any decision (``msroute.warmstart`` builds the
         arguments from a table; ``msroute.policies.warm`` says what each becomes).
@@ -438,7 +439,7 @@ class OMDApproachability(BasePolicy):
         Parameters
         ----------
         q : ndarray, shape (R', X, K)
-            Each context's first routing (the table's certified optimum for the bounds).
+            Each context's first routing (the table's certified optimum, ``msroute.warmstart``).
         w : ndarray, shape (R', d)
             The dual's start (in its units: ``ApproachabilityDual.w``).
         costs : ndarray, shape (R', X, K, d)
@@ -455,6 +456,8 @@ class OMDApproachability(BasePolicy):
             The optimum's multipliers (reward per unit of each cost: > 0 where an upper bound
             binds, < 0 where a lower one does); given, the prior anchors the learner
             (``msroute.policies.warm``, "The anchor").
+        fade : bool, default False
+            The price fades with the spend's slack (``msroute.policies.warm``, "The margin").
         """
         if self.t or self._n_feedback:
             raise InvalidStateError("warm_start: the policy has decided already; start it first")
@@ -478,7 +481,14 @@ class OMDApproachability(BasePolicy):
                     f"warm_start: price must be {(r, self.n_costs)} finite multipliers"
                 )
         self.prior.set(
-            at, np.asarray(mean), np.asarray(spread), np.asarray(support), strength, cold, price
+            at,
+            np.asarray(mean),
+            np.asarray(spread),
+            np.asarray(support),
+            strength,
+            cold,
+            price,
+            fade,
         )
         if self.prior.on and self.estimator_name == "model":  # the model starts at the table
             cells = np.repeat(at, x), np.tile(np.arange(x), r)
@@ -659,7 +669,7 @@ class OMDApproachability(BasePolicy):
         if self.n_contexts > 1:
             costs, aggregate = self._context_costs(runs, ctx), self._aggregate_spend(runs, ctx)
         if self.prior.on and self.prior.anchor.any():  # an anchored prior's price
-            y = y - self._priced(runs, ctx, costs) / eta
+            y = y - self.prior.priced(runs, ctx, self.dual, q0, costs[runs], aggregate) / eta
         if self.floor == "fixed":
             self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs
@@ -680,16 +690,6 @@ class OMDApproachability(BasePolicy):
             self.estimator.refit(runs, ctx, self.prior.cells(runs, ctx))
         else:
             self.estimator.refit(runs, ctx)
-
-    def _priced(self, runs: IntArray, ctx: IntArray, costs: FloatArray) -> FloatArray:
-        """The price term (R', K) of the runs' QP steps: ``lambda . C_x``, with ``lambda`` the
-        anchored prior's price of each run's context (``RewardPrior.price_of``, per unit of
-        the surrogate cost ``C^T q`` that ``OPT^ctx`` bounds) on the bounds the dual enforces
-        now (a bound inside its box has no price: the contexts may spend up to it), and
-        ``C_x`` the cost estimates ``costs`` (R, K, d) of the step's contexts."""
-        price = self.prior.price_of(runs, ctx)
-        price = np.where(price * self.dual.w[runs] > 0.0, price, 0.0)
-        return np.asarray(np.einsum("rkd,rd->rk", costs[runs], price))
 
     def _step_count(self, runs: IntArray, ctx: IntArray) -> FloatArray | IntArray:
         """The QP steps of the runs' contexts, a warm start's included (``RewardPrior``)."""

@@ -4,7 +4,7 @@ A router serving real traffic must survive restarts: ``save_policy`` writes ever
 policy has learned, and ``load_policy`` rebuilds it so that, fed the same feedback, it makes
 exactly the decisions the original would have made, bit for bit (random stream included).
 
-Format (``format_version`` 7, ``FORMAT_VERSION``)
+Format (``format_version`` 8, ``FORMAT_VERSION``)
 -------------------------------------------------
 One zip archive, readable by ``numpy.load(path, allow_pickle=False)`` (an ``NpzFile``) and by any
 zip tool (``unzip -p router.npz manifest.json``):
@@ -99,9 +99,12 @@ _NEW_ENTRIES: dict[int, tuple[str, ...]] = {
     3: ("streams.gamma_state",),
     5: ("pacer",),
     6: tuple(
-        f"prior.{name}" for name in RewardPrior._state_attrs if name not in ("anchor", "price")
+        f"prior.{name}"
+        for name in RewardPrior._state_attrs
+        if name not in ("anchor", "price", "fade")
     ),  # OMD's warm start
     7: ("prior.anchor", "prior.price"),  # its anchor
+    8: ("prior.fade",),  # its margin
 }
 
 

@@ -50,6 +50,32 @@ and a refuted one is gone):
   of the multiplier's sign): a router that spends below its budget, where the traffic's
   rewards differ from the table's, is free to spend up to it.
 
+The margin
+----------
+A live router approaches its bounds shrunk by a budget margin
+(``msroute.policies.duals.ApproachabilityDual.target``), at its cap, a tenth of each finite bound,
+while its realized costs are few. A warm start that keeps the margin (``fade``, the default of
+``msroute.warmstart.warm_start`` and of a router's ``warm_start``; ``margin = true``) plans for it
+and prices by it:
+
+* **the start** is the table's optimum for the bounds shrunk by the margin's cap, the box the
+  dual approaches at its first decisions, not for the bounds themselves. An optimum on the bound
+  itself is a tenth over that box: the aggregate cut (``msroute.policies.omd``) then makes each
+  context's first QP step take the whole excess, ``1 / p_x`` times its share of it, projected
+  toward its cheapest experts whatever their rewards, and the first contexts to step leave the
+  table's pick for a worse routing, which the later steps only partly win back;
+* **the price** of a bound fades with the aggregate spend's distance inside the box the dual
+  approaches now (the cut's ``p_x u_x(q) + O`` at the step's routing): the optimum's multiplier on
+  that side of the box or beyond it, none a margin's cap (a tenth of the bound) or more inside,
+  linearly between. At the multiplier the context that mixes two experts at the optimum is
+  indifferent between them, so a priced routing stays wherever its spend is; faded, the spend
+  left free as the margin shrinks draws the routing back up to the box (on the ``w_j`` gate
+  above, which the noise of single decisions keeps on most of the time, it stayed where it
+  started).
+
+A warm start that does not keep it (a journal or policy file from before it, or ``margin =
+false``) plans for the bounds and gates the price by ``w_j``.
+
 A warm start that is not anchored (a journal or policy file from before the anchor, or
 ``anchor = false``) runs as the paragraphs above the anchor describe, with the step count at ``N /
 B``.
@@ -84,6 +110,7 @@ import numpy as np
 
 from msroute._validation import BoolArray, FloatArray, IntArray
 from msroute.errors import InvalidStateError
+from msroute.policies.duals import ApproachabilityDual
 from msroute.policies.reward_model import Prior
 
 __all__ = ["BIAS_Z", "REFUTE_Z", "RewardPrior"]
@@ -129,6 +156,8 @@ class RewardPrior:
     price : ndarray, shape (R, d)
         The table optimum's multipliers (reward per unit of each cost, ``OPT^ctx``'s: > 0 where
         an upper bound binds, < 0 where a lower one does; 0 unless anchored).
+    fade : ndarray of bool, shape (R,)
+        Whether each run's price fades with the spend's slack (module docstring, "The margin").
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = (
@@ -146,6 +175,7 @@ class RewardPrior:
         "cold",
         "anchor",
         "price",
+        "fade",
     )
     _expert_axes: ClassVar[dict[str, int]] = {
         "strength": -1,
@@ -187,6 +217,7 @@ class RewardPrior:
         self.cold: FloatArray = np.zeros(shape)
         self.anchor: BoolArray = np.zeros(n_runs, dtype=bool)
         self.price: FloatArray = np.zeros((n_runs, n_costs))
+        self.fade: BoolArray = np.zeros(n_runs, dtype=bool)
 
     def set(
         self,
@@ -197,11 +228,13 @@ class RewardPrior:
         strength: float,
         cold: FloatArray,
         price: FloatArray | None = None,
+        fade: bool = False,
     ) -> None:
         """Give runs ``runs`` the table's ``mean`` and ``spread`` (R', X, K) and ``support``
         (R', X) at strength ``N``, and the routing ``cold`` (R', X, K) a refuted context
         restarts from; ``price`` (R', d): the optimum's multipliers, given: the prior anchors
-        the learner (module docstring). The bias check starts afresh."""
+        the learner; ``fade``: the price fades with the spend's slack (module docstring). The
+        bias check starts afresh."""
         has = support > 0
         self.strength[runs] = np.where(has[:, :, None], strength, 0.0)
         self.mean[runs] = mean
@@ -213,6 +246,7 @@ class RewardPrior:
             arr[runs] = 0.0
         self.anchor[runs] = price is not None
         self.price[runs] = 0.0 if price is None else price
+        self.fade[runs] = fade
         self.offset[runs] = np.where(has, self.steps_of(strength, self.anchor[runs, None]), 0.0)
         total = np.maximum(support.sum(axis=1, keepdims=True), 1.0)
         self.share[runs] = strength * support.shape[1] * support / total
@@ -237,6 +271,36 @@ class RewardPrior:
         strength = self.strength[runs, ctx].max(axis=1)
         factor = self.weight[runs, ctx].max(axis=1) / np.where(strength > 0, strength, 1.0)
         return np.asarray(self.price[runs] * factor[:, None])
+
+    def priced(
+        self,
+        runs: IntArray,
+        ctx: IntArray,
+        dual: ApproachabilityDual,
+        q: FloatArray,
+        costs: FloatArray,
+        aggregate: tuple[FloatArray, FloatArray] | None,
+    ) -> FloatArray:
+        """The price term (R', K) of the runs' QP steps: ``lambda . C_x``, with ``lambda``
+        (``price_of``, per unit of the cost ``dual`` measures, which ``OPT^ctx`` bounds) on the
+        bounds the dual enforces now, or faded by the spend's slack (module docstring), and
+        ``C_x`` the cost estimates ``costs`` (R', K, d) of the steps' contexts, whose routings
+        before the step are ``q`` (R', K) and aggregate cut ``aggregate`` (``None``: one
+        context)."""
+        price = self.price_of(runs, ctx)
+        gated = np.where(price * dual.w[runs] > 0.0, price, 0.0)
+        fade = self.fade[runs]
+        if fade.any():
+            spend = dual.measure(q, costs)  # the cut's: the contexts' aggregate where several
+            if aggregate is not None:
+                spend = aggregate[0][:, None] * spend + aggregate[1]
+            lo, hi = dual.target()
+            inside = np.where(price > 0.0, hi[runs] - spend, spend - lo[runs])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                near = 1.0 - inside / dual.pad_cap[runs]  # 1 on the box's side, 0 a cap in
+            near = np.clip(np.where(inside <= 0.0, 1.0, near), 0.0, 1.0)
+            gated = np.where(fade[:, None], price * near, gated)
+        return np.asarray(np.einsum("rkd,rd->rk", costs, gated))
 
     def observe(self, rows: IntArray, ctx: IntArray, draws: IntArray, reward: FloatArray) -> None:
         """Count one feedback per run: the residual of each run's team against the table's

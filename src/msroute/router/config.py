@@ -32,6 +32,7 @@ Format (the same one ``msroute serve`` reads):
                                    # categories the contexts); relative: to this file's folder
     strength = 100                 # pseudo-counts per context and expert (default 100)
     anchor = true                  # the prior anchors the learner (default; msroute.policies.warm)
+    margin = true                  # ... within the live budget margin (default; the same module)
     [contexts_from]                # optional, instead of contexts: contexts from the prompt's text
     prompts = "eval.csv"           # an outcome table with a prompt column: a context model is
                                    # fitted on its prompts (msroute.prompts) and saved beside
@@ -183,18 +184,19 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
 
 
 def _warm_start(value: object) -> dict[str, Any] | None:
-    """``warm_start = {table = "eval.csv", strength = N, anchor = true}``, validated (strength
-    >= 0; ``anchor`` a boolean, default true: ``msroute.warmstart.warm_start``)."""
+    """``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true}``,
+    validated (strength >= 0; ``anchor`` and ``margin`` booleans, default true:
+    ``msroute.warmstart.warm_start``)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise RouterConfigError(
-            f"warm_start: must be a table (table, strength, anchor), got {value!r:.80}"
+            f"warm_start: must be a table (table, strength, anchor, margin), got {value!r:.80}"
         )
-    unknown = sorted(set(value) - {"table", "strength", "anchor"})
+    unknown = sorted(set(value) - {"table", "strength", "anchor", "margin"})
     if unknown:
         raise RouterConfigError(
-            f"warm_start: unknown key(s) {unknown}; known: table, strength, anchor"
+            f"warm_start: unknown key(s) {unknown}; known: table, strength, anchor, margin"
         )
     table = value.get("table")
     if not isinstance(table, str) or not table:
@@ -202,10 +204,11 @@ def _warm_start(value: object) -> dict[str, Any] | None:
     strength = _number(value.get("strength", DEFAULT_WARM_STRENGTH), "warm_start.strength")
     if strength < 0:
         raise RouterConfigError(f"warm_start.strength: must be >= 0, got {strength}")
-    anchor = value.get("anchor", True)
-    if not isinstance(anchor, bool):
-        raise RouterConfigError(f"warm_start.anchor: must be true or false, got {anchor!r:.80}")
-    return {"table": table, "strength": strength, "anchor": anchor}
+    flags = {key: value.get(key, True) for key in ("anchor", "margin")}
+    for key, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise RouterConfigError(f"warm_start.{key}: must be true or false, got {flag!r:.80}")
+    return {"table": table, "strength": strength, **flags}
 
 
 def _contexts_from(value: object, contexts: tuple[str, ...] | None) -> dict[str, Any] | None:
@@ -313,11 +316,13 @@ class RouterConfig:
     @classmethod
     def recorded(cls, data: Mapping[str, Any]) -> RouterConfig:
         """A configuration a journal or snapshot recorded, with the meaning it had when it was
-        written: a warm start that names no ``anchor`` ran without one (``from_dict`` otherwise).
+        written: a warm start that names no ``anchor`` (or ``margin``) ran without one
+        (``from_dict`` otherwise).
         """
         warm = data.get("warm_start") if isinstance(data, Mapping) else None
-        if isinstance(warm, Mapping) and "anchor" not in warm:
-            data = {**data, "warm_start": {**warm, "anchor": False}}
+        if isinstance(warm, Mapping):
+            older = {key: False for key in ("anchor", "margin") if key not in warm}
+            data = {**data, "warm_start": {**warm, **older}}
         return cls.from_dict(data)
 
     @classmethod

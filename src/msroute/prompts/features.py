@@ -25,6 +25,7 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,7 @@ __all__ = [
     "DIM",
     "FEATURIZER",
     "MAX_CHARS",
+    "Vocabulary",
     "feature_matrix",
     "features_bytes",
     "features_from_bytes",
@@ -124,6 +126,33 @@ def row_keys(counts: sp.csr_matrix) -> npt.NDArray[np.uint64]:
         digest.update(vals[a:b].tobytes())
         out[i] = int.from_bytes(digest.digest(), "little")
     return out
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The buckets a context model reads and their weights: those in at least two of the
+    prompts it is fitted on (all of them below 50 prompts; one prompt's own words tell nothing
+    about another's), ``idf = log((1 + P) / (1 + df)) + 1``."""
+
+    vocab: IntArray  # (V,) sorted buckets
+    idf: FloatArray  # (V,)
+
+    @classmethod
+    def of(cls, counts: sp.csr_matrix) -> Vocabulary:
+        """The vocabulary of these prompts' counts (P, ``DIM``)."""
+        p = counts.shape[0]
+        df = np.bincount(counts.indices, minlength=counts.shape[1])
+        vocab = np.flatnonzero(df >= (2 if p >= 50 else 1))
+        return cls(vocab, np.log((1.0 + p) / (1.0 + df[vocab])) + 1.0)
+
+    def tfidf(self, counts: sp.csr_matrix) -> sp.csr_matrix:
+        """Prompts' TF-IDF vectors over the vocabulary, (P, V): ``(1 + log count) x idf``,
+        each scaled to unit length (a prompt without a vocabulary bucket stays zero)."""
+        x = sp.csr_matrix(counts)[:, self.vocab].astype(np.float64)
+        x.data = 1.0 + np.log(x.data)
+        x = sp.csr_matrix(x @ sp.diags(self.idf))
+        norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+        return sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ x)
 
 
 def _ids_digest(prompt_ids: Sequence[str]) -> str:

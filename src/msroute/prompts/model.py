@@ -78,7 +78,15 @@ from msroute._atomic import atomic_path
 from msroute._npzip import read_zip, zip_bytes
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import DataFormatError, InvalidValueError
-from msroute.prompts.features import DIM, FEATURIZER, feature_matrix, prompt_features, row_keys
+from msroute.prompts.features import (
+    DIM,
+    FEATURIZER,
+    Vocabulary,
+    feature_matrix,
+    prompt_features,
+    row_keys,
+)
+from msroute.prompts.tasks import fit_tasks, task_labels
 
 __all__ = [
     "BY",
@@ -359,34 +367,16 @@ def load_context_model(path: str | os.PathLike[str]) -> ContextModel:
 
 # ---------------------------------------------------------------------- fitting
 @dataclass(frozen=True)
-class _Space:
+class _Space(Vocabulary):
     """The TF-IDF + SVD coordinates fitted on some prompts."""
 
-    vocab: IntArray
-    idf: FloatArray
     basis: FloatArray  # (V, r)
 
     @classmethod
-    def words(cls, counts: sp.csr_matrix) -> _Space:
-        """The vocabulary and idf of some prompts (module docstring), no directions."""
-        p = counts.shape[0]
-        df = np.bincount(counts.indices, minlength=counts.shape[1])
-        vocab = np.flatnonzero(df >= (2 if p >= 50 else 1))
-        idf = np.log((1.0 + p) / (1.0 + df[vocab])) + 1.0
-        return cls(vocab, idf, np.zeros((vocab.size, 0)))
-
-    @classmethod
     def fit(cls, counts: sp.csr_matrix, rng: np.random.Generator, dims: int) -> _Space:
-        space = cls.words(counts)
-        r = max(1, min(dims, space.vocab.size - 1, counts.shape[0] - 1))
-        return cls(space.vocab, space.idf, _top_directions(space.tfidf(counts), r, rng))
-
-    def tfidf(self, counts: sp.csr_matrix) -> sp.csr_matrix:
-        x = sp.csr_matrix(counts)[:, self.vocab].astype(np.float64)
-        x.data = 1.0 + np.log(x.data)
-        x = sp.csr_matrix(x @ sp.diags(self.idf))
-        norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
-        return sp.csr_matrix(sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ x)
+        words = Vocabulary.of(counts)
+        r = max(1, min(dims, words.vocab.size - 1, counts.shape[0] - 1))
+        return cls(words.vocab, words.idf, _top_directions(words.tfidf(counts), r, rng))
 
     def project(self, counts: sp.csr_matrix) -> FloatArray:
         """The prompts' coordinates: their unit TF-IDF vectors in the SVD's directions."""
@@ -590,8 +580,6 @@ def fit_context_model(
     if by is not None and by not in BY:
         raise InvalidValueError(f"by == {by!r}, must be one of {', '.join(map(repr, BY))}")
     if labels is not None or by == "task":
-        from msroute.prompts.tasks import fit_task_model, task_labels
-
         tasks = None if labels is None else task_labels(labels, p)
         if by is None and k is None and tasks is not None and len(tasks[1]) > 1:
             by = "task"
@@ -602,7 +590,18 @@ def fit_context_model(
                 )
             if tasks is None:
                 raise InvalidValueError("give the labels (each prompt's task) to fit by task")
-            return fit_task_model(x, *tasks, seed=seed, source=source)
+            fit = fit_tasks(x, *tasks, seed=seed)
+            return ContextModel(
+                vocab=fit.words.vocab.astype(np.int64),
+                weights=(fit.words.idf[:, None] * fit.weights).astype(np.float32),
+                names=tasks[1],
+                fallback=int(np.argmax(fit.bias)),
+                info={"prompts": p, "seed": seed, "source": source, **fit.info},
+                idf=fit.words.idf.astype(np.float32),
+                bias=fit.bias,
+                held_out_keys=fit.held_out_keys,
+                held_out_contexts=fit.held_out_contexts,
+            )
     by = by or "scores"
     r: FloatArray | None = None
     if rewards is not None:

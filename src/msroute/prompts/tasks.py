@@ -2,12 +2,13 @@
 from its words.
 
 An eval table often says each prompt's task (an outcome table's ``category`` column), where live
-traffic does not. ``fit_task_model`` (``fit_context_model(..., labels=...)``, its default when
-the labels name two or more tasks) learns to tell the tasks apart from the prompts' hashed
-n-gram counts (``msroute.prompts.features``):
+traffic does not. ``fit_tasks`` (what ``msroute.prompts.fit_context_model(..., labels=...)``
+fits, its default when the labels name two or more tasks, into a ``ContextModel`` by task)
+learns to tell the tasks apart from the prompts' hashed n-gram counts
+(``msroute.prompts.features``):
 
 1. TF-IDF over the buckets in at least two prompts, each prompt's vector scaled to unit length
-   (the vocabulary and weighting of the clusters, ``msroute.prompts.model``);
+   (``msroute.prompts.features.Vocabulary``, as the clusters');
 2. a ridge regression of each task's indicator (1 for the task's prompts, 0 for the others) on
    those vectors, penalty ``STRENGTH`` on the weights and none on the intercepts (a
    least-squares classifier; conjugate gradients from zero, to a relative residual of
@@ -30,16 +31,18 @@ fitted on its held-out context.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from msroute._validation import FloatArray, IntArray
 from msroute.errors import InvalidValueError
-from msroute.prompts.features import row_keys
-from msroute.prompts.model import ContextModel, _Space
+from msroute.prompts.features import Vocabulary, row_keys
 
-__all__ = ["FOLDS", "MIN_PER_TASK", "STRENGTH", "fit_task_model", "task_labels"]
+__all__ = ["FOLDS", "MIN_PER_TASK", "STRENGTH", "TaskFit", "fit_tasks", "task_labels"]
 
 #: Ridge penalty of the weights (against the sum of squared errors over the prompts).
 STRENGTH = 0.1
@@ -107,11 +110,11 @@ def _regression(z: sp.csr_matrix, tasks: IntArray, k: int) -> tuple[FloatArray, 
 
 def _classifier(
     counts: sp.csr_matrix, tasks: IntArray, k: int
-) -> tuple[_Space, FloatArray, FloatArray]:
+) -> tuple[Vocabulary, FloatArray, FloatArray]:
     """The vocabulary, weights and biases fitted on these prompts."""
-    space = _Space.words(counts)
-    w, b = _regression(space.tfidf(counts), tasks, k)
-    return space, w, b
+    words = Vocabulary.of(counts)
+    w, b = _regression(words.tfidf(counts), tasks, k)
+    return words, w, b
 
 
 def _held_out(counts: sp.csr_matrix, tasks: IntArray, k: int, seed: int) -> IntArray:
@@ -122,21 +125,44 @@ def _held_out(counts: sp.csr_matrix, tasks: IntArray, k: int, seed: int) -> IntA
     for f in range(min(FOLDS, p)):
         test = np.sort(order[f::FOLDS])
         fit = np.setdiff1d(order, test)
-        space, w, b = _classifier(counts[fit], tasks[fit], k)
-        out[test] = np.argmax(np.asarray(space.tfidf(counts[test]) @ w) + b, axis=1)
+        words, w, b = _classifier(counts[fit], tasks[fit], k)
+        out[test] = np.argmax(np.asarray(words.tfidf(counts[test]) @ w) + b, axis=1)
     return out
 
 
-def fit_task_model(
-    counts: sp.csr_matrix,
-    tasks: IntArray,
-    names: tuple[str, ...],
-    *,
-    seed: int = 0,
-    source: str = "",
-) -> ContextModel:
-    """Fit a context model by task (module docstring) on prompts' feature counts (P, ``DIM``)
-    and their tasks (indices into ``names``, ``task_labels``); ``seed`` seeds the folds.
+@dataclass(frozen=True)
+class TaskFit:
+    """A fitted classifier of the tasks (module docstring).
+
+    Attributes
+    ----------
+    words : Vocabulary
+        Its buckets and their idf.
+    weights : ndarray, shape (V, k)
+        Each bucket's weight per task, on the unit TF-IDF vector.
+    bias : ndarray, shape (k,)
+        Each task's bias.
+    held_out_keys : ndarray of uint64, shape (H,)
+        The fitted prompts' keys (``row_keys``), sorted and distinct.
+    held_out_contexts : ndarray of int64, shape (H,)
+        The task of each of them in the fit without it (of its first, if repeated).
+    info : dict
+        How it was fitted.
+    """
+
+    words: Vocabulary
+    weights: FloatArray
+    bias: FloatArray
+    held_out_keys: npt.NDArray[np.uint64]
+    held_out_contexts: IntArray
+    info: dict[str, Any]
+
+
+def fit_tasks(
+    counts: sp.csr_matrix, tasks: IntArray, names: tuple[str, ...], *, seed: int = 0
+) -> TaskFit:
+    """Fit the classifier (module docstring) on prompts' feature counts (P, ``DIM``) and their
+    tasks (indices into ``names``, ``task_labels``); ``seed`` seeds the folds.
 
     Raises
     ------
@@ -158,27 +184,14 @@ def fit_task_model(
             f"({', '.join(map(repr, small[:5]))}{', ...' if len(small) > 5 else ''}); a task is "
             "learned from its prompts: give each prompt's task, or fit by scores instead"
         )
-    space, w, b = _classifier(counts, tasks, k)
+    words, w, b = _classifier(counts, tasks, k)
     held = _held_out(counts, tasks, k, seed)
     keys, first = np.unique(row_keys(counts), return_index=True)
     info = {
-        "prompts": counts.shape[0],
-        "seed": seed,
-        "source": source,
         "by": "task",
         "k": k,
         "strength": STRENGTH,
         "folds": FOLDS,
         "held_out_accuracy": round(float(np.mean(held == tasks)), 6),
     }
-    return ContextModel(
-        vocab=space.vocab.astype(np.int64),
-        weights=(space.idf[:, None] * w).astype(np.float32),
-        names=names,
-        fallback=int(np.argmax(b)),
-        info=info,
-        idf=space.idf.astype(np.float32),
-        bias=np.asarray(b, dtype=np.float64),
-        held_out_keys=keys,
-        held_out_contexts=held[first],
-    )
+    return TaskFit(words, w, np.asarray(b, dtype=np.float64), keys, held[first], info)

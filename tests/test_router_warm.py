@@ -106,65 +106,49 @@ def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
     router.close()
 
 
-def test_the_anchor_is_recorded_and_a_journal_without_one_replays_without_it(tmp_path):
+@pytest.mark.parametrize(("key", "part"), [("anchor", "anchor"), ("margin", "fade")])
+def test_a_warm_start_setting_is_recorded_and_a_journal_without_it_replays_without_it(
+    tmp_path, key, part
+):
     table = tmp_path / "eval.csv"
     write_csv(table, graded(0, 600))
-    anchored = Router(config(table, tmp_path / "a.db"))
-    assert anchored.policy.prior.anchor.all()
-    anchored.close()
-    db = sqlite3.connect(tmp_path / "a.db")
+    router = Router(config(table, tmp_path / "new.db"))
+    assert getattr(router.policy.prior, part).all()
+    router.close()
+    db = sqlite3.connect(tmp_path / "new.db")
     (raw,) = db.execute("SELECT value FROM meta WHERE key = 'warm_start'").fetchone()
     db.close()
-    assert json.loads(raw)["anchor"] is True
-    # A journal written before the anchor existed names none: it ran (and replays) without.
-    loose = {"table": str(table), "strength": 30, "anchor": False}
-    router = Router(config(table, tmp_path / "old.db", snapshot_every=40, warm_start=loose))
+    assert json.loads(raw)[key] is True
+    # A journal written before the setting existed names none: it ran (and replays) without.
+    settings = {"table": str(table), "strength": 30, key: False}
+    reopened = _replayed_without(tmp_path, table, key, settings)
+    assert not getattr(reopened.policy.prior, part).any()
+    assert key == "anchor" or reopened.policy.prior.anchor.all()  # the margin keeps the anchor
+    reopened.close()
+    _decides_as_its_twin(tmp_path, table, settings)
+
+
+def _replayed_without(tmp_path, table, key, settings):
+    """A router run with ``settings`` (``key`` False) whose journal then loses ``key`` from its
+    recorded configuration, as a journal written before ``key`` existed: reopened, it names
+    ``key`` False."""
+    router = Router(config(table, tmp_path / "old.db", snapshot_every=40, warm_start=settings))
     traffic(router, 100)
     router.close()
     db = sqlite3.connect(tmp_path / "old.db")
-    for key in ("config", "warm_start"):
-        (raw,) = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    for name in ("config", "warm_start"):
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = ?", (name,)).fetchone()
         entry = json.loads(raw)
-        (entry["warm_start"] if key == "config" else entry).pop("anchor")
-        db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(entry), key))
+        (entry["warm_start"] if name == "config" else entry).pop(key)
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(entry), name))
     db.commit()
     db.close()
     reopened = Router.open(tmp_path / "old.db")
-    assert reopened.config.warm_start is not None and reopened.config.warm_start["anchor"] is False
-    assert not reopened.policy.prior.anchor.any()
-    reopened.close()
-    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=loose))
-    traffic(twin, 100)
-    decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")
+    assert reopened.config.warm_start is not None and reopened.config.warm_start[key] is False
+    return reopened
 
 
-def test_the_margin_is_recorded_and_a_journal_without_one_replays_without_it(tmp_path):
-    table = tmp_path / "eval.csv"
-    write_csv(table, graded(0, 600))
-    kept = Router(config(table, tmp_path / "m.db"))
-    assert kept.policy.prior.fade.all()
-    kept.close()
-    db = sqlite3.connect(tmp_path / "m.db")
-    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'warm_start'").fetchone()
-    db.close()
-    assert json.loads(raw)["margin"] is True
-    # A journal written before the margin existed names none: it ran (and replays) without.
-    bare = {"table": str(table), "strength": 30, "margin": False}
-    router = Router(config(table, tmp_path / "old.db", snapshot_every=40, warm_start=bare))
-    traffic(router, 100)
-    router.close()
-    db = sqlite3.connect(tmp_path / "old.db")
-    for key in ("config", "warm_start"):
-        (raw,) = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        entry = json.loads(raw)
-        (entry["warm_start"] if key == "config" else entry).pop("margin")
-        db.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(entry), key))
-    db.commit()
-    db.close()
-    reopened = Router.open(tmp_path / "old.db")
-    assert reopened.config.warm_start is not None and reopened.config.warm_start["margin"] is False
-    assert reopened.policy.prior.anchor.all() and not reopened.policy.prior.fade.any()
-    reopened.close()
-    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=bare))
+def _decides_as_its_twin(tmp_path, table, settings):
+    twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=settings))
     traffic(twin, 100)
     decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")

@@ -251,28 +251,37 @@ def test_the_anchor_damps_residuals_counts_steps_and_prices_by_the_priors_weight
 
 
 def test_a_policy_file_from_before_the_anchor_resumes_without_it(tmp_path):
-    import json
-    import zipfile
-
     table = graded(1, 300)
     pol = policy(table, budget=1.6, runs=2)
     warm_start(pol, table, table_contexts(table, table.categories), 20.0, anchor=False)
     run(pol, table, 200, runs=2)
-    path = tmp_path / "v6.npz"
+    old = _saved_as_format(pol, tmp_path / "v6.npz", 6, ("prior.anchor", "prior.price"))
+    assert old.prior.on and not old.prior.anchor.any()
+    _resume_alike(pol, old)
+
+
+def _saved_as_format(pol, path, version, arrays):
+    """``pol`` saved, rewritten as format ``version`` wrote it (without ``arrays``), loaded."""
+    import json
+    import zipfile
+
     pol.save(path)
-    with zipfile.ZipFile(path) as zf:  # as format 6 wrote it: no anchor, no price
+    with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     manifest = json.loads(members.pop("manifest.json"))
-    manifest["format_version"] = 6
-    for name in ("prior.anchor", "prior.price"):
+    manifest["format_version"] = version
+    for name in arrays:
         manifest["arrays"].remove(name)
         del members[f"state.{name}.npy"]
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("manifest.json", json.dumps(manifest))
         for n, data in members.items():
             zf.writestr(n, data)
-    old = load_policy(path)
-    assert old.prior.on and not old.prior.anchor.any()
+    return load_policy(path)
+
+
+def _resume_alike(pol, old):
+    """The policy and its reloaded copy decide the same, draw for draw, as they learn."""
     ctx = np.array([0, 2])
     for _ in range(60):
         a, b = pol.select(ctx), old.select(ctx)
@@ -363,30 +372,10 @@ def test_the_margins_price_fades_with_the_spends_slack():
 
 
 def test_a_policy_file_from_before_the_margin_resumes_without_it(tmp_path):
-    import json
-    import zipfile
-
     table = graded(1, 300)
     pol = policy(table, budget=1.6, runs=2)
     warm_start(pol, table, table_contexts(table, table.categories), 20.0, margin=False)
     run(pol, table, 200, runs=2)
-    path = tmp_path / "v7.npz"
-    pol.save(path)
-    with zipfile.ZipFile(path) as zf:  # as format 7 wrote it: no fade
-        members = {n: zf.read(n) for n in zf.namelist()}
-    manifest = json.loads(members.pop("manifest.json"))
-    manifest["format_version"] = 7
-    manifest["arrays"].remove("prior.fade")
-    del members["state.prior.fade.npy"]
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("manifest.json", json.dumps(manifest))
-        for n, data in members.items():
-            zf.writestr(n, data)
-    old = load_policy(path)
+    old = _saved_as_format(pol, tmp_path / "v7.npz", 7, ("prior.fade",))
     assert old.prior.on and old.prior.anchor.all() and not old.prior.fade.any()
-    ctx = np.array([0, 2])
-    for _ in range(60):
-        a, b = pol.select(ctx), old.select(ctx)
-        assert np.array_equal(a.draws, b.draws) and np.array_equal(a.probs, b.probs)
-        for p, d in ((pol, a), (old, b)):
-            p.update(d, np.array([1.0, 0.0]), np.array([[1.0], [1.0]]))
+    _resume_alike(pol, old)

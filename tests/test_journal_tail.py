@@ -864,3 +864,22 @@ def test_folds_commit_at_normal_and_the_tail_empties_only_after_a_commit_at_full
     router.close()  # the last fold was at NORMAL: a checkpoint syncs it before the tail goes
     assert "PRAGMA wal_checkpoint(FULL)" in spy.seen
     assert not tail.exists() and raw_events(path) == 100
+
+
+def test_a_tail_of_large_events_is_synced_by_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folds due to their bytes (large distributions) sync the tail once it holds
+    ``TAIL_SYNC`` folds' worth of bytes, however few events that is."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD_BYTES", 2_000)
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    journal = router._journal
+    assert isinstance(journal, Journal)
+    largest = 0
+    for i in range(200):  # masked decisions carry their whole distribution
+        router.route(context="x", eligible=["a", "b"], decision_id=f"q{i}")
+        largest = max(largest, tail_path(path).stat().st_size)
+    assert journal._folded_seq > 0
+    assert largest < journal_module.TAIL_SYNC * 2_000 + 1_000  # emptied past 8,000 bytes
+    router.close()

@@ -121,9 +121,10 @@ TAIL_FOLD = 1024
 #: holds in memory stay small at any K: at K = 10,000 a masked decision carries 80 KB.
 TAIL_FOLD_BYTES = 8 << 20
 
-#: How many folds' worth of events (``TAIL_FOLD``) the tail keeps after they were folded at
-#: ``synchronous = NORMAL``: the fold that reaches it commits at FULL and empties the tail (so
-#: does any transaction that writes a snapshot or a meta entry, and closing the journal).
+#: How many folds' worth of events (``TAIL_FOLD``, or of bytes, ``TAIL_FOLD_BYTES``) the tail
+#: keeps after they were folded at ``synchronous = NORMAL``: the fold that reaches it commits at
+#: FULL and empties the tail (so does any transaction that writes a snapshot or a meta entry,
+#: and closing the journal).
 TAIL_SYNC = 4
 
 #: How many folds' worth (``TAIL_FOLD`` events or ``TAIL_FOLD_BYTES``) the tail may hold when
@@ -355,7 +356,10 @@ class Journal(EventLog):
         self._txn_open = False
         if self._db.in_transaction:
             return
-        self._empties = not fold or self._tail_rows >= TAIL_SYNC * TAIL_FOLD
+        self._empties = not fold or (
+            self._tail_rows >= TAIL_SYNC * TAIL_FOLD
+            or self._tail.size >= TAIL_SYNC * TAIL_FOLD_BYTES
+        )
         try:
             if self._empties and self._tail.holds_rows and self._sync == "normal":
                 self._db.execute("PRAGMA synchronous = FULL")

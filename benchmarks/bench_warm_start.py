@@ -20,6 +20,11 @@ Beside each warm row, ``prior alone``: what the start is worth without learning,
 OPT^ctx routing in the router's contexts (no floor) played fixed on the same streamed prompts, and
 its spend / budget (it is fitted to the eval half's costs, so it may end over the budget).
 
+With ``--bounds``, beside it, ``full information``: what the stream could add to the prior at
+most, at that horizon: the OPT^ctx routing of the eval half and the streamed prompts together,
+every model's grade of every streamed prompt known (the router sees only the routed model's
+answer), played fixed from the first query on the same streamed prompts.
+
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
 sets the warm start's strength, ``--no-margin`` starts it without the live budget margin (the
 warm start before it: the optimum of the bounds themselves, the price gated by the dual;
@@ -31,7 +36,7 @@ package's default for the eval half (``msroute.prompts.model``: by task, the tab
 categories).
 
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
-[--no-margin] [--omd eta_mult=0.01] [--cases category:warm] [--by scores]``.
+[--no-margin] [--omd eta_mult=0.01] [--cases category:warm] [--by scores] [--bounds]``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 import msroute
+from msroute.datasets.outcomes import OutcomeTable
 from msroute.experiments.outcome_runs import RunTables
 from msroute.experiments.outcomes import OutcomeBenchConfig, _problems, run_outcome_bench
 from msroute.oracle import contextual_opt
@@ -86,28 +92,69 @@ class Started(OutcomeBenchConfig):
         return t
 
 
-def prior_alone(cfg: Started, budget: float, seed: int) -> tuple[float, float]:
-    """The mean reward and spend / budget of the eval part's OPT^ctx routing (in the router's
-    contexts, no floor) played fixed on seed ``seed``'s streamed prompts."""
+def fixed_value(
+    cfg: Started, budget: float, seed: int, fitted: OutcomeTable
+) -> tuple[float, float]:
+    """The mean reward and spend / budget of the OPT^ctx routing of table ``fitted`` (in the
+    router's contexts, no floor) played fixed on seed ``seed``'s streamed prompts."""
     t = cfg.tables(seed)
-    assert t.warm is not None
     j = 0  # the packaged table's first cost, the budget's
     res = contextual_opt(
-        t.warm.scores,
-        t.warm.category,
-        np.ones((t.warm.n_contexts, t.warm.n_dims)),
-        _problems(t.warm, 1, [budget], 1, j)[0],
+        fitted.scores,
+        fitted.category,
+        np.ones((fitted.n_contexts, fitted.n_dims)),
+        _problems(fitted, 1, [budget], 1, j)[0],
         floor=0.0,
-        round_costs=t.warm.costs,
+        round_costs=fitted.costs,
         tol=cfg.oracle_tol,
     )
-    env = OutcomeEnv(
-        t.routed, horizon=cfg.horizon, n_runs=1, seed=np.random.SeedSequence(seed), mode=cfg.mode
-    )
+    env = streamed(cfg, t, seed)
     q = res.q[env.contexts(0, cfg.horizon)[:, 0]]  # (T, K)
     reward = (q * env.skills(0, cfg.horizon)[:, 0].sum(axis=1)).sum(axis=1).mean()
     spend = (q * env.round_costs(0, cfg.horizon)[:, 0, :, j]).sum(axis=1).mean()
     return float(reward), float(spend) / budget
+
+
+def streamed(cfg: Started, t: RunTables, seed: int) -> OutcomeEnv:
+    """Seed ``seed``'s stream of the streamed part's prompts, as the bench draws it."""
+    return OutcomeEnv(
+        t.routed, horizon=cfg.horizon, n_runs=1, seed=np.random.SeedSequence(seed), mode=cfg.mode
+    )
+
+
+def prior_alone(cfg: Started, budget: float, seed: int) -> tuple[float, float]:
+    """The eval part's OPT^ctx routing played fixed on the streamed prompts (``fixed_value``)."""
+    warm = cfg.tables(seed).warm
+    assert warm is not None
+    return fixed_value(cfg, budget, seed, warm)
+
+
+def full_information(cfg: Started, budget: float, seed: int) -> tuple[float, float]:
+    """What a learner that had every model's grade of every streamed prompt (not only the
+    routed model's answer) could play from the first query: the OPT^ctx routing of the eval
+    part and the streamed prompts together, played fixed on the streamed prompts. A bound on
+    what the bandit feedback of the stream can add to the prior, at that horizon."""
+    t = cfg.tables(seed)
+    warm = t.warm
+    assert warm is not None
+    rows = streamed(cfg, t, seed).prompts[: cfg.horizon, 0]
+    both = dataclasses.replace(
+        warm,
+        scores=np.concatenate([warm.scores, t.routed.scores[rows]]),
+        category=np.concatenate([warm.category, t.routed.category[rows]]),
+        costs=np.concatenate([warm.costs, t.routed.costs[rows]]),
+        prompt_ids=(*warm.prompt_ids, *(t.routed.prompt_ids[i] for i in rows)),
+        prompts=None,
+        features=None,
+    )
+    return fixed_value(cfg, budget, seed, both)
+
+
+def _mean_pair(pairs: list[tuple[float, float]]) -> str:
+    """The mean reward and, in brackets, the mean spend / budget of ``pairs``."""
+    return (
+        f"{statistics.mean(a for a, _ in pairs):.3f} ({statistics.mean(b for _, b in pairs):.2f})"
+    )
 
 
 def main() -> None:
@@ -119,6 +166,7 @@ def main() -> None:
     parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
     parser.add_argument("--by", choices=("default", *context_models.BY), default="default")
+    parser.add_argument("--bounds", action="store_true")
     args = parser.parse_args()
     if args.by != "default":
         context_models.fit_context_model = functools.partial(  # type: ignore[assignment]
@@ -140,8 +188,10 @@ def main() -> None:
     print(
         "| T | contexts | start | budget $/query | reward | OPT^ctx | gap | spend / budget (max) "
         "| within | prior alone (spend / budget) | contexts seen |"
+        + (" full information (spend / budget) |" if args.bounds else "")
     )
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rule = "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    print(rule + ("---:|" if args.bounds else ""))
     for horizon in args.horizons:
         for contexts, start in cases:
             cfg = Started(
@@ -162,19 +212,18 @@ def main() -> None:
                 reward = statistics.mean(r["avg_reward"] for r in g)
                 opt = statistics.mean(r["opt_reward"] for r in g)
                 ratio = [r["spend_ratio"] for r in g]
-                prior = ""
+                prior = full = ""
                 if start == "warm":
-                    alone = [prior_alone(cfg, float(budget), r["seed"]) for r in g]
-                    prior = (
-                        f"{statistics.mean(a[0] for a in alone):.3f} "
-                        f"({statistics.mean(a[1] for a in alone):.2f})"
-                    )
+                    prior = _mean_pair([prior_alone(cfg, float(budget), r["seed"]) for r in g])
+                if start == "warm" and args.bounds:
+                    full = _mean_pair([full_information(cfg, float(budget), r["seed"]) for r in g])
+                    full = f" {full} |"
                 ks = sorted({int(r["n_contexts"]) for r in g})
                 print(
                     f"| {horizon:,} | {contexts} | {start} | {budget} | {reward:.3f} | "
                     f"{opt:.3f} | {opt - reward:.3f} | {statistics.mean(ratio):.2f} "
                     f"({max(ratio):.2f}) | {sum(r['feasible'] for r in g)}/{len(g)} | {prior} | "
-                    f"{ks[0]}-{ks[-1]} |",
+                    f"{ks[0]}-{ks[-1]} |{full}",
                     flush=True,
                 )
             print(f"<!-- {contexts} {start} T={horizon}: {time.perf_counter() - tic:.0f} s -->")

@@ -34,7 +34,7 @@ import pytest
 
 from _children import acked_until_killed
 from msroute.cli import main
-from msroute.errors import JournalError
+from msroute.errors import InvalidValueError, JournalError
 from msroute.router import Router
 from msroute.router import journal as journal_module
 from msroute.router import tail as tail_module
@@ -882,4 +882,57 @@ def test_a_tail_of_large_events_is_synced_by_its_bytes(
         largest = max(largest, tail_path(path).stat().st_size)
     assert journal._folded_seq > 0
     assert largest < journal_module.TAIL_SYNC * 2_000 + 1_000  # emptied past 8,000 bytes
+    router.close()
+
+
+def test_a_router_folding_smaller_batches_syncs_the_tail_as_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Router.set_fold_every``: folds of that many events, their ids into ``refs`` with each
+    fold, the tail synced and emptied every ``TAIL_SYNC * TAIL_FOLD`` events as with the default
+    folds; a reopened journal folds the same; the events read back are those of a router
+    folding ``TAIL_FOLD``."""
+    monkeypatch.setattr(journal_module, "TAIL_FOLD", 20)
+    path = tmp_path / "j.db"
+    router = Router(CONFIG, journal=path)
+    router.set_fold_every(5)
+    journal = router._journal
+    assert isinstance(journal, Journal) and journal.fold_every == 5
+    spy = _Statements(journal._db)
+    journal._db = spy  # type: ignore[assignment]
+    tail = tail_path(path)
+    folds: list[tuple[int, bool, int, int]] = []
+    for i in range(100):
+        spy.seen.clear()
+        router.route(context="x", decision_id=f"q{i}")
+        if "COMMIT" in spy.seen:
+            full = "PRAGMA synchronous = FULL" in spy.seen
+            held = len(read_tail(tail, journal.run_id)[0])
+            folds.append((journal._folded_seq, full, held, len(journal._recent_rows)))
+    assert [f[0] for f in folds] == list(range(5, 101, 5))
+    # The fold that finds 4 x 20 events in the tail commits at FULL and empties it.
+    assert [f[1] for f in folds] == [False] * 15 + [True] + [False] * 4
+    assert [f[2] for f in folds] == [*range(5, 80, 5), 0, 5, 10, 15, 20]
+    assert all(f[3] == 0 for f in folds)  # every id in refs once its fold committed
+    router.reopen()  # as a service does after a failure: the new journal folds the same
+    assert isinstance(router._journal, Journal) and router._journal.fold_every == 5
+    router.close()
+    other = Router(CONFIG, journal=tmp_path / "k.db")
+    for i in range(100):
+        other.route(context="x", decision_id=f"q{i}")
+    other.close()
+    mine, theirs = Router.open(path), Router.open(tmp_path / "k.db")
+    assert [e[1:3] for e in mine._journal.events()] == [e[1:3] for e in theirs._journal.events()]
+    assert comparable(mine.state()) == comparable(theirs.state())
+    mine.close()
+    theirs.close()
+
+
+@pytest.mark.parametrize("events", [0, -1, True, 2.5, "8"])
+def test_fold_every_refuses_what_is_not_a_positive_int(tmp_path: Path, events: Any) -> None:
+    router = Router(CONFIG, journal=tmp_path / "j.db")
+    with pytest.raises(InvalidValueError, match="fold_every"):
+        router.set_fold_every(events)
+    assert isinstance(router._journal, Journal)
+    assert router._journal.fold_every == journal_module.TAIL_FOLD
     router.close()

@@ -14,11 +14,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from msroute.errors import InvalidFeedbackError, JournalError, MSRouteError
+from msroute.router import Router
+from msroute.router.journal import SERVED_FOLD, TAIL_FOLD, Journal
 from msroute.service.owner import RouterOwner
 
 pytestmark = pytest.mark.timeout(60)
@@ -219,3 +222,28 @@ def test_a_submitted_call_is_done_only_after_its_commit_and_fails_with_it() -> N
             assert all(isinstance(o, JournalError) for o in outcomes) and disk.committed == []
         else:
             assert outcomes == list(range(5)) and disk.committed == [list(range(5))]
+
+
+def test_a_served_router_folds_in_small_batches(tmp_path: Path) -> None:
+    """The owner has its router fold ``SERVED_FOLD`` events at a time: each fold holds the
+    next calls up for a fraction of a default fold's time."""
+    config = {
+        "policy": "omd",
+        "m_draws": 1,
+        "cost_names": ["usd"],
+        "journal_sync": "normal",
+        "experts": {"a": [0.03], "b": [0.002]},
+        "constraints": {"upper": {"usd": 0.02}},
+    }
+
+    async def main() -> int:
+        owner = RouterOwner("test", lambda: Router(config, journal=tmp_path / "j.db"))
+        router = await owner.start()
+        try:
+            journal = router._journal
+            assert isinstance(journal, Journal)
+            return journal.fold_every
+        finally:
+            await owner.stop()
+
+    assert asyncio.run(main()) == SERVED_FOLD < TAIL_FOLD

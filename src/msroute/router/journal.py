@@ -48,9 +48,11 @@ The connection runs in autocommit mode (``isolation_level=None``) with explicit
 ``BEGIN IMMEDIATE`` / ``COMMIT``, ``synchronous=FULL`` by default. At ``"normal"`` (on request:
 faster, and a power loss may lose the last commits but never corrupts) a transaction of events is
 a frame of the journal's tail instead (``msroute.router.tail``), folded into SQLite every
-``TAIL_FOLD`` events (or ``TAIL_FOLD_BYTES`` of payloads and distributions, whichever comes
-first; at ``synchronous = NORMAL``, except every ``TAIL_SYNC``-th, which empties the tail) and by
-any transaction that writes a snapshot or a meta entry; the events
+``TAIL_FOLD`` events (``Journal.fold_every``: a served router folds ``SERVED_FOLD``) or
+``TAIL_FOLD_BYTES`` of payloads and distributions, whichever comes first; at
+``synchronous = NORMAL``, except the fold that finds ``TAIL_SYNC * TAIL_FOLD`` events in the
+tail, which commits at FULL and empties it) and by any transaction that writes a snapshot or a
+meta entry; the events
 after ``_folded_seq`` are kept in memory too (``_unfolded``), and the reads serve them from
 there. Opening a journal folds a tail its router left.
 
@@ -98,6 +100,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "REFS_BATCH",
     "SCHEMA_VERSION",
+    "SERVED_FOLD",
     "TAIL_FOLD",
     "TAIL_FOLD_BYTES",
     "TAIL_LIMIT",
@@ -114,8 +117,17 @@ __all__ = [
 REFS_BATCH = 1024
 
 #: How many events of the tail (``msroute.router.tail``) a journal at ``"normal"`` holds before
-#: it folds them into SQLite (sooner when a transaction writes a snapshot or a meta entry).
+#: it folds them into SQLite (sooner when a transaction writes a snapshot or a meta entry), by
+#: default (``Journal.fold_every``).
 TAIL_FOLD = 1024
+
+#: ``Journal.fold_every`` of a router the service owns (``msroute.service.owner``): a fold holds
+#: up the router's next calls, all the requests in flight wait for it, and a fold of
+#: ``TAIL_FOLD`` events (several milliseconds) made the slowest percent of a loaded gateway's
+#: calls that much slower. Eight times as many folds of an eighth cost a little more work per
+#: event (docs/benchmarks.md, "The gateway") and the same fsyncs: the tail is synced every
+#: ``TAIL_SYNC * TAIL_FOLD`` events whatever the folds' size.
+SERVED_FOLD = 128
 
 #: The same bound in bytes (payloads and distributions), so that the unfolded events a journal
 #: holds in memory stay small at any K: at K = 10,000 a masked decision carries 80 KB.
@@ -270,7 +282,9 @@ class Journal(EventLog):
         self._folded_seq = self.last_seq
         self._txn_from = 0  # where the open transaction's rows start in _unfolded
         self._txn_open = False  # a transaction of the tail is open (no SQLite transaction)
+        self._fold_every = TAIL_FOLD
         self._fold_at = TAIL_FOLD
+        self._refs_at = REFS_BATCH  # ids held before they go to refs (at most one fold's)
         self._unfolded_bytes = 0  # the payloads' and distributions' bytes in _unfolded
         self._fold_bytes_at = TAIL_FOLD_BYTES
         self._tail_rows = 0  # events in the tail since it was last emptied
@@ -373,7 +387,7 @@ class Journal(EventLog):
     def _commit_sqlite(self) -> None:
         """COMMIT the SQLite transaction; with ``REFS_BATCH`` ids held in memory, they go to
         ``refs`` in it (module docstring). Every event is in SQLite then: the tail empties."""
-        batch = len(self._recent_rows) >= REFS_BATCH
+        batch = len(self._recent_rows) >= self._refs_at
         if batch:
             insert_refs(self._db, self._recent_rows)
             self.put_meta("refs_upto", str(self.last_seq))
@@ -386,7 +400,7 @@ class Journal(EventLog):
         self._folded_seq = self.last_seq
         self._unfolded.clear()
         self._unfolded_bytes = 0
-        self._fold_at, self._fold_bytes_at = TAIL_FOLD, TAIL_FOLD_BYTES
+        self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
         if self._empties:
             self._tail.empty()
             self._tail_rows = 0
@@ -404,7 +418,7 @@ class Journal(EventLog):
             self._commit_sqlite()
         except (sqlite3.Error, OSError) as exc:
             self._rollback_sqlite()
-            self._fold_at = len(self._unfolded) + TAIL_FOLD // 8
+            self._fold_at = len(self._unfolded) + max(self._fold_every // 8, 1)
             self._fold_bytes_at = self._unfolded_bytes + TAIL_FOLD_BYTES // 8
             _log.warning("%s: cannot fold the tail (retried later): %s", self.label, exc)
 
@@ -446,6 +460,22 @@ class Journal(EventLog):
     def in_transaction(self) -> bool:
         """Whether a transaction is open."""
         return self._txn_open or self._db.in_transaction
+
+    @property
+    def fold_every(self) -> int:
+        """How many events a journal at ``"normal"`` holds in its tail before it folds them into
+        SQLite (``TAIL_FOLD`` by default): fewer is a shorter pause at each fold, more is a
+        little less work per event. Their ids go to ``refs`` at most one fold's worth at a time.
+        What a crash may take and when the tail is synced do not depend on it."""
+        return self._fold_every
+
+    @fold_every.setter
+    def fold_every(self, events: int) -> None:
+        if isinstance(events, bool) or not isinstance(events, int) or events < 1:
+            raise InvalidValueError(f"fold_every == {events!r}, must be an int >= 1")
+        self._fold_every = events
+        self._fold_at = min(self._fold_at, events)
+        self._refs_at = min(REFS_BATCH, events)
 
     @property
     def quick_commit(self) -> bool:

@@ -75,8 +75,21 @@ class Transactional:
         self._closed = False
 
     def _attach(self, journal: Journal | MemoryJournal) -> None:
-        """Use this journal."""
+        """Use this journal (a file journal folds every ``fold_every`` events)."""
         self._journal = journal
+        if isinstance(journal, Journal) and self._fold_every is not None:
+            journal.fold_every = self._fold_every
+
+    _fold_every: int | None = None  # set_fold_every's, kept for a reopened journal
+
+    def set_fold_every(self, events: int) -> None:
+        """Fold the journal's tail into SQLite every ``events`` events from now on, also after
+        a reopen (``Journal.fold_every``; ``journal_sync = "normal"``): a service owning the
+        router folds smaller batches, so that no fold holds its requests up for long. Nothing
+        changes for a router in memory or at ``"full"``, and no decision depends on it."""
+        if isinstance(self._journal, Journal):
+            self._journal.fold_every = events  # checked there
+        self._fold_every = events
 
     def _rebuild(self) -> None:
         """The in-memory state of the journal's committed events (the router's)."""

@@ -62,6 +62,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "pacing": False,
     },
     "cbwk": {"policy": "cbwk"},
+    "ix 1/(2K) at every M (the default before)": {"params": {"ix_per_k": 0.5}},
+    "ix 1/K at every M": {"params": {"ix_per_k": 1.0}},
 }
 
 

@@ -151,11 +151,20 @@ def test_a_journal_replays_with_the_policy_arguments_it_recorded(
         assert fresh.policy._init_kwargs["eta_mult"] == 0.5
 
 
+def test_a_team_router_weighs_its_residuals_per_draw() -> None:
+    """A team of M shares a round's residual among its M draws: the live offset is M/(2K),
+    and a single expert's is the model variant's 1/(2K)."""
+    with Router(ROUTER) as team, Router({**ROUTER, "m_draws": 1}) as single:
+        assert team.policy.ix == 2 * 0.5 / 3
+        assert single.policy.ix == 0.5 / 3
+
+
 def test_a_journal_that_recorded_no_policy_arguments_replays_the_linear_default(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "j.db"
-    linear = {**ROUTER, "pacing": False, "params": {"surrogate": "linear"}}  # as they ran
+    # As they ran: unpaced, the linear surrogate and the variant's offset (1/(2K) at any M).
+    linear = {**ROUTER, "pacing": False, "params": {"surrogate": "linear", "ix_per_k": 0.5}}
     with Router(linear, journal=path) as router:
         _traffic(router, 60)
         want = router.state()
@@ -178,6 +187,7 @@ def test_a_journal_that_recorded_no_policy_arguments_replays_the_linear_default(
     db.close()
     with Router.open(path, use_snapshot=False) as reopened:  # every decision re-derived
         assert reopened.policy.dual.surrogate == "linear"
+        assert reopened.policy.ix == 0.5 / 3
         assert reopened.state()["q_by_context"] == want["q_by_context"]
 
 

@@ -9,6 +9,7 @@ from scipy.optimize import minimize
 from msroute import Constraints, InfeasibleConstraintsError, Problem, expected_reward
 from msroute.core.problem_batch import ProblemBatch
 from msroute.core.reward import batch_sum_max_reward, expected_reward_grad
+from msroute.errors import InvalidValueError
 from msroute.policies.base import draws_to_mask
 from msroute.policies.omd import ApproachabilityDual, OMDApproachability
 from msroute.policies.omd_contextual import ContextualOMD
@@ -156,6 +157,19 @@ def test_default_variant_is_the_model_one() -> None:
     assert OMDApproachability(problem, horizon=10, eta_mult=0.2).eta_mult == 0.2
     # The contextual form keeps Algorithm 2 as printed unless asked.
     assert ContextualOMD(problem, horizon=10, n_contexts=2).variant == "paper"
+
+
+def test_ix_per_k_scales_with_the_expert_set() -> None:
+    """``ix_per_k`` sets the offset relative to K (``ix`` overrides it), and a resized policy
+    recomputes it for its new expert set; a negative one is refused."""
+    problem = Problem([[1.0], [0.0], [0.5], [0.2]], 2, Constraints(upper=[1.0]))
+    pol = OMDApproachability(problem, horizon=100, ix_per_k=1.0)
+    assert pol.ix == 1.0 / 4
+    assert OMDApproachability(problem, horizon=100, ix_per_k=1.0, ix=0.3).ix == 0.3
+    smaller = Problem([[1.0], [0.0], [0.5]], 2, Constraints(upper=[1.0]))
+    assert pol.resized(smaller, [0, 1, 2]).ix == 1.0 / 3
+    with pytest.raises(InvalidValueError, match="ix_per_k"):
+        OMDApproachability(problem, horizon=100, ix_per_k=-1.0)
 
 
 def test_infeasible_constraints_fail_at_construction() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from msroute.policies.registry import get_policy_class
 
-__all__ = ["DEFAULT_OMD_PARAMS", "TEAM_OMD_PARAMS", "live_kwargs"]
+__all__ = ["DEFAULT_OMD_PARAMS", "IX_PER_DRAW", "TEAM_OMD_PARAMS", "live_kwargs"]
 
 #: OMD in a live router: Corollary 2's anytime eta ``a sqrt(n)`` with ``eta_mult`` 0.003, the
 #: model variant (``msroute.policies.omd_variants``: a fitted-model control variate and a
@@ -38,14 +38,23 @@ DEFAULT_OMD_PARAMS: dict[str, Any] = {
 #: routing, so one expert per query keeps the cheaper linear path.
 TEAM_OMD_PARAMS: dict[str, Any] = {"surrogate": "exact"}
 
+#: A team's implicit-exploration offset: ``ix = IX_PER_DRAW M / K`` (``ix_per_k`` of
+#: ``IX_PER_DRAW M``). A round's residual is shared by its M draws, each weighted up to
+#: ``1 / ix``: with this offset the M weights together stay within ``2K`` whatever M, where the
+#: model variant's ``1/(2K)`` would let them reach ``2KM`` (the residual's variance ``M^2``
+#: times a single expert's), so that one lucky draw of an expert at the floor would move a
+#: team's q M times as far. At M = 1 it is the variant's own offset. Chosen with
+#: ``benchmarks/bench_budget_family.py`` as the defaults above (docs/budgets.md).
+IX_PER_DRAW = 0.5
+
 
 def live_kwargs(
     policy: str, m_draws: int, n_contexts: int, *, pacing: bool = True
 ) -> dict[str, Any]:
     """The constructor arguments a live router gives policy ``policy`` (beside its horizon,
     runs and seed): ``pacing``, and for the OMD family ``DEFAULT_OMD_PARAMS``, for a team
-    ``TEAM_OMD_PARAMS`` and the number of contexts (any policy that takes ``n_contexts`` gets
-    it)."""
+    ``TEAM_OMD_PARAMS`` and the offset ``ix_per_k = IX_PER_DRAW M``, and the number of contexts
+    (any policy that takes ``n_contexts`` gets it)."""
     from msroute.policies.omd import OMDApproachability
 
     cls = get_policy_class(policy)
@@ -54,6 +63,7 @@ def live_kwargs(
         kwargs.update(DEFAULT_OMD_PARAMS)
         if m_draws > 1:
             kwargs.update(TEAM_OMD_PARAMS)
+            kwargs["ix_per_k"] = IX_PER_DRAW * m_draws
     if "n_contexts" in inspect.signature(cls).parameters:
         kwargs["n_contexts"] = max(1, n_contexts)
     return kwargs

@@ -171,7 +171,11 @@ class OMDApproachability(BasePolicy):
         Overrides the variant's floor schedule.
     ix : float, optional
         Implicit-exploration offset of the model estimator's residual weights (>= 0; default
-        ``1/(2K)`` for "model"; 0 makes the estimate unbiased).
+        ``ix_per_k / K``; 0 makes the estimate unbiased).
+    ix_per_k : float, optional
+        The offset times K where ``ix`` is not given (>= 0; default the variant's: 0.5 for
+        "model"). Relative to K, it follows the expert set when a router adds or removes an
+        expert; at 1 a residual weighs at most ``K``, what it weighs under uniform routing.
     model_fit : {"auto", "dense", "sparse"}, default "auto"
         How the model estimator fits its reward model: the exact dense solve of a (K + 1)^2
         Gram matrix, or sparse co-occurrence counts solved by conjugate gradient (memory and
@@ -248,6 +252,7 @@ class OMDApproachability(BasePolicy):
         estimator: str | None = None,
         floor: str | None = None,
         ix: float | None = None,
+        ix_per_k: float | None = None,
         model_fit: str = "auto",
     ) -> None:
         super().__init__(problem, horizon=horizon, n_runs=n_runs, seed=seed)
@@ -283,7 +288,10 @@ class OMDApproachability(BasePolicy):
         )
         if self.floor == "decay" and (gamma is not None or explore is not None):
             self._init_kwargs.setdefault("explore", self.gamma)
-        self.ix = check_hyper(spec.ix_per_k / k if ix is None else ix, "ix", strict=False)
+        if ix is None:
+            per_k = spec.ix_per_k if ix_per_k is None else ix_per_k
+            ix = check_hyper(per_k, "ix_per_k", strict=False) / k
+        self.ix = check_hyper(ix, "ix", strict=False)
         variant_mult = spec.eta_mult if schedule == "fixed" else spec.anytime_eta_mult
         if eta_mult is None:
             eta_mult = self._default_eta_mult if variant_mult is None else variant_mult

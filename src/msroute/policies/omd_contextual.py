@@ -38,7 +38,7 @@ class ContextualOMD(OMDApproachability):
     Parameters
     ----------
     problem, horizon, n_runs, seed, gamma, eta, batch, dual_step, check_feasible, variant,
-    estimator, floor, ix, model_fit
+    estimator, floor, ix, ix_per_k, model_fit
         As in ``OMDApproachability``.
     n_contexts : int
         Number of contexts X; ``select(context)`` takes (R,) ints in ``[0, X)``.

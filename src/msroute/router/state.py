@@ -309,8 +309,8 @@ def constraints_of(cfg: RouterConfig) -> Constraints:
 def policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
     """The policy's constructor arguments for a configuration: its horizon, one run, its
     seed, the live defaults (``msroute.policies.live.live_kwargs``: pacing, and for the OMD
-    family ``DEFAULT_OMD_PARAMS``, ``TEAM_OMD_PARAMS`` for a team, the number of contexts);
-    then the ``params`` of the configuration (which override them)."""
+    family ``DEFAULT_OMD_PARAMS``, ``TEAM_OMD_PARAMS`` and a per-draw ``ix`` for a team, the
+    number of contexts); then the ``params`` of the configuration (which override them)."""
     kwargs: dict[str, Any] = {"horizon": cfg.horizon, "n_runs": 1, "seed": cfg.seed}
     kwargs.update(live_kwargs(cfg.policy, cfg.m_draws, len(cfg.contexts or ()), pacing=cfg.pacing))
     kwargs.update(cfg.params)
@@ -338,11 +338,14 @@ def check_reward_range(cfg: RouterConfig) -> None:
 
 def legacy_policy_kwargs(cfg: RouterConfig) -> dict[str, Any]:
     """``policy_kwargs`` for a journal that recorded none (created before journals recorded
-    them): the OMD family then ran the linear surrogate in every case."""
+    them): the OMD family then ran the linear surrogate and the variant's ``ix`` in every
+    case."""
     kwargs = policy_kwargs(cfg)
     kwargs.pop("pacing", None)  # such journals ran unpaced
     if issubclass(get_policy_class(cfg.policy), OMDApproachability):
         kwargs["surrogate"] = cfg.params.get("surrogate", "linear")
+        if "ix_per_k" not in cfg.params:
+            kwargs.pop("ix_per_k", None)
     return kwargs
 
 

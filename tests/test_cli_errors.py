@@ -114,7 +114,7 @@ def test_a_toml_integer_of_thousands_of_digits_names_the_file(
     "text",
     [
         "[fig2]\nseeds = " + "[" * 5000 + "]" * 5000,  # the parser's RecursionError
-        "[" + ".".join(["fig2"] * 50_000) + "]\n",  # parsed, then too deep to walk safely
+        "[" + ".".join(["fig2"] * 5_000) + "]\n",  # parsed, then too deep to walk recursively
     ],
 )
 def test_a_toml_file_nested_thousands_deep_names_the_file(

@@ -64,6 +64,7 @@ class Transactional:
     _write_error: BaseException | None  # the last transaction failed
     _txn_start: int
     _closed: bool
+    _fold_every: int | None = None  # set_fold_every's, kept for a reopened journal
 
     def _reset_transactions(self) -> None:
         """No transaction open, no failure (a router fresh from its configuration)."""
@@ -79,8 +80,6 @@ class Transactional:
         self._journal = journal
         if isinstance(journal, Journal) and self._fold_every is not None:
             journal.fold_every = self._fold_every
-
-    _fold_every: int | None = None  # set_fold_every's, kept for a reopened journal
 
     def set_fold_every(self, events: int) -> None:
         """Fold the journal's tail into SQLite every ``events`` events from now on, also after

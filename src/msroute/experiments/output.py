@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
 import platform
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
@@ -179,28 +179,61 @@ def _save_figure(
     base: Path, figure: str, rows: Sequence[Mapping[str, Any]], options: dict[str, Any], jobs: int
 ) -> None:
     """Draw ``msroute.plotting.FIGURES[figure]`` of ``rows`` and write ``base.png`` and
-    ``base.svg``: in two processes when ``jobs > 1`` and worker processes are forked (as the
-    sweep's, ``LocalBackend.forks``), else both here (``msroute.plotting.save_figure``)."""
+    ``base.svg``: when ``jobs > 1`` and worker processes are forked (as the sweep's,
+    ``LocalBackend.forks``), the figure is drawn and laid out once here, then a forked child
+    writes the SVG while this process writes the PNG (the same bytes as both written here;
+    the child inherits the laid-out figure, so neither draws it again); else both here
+    (``msroute.plotting.save_figure``)."""
     from msroute.experiments.backends import LocalBackend
+    from msroute.plotting import FIGURES, canvas
 
+    fig = FIGURES[figure](rows, **options)
     if not LocalBackend(jobs).forks(2):
-        from msroute import plotting
-
-        plotting.save_figure(plotting.FIGURES[figure](rows, **options), base)
+        canvas.save_figure(fig, base)
         return
-    with ProcessPoolExecutor(max_workers=1) as pool:
-        svg = pool.submit(_save_format, figure, rows, options, base.with_name(base.name + ".svg"))
-        _save_format(figure, rows, options, base.with_name(base.name + ".png"))
-        svg.result()  # the worker's error, if any, raised here
+    png, svg = (base.with_name(base.name + suffix) for suffix in (".png", ".svg"))
+    with canvas.laid_out(fig):
+        context = multiprocessing.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        child = context.Process(target=_write_in_child, args=(fig, svg, writer), daemon=True)
+        child.start()  # forked: the figure is the child's copy, not pickled
+        writer.close()
+        try:
+            canvas.write_format(fig, png)
+        finally:
+            error = _received(reader)
+            child.join()
+            reader.close()
+    if error is not None:
+        raise error  # the child's error, with its message
+    if child.exitcode != 0:
+        raise RuntimeError(f"the process writing {svg} ended with exit code {child.exitcode}")
 
 
-def _save_format(
-    figure: str, rows: Sequence[Mapping[str, Any]], options: dict[str, Any], path: Path
-) -> None:
-    """Draw a figure and write it in the format of ``path``'s suffix (run in either process)."""
-    from msroute import plotting
+def _received(reader: Any) -> BaseException | None:
+    """The error the child sent through the pipe ``reader``, or None once it closed its end
+    without one (it waits for either)."""
+    try:
+        error: BaseException = reader.recv()
+    except EOFError:
+        return None
+    return error
 
-    plotting.save_format(plotting.FIGURES[figure](rows, **options), path)
+
+def _write_in_child(fig: Any, path: Path, writer: Any) -> None:
+    """Write ``fig`` (laid out) in the format of ``path``'s suffix, in a forked child; send
+    back its error, if any, through ``writer`` (a pipe's end)."""
+    from msroute.plotting import canvas
+
+    try:
+        canvas.write_format(fig, path)
+    except BaseException as exc:  # every error is the parent's to raise
+        try:
+            writer.send(exc)
+        except Exception:  # an error that does not pickle: its text
+            writer.send(RuntimeError(f"writing {path} failed: {exc!r}"))
+    finally:
+        writer.close()
 
 
 def publish(
@@ -222,9 +255,9 @@ def publish(
     """Write an experiment's outputs: ``name.csv`` (the tidy rows), ``name.png``/``.svg`` (drawn
     by ``msroute.plotting.FIGURES[figure or name]`` with ``plot_options``), then ``name.json``
     (parameters, seeds, version, wall time since ``started``, the summary), and print the
-    summary table. With ``jobs > 1`` where the sweep forks its workers, a worker process
-    draws the figure and writes the SVG while this process writes the PNG (the same bytes as
-    both written here); its error is raised here.
+    summary table. With ``jobs > 1`` where the sweep forks its workers, a forked child
+    writes the SVG while this process writes the PNG, both from one drawing and layout (the
+    same bytes as both written here); its error is raised here.
 
     The sidecar marks a complete set: an earlier run's sidecar and figures are removed first
     and the sidecar is written last, so an interrupted publish never leaves one run's record

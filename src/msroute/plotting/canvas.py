@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from msroute._atomic import atomic_path
 from msroute.errors import InvalidValueError
 
-__all__ = ["new_figure", "panels", "save_figure", "save_format"]
+__all__ = ["laid_out", "new_figure", "panels", "save_figure", "save_format", "write_format"]
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -81,7 +81,7 @@ def save_figure(
         )
     png = base.with_name(base.name + ".png")
     svg = base.with_name(base.name + ".svg")
-    with _laid_out(fig, dpi):
+    with laid_out(fig, dpi):
         _write_png(fig, png, dpi)
         _write_svg(fig, svg, dpi)
     return png, svg
@@ -91,10 +91,24 @@ def save_format(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) ->
     """Write ``fig`` in the one format its suffix names (``.png`` or ``.svg``): the bytes that
     ``save_figure(fig, path_without_suffix, dpi=dpi)`` writes to that file.
 
-    Two processes can thus write a figure's two formats at once, each drawing the figure
-    (``msroute.experiments.output.publish`` with ``jobs > 1``). Like ``save_figure``, this
-    forks nothing and writes the file atomically (``msroute._atomic.atomic_path``, which also
-    creates missing folders).
+    Like ``save_figure``, this forks nothing and writes the file atomically
+    (``msroute._atomic.atomic_path``, which also creates missing folders).
+
+    Raises
+    ------
+    ValueError
+        If the suffix is neither ``.png`` nor ``.svg``.
+    """
+    with laid_out(fig, dpi):
+        return write_format(fig, path, dpi=dpi)
+
+
+def write_format(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) -> Path:
+    """``save_format`` of a figure already laid out (inside ``laid_out(fig, dpi)``): the
+    same bytes, without laying it out again.
+
+    Two processes can thus share one layout: lay the figure out, fork, and write one format
+    in each (``msroute.experiments.output.publish`` with ``jobs > 1``).
 
     Raises
     ------
@@ -107,8 +121,7 @@ def save_format(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) ->
         raise InvalidValueError(
             f"path == {str(target)!r} ends in {target.suffix!r}, must end in .png or .svg"
         )
-    with _laid_out(fig, dpi):
-        write(fig, target, dpi)
+    write(fig, target, dpi)
     return target
 
 
@@ -118,7 +131,7 @@ def _write_png(fig: Figure, png: Path, dpi: int) -> None:
 
 
 def _write_svg(fig: Figure, svg: Path, dpi: int) -> None:
-    """The SVG (``dpi`` unused: its layout is the PNG's, made by ``_laid_out``)."""
+    """The SVG (``dpi`` unused: its layout is the PNG's, made by ``laid_out``)."""
     # No date, element ids from a fixed salt: the same figure, the same file.
     with matplotlib.rc_context({"svg.hashsalt": "msroute"}), atomic_path(svg) as tmp:
         fig.savefig(tmp, format="svg", metadata={"Date": None})
@@ -129,7 +142,7 @@ _WRITERS = {".png": _write_png, ".svg": _write_svg}
 
 
 @contextmanager
-def _laid_out(fig: Figure, dpi: int) -> Iterator[None]:
+def laid_out(fig: Figure, dpi: int = 150) -> Iterator[None]:
     """Lay ``fig`` out once, as drawing the PNG at ``dpi`` would, and save it without its
     layout engine inside the block: both formats then draw the same positions, and neither
     lays the figure out again (savefig's first pass costs about as much as drawing).

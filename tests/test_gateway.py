@@ -34,8 +34,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 
 
 @pytest.fixture(scope="module")
-def client(gateway: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=TOKEN, max_retries=0, timeout=30)
+def client(gateway: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=TOKEN, max_retries=0, timeout=30) as c:
+        yield c
 
 
 def rows(gateway: ServerProcess, router: str) -> list[dict[str, Any]]:
@@ -190,8 +191,11 @@ def test_requests_the_gateway_refuses(gateway: ServerProcess, client: openai.Ope
     assert raw.headers["x-msroute-team"] in ("a", "b")
     with pytest.raises(openai.BadRequestError, match="unknown expert id 'zzz'"):
         ask(client, "chat", eligible=["zzz"])
-    with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=gateway.url + "/v1", api_key="wrong", max_retries=0).models.list()
+    # Closed on the way out: a client left to the collector closes its socket in whichever test
+    # runs next, as a ResourceWarning there.
+    wrong = openai.OpenAI(base_url=gateway.url + "/v1", api_key="wrong", max_retries=0)
+    with wrong, pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
     assert sorted(m.id for m in client.models.list()) == [
         "msroute/chat",
         "msroute/ctx",

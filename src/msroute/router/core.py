@@ -312,6 +312,7 @@ class Router(Transactional):
         )
         self._reset_transactions()
         self._snap_seq = 0
+        self._snap_before = 0  # the snapshot before it (recovery.take_snapshot)
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
 
     @property

@@ -76,6 +76,8 @@ import secrets
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any, NoReturn
@@ -83,6 +85,7 @@ from typing import Any, NoReturn
 from msroute._validation import quoted
 from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
+from msroute.router.folder import FoldJob, old_tail_path, run_job
 from msroute.router.schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, setup
 from msroute.router.snapshots import bind
 from msroute.router.tail import (
@@ -236,6 +239,13 @@ class Journal(EventLog):
     def __init__(self, path: str | os.PathLike[str], sync: str = "full", *, create: bool) -> None:
         given = _file_path(path)
         label = str(given)
+        #: Folds in the background (``fold_in_background``): the folder thread, its job in
+        #: flight, whether a failed job left the tail moved aside (the next sync removes it),
+        #: and the event of a snapshot whose job failed (``snapshot_failure``).
+        self._folder: ThreadPoolExecutor | None = None
+        self._job: FoldJob | None = None
+        self._old_held = False
+        self._failed_snapshot: int | None = None
         self.label = label
         #: The file itself, symbolic links resolved: its side files (the tail, SQLite's WAL)
         #: are found next to it by name, whatever name the journal is opened by.
@@ -336,6 +346,8 @@ class Journal(EventLog):
         """Start a write transaction: at ``"full"`` a SQLite one (``BEGIN IMMEDIATE``: takes
         the write lock now), at ``"normal"`` one of the tail (nothing to start). Where it
         begins is set first, so a ``rollback()`` after a start that failed undoes nothing."""
+        if self._job is not None:
+            self._collect()
         self._txn_from = len(self._unfolded)
         self._committed_seq = self.last_seq
         if self._sync == "normal" and not (
@@ -349,7 +361,7 @@ class Journal(EventLog):
     def commit(self) -> None:
         """Commit: durable once this returns (at ``"full"``; at ``"normal"``, against a crash of
         the process: one frame of the tail, folded into SQLite every ``TAIL_FOLD`` events)."""
-        if self._db.in_transaction:
+        if self._own_sqlite:
             self._commit_sqlite()
             return
         if self._txn_open:
@@ -359,7 +371,10 @@ class Journal(EventLog):
                 self._tail_rows += len(rows)
             self._txn_open = False
             if len(self._unfolded) >= self._fold_at or self._unfolded_bytes >= self._fold_bytes_at:
-                self._fold()
+                if self._folder is None:
+                    self._fold()
+                else:
+                    self._fold_later()
 
     def _to_sqlite(self, fold: bool = False) -> None:
         """Make the open transaction a SQLite one (if it is not yet), holding every unfolded
@@ -368,6 +383,7 @@ class Journal(EventLog):
         holds fewer than ``TAIL_SYNC`` folds' worth of events: that one commits at NORMAL and
         the tail keeps its frames until a later commit at FULL has made them durable."""
         self._txn_open = False
+        self._drain()  # the journal writes to SQLite only while no job is in flight
         if self._db.in_transaction:
             return
         self._empties = not fold or (
@@ -404,6 +420,9 @@ class Journal(EventLog):
         if self._empties:
             self._tail.empty()
             self._tail_rows = 0
+            if self._old_held and self.path is not None:
+                old_tail_path(self.path).unlink(missing_ok=True)
+                self._old_held = False
 
     def _after_sqlite(self) -> None:
         """Back to the configured ``synchronous`` after a fold committed or rolled back."""
@@ -442,7 +461,10 @@ class Journal(EventLog):
 
     def _rollback_sqlite(self) -> None:
         """Roll back the SQLite transaction, if any (errors ignored: the connection may be
-        gone), and return to the configured ``synchronous``."""
+        gone), and return to the configured ``synchronous``; nothing while a job is in flight
+        (the transaction is the folder thread's)."""
+        if self._job is not None:
+            return
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -453,13 +475,19 @@ class Journal(EventLog):
     def set_sync(self, sync: str) -> None:
         """Set the durability ("full" or "normal"; outside a transaction). From "normal" to
         "full", the tail's events go to SQLite in the next transaction."""
+        self._drain()
         self._sync = sync
         self._db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
 
     @property
     def in_transaction(self) -> bool:
         """Whether a transaction is open."""
-        return self._txn_open or self._db.in_transaction
+        return self._txn_open or self._own_sqlite
+
+    @property
+    def _own_sqlite(self) -> bool:
+        """Whether the journal has a SQLite transaction open (not the folder thread's)."""
+        return self._job is None and self._db.in_transaction
 
     @property
     def fold_every(self) -> int:
@@ -482,7 +510,136 @@ class Journal(EventLog):
         """Whether committing now appends one frame to the tail and nothing else (no SQLite
         transaction, no fold due): a ``write``, never an fsync."""
         n, size = len(self._unfolded), self._unfolded_bytes
-        return self._txn_open and n < self._fold_at and size < self._fold_bytes_at
+        return self._txn_open and (
+            self._folder is not None or (n < self._fold_at and size < self._fold_bytes_at)
+        )
+
+    # ------------------------------------------------------------------ folds in the background
+    @property
+    def fold_in_background(self) -> bool:
+        """Whether the folds into SQLite run on a thread of their own (``msroute.router.folder``;
+        at ``"normal"``): the fold that syncs the tail and the periodic snapshot's transaction
+        then never hold up the calls, which go on appending to the tail meanwhile. Off by
+        default: in one process, a thread folding beside the calls costs them more CPU than the
+        folds it takes off their path; a service's calls wait for each other instead."""
+        return self._folder is not None
+
+    @fold_in_background.setter
+    def fold_in_background(self, on: bool) -> None:
+        if on and self._folder is None:
+            self._folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msroute-fold")
+        elif not on and self._folder is not None:
+            self._drain()
+            self._folder.shutdown(wait=True)
+            self._folder = None
+
+    def _fold_later(self) -> None:
+        """Hand the unfolded events to the folder thread (between transactions), unless its
+        last job is still in flight: then a later commit does. The fold syncs the tail once it
+        holds ``TAIL_SYNC`` folds' worth, as ``_to_sqlite`` does."""
+        self._collect()
+        if self._job is None:
+            self._submit(
+                self._tail_rows >= TAIL_SYNC * TAIL_FOLD
+                or self._tail.size >= TAIL_SYNC * TAIL_FOLD_BYTES
+            )
+
+    def _submit(
+        self, sync: bool, snapshot: tuple[int, bytes, str] | None = None, keep: int | None = None
+    ) -> None:
+        """Start a job folding every unfolded event (all committed: no transaction is open),
+        with the ids held once ``fold_every``'s worth are, and ``snapshot``. One that ``sync``s
+        moves the tail aside first (a job that failed may have left it there already: this one
+        removes that one), and commits at FULL; if the tail cannot be moved, the job does not
+        sync (it is tried again at a later fold)."""
+        assert self._folder is not None and self.path is not None and not self.in_transaction
+        old = old_tail_path(self.path) if sync else None
+        if old is not None and not self._old_held:
+            try:
+                self._tail.move_to(old)
+            except OSError as exc:
+                _log.warning("%s: cannot move the tail aside (synced later): %s", self.label, exc)
+                old = None
+            else:
+                self._tail_rows = 0
+        refs = self._recent_rows[:] if len(self._recent_rows) >= self._refs_at else None
+        job = FoldJob(
+            self._unfolded[:],
+            self._unfolded_bytes,
+            refs,
+            self.last_seq,
+            snapshot,
+            keep,
+            old,
+            self._sync == "normal",
+        )
+        job.future = self._folder.submit(run_job, self._db, job)
+        self._job = job
+        if old is not None:
+            self._old_held = True  # until the job has removed it
+
+    def _collect(self) -> None:
+        """Take the outcome of the job in flight, if it is done: its events and ids are in
+        SQLite now (forgotten in memory), or it failed (logged; everything stays, and the fold
+        is tried again some events later)."""
+        job = self._job
+        if job is None or job.future is None or not job.future.done():
+            return
+        self._job = None
+        error = job.future.exception()
+        if error is not None:
+            self._fold_at = len(self._unfolded) + max(self._fold_every // 8, 1)
+            self._fold_bytes_at = self._unfolded_bytes + TAIL_FOLD_BYTES // 8
+            if job.snapshot is not None:
+                self._failed_snapshot = job.snapshot[0]
+            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, error)
+            return
+        n = len(job.rows)
+        if n:
+            del self._unfolded[:n]
+            self._txn_from = max(self._txn_from - n, 0)
+            self._unfolded_bytes -= job.size
+            self._folded_seq = job.rows[-1][0]
+        if job.refs is not None:
+            self._refs_upto = job.refs_upto
+            for ref, _ in job.refs:
+                seqs = self._recent[ref]
+                del seqs[0]
+                if not seqs:
+                    del self._recent[ref]
+            del self._recent_rows[: len(job.refs)]
+        self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
+        if job.sync:
+            self._old_held = False
+
+    def _drain(self) -> None:
+        """Wait for the job in flight, if any, and take its outcome."""
+        job = self._job
+        if job is not None and job.future is not None:
+            futures_wait([job.future])
+            self._collect()
+
+    def queue_snapshot(
+        self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
+    ) -> bool:
+        """With folds in the background, hand the snapshot taken after event ``seq`` (the last:
+        between transactions) to the folder thread, in a job that folds and syncs the tail as
+        ``put_snapshot``'s transaction does; False (nothing done) while a job is in flight or
+        without folds in the background. Its failure is reported by ``snapshot_failure``."""
+        if self._folder is None or self.in_transaction or seq != self.last_seq:
+            return False
+        self._collect()
+        if self._job is not None:
+            return False
+        self._submit(True, (seq, policy, _encode(router)), keep)
+        return True
+
+    def snapshot_failure(self) -> int | None:
+        """The event of a snapshot handed to the folder thread whose job failed since the last
+        call (the failure was logged), or None."""
+        self._collect()
+        failed, self._failed_snapshot = self._failed_snapshot, None
+        return failed
 
     # ------------------------------------------------------------------ writes
     def _store(self, event: Event, probs_seq: int | None) -> None:
@@ -490,7 +647,7 @@ class Journal(EventLog):
         if probs_seq is not None:
             probs = None  # the row at probs_seq holds it
         row = (seq, kind, ref, time, _encode(payload), probs, probs_seq)
-        if self._db.in_transaction:
+        if self._own_sqlite:
             self._db.execute(INSERT_EVENT, row)
         self._unfolded.append(row)
         self._unfolded_bytes += _size(row)
@@ -583,7 +740,9 @@ class Journal(EventLog):
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
         folded, unfolded = self._folded_seq, self._unfolded  # read at once: no copy
         try:
-            seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,))]
+            # The ids a fold in flight is writing are in memory still: those of refs_upto only.
+            upto = self._refs_upto
+            seqs = [s for (s,) in self._db.execute(_SELECT_REFS, (ref,)) if s <= upto]
         except UnicodeEncodeError:
             return []
         except sqlite3.Error as exc:  # an I/O error while reading
@@ -643,18 +802,23 @@ class Journal(EventLog):
             return
         self._closed = True
         try:
+            self._drain()
             if self.in_transaction:
                 self.rollback()
             if self._unfolded:
                 self._to_sqlite()
                 self._commit_sqlite()
-            elif self._tail_rows:  # folded at NORMAL: a checkpoint syncs them to the disk first
+            elif self._tail_rows or self._old_held:  # folded at NORMAL: a checkpoint syncs them
                 self._db.execute("PRAGMA wal_checkpoint(FULL)")
             self._tail.close(remove=True)
+            if self._old_held and self.path is not None:
+                old_tail_path(self.path).unlink(missing_ok=True)
         except (sqlite3.Error, OSError) as exc:
             self._tail.close(remove=False)
             _log.warning(
                 "%s: the tail stays (folded when the journal is opened): %s", self.label, exc
             )
         finally:
+            if self._folder is not None:
+                self._folder.shutdown(wait=True)
             self._db.close()

@@ -62,6 +62,7 @@ class Recoverable(Protocol):
     _base_config: RouterConfig
     _state: RouterState
     _snap_seq: int  # the seq of the last snapshot
+    _snap_before: int  # the one before it (a snapshot handed to the folder thread may fail)
     _snap_retry: int  # after a failed snapshot: the seq from which to try again
 
     @property
@@ -112,19 +113,27 @@ def snapshot_due(router: Recoverable) -> bool:
 def maybe_snapshot(router: Recoverable) -> None:
     """Take the router's periodic snapshot when it is due. Its failure fails no call (the events
     are already durable, and a snapshot only shortens recovery): it is logged and tried again
-    ``SNAPSHOT_RETRY_EVENTS`` events later."""
+    ``SNAPSHOT_RETRY_EVENTS`` events later. With folds in the background
+    (``Journal.fold_in_background``) the snapshot's transaction is the folder thread's: a
+    failure is learnt at a later call, and the snapshot is retried as well."""
+    journal = router._journal
+    failed = journal.snapshot_failure() if isinstance(journal, Journal) else None
+    if failed is not None:
+        router._snap_seq = router._snap_before
+        router._snap_retry = failed + SNAPSHOT_RETRY_EVENTS
     if not snapshot_due(router):
         return
-    last = router._journal.last_seq
+    last = journal.last_seq
     try:
-        take_snapshot(router)
+        take_snapshot(router, background=True)
     except JournalError as exc:
         router._snap_retry = last + SNAPSHOT_RETRY_EVENTS
         _log.warning("%s (the events are durable; retried later)", exc)
 
 
-def take_snapshot(router: Recoverable) -> None:
-    """Write a snapshot in its own transaction (outside any group)."""
+def take_snapshot(router: Recoverable, background: bool = False) -> None:
+    """Write a snapshot in its own transaction (outside any group); with ``background``, on
+    the journal's folder thread if it folds in the background and is free (else here)."""
     journal, state = router._journal, router._state
     seq = journal.last_seq
     blob = policy_bytes(state.policy)
@@ -149,6 +158,11 @@ def take_snapshot(router: Recoverable) -> None:
         pending_from=min((p.seq for p in state.pending.values()), default=seq + 1),
         pending=len(state.pending),
     )
+    router._snap_before = router._snap_seq
+    if background and isinstance(journal, Journal) and journal.fold_in_background:
+        if journal.queue_snapshot(seq, blob, fields, keep=SNAPSHOTS_KEPT):
+            router._snap_seq = seq
+        return  # else the folder is busy: due still, tried again when the next group ends
     try:
         journal.begin()
         journal.put_snapshot(seq, blob, fields, keep=SNAPSHOTS_KEPT)

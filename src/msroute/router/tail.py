@@ -321,13 +321,26 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
     continue the journal's, and those the journal already holds (folded just before the router
     stopped) must be the same, else JournalError (and both files are left as they are); so
     must a tail in the way of a new journal (``create``)."""
-    if not path.exists():
+    old_path = path.with_name(path.name + "-old")  # folder.old_tail_path: moved aside
+    paths = [p for p in (old_path, path) if p.exists()]
+    if not paths:
         return last
     if create:
         raise JournalError(
-            f"{path}: the tail of an earlier journal is in the way; remove it or choose a new file"
+            f"{paths[0]}: the tail of an earlier journal is in the way; remove it or choose a "
+            "new file"
         )
-    rows, torn = read_tail(path, run_id)
+    rows: list[Row] = []
+    torn = 0
+    for each in paths:  # the tail moved aside holds the earlier events
+        more, cut = read_tail(each, run_id)
+        torn += cut
+        if rows and more and more[0][0] != rows[-1][0] + 1:
+            raise JournalError(
+                f"{each}: the journal's tail starts at event {more[0][0]} but the tail moved "
+                f"aside ends at event {rows[-1][0]} ({_MOVE})"
+            )
+        rows += more
     new = [r for r in rows if r[0] > last]
     if new and new[0][0] != last + 1:
         raise JournalError(
@@ -357,7 +370,8 @@ def fold_leftover(db: sqlite3.Connection, path: Path, last: int, run_id: str, cr
         with transaction(db):
             insert_rows(db, new)
         _log.info("%s: folded %d events into the journal", path, len(new))
-    path.unlink()
+    for each in paths:
+        each.unlink()
     return new[-1][0] if new else last
 
 
@@ -402,6 +416,16 @@ class Tail:
             self._cut()
             raise OSError(errno.ENOSPC, f"{self.path}: short write ({written} of {len(frame)})")
         self._size += written
+
+    def move_to(self, other: Path) -> None:
+        """Close the file and rename it ``other`` (its rows still to be synced; the caller
+        removes it then); the next frame starts a new file at ``path``."""
+        if self._fd is not None:
+            os.rename(self.path, other)  # raises before anything changed
+            os.close(self._fd)
+            self._fd = None
+        self._size = 0
+        self._torn = False
 
     def empty(self) -> None:
         """Drop every frame (their rows are in SQLite now); errors are left for later: the

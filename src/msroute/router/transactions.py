@@ -65,6 +65,7 @@ class Transactional:
     _txn_start: int
     _closed: bool
     _fold_every: int | None = None  # set_fold_every's, kept for a reopened journal
+    _fold_background = False  # set_fold_every's too
 
     def _reset_transactions(self) -> None:
         """No transaction open, no failure (a router fresh from its configuration)."""
@@ -76,19 +77,26 @@ class Transactional:
         self._closed = False
 
     def _attach(self, journal: Journal | MemoryJournal) -> None:
-        """Use this journal (a file journal folds every ``fold_every`` events)."""
+        """Use this journal (a file journal folds every ``fold_every`` events, in the
+        background if so set)."""
         self._journal = journal
         if isinstance(journal, Journal) and self._fold_every is not None:
             journal.fold_every = self._fold_every
+            journal.fold_in_background = self._fold_background
 
-    def set_fold_every(self, events: int) -> None:
+    def set_fold_every(self, events: int, *, background: bool = False) -> None:
         """Fold the journal's tail into SQLite every ``events`` events from now on, also after
-        a reopen (``Journal.fold_every``; ``journal_sync = "normal"``): a service owning the
-        router folds smaller batches, so that no fold holds its requests up for long. Nothing
-        changes for a router in memory or at ``"full"``, and no decision depends on it."""
+        a reopen (``Journal.fold_every``; ``journal_sync = "normal"``), on a thread of its own
+        with ``background`` (``Journal.fold_in_background``: the folds, the syncs of the tail
+        and the periodic snapshot's transaction then never hold the calls up): a service
+        owning the router folds smaller batches in the background, so that no fold holds its
+        requests up. Nothing changes for a router in memory or at ``"full"``, and no decision
+        depends on it."""
         if isinstance(self._journal, Journal):
             self._journal.fold_every = events  # checked there
+            self._journal.fold_in_background = background
         self._fold_every = events
+        self._fold_background = background
 
     def _rebuild(self) -> None:
         """The in-memory state of the journal's committed events (the router's)."""
@@ -108,7 +116,9 @@ class Transactional:
         journal's tail (``journal_sync = "normal"``; no fold into SQLite due) and no snapshot
         is due, so it never waits for an fsync. A server may then end the group on its event
         loop's thread rather than hand it to a thread of its own."""
-        return self._journal.quick_commit and not self._snapshot_due()
+        journal = self._journal
+        background = isinstance(journal, Journal) and journal.fold_in_background
+        return journal.quick_commit and (background or not self._snapshot_due())
 
     @property
     def writable(self) -> bool:

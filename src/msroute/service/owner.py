@@ -165,7 +165,7 @@ class RouterOwner:
         loop = asyncio.get_running_loop()
         self._router = await loop.run_in_executor(self._executor, self._opener)
         if isinstance(self._router, Router):  # not a test's stand-in
-            self._router.set_fold_every(SERVED_FOLD)
+            self._router.set_fold_every(SERVED_FOLD, background=True)
         self._task = loop.create_task(self._serve(), name=f"msroute-owner-{self.name}")
         return self._router
 

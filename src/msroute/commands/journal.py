@@ -148,7 +148,8 @@ def _same_file(a: Path, b: Path) -> bool:
     except OSError:
         return False
     target, journal = a.resolve(), b.resolve()
-    own = {journal.name + suffix for suffix in ("", "-wal", "-shm", "-journal", "-tail")}
+    suffixes = ("", "-wal", "-shm", "-journal", "-tail", "-tail-old")
+    own = {journal.name + suffix for suffix in suffixes}
     return target.parent == journal.parent and target.name in own
 
 

@@ -25,6 +25,7 @@ and a read of SQLite waits at most for the job's statement under way, not for it
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ class FoldJob:
     snapshot: tuple[int, bytes, str] | None
     keep: int | None
     old_tail: Path | None  # set for a job that syncs
-    normal: bool  # the journal's setting is "normal" (after a FULL commit: back to it)
+    wal: Path  # SQLite's WAL file, which a job that syncs fsyncs after its COMMIT
     future: Future[None] | None = None
 
     @property
@@ -69,31 +70,41 @@ def run_job(db: sqlite3.Connection, job: FoldJob) -> None:
     """Run ``job`` on ``db`` (on the folder thread): one transaction, committed at FULL if the
     job syncs, then the old tail removed. Raises what SQLite or the file system raised; the
     transaction is then rolled back and the old tail kept."""
-    if job.sync:
-        db.execute("PRAGMA synchronous = FULL")
-    try:
-        with transaction(db):
-            if job.rows:
-                insert_rows(db, job.rows)
-            if job.refs:
-                insert_refs(db, job.refs)
+    with transaction(db):
+        if job.rows:
+            insert_rows(db, job.rows)
+        if job.refs:
+            insert_refs(db, job.refs)
+            db.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('refs_upto', ?)",
+                (str(job.refs_upto),),
+            )
+        if job.snapshot is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
+                job.snapshot,
+            )
+            if job.keep is not None:
                 db.execute(
-                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('refs_upto', ?)",
-                    (str(job.refs_upto),),
+                    "DELETE FROM snapshots WHERE seq NOT IN "
+                    "(SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?)",
+                    (job.keep,),
                 )
-            if job.snapshot is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
-                    job.snapshot,
-                )
-                if job.keep is not None:
-                    db.execute(
-                        "DELETE FROM snapshots WHERE seq NOT IN "
-                        "(SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?)",
-                        (job.keep,),
-                    )
-    finally:
-        if job.sync and job.normal:
-            db.execute("PRAGMA synchronous = NORMAL")
     if job.old_tail is not None:
+        _sync_wal(job.wal)
         job.old_tail.unlink(missing_ok=True)
+
+
+def _sync_wal(wal: Path) -> None:
+    """fsync SQLite's WAL file: every transaction committed in it so far (at NORMAL: written,
+    not synced) is then durable, as a COMMIT at FULL would have made it; SQLite's own
+    checkpoints (an automatic one may run in any COMMIT) sync the WAL before they copy it and
+    the database after, so a commit no longer in the WAL is durable already. Done here rather
+    than by a COMMIT at FULL because SQLite holds the connection's mutex through that COMMIT's
+    fsync, and the calls' reads on the journal's one connection waited for it. (The WAL has no
+    lock of SQLite's on it, so opening and closing it here releases none.)"""
+    fd = os.open(wal, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

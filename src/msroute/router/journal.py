@@ -571,7 +571,7 @@ class Journal(EventLog):
             snapshot,
             keep,
             old,
-            self._sync == "normal",
+            self.path.with_name(self.path.name + "-wal"),
         )
         job.future = self._folder.submit(run_job, self._db, job)
         self._job = job

@@ -59,7 +59,12 @@ def test_background_folds_read_reopen_and_decide_as_folds_on_the_path(tmp_path: 
         assert timeless(journal.events_of(f"d{i}")) == timeless(
             path_folds._journal.events_of(f"d{i}")
         )
-    assert [s[0] for s in journal.snapshots()] == [s[0] for s in path_folds._journal.snapshots()]
+    # A snapshot due while a job is in flight is taken when the next group ends instead.
+    taken = [s[0] for s in journal.snapshots()]
+    due = [s[0] for s in path_folds._journal.snapshots()]
+    assert len(taken) == len(due) == 2 and all(
+        0 <= t - d < 16 for t, d in zip(taken, due, strict=True)
+    )
     bg.close()
     path_folds.close()
     assert not tail_path(tmp_path / "bg.db").exists()

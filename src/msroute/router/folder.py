@@ -13,7 +13,8 @@ before, and the tail keeps every frame until a commit at ``synchronous = FULL`` 
 rows durable in SQLite. A job that syncs (``sync``: it empties the tail, or stores a snapshot)
 cannot empty a tail that is still being appended to, so the journal first renames the tail to
 ``<journal>-tail-old`` (``old_tail_path``) and appends later frames to a new one; the job removes
-the old one after its commit at FULL. Opening a journal folds both (the old one first), so a crash
+the old one once its commit is durable (``run_job``: committed, then SQLite's WAL fsynced).
+Opening a journal folds both (the old one first), so a crash
 at any point between the rename and the removal loses nothing. A job that fails is logged and
 leaves everything as it was: its rows stay in memory and in the tail(s), and the journal tries
 again later.
@@ -46,7 +47,8 @@ class FoldJob:
     """One transaction for the folder thread: the journal's unfolded ``rows`` (the first of
     its ``_unfolded``, all committed), the ids ``refs`` to write with ``refs_upto`` (or none),
     a snapshot ``(seq, policy zip, router state JSON)`` to store, keeping ``keep`` (or none),
-    and whether it commits at FULL and then removes the tail moved to ``old_tail`` (``sync``).
+    and whether it makes its commit durable (fsyncs ``wal``) and then removes the tail moved to
+    ``old_tail`` (``sync``).
     ``future``: the folder thread's run of it (``run_job``), done once it committed or
     failed."""
 
@@ -62,14 +64,14 @@ class FoldJob:
 
     @property
     def sync(self) -> bool:
-        """Whether the job commits at FULL and empties the tail it replaced."""
+        """Whether the job makes its commit durable and removes the tail moved aside."""
         return self.old_tail is not None
 
 
 def run_job(db: sqlite3.Connection, job: FoldJob) -> None:
-    """Run ``job`` on ``db`` (on the folder thread): one transaction, committed at FULL if the
-    job syncs, then the old tail removed. Raises what SQLite or the file system raised; the
-    transaction is then rolled back and the old tail kept."""
+    """Run ``job`` on ``db`` (on the folder thread): one transaction, and if the job syncs,
+    SQLite's WAL fsynced after its COMMIT, then the old tail removed. Raises what SQLite or
+    the file system raised; the transaction is then rolled back and the old tail kept."""
     with transaction(db):
         if job.rows:
             insert_rows(db, job.rows)

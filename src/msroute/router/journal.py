@@ -550,7 +550,8 @@ class Journal(EventLog):
         """Start a job folding every unfolded event (all committed: no transaction is open),
         with the ids held once ``fold_every``'s worth are, and ``snapshot``. One that ``sync``s
         moves the tail aside first (a job that failed may have left it there already: this one
-        removes that one), and commits at FULL; if the tail cannot be moved, the job does not
+        removes that one), and makes its commit durable (``folder.run_job``); if the tail
+        cannot be moved, the job does not
         sync (it is tried again at a later fold)."""
         assert self._folder is not None and self.path is not None and not self.in_transaction
         old = old_tail_path(self.path) if sync else None

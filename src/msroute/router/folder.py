@@ -9,9 +9,10 @@ in the journal's memory (``_unfolded``), where reads find them, until the journa
 job commit.
 
 Nothing about durability changes: an event is acknowledged once its frame is in the tail, as
-before, and the tail keeps every frame until a commit at ``synchronous = FULL`` has made its
-rows durable in SQLite. A job that syncs (``sync``: it empties the tail, or stores a snapshot)
-cannot empty a tail that is still being appended to, so the journal first renames the tail to
+before, and the tail keeps every frame until its rows are durable in SQLite (a commit at
+``synchronous = FULL``, or here a commit followed by an fsync of SQLite's WAL).
+A job that syncs (``sync``: it empties the tail, or stores a snapshot) cannot empty a tail
+that is still being appended to, so the journal first renames the tail to
 ``<journal>-tail-old`` (``old_tail_path``) and appends later frames to a new one; the job removes
 the old one once its commit is durable (``run_job``: committed, then SQLite's WAL fsynced).
 Opening a journal folds both (the old one first), so a crash

@@ -14,7 +14,6 @@ import contextlib
 import errno
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -288,53 +287,6 @@ def test_a_team_of_one_answers_the_upstreams_bytes_as_they_came(
     asyncio.run(main())
 
 
-def test_decision_ids_random_hex_never_repeats_a_byte_of_its_batch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-
-    from msroute.gateway import chat as chat_module
-
-    drawn: list[bytes] = []
-    system = os.urandom
-
-    def urandom(n: int) -> bytes:
-        drawn.append(system(n))
-        return drawn[-1]
-
-    monkeypatch.setattr(os, "urandom", urandom)
-    random_hex = chat_module._RandomHex()
-    ids = [random_hex(10) for _ in range(1000)]  # more than one batch
-    assert all(len(i) == 20 for i in ids) and len(set(ids)) == len(ids)
-    # Each id is the next 10 bytes of a batch the OS gave (none skipped, none used twice).
-    used = b"".join(bytes.fromhex(i) for i in ids)
-    assert len(drawn) == 3 and used == b"".join(b[: len(b) // 10 * 10] for b in drawn)[: len(used)]
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_process_never_gives_its_parents_decision_ids() -> None:
-    """A handler's batch of random bytes made before a fork: the child reads its own, so the
-    two processes' next ids differ (a server that forks workers after building its app)."""
-    from msroute.gateway import chat as chat_module
-
-    random_hex = chat_module._RandomHex()
-    random_hex(10)  # a batch read in the parent
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its next ids, to the parent
-        try:
-            os.write(write, "".join(random_hex(10) for _ in range(5)).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    try:
-        child = os.read(read, 1000).decode()
-    finally:
-        os.close(read)
-        os.waitpid(pid, 0)
-    parent = "".join(random_hex(10) for _ in range(5))
-    assert len(child) == len(parent) == 100 and child != parent
-
-
 def test_a_call_goes_on_and_is_booked_when_its_request_is_cancelled(
     tmp_path: Path, stub: StubUpstream
 ) -> None:
@@ -496,13 +448,14 @@ def test_a_journal_that_refuses_the_decision_or_the_booking_answers_503(
 
 
 def test_a_decision_id_the_gateway_mints_is_one_a_request_may_carry() -> None:
-    """The gateway does not check the ids it mints (``<router>:<20 hex digits>``): the longest
-    router name and every character a name may hold give a valid one."""
+    """The gateway does not check the ids its routers mint (``<router>:<32 hex digits>``): the
+    longest router name and every character a name may hold give a valid one."""
+    from msroute.router.ids import RandomHex
     from msroute.service.config import ROUTER_NAME
     from msroute.service.models import DecisionRequest
 
     for name in ("a" * 64, "_" + "Az09_.-" * 9):
         assert ROUTER_NAME.fullmatch(name)
-        decision_id = f"{name}:{os.urandom(10).hex()}"
+        decision_id = f"{name}:{RandomHex()()}"
         request = DecisionRequest(context=None, prompt=None, eligible=None, decision_id=decision_id)
         assert request.decision_id == decision_id

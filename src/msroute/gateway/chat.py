@@ -24,7 +24,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
@@ -116,27 +115,6 @@ def _header_id(expert: str) -> str:
     return quote(expert, safe="-._~:@!$&'()*+;=")
 
 
-class _RandomHex:
-    """Random hex digits for decision ids: the operating system's random bytes (as ``secrets``
-    draws them), read ``_BATCH`` bytes at a time rather than in a system call per id. A batch
-    belongs to the process that read it: a forked child reads its own, so that two processes
-    never give the same id."""
-
-    _BATCH = 4096
-
-    def __init__(self) -> None:
-        self._bytes = b""
-        self._at = 0
-        self._pid = os.getpid()
-
-    def __call__(self, n: int) -> str:
-        """``2 n`` hex digits, from ``n`` bytes never given before (in any process)."""
-        if self._at + n > len(self._bytes) or self._pid != os.getpid():
-            self._bytes, self._at, self._pid = os.urandom(max(n, self._BATCH)), 0, os.getpid()
-        start, self._at = self._at, self._at + n
-        return self._bytes[start : self._at].hex()
-
-
 class ChatHandler:
     """The chat completion endpoint of a gateway (see the module docstring)."""
 
@@ -155,7 +133,6 @@ class ChatHandler:
         self.text_context = text_context
         #: Bookings of streams that ended (awaited when the gateway stops).
         self.tasks: set[asyncio.Task[Any]] = set()
-        self._random_hex = _RandomHex()  # made in the serving process, at its start
         #: Each router's booking of each expert, in dollars.
         self.booked = {
             name: {e: float(c[USD]) for e, c in service.config.routers[name]["experts"].items()}
@@ -184,17 +161,16 @@ class ChatHandler:
             payload = request_body(data, chat.stream)  # refused before any decision is made
         except ValueError:
             return openai_error(400, "body: a number out of the range of JSON's numbers")
-        did = f"{name}:{self._random_hex(10)}"
         try:
-            routed = self._route(name, chat, did)
+            routed = self._route(name, chat)
         except ValidationError as exc:
             return openai_error(400, _invalid(exc))
         except MSRouteError as exc:  # a context the router needs and the request lacks
             return self._refusal(exc)
         work = (
-            self._stream(name, gw, did, routed, data, payload)
+            self._stream(name, gw, routed, data, payload)
             if chat.stream
-            else self._complete(name, gw, did, routed, payload)
+            else self._complete(name, gw, routed, payload)
         )
         # The calls and the booking go on if the client leaves: what was billed is booked.
         # The work's task is scheduled after the router's owner, which commits the decision
@@ -210,9 +186,11 @@ class ChatHandler:
         refused = await self._booked(done.booking, done.headers)
         return done.response if refused is None else refused
 
-    def _route(self, name: str, chat: ChatRequest, did: str) -> asyncio.Future[RoutedDecision]:
-        """The query's decision ``did``, submitted to the router's owner: the future of the
-        decision, done once it is journaled."""
+    def _route(self, name: str, chat: ChatRequest) -> asyncio.Future[RoutedDecision]:
+        """The query's decision, submitted to the router's owner: the future of the decision,
+        done once it is journaled. Its id is one the router mints, ``<router>:<hex digits>``
+        (``Router.route(id_prefix=...)``: new by construction, never looked up), by which
+        a feedback finds its router."""
         options = chat.msroute
         context = None if options is None else options.context
         if context is None and self.text_context is not None:
@@ -225,21 +203,22 @@ class ChatHandler:
                 f"...}}}} with one of {list(config['contexts'])}"
             )
         eligible = None if options is None else options.eligible
-        # The id the gateway mints is an id a request may carry: a router's name is at most
-        # 64 letters, digits, "_", "-" and "." (ROUTER_NAME). Nothing else to check: no model.
+        # The id the router mints is an id a request may carry: a router's name is at most
+        # 64 letters, digits, "_", "-" and "." (ROUTER_NAME), and 32 hex digits follow.
         if context is not None or eligible is not None or by_text:
             request = DecisionRequest(
                 context=context,
                 prompt=prompt_text(chat.messages) if by_text else None,
                 eligible=eligible,
-                decision_id=did,
+                decision_id=None,
             )
             context, eligible, prompt = request.context, request.eligible, request.prompt
         else:
             prompt = None
+        prefix = f"{name}:"
         return self.service.submit(
             name,
-            lambda r: r.route(context=context, eligible=eligible, decision_id=did, prompt=prompt),
+            lambda r: r.route(context=context, eligible=eligible, prompt=prompt, id_prefix=prefix),
         )
 
     async def _decided(
@@ -254,15 +233,15 @@ class ChatHandler:
         return decision
 
     async def _team(
-        self, name: str, gw: GatewayRouter, did: str, routed: asyncio.Future[RoutedDecision]
+        self, name: str, gw: GatewayRouter, routed: asyncio.Future[RoutedDecision]
     ) -> _Team | JSONResponse:
-        """The journaled decision's team, its headers and its members' upstreams (``_decided``);
+        """The journaled decision's id, team, headers and members' upstreams (``_decided``);
         or the error to answer when the router refused it."""
         decision = await self._decided(name, routed)
         if not isinstance(decision, RoutedDecision):
             return decision
-        team = list(decision.team)
-        return _Team(team, decision_headers(did, team), [gw.upstreams[e] for e in team])
+        did, team = decision.decision_id, list(decision.team)
+        return _Team(did, team, decision_headers(did, team), [gw.upstreams[e] for e in team])
 
     def _refusal(self, exc: MSRouteError) -> JSONResponse:
         """A value the router refuses (400), or a journal it cannot write (503)."""
@@ -274,14 +253,13 @@ class ChatHandler:
         self,
         name: str,
         gw: GatewayRouter,
-        did: str,
         routed: asyncio.Future[RoutedDecision],
         payload: bytes,
     ) -> _Done:
-        routed_team = await self._team(name, gw, did, routed)
+        routed_team = await self._team(name, gw, routed)
         if not isinstance(routed_team, _Team):
             return _Done(routed_team)
-        team, headers, ups = routed_team
+        did, team, headers, ups = routed_team
         results = await _settled([self.upstreams.complete(u, payload) for u in ups])
         booking, failure = self._book_calls(name, gw, did, team, results)
         if failure is not None:
@@ -369,15 +347,14 @@ class ChatHandler:
         self,
         name: str,
         gw: GatewayRouter,
-        did: str,
         routed: asyncio.Future[RoutedDecision],
         body: Mapping[str, Any],
         payload: bytes,
     ) -> _Done:
-        routed_team = await self._team(name, gw, did, routed)
+        routed_team = await self._team(name, gw, routed)
         if not isinstance(routed_team, _Team):
             return _Done(routed_team)
-        team, headers, ups = routed_team
+        did, team, headers, ups = routed_team
         opened = await _settled([self.upstreams.stream(u, payload) for u in ups])
         if any(isinstance(r, BaseException) for r in opened):
             for r in opened:
@@ -399,8 +376,10 @@ class ChatHandler:
 
 
 class _Team(NamedTuple):
-    """A decision's team (ids in draw order), its response headers and its upstreams."""
+    """A decision's id, its team (ids in draw order), its response headers and its
+    upstreams."""
 
+    did: str
     team: list[str]
     headers: dict[str, str]
     ups: list[Upstream]

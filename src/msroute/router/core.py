@@ -49,6 +49,7 @@ from msroute.router.changes import (
     put_applied,
 )
 from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.ids import RandomHex
 from msroute.router.inputs import (
     bounds_event,
     check_client_id,
@@ -314,6 +315,7 @@ class Router(Transactional):
         self._snap_seq = 0
         self._snap_before = 0  # the snapshot before it (recovery.take_snapshot)
         self._snap_retry = 0  # after a failed snapshot: the seq from which to try again
+        self._random_hex = RandomHex()  # route(id_prefix=...)'s ids
 
     @property
     def config(self) -> RouterConfig:
@@ -364,6 +366,8 @@ class Router(Transactional):
         eligible: Sequence[str] | None = None,
         decision_id: str | None = None,
         prompt: str | None = None,
+        *,
+        id_prefix: str | None = None,
     ) -> RoutedDecision:
         """Route one query: decide its team and log the decision.
 
@@ -382,6 +386,12 @@ class Router(Transactional):
             of that form is refused, so that the two never collide). An id already routed returns
             that same decision again, with no new journal row (a retried request); a context
             or an eligible set given with it must then be the original one.
+        id_prefix : str, optional
+            Instead of a ``decision_id``: give the decision a new random id,
+            ``<id_prefix><32 hex digits>`` (``msroute.router.ids``; the gateway's are
+            ``<router>:...``, by which its feedback finds the router). Such an id is new by
+            construction, so it is not looked up in the journal as a ``decision_id`` is (the
+            lookup reads SQLite, which a fold in the background may hold for a while).
 
         Returns
         -------
@@ -390,15 +400,19 @@ class Router(Transactional):
         Raises
         ------
         InvalidFeedbackError
-            Unknown context, unknown or empty eligible set, a bad decision id, or a prompt for
-            a router without a context model (nothing changed).
+            Unknown context, unknown or empty eligible set, a bad decision id or id prefix
+            (or both given), or a prompt for a router without a context model (nothing
+            changed).
         DecisionConflictError
             The id was routed with another context or eligible set (nothing changed).
         """
         self._check_usable()
         if prompt is not None:
             context = prompt_context(self._text_model, context, prompt)
-        if decision_id is not None:
+        did = decision_id
+        if id_prefix is not None:
+            did = self._minted_id(id_prefix, decision_id)
+        elif decision_id is not None:
             text_name(decision_id, "decision_id", InvalidFeedbackError)
             known = routed_before(self._journal, self._state, decision_id, context, eligible)
             if known is not None:
@@ -410,7 +424,8 @@ class Router(Transactional):
         with self._write():
             now = time.time()
             self._expire_due(now)
-            did = f"{self._run_id}-{state.n}" if decision_id is None else decision_id
+            if did is None:
+                did = f"{self._run_id}-{state.n}"
             decided = apply(state, Decide(did, ctx, mask, now, self._journal.last_seq + 1))
             assert decided is not None
             routed, payload, blob = decided
@@ -419,6 +434,14 @@ class Router(Transactional):
             # Unmasked decisions of a context share their distribution until the policy learns.
             self._append("decision", did, now, payload, blob, None if mask is not None else (ctx,))
         return routed
+
+    def _minted_id(self, prefix: object, decision_id: str | None) -> str:
+        """A new random id ``<prefix><hex digits>`` for ``route(id_prefix=prefix)``."""
+        if decision_id is not None:
+            raise InvalidFeedbackError("give a decision_id or an id_prefix, not both")
+        if not isinstance(prefix, str):
+            raise InvalidFeedbackError(f"id_prefix: must be a string, got {prefix!r:.80}")
+        return text_name(prefix + self._random_hex(), "id_prefix", InvalidFeedbackError)
 
     # ------------------------------------------------------------------ feedback
     def feedback(

@@ -4,6 +4,7 @@ upstream on 127.0.0.1 (tests/_upstream.py), both child processes stopped by pid.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,8 @@ def test_a_team_of_one_answers_and_books_its_usage(
     raw = ask(client, "chat", eligible=["a"])
     completion = raw.parse()
     did = raw.headers["x-msroute-decision-id"]
-    assert raw.headers["x-msroute-team"] == "a" and did.startswith("chat:")
+    # The router minted the id (Router.route(id_prefix=...)): the router's name, 32 hex digits.
+    assert raw.headers["x-msroute-team"] == "a" and re.fullmatch("chat:[0-9a-f]{32}", did)
     assert completion.choices[0].message.content.startswith("answer of stub?prompt=100")
     assert completion.usage is not None and completion.usage.prompt_tokens == 100
     # The upstream got its own key, never the gateway's token.

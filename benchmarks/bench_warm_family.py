@@ -1,4 +1,4 @@
-"""A warm start's margin over a generated family of outcome tables (docs/llm-routing.md).
+"""A warm start's switches over a generated family of outcome tables (docs/llm-routing.md).
 
 ``bench_warm_start.py`` measures the warm start on the packaged LLM table; a warm-start default
 chosen there must not be tuned to that one table. Each instance here is an outcome table drawn
@@ -15,15 +15,16 @@ from its own seed, split by prompt in halves per seed as the packaged one is (``
 * the budgets ``msroute bench --outcomes`` picks for a user's table
   (``msroute.experiments.outcomes.default_budgets``: cheap, middle, generous).
 
-Each instance is run by the outcome bench (the live router's configuration, M = 1) with the
-warm start keeping the live budget margin (the default) and without it (``margin=False``, the
-warm start before it), on the same prompts, at ``--horizons``. Per horizon and start: the mean
-gap to the streamed half's OPT^ctx and its 90th percentile over the runs, the runs within budget,
-and the paired difference (with margin minus without) per budget level: its mean, its 10th
-percentile and the runs where the margin loses more than 0.005.
+Each instance is run by the outcome bench (the live router's configuration, M = 1) with one of
+the warm start's switches (``msroute.warmstart.warm_start``) on, its default, and off (the warm
+start before it), on the same prompts, at ``--horizons``: ``--switch margin`` (the default)
+keeps the live budget margin, ``--switch explored`` lets the decaying floor count the table as
+explored. Per horizon and start: the mean gap to the streamed half's OPT^ctx and its 90th
+percentile over the runs, the runs within budget, and the paired difference (on minus off) per
+budget level: its mean, its 10th percentile and the runs where the switch loses more than 0.005.
 
 Usage: ``python benchmarks/bench_warm_family.py [--instances 30] [--seeds 2] [--horizons 2000
-20000] [--jobs 1]``.
+20000] [--jobs 1] [--switch explored]``.
 """
 
 from __future__ import annotations
@@ -74,13 +75,14 @@ def family_table(seed: int, path: Path) -> None:
 
 
 def instance_rows(seed: int, args: argparse.Namespace, horizon: int) -> list[dict[str, Any]]:
-    """Instance ``seed`` run with and without the margin: one row per (start, budget, seed)."""
+    """Instance ``seed`` run with the switch ``args.switch`` on and off: one row per (start,
+    budget, seed)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"family{seed}.csv"
         family_table(seed, path)
         budgets = default_budgets(load_outcomes(path), "usd")
-        for margin in (True, False):
+        for on in (True, False):
             cfg = OutcomeBenchConfig(
                 table=str(path),
                 m_draws=(1,),
@@ -89,12 +91,13 @@ def instance_rows(seed: int, args: argparse.Namespace, horizon: int) -> list[dic
                 seeds=args.seeds,
                 horizon=horizon,
                 warm_split=0.5,
-                warm_margin=margin,
+                warm_margin=on or args.switch != "margin",
+                warm_explored=on or args.switch != "explored",
             )
             done = run_outcome_bench(cfg, Path(tmp) / "out", jobs=args.jobs, plot=False, quiet=True)
             for r in done:
                 level = budgets.index(str(r["budget"]))
-                rows.append({**r, "instance": seed, "margin": margin, "level": level})
+                rows.append({**r, "instance": seed, "on": on, "level": level})
     return rows
 
 
@@ -108,13 +111,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--horizons", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--switch", choices=("margin", "explored"), default="margin")
     args = parser.parse_args()
     print(
         f"msroute {msroute.__version__}; {args.instances} instances x {args.seeds} splits, M = 1, "
+        f"switch {args.switch}, "
         f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
     )
     print(
-        "| T | budget | gap with margin (p90) | without (p90) | within with / without "
+        f"| T | budget | gap with {args.switch} (p90) | without (p90) | within with / without "
         "| paired difference (p10) | runs worse by > 0.005 |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|")
@@ -123,18 +128,18 @@ def main() -> None:
         rows = [r for s in range(args.instances) for r in instance_rows(s, args, horizon)]
         for level, name in enumerate(("cheap", "middle", "generous")):
             runs = [r for r in rows if r["level"] == level]
-            key = {(r["instance"], r["seed"]): r for r in runs if not r["margin"]}
+            key = {(r["instance"], r["seed"]): r for r in runs if not r["on"]}
             gap = {
-                m: [r["opt_reward"] - r["avg_reward"] for r in runs if r["margin"] == m]
+                m: [r["opt_reward"] - r["avg_reward"] for r in runs if r["on"] == m]
                 for m in (True, False)
             }
             within = {
-                m: sum(bool(r["feasible"]) for r in runs if r["margin"] == m) for m in (True, False)
+                m: sum(bool(r["feasible"]) for r in runs if r["on"] == m) for m in (True, False)
             }
             diff = [
                 r["avg_reward"] - key[(r["instance"], r["seed"])]["avg_reward"]
                 for r in runs
-                if r["margin"]
+                if r["on"]
             ]
             print(
                 f"| {horizon:,} | {name} | {statistics.mean(gap[True]):.4f} "

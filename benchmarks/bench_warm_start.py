@@ -28,7 +28,9 @@ answer), played fixed from the first query on the same streamed prompts.
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
 sets the warm start's strength, ``--no-margin`` starts it without the live budget margin (the
 warm start before it: the optimum of the bounds themselves, the price gated by the dual;
-``msroute.policies.warm``, "The margin"), ``--omd KEY=VALUE`` overrides one of the live OMD
+``msroute.policies.warm``, "The margin"), ``--no-explored`` without its decaying floor counting
+the table as explored (the warm start before it: the floor of the anchor's steps;
+``msroute.policies.warm``, "The floor"), ``--omd KEY=VALUE`` overrides one of the live OMD
 parameters (``msroute.policies.live.DEFAULT_OMD_PARAMS``, in this process and the workers it
 forks), ``--cases category:warm ...`` runs only those (contexts, start) pairs, and ``--by
 scores`` (or ``words``, ``task``) fits the text contexts' model that way instead of the
@@ -36,7 +38,8 @@ package's default for the eval half (``msroute.prompts.model``: by task, the tab
 categories).
 
 Usage: ``python benchmarks/bench_warm_start.py [--horizons 2000 20000] [--jobs 2] [--strength N]
-[--no-margin] [--omd eta_mult=0.01] [--cases category:warm] [--by scores] [--bounds]``.
+[--no-margin] [--no-explored] [--omd eta_mult=0.01] [--cases category:warm] [--by scores]
+[--bounds]``.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
     parser.add_argument("--no-margin", action="store_true")
+    parser.add_argument("--no-explored", action="store_true")
     parser.add_argument("--omd", nargs="+", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cases", nargs="+", default=[f"{c}:{s}" for c, s in CASES])
     parser.add_argument("--by", choices=("default", *context_models.BY), default="default")
@@ -181,8 +185,9 @@ def main() -> None:
     print(
         f"msroute {msroute.__version__}, numpy {importlib.metadata.version('numpy')}; live OMD "
         f"parameters {DEFAULT_OMD_PARAMS}, warm strength {args.strength:g}"
-        f"{' without the margin' if args.no_margin else ''}, text contexts by "
-        f"{args.by}; seeds 0-4, M = 1, "
+        f"{' without the margin' if args.no_margin else ''}"
+        f"{' without the floor counting it as explored' if args.no_explored else ''}, text "
+        f"contexts by {args.by}; seeds 0-4, M = 1, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print(
@@ -203,6 +208,7 @@ def main() -> None:
                 start=start,
                 warm_strength=args.strength,
                 warm_margin=not args.no_margin,
+                warm_explored=not args.no_explored,
             )
             tic = time.perf_counter()
             with tempfile.TemporaryDirectory() as out:

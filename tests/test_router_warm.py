@@ -84,6 +84,8 @@ def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):
         Router({**config(table), "warm_start": {"table": str(table), "anchor": "yes"}})
     with pytest.raises(RouterConfigError, match=r"warm_start\.margin: must be true or false"):
         Router({**config(table), "warm_start": {"table": str(table), "margin": 1}})
+    with pytest.raises(RouterConfigError, match=r"warm_start\.explored: must be true or false"):
+        Router({**config(table), "warm_start": {"table": str(table), "explored": "no"}})
     with pytest.raises(RouterConfigError, match="cannot read"):
         Router(config(tmp_path / "absent.csv"))
 
@@ -101,12 +103,15 @@ def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
         "strength": DEFAULT_WARM_STRENGTH,
         "anchor": True,
         "margin": True,
+        "explored": True,
     }
     assert router.policy.prior.on
     router.close()
 
 
-@pytest.mark.parametrize(("key", "part"), [("anchor", "anchor"), ("margin", "fade")])
+@pytest.mark.parametrize(
+    ("key", "part"), [("anchor", "anchor"), ("margin", "fade"), ("explored", "explored")]
+)
 def test_a_warm_start_setting_is_recorded_and_a_journal_without_it_replays_without_it(
     tmp_path, key, part
 ):
@@ -123,7 +128,7 @@ def test_a_warm_start_setting_is_recorded_and_a_journal_without_it_replays_witho
     settings = {"table": str(table), "strength": 30, key: False}
     reopened = _replayed_without(tmp_path, table, key, settings)
     assert not getattr(reopened.policy.prior, part).any()
-    assert key == "anchor" or reopened.policy.prior.anchor.all()  # the margin keeps the anchor
+    assert key == "anchor" or reopened.policy.prior.anchor.all()  # the others keep the anchor
     reopened.close()
     _decides_as_its_twin(tmp_path, table, settings)
 

@@ -78,8 +78,10 @@ def test_a_warm_start_begins_at_the_tables_certified_optimum_and_spends_nothing(
     contexts = table_contexts(table, table.categories)
     (plan,) = warm_start(pol, table, contexts, strength=30.0)
     ones = np.ones((3, 1))
-    # Anchored (the default), the prior counts as 30 QP steps: the first step is the 31st.
-    floor = max(pol.floor_min, pol.gamma / np.sqrt(30.0 + 1.0))
+    # Counted as explored (the default), the prior counts for the floor as the steps that gave
+    # each expert 30 rounds: (30 / (2 B gamma))^2.
+    first = (30.0 / (2.0 * pol.batch_size * pol.gamma)) ** 2 + 1.0
+    floor = max(pol.floor_min, pol.gamma / np.sqrt(first))
     # Within the live budget margin (the default): the optimum of the bound less its cap, a
     # tenth of it, the box the dual approaches at its first decisions.
     problem = within_margin(pol, 0)
@@ -210,13 +212,14 @@ CLOSE = np.array(
 def test_an_anchored_warm_start_stays_on_a_good_prior(anchor):
     # An accurate table (1,000 prompts per context): its pick is each context's best. Anchored
     # (the default), the router keeps most of each context on it over 500 rounds per context
-    # and earns near the best; without the anchor, the importance-weighted residual of a few
-    # lucky floor draws carries whole contexts off it (the drift the anchor removes).
+    # and earns near the best; without the anchor (the warm start as it was before it, its
+    # floor counting N / B steps), the importance-weighted residual of a few lucky floor draws
+    # carries whole contexts off it (the drift the anchor removes).
     eval_table, stream = graded(2, 3000, CLOSE, np.ones(6)), graded(3, 3000, CLOSE, np.ones(6))
     contexts = table_contexts(eval_table, eval_table.categories)
     runs, horizon = 8, 1500
     pol = policy(stream, 2.0, runs, horizon)
-    warm_start(pol, eval_table, contexts, anchor=anchor)
+    warm_start(pol, eval_table, contexts, anchor=anchor, explored=anchor)
     reward = run(pol, stream, horizon, runs)
     on_best = pol.q[:, np.arange(3), CLOSE.argmax(axis=1)]
     assert pol.prior.on and bool(np.all(pol.prior.anchor == anchor))
@@ -378,4 +381,59 @@ def test_a_policy_file_from_before_the_margin_resumes_without_it(tmp_path):
     run(pol, table, 200, runs=2)
     old = _saved_as_format(pol, tmp_path / "v7.npz", 7, ("prior.fade",))
     assert old.prior.on and old.prior.anchor.all() and not old.prior.fade.any()
+    _resume_alike(pol, old)
+
+
+def test_a_prior_counted_as_explored_starts_the_floor_where_a_cold_one_had_seen_as_much():
+    # N pseudo-rounds of every expert are the rounds the decaying floor gamma / sqrt(n) gives
+    # each expert in (N / (2 B gamma))^2 steps: the floor starts there, not at the anchor's N.
+    table = graded(0, 600)
+    contexts = table_contexts(table, table.categories)
+    pol, anchored = policy(table, budget=1.6, runs=2), policy(table, budget=1.6, runs=2)
+    (plan,) = warm_start(pol, table, contexts, strength=30.0)
+    (old,) = warm_start(anchored, table, contexts, strength=30.0, explored=False)
+    prior, runs, ctx = pol.prior, np.arange(2), np.array([0, 1])
+    seen = (30.0 / (2.0 * pol.batch_size * pol.gamma)) ** 2
+    assert prior.explored.all() and not anchored.prior.explored.any()
+    np.testing.assert_allclose(prior.floor_offset(runs, ctx, pol.gamma), seen)
+    np.testing.assert_allclose(anchored.prior.floor_offset(runs, ctx, pol.gamma), 30.0)
+    # The start's floor is the one of that step: the table's picks keep more of the traffic.
+    assert plan.q.min() == pytest.approx(pol.gamma / np.sqrt(seen + 1.0))
+    assert old.q.min() == pytest.approx(pol.gamma / np.sqrt(31.0))
+    assert plan.value > old.value
+    # A prior the bias check shrinks explores more (its weight squared), a refuted one as cold.
+    prior.weight[1, 1] *= 0.5
+    np.testing.assert_allclose(prior.floor_offset(runs, ctx, pol.gamma), [seen, seen / 4])
+    prior.weight[1] = 0.0
+    prior.offset[1] = 0.0
+    np.testing.assert_array_equal(prior.floor_offset(runs, ctx, pol.gamma)[1], 0.0)
+
+
+def test_counted_as_explored_the_floor_leaves_the_tables_picks_their_traffic():
+    # After 600 rounds of an accurate table's own distribution, every context of every run
+    # keeps less than a tenth of the anchor's floor on the experts it does not route to: the
+    # floor no longer spends a share of the traffic on experts the table graded.
+    eval_table, stream = graded(2, 3000, CLOSE, np.ones(6)), graded(3, 3000, CLOSE, np.ones(6))
+    contexts = table_contexts(eval_table, eval_table.categories)
+    runs, horizon, off = 2, 600, {}
+    for explored in (True, False):
+        pol = policy(stream, 2.0, runs, horizon)
+        warm_start(pol, eval_table, contexts, explored=explored)
+        run(pol, stream, horizon, runs)
+        others = np.ones(pol.q.shape, dtype=bool)
+        others[:, np.arange(3), CLOSE.argmax(axis=1)] = False
+        off[explored] = pol.q[others].reshape(runs, 3, -1).min(axis=-1)
+    # The anchor's floor after the most steps a context can have taken.
+    anchor_floor = pol.gamma / np.sqrt(100.0 + horizon / pol.batch_size + 1.0)
+    assert np.all(off[False] >= anchor_floor * (1 - 1e-9))
+    assert np.all(off[True] < anchor_floor / 10)
+
+
+def test_a_policy_file_from_before_the_floor_counted_the_prior_resumes_without_it(tmp_path):
+    table = graded(1, 300)
+    pol = policy(table, budget=1.6, runs=2)
+    warm_start(pol, table, table_contexts(table, table.categories), 20.0, explored=False)
+    run(pol, table, 200, runs=2)
+    old = _saved_as_format(pol, tmp_path / "v8.npz", 8, ("prior.explored",))
+    assert old.prior.on and old.prior.fade.all() and not old.prior.explored.any()
     _resume_alike(pol, old)

@@ -16,7 +16,10 @@ before any traffic:
   anchor"), so that a good start is kept, not overwritten by the first noisy steps;
 * by default the start keeps a live router's budget margin (``margin``; ``msroute.policies.warm``,
   "The margin"): the optimum is that of the bounds shrunk by the margin's cap, the box the dual
-  approaches at its first decisions, and the anchor's price fades with the spend's slack.
+  approaches at its first decisions, and the anchor's price fades with the spend's slack;
+* by default the decaying floor counts the table's pseudo-rounds as explored (``explored``;
+  ``msroute.policies.warm``, "The floor"): a warm-started context explores as a cold one that
+  had routed each expert as often, from its first routing on.
 
 Nothing of the table is traffic: the policy has made no decision, spent nothing and learned from
 no feedback after it. The table's prompts are mapped to the policy's contexts by name (a
@@ -143,13 +146,15 @@ def plan_warm_start(
     tol: float = 1e-6,
     anchor: bool = True,
     margin: bool = True,
+    explored: bool = True,
 ) -> WarmPlan:
     """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
     contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
     (``msroute.outcome_env.best_pick``); ``anchor``: whether the prior anchors the learner
     (``warm_start``), which sets the step its first QP step counts; ``margin``: the optimum of
     the bounds shrunk by the budget margin's cap (``within_margin``; that of the bounds where
-    none meets them), else of the bounds."""
+    none meets them), else of the bounds; ``explored``: the floor of the first QP step counts
+    the prior as explored (``msroute.policies.warm``, "The floor")."""
     from msroute.core.oracle import ContextualOracleResult, contextual_opt
 
     bounds = policy.problem_batch.problems[run]
@@ -158,7 +163,10 @@ def plan_warm_start(
         raise InvalidValueError(
             f"warm start: the table has {table.n_experts} models, the policy {k} experts"
         )
-    first = float(policy.prior.steps_of(strength, anchor)) + 1.0  # the first QP step's count
+    first = float(policy.prior.steps_of(strength, anchor))
+    if explored:
+        first = max(first, float(policy.prior.explored_steps(strength, policy.gamma)))
+    first += 1.0  # the first QP step's count
     floor = max(policy.floor_min, floor_at(policy.gamma, policy.floor, first))
 
     def optimum(problem: Problem) -> ContextualOracleResult:
@@ -214,6 +222,7 @@ def warm_start(
     pick: float = 1.0,
     anchor: bool = True,
     margin: bool = True,
+    explored: bool = True,
 ) -> list[WarmPlan]:
     """Start every run of ``policy`` from ``table`` (one plan per distinct problem, shared by
     the runs on it); returns the plans, in order of the problems' first runs.
@@ -239,6 +248,10 @@ def warm_start(
         the bounds shrunk by the margin's cap, the price faded by the spend's slack. False: the
         optimum of the bounds, the price gated by the dual (a journal that recorded no margin
         replays so).
+    explored : bool, default True
+        Let the decaying floor count the prior's pseudo-rounds as explored
+        (``msroute.policies.warm``, "The floor"). False: the floor counts the anchor's steps (a
+        journal that recorded no ``explored`` replays so).
     """
     if not isinstance(policy, OMDApproachability):
         raise InvalidValueError(
@@ -253,7 +266,15 @@ def warm_start(
     for run, problem in enumerate(problems):
         if id(problem) not in done:
             done[id(problem)] = plan_warm_start(
-                policy, table, contexts, run, strength, pick=pick, anchor=anchor, margin=margin
+                policy,
+                table,
+                contexts,
+                run,
+                strength,
+                pick=pick,
+                anchor=anchor,
+                margin=margin,
+                explored=explored,
             )
             plans.append(done[id(problem)])
     runs = np.arange(len(problems))
@@ -271,5 +292,6 @@ def warm_start(
         runs,
         np.stack([p.multipliers for p in pl]) if anchor else None,
         margin,
+        explored,
     )
     return plans

@@ -108,6 +108,8 @@ class OutcomeBenchConfig:
         The warm start's strength ``N``.
     warm_margin : bool
         Whether the warm start keeps the live budget margin (``msroute.warmstart.warm_start``).
+    warm_explored : bool
+        Whether its decaying floor counts the table as explored (the same function).
     contexts : {"category", "text", "none"}
         What the router sees of a prompt (the comparators stay per category).
     """
@@ -127,6 +129,7 @@ class OutcomeBenchConfig:
     warm_split: float | None = None
     warm_strength: float = DEFAULT_STRENGTH
     warm_margin: bool = True
+    warm_explored: bool = True
     contexts: str = "category"
 
     def __post_init__(self) -> None:
@@ -270,7 +273,15 @@ def _policy_cell(
     if warm is not None and isinstance(pol, OMDApproachability):
         contexts = table_contexts(warm, table.categories)
         pick = best_pick(cfg.team_answer)
-        warm_start(pol, warm, contexts, cfg.warm_strength, pick=pick, margin=cfg.warm_margin)
+        warm_start(
+            pol,
+            warm,
+            contexts,
+            cfg.warm_strength,
+            pick=pick,
+            margin=cfg.warm_margin,
+            explored=cfg.warm_explored,
+        )
     run = simulate_summary({policy: pol}, env, batch, cfg.horizon, run_map=run_map)[policy]
     return {
         "seeds": list(seeds),

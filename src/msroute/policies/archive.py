@@ -40,8 +40,10 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "Saveable", "policy_bytes", "save_policy"
 #: (``msroute.policies.warm.RewardPrior``); older files load with none (all zeros). Version 7:
 #: the prior's anchor and price; older files load with none (a warm start without the anchor,
 #: as it ran). Version 8: whether the prior's price fades with the spend's slack (its margin);
-#: older files load without (the price gated by the dual, as it ran).
-FORMAT_VERSION = 8
+#: older files load without (the price gated by the dual, as it ran). Version 9: whether the
+#: prior counts as explored for the decaying floor; older files load without (the floor counting
+#: the anchor's steps, as it ran).
+FORMAT_VERSION = 9
 #: The ``format`` a policy file's manifest names.
 FORMAT = "msroute-policy"
 

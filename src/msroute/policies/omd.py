@@ -440,6 +440,7 @@ class OMDApproachability(BasePolicy):
         runs: IntArray | None = None,
         price: FloatArray | None = None,
         fade: bool = False,
+        explored: bool = False,
     ) -> None:
         """Start runs from an eval table, before any decision (``msroute.warmstart`` builds the
         arguments from a table; ``msroute.policies.warm`` says what each becomes).
@@ -466,6 +467,9 @@ class OMDApproachability(BasePolicy):
             (``msroute.policies.warm``, "The anchor").
         fade : bool, default False
             The price fades with the spend's slack (``msroute.policies.warm``, "The margin").
+        explored : bool, default False
+            The decaying floor counts the prior's pseudo-rounds as explored
+            (``msroute.policies.warm``, "The floor").
         """
         if self.t or self._n_feedback:
             raise InvalidStateError("warm_start: the policy has decided already; start it first")
@@ -497,6 +501,7 @@ class OMDApproachability(BasePolicy):
             cold,
             price,
             fade,
+            explored,
         )
         if self.prior.on and self.estimator_name == "model":  # the model starts at the table
             cells = np.repeat(at, x), np.tile(np.arange(x), r)
@@ -681,7 +686,7 @@ class OMDApproachability(BasePolicy):
         if self.floor == "fixed":
             self._q[runs, ctx] = self.dual.project(y, self.gamma, costs, runs, q0, aggregate)
         else:  # one projection per floor: the runs at the same step share theirs
-            steps = self._step_count(runs, ctx)
+            steps = self._floor_count(runs, ctx)
             for step in np.unique(steps):
                 sel = np.flatnonzero(steps == step)
                 gamma = max(self.floor_min, floor_at(self.gamma, self.floor, float(step)))
@@ -698,6 +703,14 @@ class OMDApproachability(BasePolicy):
             self.estimator.refit(runs, ctx, self.prior.cells(runs, ctx))
         else:
             self.estimator.refit(runs, ctx)
+
+    def _floor_count(self, runs: IntArray, ctx: IntArray) -> FloatArray | IntArray:
+        """The QP steps the decaying floor of the runs' contexts counts, a warm start's included
+        (``RewardPrior.floor_offset``)."""
+        steps = self._steps[runs, ctx]
+        if not self.prior.on:
+            return steps
+        return np.asarray(steps + self.prior.floor_offset(runs, ctx, self.gamma), dtype=np.float64)
 
     def _step_count(self, runs: IntArray, ctx: IntArray) -> FloatArray | IntArray:
         """The QP steps of the runs' contexts, a warm start's included (``RewardPrior``)."""

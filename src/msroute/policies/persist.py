@@ -101,10 +101,11 @@ _NEW_ENTRIES: dict[int, tuple[str, ...]] = {
     6: tuple(
         f"prior.{name}"
         for name in RewardPrior._state_attrs
-        if name not in ("anchor", "price", "fade")
+        if name not in ("anchor", "price", "fade", "explored")
     ),  # OMD's warm start
     7: ("prior.anchor", "prior.price"),  # its anchor
     8: ("prior.fade",),  # its margin
+    9: ("prior.explored",),  # its floor
 }
 
 

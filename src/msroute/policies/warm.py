@@ -80,6 +80,23 @@ A warm start that is not anchored (a journal or policy file from before the anch
 ``anchor = false``) runs as the paragraphs above the anchor describe, with the step count at ``N /
 B``.
 
+The floor
+---------
+The decaying floor (``msroute.policies.omd_variants``) routes each expert at least ``gamma /
+sqrt(n)`` at a context's n-th QP step, so that a learner starting from nothing sees every expert:
+after ``n`` steps of ``B`` rounds, about ``2 B gamma sqrt(n)`` rounds each. A prior of ``N``
+pseudo-rounds of every expert has seen each of them ``N`` times already. A warm start that counts
+them as explored (``explored``, the default of ``msroute.warmstart.warm_start`` and of a router's
+``warm_start``; ``explored = true``) starts the floor where a cold learner's would have given each
+expert as many rounds: at step ``(N / (2 B gamma))^2`` (the step count of the anchor, if larger),
+with the bias check's factor on ``N`` as everywhere else, so a shrunk prior explores more and a
+refuted one as a cold context. Counted as the anchor's ``N`` steps instead, the floor kept about
+``K gamma / sqrt(N)`` of a context's traffic (a hundredth on the packaged LLM table) on experts the
+table already graded, most of them poor: 0.002 of reward at every budget
+(``benchmarks/bench_warm_start.py``, docs/llm-routing.md). A warm start that does not count them
+(a journal or policy file from before it, or ``explored = false``) keeps the anchor's count for
+the floor as for the step.
+
 The bias check
 --------------
 Each feedback of a warm-started context is compared with the table's prediction of the team that
@@ -158,6 +175,9 @@ class RewardPrior:
         an upper bound binds, < 0 where a lower one does; 0 unless anchored).
     fade : ndarray of bool, shape (R,)
         Whether each run's price fades with the spend's slack (module docstring, "The margin").
+    explored : ndarray of bool, shape (R,)
+        Whether each run's decaying floor counts the prior as explored (module docstring, "The
+        floor").
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = (
@@ -176,6 +196,7 @@ class RewardPrior:
         "anchor",
         "price",
         "fade",
+        "explored",
     )
     _expert_axes: ClassVar[dict[str, int]] = {
         "strength": -1,
@@ -218,6 +239,7 @@ class RewardPrior:
         self.anchor: BoolArray = np.zeros(n_runs, dtype=bool)
         self.price: FloatArray = np.zeros((n_runs, n_costs))
         self.fade: BoolArray = np.zeros(n_runs, dtype=bool)
+        self.explored: BoolArray = np.zeros(n_runs, dtype=bool)
 
     def set(
         self,
@@ -229,12 +251,14 @@ class RewardPrior:
         cold: FloatArray,
         price: FloatArray | None = None,
         fade: bool = False,
+        explored: bool = False,
     ) -> None:
         """Give runs ``runs`` the table's ``mean`` and ``spread`` (R', X, K) and ``support``
         (R', X) at strength ``N``, and the routing ``cold`` (R', X, K) a refuted context
         restarts from; ``price`` (R', d): the optimum's multipliers, given: the prior anchors
-        the learner; ``fade``: the price fades with the spend's slack (module docstring). The
-        bias check starts afresh."""
+        the learner; ``fade``: the price fades with the spend's slack; ``explored``: the
+        decaying floor counts the prior as explored (module docstring). The bias check starts
+        afresh."""
         has = support > 0
         self.strength[runs] = np.where(has[:, :, None], strength, 0.0)
         self.mean[runs] = mean
@@ -247,6 +271,7 @@ class RewardPrior:
         self.anchor[runs] = price is not None
         self.price[runs] = 0.0 if price is None else price
         self.fade[runs] = fade
+        self.explored[runs] = explored
         self.offset[runs] = np.where(has, self.steps_of(strength, self.anchor[runs, None]), 0.0)
         total = np.maximum(support.sum(axis=1, keepdims=True), 1.0)
         self.share[runs] = strength * support.shape[1] * support / total
@@ -256,6 +281,20 @@ class RewardPrior:
         """The QP steps a prior of ``weight`` pseudo-rounds counts for: ``weight`` anchored,
         else ``weight / B``."""
         return np.asarray(np.where(anchor, weight, np.divide(weight, self.batch)))
+
+    def explored_steps(self, weight: FloatArray | float, gamma: float) -> FloatArray:
+        """The QP steps after which the decaying floor ``gamma / sqrt(n)`` has given each expert
+        about ``weight`` rounds (``2 B gamma sqrt(n)``): ``(weight / (2 B gamma))^2`` (module
+        docstring, "The floor")."""
+        return np.asarray(np.square(np.divide(weight, 2.0 * self.batch * gamma)))
+
+    def floor_offset(self, runs: IntArray, ctx: IntArray, gamma: float) -> FloatArray:
+        """The QP steps (R',) the decaying floor of the runs' contexts counts for their prior
+        (floor start ``gamma``): ``offset``, or where the prior is explored the steps that gave
+        each expert as many rounds as the prior's weight, if more."""
+        offset = self.offset[runs, ctx]
+        seen = self.explored_steps(self.weight[runs, ctx].max(axis=1), gamma)
+        return np.asarray(np.where(self.explored[runs], np.maximum(offset, seen), offset))
 
     def damping(self, rows: IntArray, ctx: IntArray) -> FloatArray:
         """The factor (R, K) of each expert's importance-weighted residual in a round of the

@@ -33,6 +33,7 @@ Format (the same one ``msroute serve`` reads):
     strength = 100                 # pseudo-counts per context and expert (default 100)
     anchor = true                  # the prior anchors the learner (default; msroute.policies.warm)
     margin = true                  # ... within the live budget margin (default; the same module)
+    explored = true                # ... its floor counting the table as explored (default; same)
     [contexts_from]                # optional, instead of contexts: contexts from the prompt's text
     prompts = "eval.csv"           # an outcome table with a prompt column: a context model is
                                    # fitted on its prompts (msroute.prompts) and saved beside
@@ -183,20 +184,27 @@ def _bounds(value: object, key: str, cost_names: tuple[str, ...]) -> dict[str, f
     return out
 
 
+#: The warm start's switches (``msroute.warmstart.warm_start``), each true by default; a recorded
+#: configuration that names one not was written before it existed (``RouterConfig.recorded``).
+_WARM_FLAGS = ("anchor", "margin", "explored")
+
+
 def _warm_start(value: object) -> dict[str, Any] | None:
-    """``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true}``,
-    validated (strength >= 0; ``anchor`` and ``margin`` booleans, default true:
-    ``msroute.warmstart.warm_start``)."""
+    """``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true, explored =
+    true}``, validated (strength >= 0; ``anchor``, ``margin`` and ``explored`` booleans, default
+    true: ``msroute.warmstart.warm_start``)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise RouterConfigError(
-            f"warm_start: must be a table (table, strength, anchor, margin), got {value!r:.80}"
+            "warm_start: must be a table (table, strength, anchor, margin, explored), got "
+            f"{value!r:.80}"
         )
-    unknown = sorted(set(value) - {"table", "strength", "anchor", "margin"})
+    unknown = sorted(set(value) - {"table", "strength", *_WARM_FLAGS})
     if unknown:
         raise RouterConfigError(
-            f"warm_start: unknown key(s) {unknown}; known: table, strength, anchor, margin"
+            f"warm_start: unknown key(s) {unknown}; known: table, strength, "
+            f"{', '.join(_WARM_FLAGS)}"
         )
     table = value.get("table")
     if not isinstance(table, str) or not table:
@@ -204,7 +212,7 @@ def _warm_start(value: object) -> dict[str, Any] | None:
     strength = _number(value.get("strength", DEFAULT_WARM_STRENGTH), "warm_start.strength")
     if strength < 0:
         raise RouterConfigError(f"warm_start.strength: must be >= 0, got {strength}")
-    flags = {key: value.get(key, True) for key in ("anchor", "margin")}
+    flags = {key: value.get(key, True) for key in _WARM_FLAGS}
     for key, flag in flags.items():
         if not isinstance(flag, bool):
             raise RouterConfigError(f"warm_start.{key}: must be true or false, got {flag!r:.80}")
@@ -316,12 +324,12 @@ class RouterConfig:
     @classmethod
     def recorded(cls, data: Mapping[str, Any]) -> RouterConfig:
         """A configuration a journal or snapshot recorded, with the meaning it had when it was
-        written: a warm start that names no ``anchor`` (or ``margin``) ran without one
-        (``from_dict`` otherwise).
+        written: a warm start that names no ``anchor`` (or ``margin``, ``explored``) ran without
+        one (``from_dict`` otherwise).
         """
         warm = data.get("warm_start") if isinstance(data, Mapping) else None
         if isinstance(warm, Mapping):
-            older = {key: False for key in ("anchor", "margin") if key not in warm}
+            older = {key: False for key in _WARM_FLAGS if key not in warm}
             data = {**data, "warm_start": {**warm, **older}}
         return cls.from_dict(data)
 

@@ -1,15 +1,15 @@
 """A router's warm start: its configured eval table, checked and applied to the fresh policy.
 
-``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true}``
+``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true, explored = true}``
 (``msroute.router.config``) starts the router's policy from an outcome table
 (``msroute.warmstart``) before its first decision. The table's models are matched to the experts
 by id (a table may grade more models than the router has experts) and its categories to the
 contexts by name. Nothing of it is journaled as traffic: the journal records the table's SHA-256,
-the strength, the anchor and the margin (meta entry ``warm_start``, and the configuration), and a
-reopened journal applies the same table again, refusing a table whose bytes changed: the
-decisions it re-derives would not be those it made. A journal whose configuration names no
-anchor (or no margin) was written before it existed, and replays without it
-(``RouterConfig.recorded``).
+the strength, the anchor, the margin and whether the floor counts the table as explored (meta
+entry ``warm_start``, and the configuration), and a reopened journal applies the same table again,
+refusing a table whose bytes changed: the decisions it re-derives would not be those it made. A
+journal whose configuration names no anchor (or no margin, no ``explored``) was written before it
+existed, and replays without it (``RouterConfig.recorded``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def record_warm_start(
     journal: Journal | MemoryJournal, cfg: RouterConfig, sha256: str | None
 ) -> None:
     """Record a new router's warm start in its journal (``WARM_META``): the table's path,
-    strength, anchor, margin and SHA-256. Nothing for a router without one."""
+    strength, anchor, margin, explored and SHA-256. Nothing for a router without one."""
     if cfg.warm_start is not None:
         journal.put_meta(WARM_META, json.dumps({**cfg.warm_start, "sha256": sha256}))
 
@@ -114,6 +114,7 @@ def apply_warm_start(
             float(settings["strength"]),
             anchor=bool(settings["anchor"]),
             margin=bool(settings["margin"]),
+            explored=bool(settings["explored"]),
         )
     except (InvalidValueError, ValueError) as exc:
         raise RouterConfigError(f"warm_start: {exc}") from exc

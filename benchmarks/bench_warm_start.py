@@ -227,7 +227,7 @@ def main() -> None:
                 ks = sorted({int(r["n_contexts"]) for r in g})
                 print(
                     f"| {horizon:,} | {contexts} | {start} | {budget} | {reward:.3f} | "
-                    f"{opt:.3f} | {opt - reward:.3f} | {statistics.mean(ratio):.2f} "
+                    f"{opt:.3f} | {opt - reward:.4f} | {statistics.mean(ratio):.2f} "
                     f"({max(ratio):.2f}) | {sum(r['feasible'] for r in g)}/{len(g)} | {prior} | "
                     f"{ks[0]}-{ks[-1]} |{full}",
                     flush=True,

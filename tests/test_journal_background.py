@@ -70,6 +70,12 @@ def test_background_folds_read_reopen_and_decide_as_folds_on_the_path(tmp_path: 
     assert not tail_path(tmp_path / "bg.db").exists()
     assert not old_tail_path(tmp_path / "bg.db").exists()
     reopened = Router.open(tmp_path / "bg.db")
+    decides_as_its_twin(reopened)
+
+
+def decides_as_its_twin(reopened: Router) -> None:
+    """A reopened journal's router holds the state of a twin that played the same calls in
+    memory and makes the same next decisions (then closed)."""
     live = twin()
     assert comparable(reopened.state()) == comparable(live.state())
     for i in range(CALLS, CALLS + 10):
@@ -117,13 +123,7 @@ def test_a_router_killed_while_its_tail_is_moved_aside_loses_nothing(
         assert old_tail_path(path).exists() and tail_path(path).exists()
     reopened = Router.open(path)
     assert not old_tail_path(path).exists() and not tail_path(path).exists()
-    live = twin()
-    assert comparable(reopened.state()) == comparable(live.state())
-    for i in range(CALLS, CALLS + 10):
-        a = reopened.route(context="x", decision_id=f"d{i}")
-        b = live.route(context="x", decision_id=f"d{i}")
-        assert {**a.to_dict(), "deadline": 0} == {**b.to_dict(), "deadline": 0}
-    reopened.close()
+    decides_as_its_twin(reopened)
 
 
 def test_a_moved_aside_tail_the_tail_does_not_continue_is_refused(tmp_path: Path) -> None:

@@ -172,3 +172,17 @@ def test_a_failed_job_fails_no_call_and_a_later_one_syncs(
     reopened = Router.open(path)
     assert comparable(reopened.state()) == comparable(live.state())
     reopened.close()
+
+
+def test_a_background_switch_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
+    from msroute.errors import InvalidTypeError
+
+    for router in (Router(FAST), Router(FAST, journal=tmp_path / "j.db")):
+        with pytest.raises(InvalidTypeError, match="background == 'no', must be a bool"):
+            router.set_fold_every(8, background="no")  # type: ignore[arg-type]
+        router.close()
+    journal = Router(FAST, journal=tmp_path / "k.db")
+    with pytest.raises(InvalidTypeError, match="fold_in_background == 1, must be a bool"):
+        journal._journal.fold_in_background = 1  # type: ignore[union-attr]
+    assert not journal._journal.fold_in_background  # type: ignore[union-attr]
+    journal.close()

@@ -526,6 +526,8 @@ class Journal(EventLog):
 
     @fold_in_background.setter
     def fold_in_background(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise InvalidTypeError(f"fold_in_background == {on!r}, must be a bool")
         if on and self._folder is None:
             self._folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msroute-fold")
         elif not on and self._folder is not None:

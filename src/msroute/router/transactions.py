@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from msroute.errors import JournalError, MSRouteError
+from msroute.errors import InvalidTypeError, JournalError, MSRouteError
 from msroute.router.config import RouterConfig
 from msroute.router.journal import Journal, MemoryJournal
 
@@ -92,6 +92,8 @@ class Transactional:
         owning the router folds smaller batches in the background, so that no fold holds its
         requests up. Nothing changes for a router in memory or at ``"full"``, and no decision
         depends on it."""
+        if not isinstance(background, bool):
+            raise InvalidTypeError(f"background == {background!r}, must be a bool")
         if isinstance(self._journal, Journal):
             self._journal.fold_every = events  # checked there
             self._journal.fold_in_background = background

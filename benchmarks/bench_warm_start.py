@@ -23,7 +23,11 @@ its spend / budget (it is fitted to the eval half's costs, so it may end over th
 With ``--bounds``, beside it, ``full information``: what the stream could add to the prior at
 most, at that horizon: the OPT^ctx routing of the eval half and the streamed prompts together,
 every model's grade of every streamed prompt known (the router sees only the routed model's
-answer), played fixed from the first query on the same streamed prompts.
+answer), played fixed from the first query on the same streamed prompts; and ``population``:
+what knowing the stream's distribution exactly is worth, the OPT^ctx routing of the whole
+streamed part (the prompts the stream draws from) played fixed on the same streamed prompts. Its
+gap to the row's OPT^ctx is what choosing in hindsight on the scored prompts adds to OPT^ctx:
+no router that learns from the traffic can expect to come nearer.
 
 To measure an alternative to the defaults (nothing is changed in the package): ``--strength N``
 sets the warm start's strength, ``--no-margin`` starts it without the live budget margin (the
@@ -153,6 +157,13 @@ def full_information(cfg: Started, budget: float, seed: int) -> tuple[float, flo
     return fixed_value(cfg, budget, seed, both)
 
 
+def population(cfg: Started, budget: float, seed: int) -> tuple[float, float]:
+    """The OPT^ctx routing of the whole streamed part, the prompts the stream draws from, played
+    fixed on seed ``seed``'s streamed prompts: the best fixed routing for the stream's
+    distribution, known exactly (``fixed_value``)."""
+    return fixed_value(cfg, budget, seed, cfg.tables(seed).routed)
+
+
 def _mean_pair(pairs: list[tuple[float, float]]) -> str:
     """The mean reward and, in brackets, the mean spend / budget of ``pairs``."""
     return (
@@ -193,10 +204,14 @@ def main() -> None:
     print(
         "| T | contexts | start | budget $/query | reward | OPT^ctx | gap | spend / budget (max) "
         "| within | prior alone (spend / budget) | contexts seen |"
-        + (" full information (spend / budget) |" if args.bounds else "")
+        + (
+            " full information (spend / budget) | population (spend / budget) |"
+            if args.bounds
+            else ""
+        )
     )
     rule = "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    print(rule + ("---:|" if args.bounds else ""))
+    print(rule + ("---:|---:|" if args.bounds else ""))
     for horizon in args.horizons:
         for contexts, start in cases:
             cfg = Started(
@@ -223,7 +238,8 @@ def main() -> None:
                     prior = _mean_pair([prior_alone(cfg, float(budget), r["seed"]) for r in g])
                 if start == "warm" and args.bounds:
                     full = _mean_pair([full_information(cfg, float(budget), r["seed"]) for r in g])
-                    full = f" {full} |"
+                    known = _mean_pair([population(cfg, float(budget), r["seed"]) for r in g])
+                    full = f" {full} | {known} |"
                 ks = sorted({int(r["n_contexts"]) for r in g})
                 print(
                     f"| {horizon:,} | {contexts} | {start} | {budget} | {reward:.3f} | "

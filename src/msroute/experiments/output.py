@@ -147,8 +147,13 @@ class Progress:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print a summary table with rich."""
+    """Print a summary table with rich.
+
+    Written to a file or a pipe (no terminal), the table takes the width it needs: rich's
+    default of 80 columns there would cut values to ``0.0002…``, and a log must keep them
+    whole. A terminal narrower than the table still gets rich's fitting."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     table = Table(title=title)
@@ -156,7 +161,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         table.add_column(col, justify="right" if col not in ("env", "level", "policy") else "left")
     for row in rows:
         table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        wide = console.options.update(max_width=1 << 16)
+        needed = Measurement.get(console, wide, table).maximum
+        console = Console(width=max(console.width, needed))
+    console.print(table)
 
 
 @dataclass

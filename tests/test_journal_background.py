@@ -186,3 +186,42 @@ def test_a_background_switch_that_is_not_a_bool_is_refused(tmp_path: Path) -> No
         journal._journal.fold_in_background = 1  # type: ignore[union-attr]
     assert not journal._journal.fold_in_background  # type: ignore[union-attr]
     journal.close()
+
+
+def test_a_job_that_committed_but_could_not_sync_counts_as_folded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync of the WAL that fails once, after a job's COMMIT, leaves its rows folded (they
+    are in SQLite): later jobs fold the later events, not those rows again (which SQLite
+    refuses), one of them syncs and removes the tail moved aside, and the journal reopens as
+    the twin."""
+    path = tmp_path / "j.db"
+    failures = []
+    sync = folder_module._sync_wal
+
+    def sync_wal(wal: Path) -> None:
+        if not failures:
+            failures.append(wal)
+            raise OSError(5, "Input/output error")
+        sync(wal)
+
+    monkeypatch.setattr(folder_module, "_sync_wal", sync_wal)
+    monkeypatch.setattr("msroute.router.journal.TAIL_SYNC", 1)
+    monkeypatch.setattr("msroute.router.journal.TAIL_FOLD", 64)
+    router = background(path)
+    play(router)
+    journal = router._journal
+    journal._drain()  # type: ignore[union-attr]
+    assert failures  # the first sync failed
+    live = twin()
+    for i in range(CALLS, CALLS + 200):
+        router.route(context="x", decision_id=f"d{i}")
+        live.route(context="x", decision_id=f"d{i}")
+    journal._drain()  # type: ignore[union-attr]
+    assert journal.last_seq - journal._folded_seq < 64  # type: ignore[union-attr]
+    assert not old_tail_path(path).exists()  # a later job synced and removed it
+    assert len(list(journal.events())) == journal.last_seq
+    router.close()
+    reopened = Router.open(path)
+    assert comparable(reopened.state()) == comparable(live.state())
+    reopened.close()

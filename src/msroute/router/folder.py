@@ -18,7 +18,8 @@ the old one once its commit is durable (``run_job``: committed, then SQLite's WA
 Opening a journal folds both (the old one first), so a crash
 at any point between the rename and the removal loses nothing. A job that fails is logged and
 leaves everything as it was: its rows stay in memory and in the tail(s), and the journal tries
-again later.
+again later; one that committed and then failed to sync (or to remove the old tail) has
+folded its rows, and leaves only the old tail, which a later job that syncs removes.
 
 The thread shares the journal's SQLite connection (the file is locked to it: no second
 connection can open it), so the journal itself writes to SQLite only when no job is in flight,
@@ -51,7 +52,10 @@ class FoldJob:
     and whether it makes its commit durable (fsyncs ``wal``) and then removes the tail moved to
     ``old_tail`` (``sync``).
     ``future``: the folder thread's run of it (``run_job``), done once it committed or
-    failed."""
+    failed. ``committed``: its transaction committed (set by ``run_job``), so that a job whose
+    sync or removal of the old tail failed after the COMMIT is not taken for one whose rows
+    are still to be folded: they are in SQLite, and folding them again would fail on every
+    later job."""
 
     rows: list[Row]
     size: int  # the rows' bytes, as the journal counts them
@@ -62,6 +66,7 @@ class FoldJob:
     old_tail: Path | None  # set for a job that syncs
     wal: Path  # SQLite's WAL file, which a job that syncs fsyncs after its COMMIT
     future: Future[None] | None = None
+    committed: bool = False
 
     @property
     def sync(self) -> bool:
@@ -72,7 +77,9 @@ class FoldJob:
 def run_job(db: sqlite3.Connection, job: FoldJob) -> None:
     """Run ``job`` on ``db`` (on the folder thread): one transaction, and if the job syncs,
     SQLite's WAL fsynced after its COMMIT, then the old tail removed. Raises what SQLite or
-    the file system raised; the transaction is then rolled back and the old tail kept."""
+    the file system raised; the transaction is then rolled back and the old tail kept (an
+    error after the COMMIT, in the sync or the removal, leaves ``job.committed`` set and the
+    old tail in place)."""
     with transaction(db):
         if job.rows:
             insert_rows(db, job.rows)
@@ -93,6 +100,7 @@ def run_job(db: sqlite3.Connection, job: FoldJob) -> None:
                     "(SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?)",
                     (job.keep,),
                 )
+    job.committed = True
     if job.old_tail is not None:
         _sync_wal(job.wal)
         job.old_tail.unlink(missing_ok=True)

@@ -584,13 +584,15 @@ class Journal(EventLog):
     def _collect(self) -> None:
         """Take the outcome of the job in flight, if it is done: its events and ids are in
         SQLite now (forgotten in memory), or it failed (logged; everything stays, and the fold
-        is tried again some events later)."""
+        is tried again some events later). A job that committed and then failed to sync or to
+        remove the old tail folded its rows all the same: only the old tail stays, for a later
+        job that syncs to remove."""
         job = self._job
         if job is None or job.future is None or not job.future.done():
             return
         self._job = None
         error = job.future.exception()
-        if error is not None:
+        if error is not None and not job.committed:
             self._fold_at = len(self._unfolded) + max(self._fold_every // 8, 1)
             self._fold_bytes_at = self._unfolded_bytes + TAIL_FOLD_BYTES // 8
             if job.snapshot is not None:
@@ -612,7 +614,9 @@ class Journal(EventLog):
                     del self._recent[ref]
             del self._recent_rows[: len(job.refs)]
         self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
-        if job.sync:
+        if error is not None:  # committed, not synced: a later job syncs and removes the tail
+            _log.warning("%s: cannot sync the fold (synced later): %s", self.label, error)
+        elif job.sync:
             self._old_held = False
 
     def _drain(self) -> None:

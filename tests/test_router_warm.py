@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import sqlite3
@@ -157,3 +158,47 @@ def _decides_as_its_twin(tmp_path, table, settings):
     twin = Router(config(table, tmp_path / "twin.db", snapshot_every=40, warm_start=settings))
     traffic(twin, 100)
     decides_as_twin(tmp_path / "old.db", twin, 30, context="c1")
+
+
+def _with_costs(path, table, costs):
+    """``table`` written as a wide CSV whose cost columns are ``costs`` (name -> the factor
+    of the table's usd), in that order."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["prompt_id", "category", *table.models]
+            + [f"{m}|{c}" for c in costs for m in table.models]
+        )
+        for i in range(table.n_prompts):
+            w.writerow(
+                [table.prompt_ids[i], table.categories[table.category[i]], *table.scores[i, 0]]
+                + [f * v for f in costs.values() for v in table.costs[i, :, 0]]
+            )
+
+
+def test_a_tables_costs_are_matched_to_the_routers_by_name(tmp_path):
+    """A table's cost columns are read by the router's cost names, in any order; a table
+    without one of them is refused, naming it (not read as that cost by its position)."""
+    table = graded(0, 600)
+    two = {
+        "cost_names": ["usd", "gpu"],
+        "experts": {f"m{i}": [p, 1.2 * p] for i, p in enumerate([1.0, 1.0, 1.0, 4.0])},
+    }
+    plans = []
+    for name, costs in (
+        ("in_order.csv", {"usd": 1.0, "gpu": 1.2}),
+        ("swapped.csv", {"gpu": 1.2, "usd": 1.0}),
+    ):
+        _with_costs(tmp_path / name, table, costs)
+        router = Router(config(tmp_path / name, **two))
+        plans.append(router.policy.q.copy())
+        router.close()
+    np.testing.assert_array_equal(plans[0], plans[1])
+    _with_costs(tmp_path / "tokens.csv", table, {"tokens": 1.0})
+    with pytest.raises(
+        RouterConfigError, match=r"no cost column for 'usd' \(MODEL\|usd; its costs: 'tokens'\)"
+    ):
+        Router(config(tmp_path / "tokens.csv"))
+    write_csv(tmp_path / "usd.csv", table)
+    with pytest.raises(RouterConfigError, match="no cost column for 'gpu'"):
+        Router(config(tmp_path / "usd.csv", **two))

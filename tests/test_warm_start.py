@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import numpy as np
 import pytest
@@ -437,3 +438,25 @@ def test_a_policy_file_from_before_the_floor_counted_the_prior_resumes_without_i
     old = _saved_as_format(pol, tmp_path / "v8.npz", 8, ("prior.explored",))
     assert old.prior.on and old.prior.fade.all() and not old.prior.explored.any()
     _resume_alike(pol, old)
+
+
+def test_a_tables_costs_must_be_the_problems():
+    """A table's costs are the problem's by name (its named costs picked, in the problem's
+    order), or without names as many as the problem's; else an error names them."""
+    table = graded(0, 300)
+    gpu = dataclasses.replace(
+        table, cost_names=("gpu", "usd"), costs=np.concatenate([2 * table.costs, table.costs], 2)
+    )
+    named = make_policy(
+        "omd",
+        [Problem(table.mean_costs(), 1, Constraints(upper=[1.6], names=["usd"]))],
+        horizon=3000,
+        seed=[0],
+        **live_kwargs("omd", 1, 3),
+    )
+    contexts = table_contexts(table, table.categories)
+    (by_name,) = warm_start(named, gpu, contexts, strength=30.0)
+    (plain,) = warm_start(policy(table, 1.6), table, contexts, strength=30.0)
+    np.testing.assert_array_equal(by_name.q, plain.q)
+    with pytest.raises(InvalidValueError, match=r"the table has 2 costs \('gpu', 'usd'\)"):
+        warm_start(policy(table, 1.6), gpu, contexts, strength=30.0)

@@ -149,7 +149,9 @@ def plan_warm_start(
     explored: bool = True,
 ) -> WarmPlan:
     """The warm start of run ``run``'s problem from ``table``, whose prompts are in policy
-    contexts ``contexts`` (P,) (``table_contexts``); ``pick``: the team answer's combiner
+    contexts ``contexts`` (P,) (``table_contexts``), its costs those of the problem's cost
+    names (matched by name; a problem without names: the table's costs, as many, in order);
+    ``pick``: the team answer's combiner
     (``msroute.outcome_env.best_pick``); ``anchor``: whether the prior anchors the learner
     (``warm_start``), which sets the step its first QP step counts; ``margin``: the optimum of
     the bounds shrunk by the budget margin's cap (``within_margin``; that of the bounds where
@@ -162,6 +164,13 @@ def plan_warm_start(
     if table.n_experts != k:
         raise InvalidValueError(
             f"warm start: the table has {table.n_experts} models, the policy {k} experts"
+        )
+    if bounds.cost_names is not None:
+        table = table.with_costs(bounds.cost_names)
+    elif len(table.cost_names) != bounds.n_costs:
+        raise InvalidValueError(
+            f"warm start: the table has {len(table.cost_names)} costs "
+            f"({', '.join(map(repr, table.cost_names[:10]))}), the policy {bounds.n_costs}"
         )
     first = float(policy.prior.steps_of(strength, anchor))
     if explored:
@@ -232,7 +241,9 @@ def warm_start(
     policy : OMDApproachability
         A policy that has not decided yet.
     table : OutcomeTable
-        The eval table, with the policy's experts as its models (in the policy's order).
+        The eval table, with the policy's experts as its models (in the policy's order) and a
+        cost column of each of its problems' cost names (matched by name; a problem without
+        names takes the table's costs in order, as many as it has).
     contexts : ndarray of int, shape (P,)
         Each prompt's context (``table_contexts``).
     strength : float, default ``DEFAULT_STRENGTH``

@@ -264,6 +264,19 @@ class OutcomeTable:
             costs=self.costs[:, order],
         )
 
+    def with_costs(self, names: Sequence[str]) -> OutcomeTable:
+        """The table of these costs only, in this order (an InvalidValueError names the costs
+        the table lacks): a table's costs are matched by name, never by position."""
+        missing = [n for n in names if n not in self.cost_names]
+        if missing:
+            raise InvalidValueError(
+                f"{self.source or 'the table'} has no cost column for "
+                f"{', '.join(map(repr, missing[:5]))} (MODEL|{missing[0]}; its costs: "
+                f"{', '.join(map(repr, self.cost_names[:10]))})"
+            )
+        order = [self.cost_names.index(n) for n in names]
+        return dataclasses.replace(self, cost_names=tuple(names), costs=self.costs[:, :, order])
+
     def with_contexts(self, names: Sequence[str], index: IntArray) -> OutcomeTable:
         """The same prompts in other contexts: ``names`` (X',) and each prompt's index (P,)."""
         return dataclasses.replace(

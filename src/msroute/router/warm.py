@@ -3,13 +3,14 @@
 ``warm_start = {table = "eval.csv", strength = N, anchor = true, margin = true, explored = true}``
 (``msroute.router.config``) starts the router's policy from an outcome table
 (``msroute.warmstart``) before its first decision. The table's models are matched to the experts
-by id (a table may grade more models than the router has experts) and its categories to the
-contexts by name. Nothing of it is journaled as traffic: the journal records the table's SHA-256,
-the strength, the anchor, the margin and whether the floor counts the table as explored (meta
-entry ``warm_start``, and the configuration), and a reopened journal applies the same table again,
-refusing a table whose bytes changed: the decisions it re-derives would not be those it made. A
-journal whose configuration names no anchor (or no margin, no ``explored``) was written before it
-existed, and replays without it (``RouterConfig.recorded``).
+by id (a table may grade more models than the router has experts), its categories to the
+contexts and its costs to the cost names by name (a table may carry more costs; one that lacks
+a cost name is refused). Nothing of it is journaled as traffic: the journal records the table's
+SHA-256, the strength, the anchor, the margin and whether the floor counts the table as explored
+(meta entry ``warm_start``, and the configuration), and a reopened journal applies the same table
+again, refusing a table whose bytes changed: the decisions it re-derives would not be those it
+made. A journal whose configuration names no anchor (or no margin, no ``explored``) was written
+before it existed, and replays without it (``RouterConfig.recorded``).
 """
 
 from __future__ import annotations
@@ -73,10 +74,10 @@ def apply_warm_start(
     Raises
     ------
     RouterConfigError
-        The table cannot be read or parsed, lacks an expert or has a category that is not a
-        context (``text_model`` given: lacks a prompt column), the policy is not of the OMD
-        family, or (``expected_sha256`` given: a reopened journal) the table's bytes differ
-        from those the journal was created with.
+        The table cannot be read or parsed, lacks an expert or a cost name or has a category
+        that is not a context (``text_model`` given: lacks a prompt column), the policy is not
+        of the OMD family, or (``expected_sha256`` given: a reopened journal) the table's bytes
+        differ from those the journal was created with.
     """
     from msroute.policies.omd import OMDApproachability
     from msroute.warmstart import table_contexts, warm_start

@@ -173,3 +173,34 @@ contexts_from = {{ prompts = "eval.csv", k = 3, seed = 1 }}
     model = load_context_model(tmp_path / "data" / "txt.db.contexts.npz")
     decision = next(r for r in map(json.loads, rows.splitlines()) if r["kind"] == "decision")
     assert decision["context"] == model.context_of(text)
+
+
+@pytest.mark.parametrize(
+    ("names", "match"),
+    [
+        (["a", "a", "b"], r"names must be distinct; \['a'\] repeat"),
+        (["", "b", "c"], r"names\[0\]: must be a non-empty string"),
+        (["a", "\ud800", "c"], r"names\[1\]: .* is not UTF-8 text"),
+        (["a", 2, "c"], r"names\[1\]: must be a non-empty string, got 2"),
+        ("abc", "names must be a list"),
+    ],
+)
+def test_a_model_whose_names_are_no_contexts_is_refused_before_a_router_runs_on_it(
+    tmp_path, eval_table, names, match
+):
+    """A model file's context names become the router's contexts, which its journal records
+    and a reopen validates: names that cannot be contexts are refused when the model is read,
+    not after the router has journaled traffic it could then never reopen."""
+    from msroute._npzip import read_zip, zip_bytes
+    from msroute.prompts import ContextModel, ContextModelError
+
+    model = fit_context_model(prompted(9, 200).prompts, k=3, seed=2, by="words")
+    manifest, arrays = read_zip(model.to_bytes(), "m", "context model", ContextModelError)
+    manifest["names"] = names
+    given = tmp_path / "given.npz"
+    given.write_bytes(zip_bytes(json.dumps(manifest), arrays))
+    with pytest.raises(ContextModelError, match=match):
+        ContextModel.from_bytes(given.read_bytes(), "m")
+    with pytest.raises(RouterConfigError, match=match):
+        Router(config(eval_table, tmp_path / "r.db", contexts_from={"model": str(given)}))
+    assert not (tmp_path / "r.db").exists()

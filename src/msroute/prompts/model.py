@@ -76,7 +76,7 @@ import scipy.sparse as sp
 from msroute import _version
 from msroute._atomic import atomic_path
 from msroute._npzip import read_zip, zip_bytes
-from msroute._validation import FloatArray, IntArray
+from msroute._validation import FloatArray, IntArray, text_name
 from msroute.errors import DataFormatError, InvalidValueError
 from msroute.prompts.features import (
     DIM,
@@ -140,7 +140,8 @@ class ContextModel:
     weights : ndarray of float32, shape (V, k)
         Each bucket's weight per cluster.
     names : tuple of str, length k
-        The clusters' context names.
+        The clusters' context names: distinct, non-empty UTF-8 text (a router's contexts,
+        which its journal records and a reopen validates as configured contexts).
     fallback : int
         The cluster of a prompt without a vocabulary bucket.
     info : dict
@@ -175,6 +176,11 @@ class ContextModel:
                 f"in [0, k): got {self.vocab.shape}, {self.weights.shape}, {len(self.names)} "
                 f"names, fallback {self.fallback}"
             )
+        for i, name in enumerate(self.names):
+            text_name(name, f"names[{i}]")
+        twice = sorted({n for n in self.names if self.names.count(n) > 1})
+        if twice:
+            raise InvalidValueError(f"names must be distinct; {twice[:5]} repeat")
         if v and (np.any(np.diff(self.vocab) <= 0) or self.vocab[0] < 0 or self.vocab[-1] >= DIM):
             raise InvalidValueError(f"vocab must be sorted distinct buckets in [0, {DIM})")
         if not np.all(np.isfinite(self.weights)):
@@ -341,7 +347,7 @@ class ContextModel:
             return cls(
                 vocab=np.asarray(arrays["vocab"], dtype=np.int64),
                 weights=np.asarray(arrays["weights"], dtype=np.float32),
-                names=tuple(str(n) for n in manifest["names"]),
+                names=_name_list(manifest["names"]),
                 fallback=int(manifest["fallback"]),
                 info=dict(manifest.get("info") or {}),
                 idf=np.asarray(arrays["idf"], dtype=np.float32) if by_scores else None,
@@ -353,6 +359,14 @@ class ContextModel:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ContextModelError(f"{label}: not a valid context model: {exc}") from exc
+
+
+def _name_list(value: object) -> tuple[str, ...]:
+    """A manifest's context names: a list (its entries checked by ``ContextModel``), never a
+    string read as its characters."""
+    if not isinstance(value, list):
+        raise TypeError(f"names must be a list, got {value!r:.80}")
+    return tuple(value)
 
 
 def load_context_model(path: str | os.PathLike[str]) -> ContextModel:

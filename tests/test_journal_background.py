@@ -225,3 +225,18 @@ def test_a_job_that_committed_but_could_not_sync_counts_as_folded(
     reopened = Router.open(path)
     assert comparable(reopened.state()) == comparable(live.state())
     reopened.close()
+
+
+@pytest.mark.parametrize("events", [0, -3, 2.5, True, "8", None])
+def test_a_fold_every_that_is_not_a_count_is_refused_in_memory_too(
+    tmp_path: Path, events: Any
+) -> None:
+    """``set_fold_every`` checks its count for a router in memory as for one with a file
+    (which its journal checks), and changes nothing when it refuses."""
+    from msroute.errors import InvalidValueError
+
+    for router in (Router(FAST), Router(FAST, journal=tmp_path / f"j{events!r}.db")):
+        with pytest.raises(InvalidValueError, match=r"fold_every == .*, must be an int >= 1"):
+            router.set_fold_every(events, background=True)
+        assert router._fold_every is None and not router._fold_background
+        router.close()

@@ -111,6 +111,7 @@ __all__ = [
     "Event",
     "Journal",
     "MemoryJournal",
+    "check_fold_every",
     "open_journal",
 ]
 
@@ -221,6 +222,14 @@ def open_journal(
 ) -> Journal | MemoryJournal:
     """The journal at ``path`` (``Journal``), or a ``MemoryJournal`` for None."""
     return MemoryJournal() if path is None else Journal(path, sync, create=create)
+
+
+def check_fold_every(events: object) -> int:
+    """``events`` if it is a number of events to fold at a time (an int >= 1; the
+    ``fold_every`` of a journal and of ``Router.set_fold_every``), else InvalidValueError."""
+    if isinstance(events, bool) or not isinstance(events, int) or events < 1:
+        raise InvalidValueError(f"fold_every == {events!r:.80}, must be an int >= 1")
+    return events
 
 
 class Journal(EventLog):
@@ -499,9 +508,7 @@ class Journal(EventLog):
 
     @fold_every.setter
     def fold_every(self, events: int) -> None:
-        if isinstance(events, bool) or not isinstance(events, int) or events < 1:
-            raise InvalidValueError(f"fold_every == {events!r}, must be an int >= 1")
-        self._fold_every = events
+        self._fold_every = check_fold_every(events)
         self._fold_at = min(self._fold_at, events)
         self._refs_at = min(REFS_BATCH, events)
 

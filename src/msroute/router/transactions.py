@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from msroute.errors import InvalidTypeError, JournalError, MSRouteError
 from msroute.router.config import RouterConfig
-from msroute.router.journal import Journal, MemoryJournal
+from msroute.router.journal import Journal, MemoryJournal, check_fold_every
 
 __all__ = ["Transactional"]
 
@@ -92,6 +92,7 @@ class Transactional:
         owning the router folds smaller batches in the background, so that no fold holds its
         requests up. Nothing changes for a router in memory or at ``"full"``, and no decision
         depends on it."""
+        check_fold_every(events)  # here too: a router in memory has no journal to check it
         if not isinstance(background, bool):
             raise InvalidTypeError(f"background == {background!r}, must be a bool")
         if isinstance(self._journal, Journal):

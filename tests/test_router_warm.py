@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import sqlite3
+import warnings
 
 import numpy as np
 import pytest
@@ -202,3 +203,18 @@ def test_a_tables_costs_are_matched_to_the_routers_by_name(tmp_path):
     write_csv(tmp_path / "usd.csv", table)
     with pytest.raises(RouterConfigError, match="no cost column for 'gpu'"):
         Router(config(tmp_path / "usd.csv", **two))
+
+
+def test_a_huge_strength_routes_and_replays_without_a_warning(tmp_path):
+    """A strength whose explored steps overflow a float (infinitely many: the floor at its
+    least) routes and replays without numpy's overflow warning."""
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(0, 300))
+    cfg = config(table, tmp_path / "r.db", snapshot_every=20)
+    cfg["warm_start"] = {"table": str(table), "strength": 1e300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        router = Router(cfg)
+        traffic(router, 60)
+        router.close()
+        Router.open(tmp_path / "r.db", use_snapshot=False).close()

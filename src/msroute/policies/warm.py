@@ -285,8 +285,10 @@ class RewardPrior:
     def explored_steps(self, weight: FloatArray | float, gamma: float) -> FloatArray:
         """The QP steps after which the decaying floor ``gamma / sqrt(n)`` has given each expert
         about ``weight`` rounds (``2 B gamma sqrt(n)``): ``(weight / (2 B gamma))^2`` (module
-        docstring, "The floor")."""
-        return np.asarray(np.square(np.divide(weight, 2.0 * self.batch * gamma)))
+        docstring, "The floor"). A weight too large for its square is infinitely many steps
+        (the floor at its least), without numpy's overflow warning."""
+        with np.errstate(over="ignore"):
+            return np.asarray(np.square(np.divide(weight, 2.0 * self.batch * gamma)))
 
     def floor_offset(self, runs: IntArray, ctx: IntArray, gamma: float) -> FloatArray:
         """The QP steps (R',) the decaying floor of the runs' contexts counts for their prior

@@ -65,6 +65,10 @@ def test_a_router_routes_by_the_prompts_cluster_and_replays_exactly(tmp_path, ev
     assert router.state()["q_by_context"][math]["m0"] > 0.5
     with pytest.raises(InvalidFeedbackError, match="not both"):
         router.route(context=math, prompt="x")
+    before = router.state()
+    with pytest.raises(InvalidFeedbackError, match="give a context or a prompt"):
+        router.route()
+    assert router.state() == before
     router.close()
     twin = Router(config(eval_table, tmp_path / "twin.db", snapshot_every=40))
     twin.route(prompt="Compute 3 + 4 and give the sum in \\boxed{}.")

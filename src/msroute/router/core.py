@@ -409,6 +409,8 @@ class Router(Transactional):
         self._check_usable()
         if prompt is not None:
             context = prompt_context(self._text_model, context, prompt)
+        elif context is None and self._text_model is not None:
+            raise InvalidFeedbackError("give a context or a prompt (this router reads prompts)")
         did = decision_id
         if id_prefix is not None:
             did = self._minted_id(id_prefix, decision_id)

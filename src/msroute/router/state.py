@@ -172,6 +172,10 @@ class RouterState:
             if context is not None:
                 raise InvalidFeedbackError(f"context: this router has no contexts, got {context!r}")
             return None
+        if context is None:
+            raise InvalidFeedbackError(
+                f"context: none given; this router routes per context: {list(self.contexts)}"
+            )
         if not isinstance(context, str) or context not in self.contexts:
             raise InvalidFeedbackError(
                 f"context: unknown context {context!r}; known: {list(self.contexts)}"

@@ -343,7 +343,7 @@ def test_contexts_and_eligibility() -> None:
     router = Router(cfg(contexts=["billing", "tech"]))
     with pytest.raises(InvalidFeedbackError, match="context: unknown context 'sales'"):
         router.route(context="sales")
-    with pytest.raises(InvalidFeedbackError, match="context: none given; this router routes per context"):
+    with pytest.raises(InvalidFeedbackError, match="context: none given; this router routes"):
         router.route()
     with pytest.raises(InvalidFeedbackError, match="eligible: unknown expert id 'huge'"):
         router.route(context="tech", eligible=["big", "huge"])

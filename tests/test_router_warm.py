@@ -92,6 +92,42 @@ def test_a_changed_table_or_a_bad_one_is_refused(tmp_path):
         Router(config(tmp_path / "absent.csv"))
 
 
+def test_a_moved_table_is_read_where_the_reopening_configuration_says(tmp_path):
+    table = tmp_path / "eval.csv"
+    write_csv(table, graded(1, 300))
+    router = Router(config(table, tmp_path / "r.db", snapshot_every=50))
+    traffic(router, 80)
+    state = router.state()
+    router.close()
+    moved = tmp_path / "moved" / "eval.csv"
+    moved.parent.mkdir()
+    table.rename(moved)
+    with pytest.raises(JournalError, match=r"moved\? reopen with a configuration naming where"):
+        Router.open(tmp_path / "r.db")
+    # The same warm start, its table's new path: the same router, which goes on deciding.
+    reopened = Router.open(tmp_path / "r.db", config=config(moved, snapshot_every=50))
+    assert reopened.state() == state
+    assert reopened.config.warm_start["table"] == str(table)  # the journal's record stays
+    traffic(reopened, 20, seed=1)
+    reopened.close()
+    # Another table's bytes there, or another warm start with the new path, are refused.
+    write_csv(moved, graded(2, 300))
+    with pytest.raises(JournalError, match="has changed since this router was created"):
+        Router.open(tmp_path / "r.db", config=config(moved))
+    write_csv(moved, graded(1, 300))
+    stronger = config(moved)
+    stronger["warm_start"] = {"table": str(moved), "strength": 60}
+    with pytest.raises(JournalError, match="its other warm_start settings as they were"):
+        Router.open(tmp_path / "r.db", config=stronger)
+    Router.open(tmp_path / "r.db", config=config(moved)).close()
+    moved.rename(table)  # back in place, another strength is a change of a fixed key
+    with pytest.raises(RouterConfigError, match=r"cannot change: warm_start"):
+        Router.open(
+            tmp_path / "r.db",
+            config={**stronger, "warm_start": {"table": str(table), "strength": 60}},
+        )
+
+
 def test_a_toml_config_finds_its_table_next_to_it(tmp_path):
     write_csv(tmp_path / "eval.csv", graded(3, 300))
     (tmp_path / "router.toml").write_text(

@@ -22,6 +22,7 @@ inside a transaction that commits, or rolls back both journal and memory (the ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -83,7 +84,7 @@ from msroute.router.state import (
 )
 from msroute.router.text import adopt_contexts_from, apply_contexts_from, prompt_context, save_model
 from msroute.router.transactions import Transactional
-from msroute.router.warm import record_warm_start, recorded_warm_sha256
+from msroute.router.warm import moved_table, record_warm_start, recorded_warm_sha256
 
 if TYPE_CHECKING:
     from msroute.prompts.model import ContextModel
@@ -119,6 +120,7 @@ class Router(Transactional):
     """
 
     _warm_sha256: str | None = None  # the warm-start table's (``msroute.router.warm``)
+    _warm_table: str | None = None  # where that table is now, if it moved (``Router.open``)
     _text_model: ContextModel | None = None  # contexts_from's (``msroute.router.text``)
 
     def __init__(
@@ -196,7 +198,9 @@ class Router(Transactional):
             it was keeps the journal's state, runtime changes included. A difference in any
             other key (``policy``, ``m_draws``, ``cost_names``, ``contexts``, ``seed``,
             ``horizon``, ``params``), or an expert id removed earlier that it adds or reprices,
-            is refused, naming each. ``journal`` is not compared.
+            is refused, naming each. ``journal`` is not compared, and a warm start that differs
+            in its table's path alone reads the table there (a table moved since; its bytes
+            must still be those the journal recorded).
 
         Raises
         ------
@@ -226,6 +230,7 @@ class Router(Transactional):
             router._base_config = cfg
             router._policy_kwargs = journal_policy_kwargs(journal, cfg)
             router._warm_sha256 = recorded_warm_sha256(journal, cfg)
+            router._warm_table = moved_table(wanted, cfg)
             router._text_model = apply_contexts_from(cfg, journal.path)[1]
             router._setup(cfg)
             router._attach(journal)
@@ -238,6 +243,8 @@ class Router(Transactional):
             journal.close()
             raise
         if wanted is not None:
+            if router._warm_table is not None:  # the same warm start, its table moved
+                wanted = dataclasses.replace(wanted, warm_start=cfg.warm_start)
             try:
                 router.reconfigure(adopt_contexts_from(wanted, cfg))
             except BaseException:
@@ -309,7 +316,7 @@ class Router(Transactional):
     def _setup(self, cfg: RouterConfig) -> None:
         """Everything but the journal: the state before any event, no transaction."""
         self._state = RouterState.initial(
-            cfg, self._policy_kwargs, self._warm_sha256, self._text_model
+            cfg, self._policy_kwargs, self._warm_sha256, self._text_model, self._warm_table
         )
         self._reset_transactions()
         self._snap_seq = 0

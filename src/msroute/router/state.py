@@ -124,12 +124,15 @@ class RouterState:
         kwargs: dict[str, Any] | None = None,
         warm_sha256: str | None = None,
         text_model: ContextModel | None = None,
+        warm_table: str | None = None,
     ) -> RouterState:
         """The state before any event: the policy over the configured experts, built with
         ``kwargs`` (a journal's recorded constructor arguments; default:
         ``policy_kwargs(cfg)``), and started from the configured warm-start table
         (``msroute.router.warm``; ``warm_sha256``: the SHA-256 a journal recorded of it; its
-        prompts in the contexts of ``text_model``, the context model of ``contexts_from``).
+        prompts in the contexts of ``text_model``, the context model of ``contexts_from``;
+        ``warm_table``: where that table is read instead of its configured path, one that moved
+        since, ``msroute.router.warm.moved_table``).
 
         Raises
         ------
@@ -150,8 +153,11 @@ class RouterState:
             from msroute.router.warm import apply_warm_start
 
             names = list(cfg.contexts or ())
+            settings = (
+                cfg.warm_start if warm_table is None else {**cfg.warm_start, "table": warm_table}
+            )
             state.warm_sha256 = apply_warm_start(
-                policy, cfg.warm_start, ids, names, warm_sha256, text_model
+                policy, settings, ids, names, warm_sha256, text_model
             )
         return state
 

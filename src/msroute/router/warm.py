@@ -31,7 +31,13 @@ from msroute.router.journal import Journal
 if TYPE_CHECKING:
     from msroute.prompts.model import ContextModel
 
-__all__ = ["WARM_META", "apply_warm_start", "record_warm_start", "recorded_warm_sha256"]
+__all__ = [
+    "WARM_META",
+    "apply_warm_start",
+    "moved_table",
+    "record_warm_start",
+    "recorded_warm_sha256",
+]
 
 #: The journal's meta entry recording a warm start (JSON: table, strength, sha256).
 WARM_META = "warm_start"
@@ -53,11 +59,32 @@ def recorded_warm_sha256(journal: Journal, cfg: RouterConfig) -> str | None:
     return str(json.loads(journal.meta(WARM_META))["sha256"])
 
 
-def _read(table: str) -> bytes:
+def moved_table(wanted: RouterConfig | None, recorded: RouterConfig) -> str | None:
+    """Where ``wanted``, the configuration a journal is reopened with, says the recorded
+    warm-start table is now: its path, where the two warm starts differ in the table's path
+    alone (a table moved, or named by another spelling of its path). None otherwise: the
+    recorded path is read, and another warm start is refused as a change of a fixed key. The
+    table found there must still hash to the recorded SHA-256 (``apply_warm_start``)."""
+    new = None if wanted is None else wanted.warm_start
+    old = recorded.warm_start
+    if new is None or old is None or new["table"] == old["table"]:
+        return None
+    return new["table"] if {**new, "table": old["table"]} == old else None
+
+
+def _read(table: str, reopened: bool) -> bytes:
+    """The table's bytes (RouterConfigError if unreadable; for a reopened journal, saying how
+    to name a table that moved)."""
     try:
         return Path(table).read_bytes()
     except OSError as exc:
-        raise RouterConfigError(f"warm_start.table: cannot read {table!r}: {exc}") from exc
+        hint = (
+            " (moved? reopen with a configuration naming where it is now, its other warm_start"
+            " settings as they were)"
+            if reopened
+            else ""
+        )
+        raise RouterConfigError(f"warm_start.table: cannot read {table!r}: {exc}{hint}") from exc
 
 
 def apply_warm_start(
@@ -83,7 +110,7 @@ def apply_warm_start(
     from msroute.warmstart import table_contexts, warm_start
 
     path = settings["table"]
-    raw = _read(path)
+    raw = _read(path, expected_sha256 is not None)
     digest = hashlib.sha256(raw).hexdigest()
     if expected_sha256 is not None and digest != expected_sha256:
         raise RouterConfigError(

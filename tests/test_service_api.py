@@ -110,6 +110,23 @@ def test_route_and_feedback(api: tuple[ServerProcess, httpx.Client]) -> None:
     assert after["feedback_applied"] == before["feedback_applied"] + 1
 
 
+def test_a_cost_known_before_the_reward_is_booked(api: tuple[ServerProcess, httpx.Client]) -> None:
+    """``POST .../decisions/{id}/cost`` (``Router.report_cost``) is served by ``msroute serve``
+    too: the LiteLLM cost callback sends it to a ``GatewayClient`` of either server."""
+    _, client = api
+    dec = client.post("/v1/routers/llm/decisions", json=CTX).json()
+    url = f"/v1/routers/llm/decisions/{dec['decision_id']}/cost"
+    assert client.post(url, json={"cost": {"usd": 0.0042}}).json() == {"status": "applied"}
+    assert client.post(url, json={"cost": {"usd": 0.0042}}).json() == {"status": "unchanged"}
+    rows = client.get("/v1/routers/llm/decisions?limit=10000").text.splitlines()
+    booked = [json.loads(r) for r in rows if dec["decision_id"] in r]
+    assert [(r["kind"], r["cost"]) for r in booked][-1] == ("cost", {"usd": 0.0042})
+    before = state(client)
+    problem(client.post(url, json={"cost": {"usd": -1.0}}), 422)
+    problem(client.post("/v1/routers/llm/decisions/nope/cost", json={"cost": {"usd": 1.0}}), 404)
+    assert state(client) == before
+
+
 def test_same_decision_id_returns_the_same_decision(
     api: tuple[ServerProcess, httpx.Client],
 ) -> None:

@@ -32,7 +32,7 @@ def test_api_conforms_to_its_schema(tmp_path: Path) -> None:
     with ServerProcess(example, tmp_path, token=TOKEN, log=tmp_path / "server.log") as server:
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json", headers=AUTH)
         operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) == 11
+        assert len(operations) == 12
         for operation in operations:
 
             @hypothesis.given(case=operation.as_strategy())

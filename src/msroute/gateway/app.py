@@ -5,8 +5,6 @@
 - ``POST /v1/chat/completions`` (``msroute.gateway.chat``) and ``GET /v1/models``;
 - ``POST /v1/feedback {decision_id, reward}`` and Langfuse's ``POST /api/public/scores
   {traceId, name, value}``: a gateway decision's id names its router (``<router>:<hex>``);
-- ``POST /v1/routers/{name}/decisions/{decision_id}/cost {cost}``: a realized cost booked
-  before the reward (``Router.report_cost``), what the LiteLLM callback sends;
 - ``GET /v1/routers/{name}/budget``: a budget's period, dollars spent in it and the per-query
   bound it gives;
 
@@ -36,18 +34,17 @@ from msroute.gateway.budget import TICK_S, BudgetPlan
 from msroute.gateway.chat import MODEL_PREFIX, ChatHandler, TextContext
 from msroute.gateway.config import USD, GatewayConfig, GatewayRouter
 from msroute.gateway.metrics import GatewayMetrics
-from msroute.gateway.models import ChatRequest, CostRequest, GatewayFeedback, Score
+from msroute.gateway.models import ChatRequest, GatewayFeedback, Score
 from msroute.gateway.upstream import Upstreams
 from msroute.service.app import create_app
 from msroute.service.fastpath import RawHandler
-from msroute.service.models import ID_PATTERN, FeedbackRequest, FeedbackResponse, Problem
+from msroute.service.models import FeedbackRequest, FeedbackResponse, Problem
 from msroute.service.problems import PROBLEM_JSON
 from msroute.service.routers import ServedRouters
 
 __all__ = ["Gateway", "create_gateway_app"]
 
 _log = logging.getLogger("msroute.gateway")
-IdParam = Annotated[str, PathParam(pattern=ID_PATTERN)]
 RouterName = Annotated[str, PathParam(description="A router of the gateway config.")]
 _BODY_ERRORS = (400, 413, 415, 422)
 
@@ -157,20 +154,6 @@ class Gateway:
                 return JSONResponse({"id": body.traceId, "status": "ignored"})
             status = await self._feedback(service, body.traceId, body.value, None)
             return JSONResponse({"id": body.traceId, "status": status})
-
-        @app.post(
-            "/v1/routers/{name}/decisions/{decision_id}/cost",
-            tags=["gateway"],
-            dependencies=guarded,
-            responses=_problems(*_BODY_ERRORS, 404, 503),
-        )
-        async def report_cost(name: RouterName, decision_id: IdParam, body: CostRequest) -> Any:
-            """Book a decision's realized cost before its reward (``Router.report_cost``):
-            ``applied``, ``late`` (the decision had closed: counted, not learned) or
-            ``unchanged``."""
-            cost = dict(body.cost)
-            status = await service.call(name, lambda r: r.report_cost(decision_id, cost))
-            return {"status": status}
 
         @app.get(
             "/v1/routers/{name}/budget",

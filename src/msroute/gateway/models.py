@@ -1,7 +1,7 @@
 """The request bodies of the gateway's own endpoints (pydantic models: its OpenAPI schema).
 
 The chat request is OpenAI's: everything but ``model`` and the gateway's ``msroute`` options
-passes to the upstreams as sent (``extra`` allowed). The feedback, cost and score bodies are
+passes to the upstreams as sent (``extra`` allowed). The feedback and score bodies are
 strict, as the service's are (``msroute.service.models``).
 """
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from msroute.service.models import STRICT, Cost, Finite, Ident
 
-__all__ = ["ChatOptions", "ChatRequest", "CostRequest", "GatewayFeedback", "Score"]
+__all__ = ["ChatOptions", "ChatRequest", "GatewayFeedback", "Score"]
 
 
 class ChatOptions(BaseModel):
@@ -61,14 +61,6 @@ class GatewayFeedback(BaseModel):
     decision_id: Ident
     reward: Finite
     cost: dict[str, Cost] | None = None
-
-
-class CostRequest(BaseModel):
-    """A decision's realized cost, known before its reward."""
-
-    model_config = STRICT | ConfigDict(json_schema_extra={"examples": [{"cost": {"usd": 0.0042}}]})
-
-    cost: dict[str, Cost] = Field(min_length=1, max_length=1000)
 
 
 class Score(BaseModel):

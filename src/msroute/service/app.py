@@ -38,6 +38,8 @@ from msroute.service.models import (
     ID_PATTERN,
     Bounds,
     BoundsRequest,
+    CostRequest,
+    CostResponse,
     DecisionRequest,
     DecisionResponse,
     ExpertCost,
@@ -289,6 +291,22 @@ def create_app(
         A repeat of an answered feedback is validated like the first and answered
         ``duplicate``; a repeat with another reward or cost is 409 (nothing changes)."""
         return JSONResponse({"status": await service.feedback(name, decision_id, body)})
+
+    @api.post(
+        "/v1/routers/{name}/decisions/{decision_id}/cost",
+        response_model=CostResponse,
+        tags=["decisions"],
+        responses=_problems(*BODY_ERRORS, 404, 503),
+    )
+    async def report_cost(name: RouterName, decision_id: IdParam, body: CostRequest) -> Any:
+        """Book a decision's realized cost before its reward (the tokens an LLM call billed,
+        ``Router.report_cost``; journaled before the answer): ``applied`` (it replaces the
+        decision's cost in the averages and the spend at once), ``late`` (the decision had
+        closed: counted, not learned) or ``unchanged`` (it already costs that: nothing is
+        written). What the LiteLLM cost callback sends, to ``msroute serve`` as to
+        ``msroute gateway``."""
+        cost = dict(body.cost)
+        return {"status": await service.call(name, lambda r: r.report_cost(decision_id, cost))}
 
     @api.get(
         "/v1/routers/{name}/decisions",

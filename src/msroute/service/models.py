@@ -22,6 +22,8 @@ __all__ = [
     "ID_PATTERN",
     "Bounds",
     "BoundsRequest",
+    "CostRequest",
+    "CostResponse",
     "DecisionRequest",
     "DecisionResponse",
     "ExpertCost",
@@ -133,6 +135,23 @@ class FeedbackRequest(BaseModel):
         description="The realized cost by cost name, when it is only known afterwards "
         "(replaces the cost computed at decision time).",
     )
+
+
+class CostRequest(BaseModel):
+    """A decision's realized cost, known before its reward (the tokens an LLM call billed)."""
+
+    model_config = STRICT | ConfigDict(json_schema_extra={"examples": [{"cost": {"usd": 0.0042}}]})
+
+    cost: dict[str, Cost] = Field(min_length=1, max_length=1000)
+
+
+class CostResponse(BaseModel):
+    """What became of a cost report: booked on a pending decision, counted on a closed one
+    (not learned), or already the decision's cost (nothing written)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "applied"}]})
+
+    status: Literal["applied", "late", "unchanged"]
 
 
 class FeedbackResponse(BaseModel):

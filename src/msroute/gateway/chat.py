@@ -492,10 +492,9 @@ class _Relay:
                 choices = event.get("choices")
                 if not choices:
                     continue  # a member's usage chunk: the team's comes at the end
-                for choice in choices:
-                    if isinstance(choice, dict):
-                        choice["index"] = i * self.n + int(choice.get("index") or 0)
-                        choice["msroute_expert"] = self.streams[i].expert
+                for choice in choices:  # objects with integer indices (Stream.events)
+                    choice["index"] = i * self.n + choice.get("index", 0)
+                    choice["msroute_expert"] = self.streams[i].expert
                 yield event
         finally:
             for pump_task in pumps:

@@ -114,13 +114,15 @@ class Stream:
         self._timeout_s = timeout_s
 
     async def events(self) -> AsyncIterator[dict[str, Any] | None]:
-        """Each ``data:`` event as JSON, until ``[DONE]`` or the end of the stream.
+        """Each ``data:`` event as JSON, until ``[DONE]`` or the end of the stream: a chat
+        completion chunk (``_is_chunk``), checked here so that relaying and merging the events
+        of a team's streams can trust them.
 
         Raises
         ------
         UpstreamFailure
             The next event did not come within the timeout, the connection broke, or an event
-            was not JSON.
+            was not UTF-8 JSON (RFC 8259: no ``NaN``) or not a chunk.
         """
         lines = _lines(self._response.chunks())
         while True:
@@ -140,11 +142,13 @@ class Stream:
                 yield None
                 return
             try:
-                event = json.loads(data)
+                event = parse_json(data)
             except ValueError:
                 raise self._failure(502, "an event is not JSON") from None
             if not isinstance(event, dict):
                 raise self._failure(502, "an event is not a JSON object")
+            if not _is_chunk(event):
+                raise self._failure(502, "an event is not a chat completion chunk")
             usage = usage_of(event)
             if usage is not None:
                 self.usage = usage
@@ -156,6 +160,24 @@ class Stream:
     async def close(self) -> None:
         """End the call (the upstream stops sending)."""
         self._response.release()
+
+
+def _is_chunk(event: Mapping[str, Any]) -> bool:
+    """Whether an event's ``choices`` are a chunk's: absent or null (a usage chunk), or a list
+    of objects whose ``index``, where given, is an integer >= 0 (a team's merge moves it to the
+    member's place)."""
+    choices = event.get("choices")
+    if choices is None:
+        return True
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        index = choice.get("index", 0)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            return False
+    return True
 
 
 async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -63,6 +63,9 @@ CASES: list[tuple[str, int, bytes]] = [
     ("no messages", 400, json.dumps({"model": "msroute/chat"}).encode()),
     ("not JSON", 400, b'{"model": '),
     ("NaN", 400, chat(msroute={"eligible": ["a"]}, temperature=float("nan"))),
+    # The upstream would get "yes" as sent while the gateway read it as a stream.
+    ("a stream flag not a boolean", 400, chat(msroute={"eligible": ["b"]}, stream="yes")),
+    ("a stream flag of 1", 400, chat(msroute={"eligible": ["b"]}, stream=1)),
     ("a list", 400, b"[1, 2]"),
     ("a lone surrogate", 400, chat(msroute={"eligible": ["a"]}, user="\ud800")),
     (
@@ -255,7 +258,9 @@ def test_a_body_no_upstream_could_be_sent_is_refused_before_any_decision(
     (read as infinite) cannot be sent on: 400, and the router journals nothing."""
     app = _gateway_app(tmp_path, stub)
     refused = [
-        body for case, _, body in CASES if case in ("a lone surrogate", "a number out of range")
+        body
+        for case, _, body in CASES
+        if case in ("a lone surrogate", "a number out of range", "a stream flag of 1")
     ]
 
     async def main() -> None:

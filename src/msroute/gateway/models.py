@@ -47,7 +47,12 @@ class ChatRequest(BaseModel):
 
     model: str = Field(description="msroute/<router>: the router that picks the team.")
     messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
+    stream: bool = Field(
+        False,
+        strict=True,
+        description="A JSON boolean: the upstreams are sent the value as it came, so one the "
+        'gateway read as true (1, "yes") would not be a stream to them.',
+    )
     msroute: ChatOptions | None = None
 
 

@@ -27,8 +27,9 @@ def expert(base_url: str, behaviour: str, inp: float, out: float, **extra: objec
 
 def write_config(path: Path, base_url: str) -> Path:
     """Routers: ``chat`` (one member per query; experts that answer, fail, hang, report no
-    usage), ``team`` (two members), ``ctx`` (routes by context), ``dear`` (every call bills twice
-    the configured tokens, under a bound on dollars per query) and ``daily`` (a daily budget)."""
+    usage), ``team`` (two members; learns from Langfuse scores named "quality" only), ``ctx``
+    (routes by context), ``dear`` (every call bills twice the configured tokens, under a bound
+    on dollars per query) and ``daily`` (a daily budget)."""
     u = base_url
     text = f"""
 [routers.chat]
@@ -51,6 +52,7 @@ expected_tokens = {{ input = 100, output = 50 }}
 policy = "omd"
 m_draws = 2
 seed = 2
+score_name = "quality"
 expected_tokens = {{ input = 100, output = 50 }}
 [routers.team.experts.x]
 {expert(u, "prompt=10&completion=5&chunks=2", 1.0, 1.0)}

@@ -184,6 +184,30 @@ def test_feedback_and_langfuse_scores(gateway: ServerProcess, client: openai.Ope
     assert wrong.status_code == 422
 
 
+def test_langfuse_scores_of_another_name_are_ignored_whatever_their_type(
+    gateway: ServerProcess, client: openai.OpenAI
+) -> None:
+    """A router with ``score_name`` ignores scores of other names, categorical (a string
+    value) and boolean ones included: Langfuse sends them to the same endpoint."""
+    did = ask(client, "team").headers["x-msroute-decision-id"]
+    url = f"{gateway.url}/api/public/scores"
+    before = len(rows(gateway, "team"))
+    for name, value, kind in [
+        ("sentiment", "positive", "CATEGORICAL"),
+        ("helpful", 1, "BOOLEAN"),
+        ("latency", 1234.5, "NUMERIC"),
+    ]:
+        score = {"traceId": did, "name": name, "value": value, "dataType": kind}
+        answer = httpx.post(url, headers=H, json=score)
+        assert answer.json() == {"id": did, "status": "ignored"}, answer.text
+    assert len(rows(gateway, "team")) == before
+    # A score of the router's name must be a number, and is then the reward.
+    wrong = httpx.post(url, headers=H, json={"traceId": did, "name": "quality", "value": "good"})
+    assert wrong.status_code == 422 and "value" in wrong.json()["detail"]
+    score = {"traceId": did, "name": "quality", "value": 0.5}
+    assert httpx.post(url, headers=H, json=score).json() == {"id": did, "status": "applied"}
+
+
 def test_requests_the_gateway_refuses(gateway: ServerProcess, client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError, match="msroute/chat"):
         client.chat.completions.create(model="gpt-4o", messages=HI)

@@ -29,7 +29,12 @@ from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
-from msroute.errors import InfeasibleConstraintsError, MSRouteError, UnknownDecisionError
+from msroute.errors import (
+    InfeasibleConstraintsError,
+    InvalidFeedbackError,
+    MSRouteError,
+    UnknownDecisionError,
+)
 from msroute.gateway.budget import TICK_S, BudgetPlan
 from msroute.gateway.chat import MODEL_PREFIX, ChatHandler, TextContext
 from msroute.gateway.config import USD, GatewayConfig, GatewayRouter
@@ -152,6 +157,11 @@ class Gateway:
             wanted = self.config.routers[name].score_name
             if wanted is not None and body.name != wanted:
                 return JSONResponse({"id": body.traceId, "status": "ignored"})
+            if isinstance(body.value, str):
+                raise InvalidFeedbackError(
+                    f"value: score {body.name!r} is the reward of router {name!r}: it must be a "
+                    "number (a NUMERIC or BOOLEAN score), not a categorical one's text"
+                )
             status = await self._feedback(service, body.traceId, body.value, None)
             return JSONResponse({"id": body.traceId, "status": status})
 

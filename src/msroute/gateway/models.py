@@ -7,7 +7,7 @@ strict, as the service's are (``msroute.service.models``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,8 +70,10 @@ class GatewayFeedback(BaseModel):
 
 class Score(BaseModel):
     """Langfuse's score body: ``traceId`` is the decision id, a numeric ``value`` the reward.
-    Langfuse's other fields (``id``, ``comment``, ``observationId``...) are accepted and
-    ignored."""
+    Langfuse's other fields (``id``, ``comment``, ``observationId``, ``dataType``...) are
+    accepted and ignored. A categorical score's ``value`` is a string: it is taken here so that
+    a router with ``score_name`` ignores such a score of another name; one it would learn from
+    must be a number (the endpoint refuses it otherwise)."""
 
     model_config = ConfigDict(
         extra="allow",
@@ -82,4 +84,4 @@ class Score(BaseModel):
 
     traceId: Ident
     name: str = Field(min_length=1, max_length=200)
-    value: Finite
+    value: Finite | Annotated[str, Field(max_length=1000)]

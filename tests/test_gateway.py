@@ -285,6 +285,33 @@ def test_the_config_is_checked_before_serving(tmp_path: Path) -> None:
     assert "sk-secret-9f3" not in repr(loaded)  # the key stays in the environment
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ("upstream_error_reward = nan", "must be a finite number"),
+        ("upstream_error_reward = inf", "must be a finite number"),
+        ("upstream_error_reward = -0.5", r"outside \[reward_min, reward_max\] = \[0, inf\]"),
+        ("upstream_error_reward = 2.0\nreward_max = 1.0", r"= \[0, 1\]"),
+        ("upstream_error_reward = 0.0\nreward_min = 0.5", r"= \[0.5, inf\]"),
+    ],
+)
+def test_an_upstream_error_reward_the_router_would_refuse_stops_the_start(
+    tmp_path: Path, extra: str, named: str
+) -> None:
+    """``upstream_error_reward`` is fed back as a reward at each failed call: one the router
+    refuses (NaN: a 500 at every failure; out of its reward range: a 503) is a config error,
+    as the router's own ``on_missing`` default reward is."""
+    from msroute.errors import ConfigError
+    from msroute.gateway import load_gateway_config
+
+    config = write_config(tmp_path / "g.toml", "http://127.0.0.1:9/v1")
+    text = config.read_text().replace("[routers.chat]\n", f"[routers.chat]\n{extra}\n", 1)
+    config.write_text(text)
+    match = f"routers.chat.upstream_error_reward: .*{named}"
+    with pytest.raises(ConfigError, match=match):
+        load_gateway_config(config, data_dir=tmp_path, environ={KEY_ENV: UPSTREAM_KEY})
+
+
 def test_the_metrics_count_each_call_in_its_series() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 

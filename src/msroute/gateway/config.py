@@ -311,9 +311,13 @@ def _router(name: str, cfg: object, environ: Mapping[str, str]) -> tuple[object,
     score = cfg.get("score_name")
     error_reward = cfg.get("upstream_error_reward")
     if error_reward is not None and (
-        isinstance(error_reward, bool) or not isinstance(error_reward, int | float)
+        isinstance(error_reward, bool)
+        or not isinstance(error_reward, int | float)
+        or not math.isfinite(error_reward)
     ):
-        raise ConfigError(f"{where}.upstream_error_reward: must be a number, got {error_reward!r}")
+        raise ConfigError(
+            f"{where}.upstream_error_reward: must be a finite number, got {error_reward!r:.80}"
+        )
     constraints = cfg.get("constraints")
     upper = constraints.get("upper") if isinstance(constraints, Mapping) else None
     bound = upper.get(USD) if isinstance(upper, Mapping) else None
@@ -326,6 +330,23 @@ def _router(name: str, cfg: object, environ: Mapping[str, str]) -> tuple[object,
         score_name=None if score is None else _text(score, f"{where}.score_name"),
         upstream_error_reward=None if error_reward is None else float(error_reward),
     )
+
+
+def _check_error_reward(gw: GatewayRouter, router: Mapping[str, Any]) -> None:
+    """Refuse an ``upstream_error_reward`` outside the router's reward range (``router``: its
+    validated config), as the router refuses its ``on_missing`` default reward: it is fed back
+    at every failed call, which the router would refuse (a 503, the call not booked)."""
+    reward = gw.upstream_error_reward
+    if reward is None:
+        return
+    low = float(router.get("reward_min", 0.0))
+    high = router.get("reward_max")
+    high = math.inf if high is None else float(high)
+    if not low <= reward <= high:
+        raise ConfigError(
+            f"routers.{gw.name}.upstream_error_reward: the reward fed back at a failed call, "
+            f"{reward:g}, is outside [reward_min, reward_max] = [{low:g}, {high:g}]"
+        )
 
 
 def _optional(value: object, key: str) -> float | None:
@@ -351,6 +372,8 @@ def gateway_config_from_dict(
     for name, cfg in routers.items():
         entries[name], extras[name] = _router(str(name), cfg, env)
     service = ServiceConfig.from_dict({**data, "routers": entries}, data_dir=data_dir)
+    for name, extra in extras.items():
+        _check_error_reward(extra, service.routers[name])
     return GatewayConfig(
         service=service,
         routers=MappingProxyType(

@@ -5,6 +5,8 @@ upstream on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,10 @@ from msroute.router import Router
 
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
 from msroute.integrations.litellm import (  # noqa: E402 (after the skip)
+    DECISION_KEY,
+    STRATEGY_KEY,
     GatewayClient,
+    MSRouteCostLogger,
     route_with_msroute,
 )
 
@@ -134,6 +139,31 @@ def test_a_failed_call_is_booked_at_what_it_billed(stub: StubUpstream) -> None:
         llm.completion(model="chat", messages=HI, metadata={"msroute_decision_id": "f-1"})
     wait_for(lambda: "f-1" in costs(router))
     assert costs(router)["f-1"] == 0.0  # an error answer without a usage: nothing billed
+
+
+def test_a_response_cost_no_router_books_is_logged_and_keeps_the_expected_cost(
+    stub: StubUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    router = msroute_router()
+    strategy = route_with_msroute(litellm.Router(model_list=deployments(stub)), router)
+    (logger,) = [c for c in litellm.callbacks if isinstance(c, MSRouteCostLogger)]
+
+    def logged(cost: object) -> dict[str, Any]:
+        did = router.route().decision_id
+        metadata = {STRATEGY_KEY: strategy.key, DECISION_KEY: did}
+        return {"litellm_params": {"metadata": metadata}, "response_cost": cost}
+
+    bad = [math.inf, math.nan, -1.0, 2e12, "0.1"]
+    with caplog.at_level(logging.WARNING, logger="msroute.integrations"):
+        for cost in bad:
+            logger.log_success_event(logged(cost), None, 0, 0)
+            failed = {**logged(cost), "exception": RuntimeError("upstream 500")}
+            logger.log_failure_event(failed, None, 0, 0)
+    assert costs(router) == {}  # none booked: each decision keeps its expected cost
+    assert caplog.text.count("is not a cost in [0, 1e+12]") == 2 * len(bad)
+    ok = logged(0.25)
+    logger.log_success_event(ok, None, 0, 0)
+    assert costs(router) == {ok["litellm_params"]["metadata"][DECISION_KEY]: 0.25}
 
 
 def test_the_context_comes_from_the_metadata_and_teams_are_refused(stub: StubUpstream) -> None:

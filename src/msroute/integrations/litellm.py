@@ -26,6 +26,7 @@ network is wanted.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ import httpx
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.types.router import CustomRoutingStrategyBase
 
+from msroute._validation import COST_MAX
 from msroute.errors import InvalidValueError
 from msroute.router import Router
 
@@ -45,6 +47,8 @@ __all__ = [
     "MSRouteStrategy",
     "route_with_msroute",
 ]
+
+_log = logging.getLogger("msroute.integrations")
 
 #: The metadata key that carries a call's decision id.
 DECISION_KEY = "msroute_decision_id"
@@ -297,18 +301,28 @@ def _routed(kwargs: Mapping[str, Any]) -> tuple[MSRouteStrategy, str] | None:
 
 
 def _cost(kwargs: Mapping[str, Any]) -> float | None:
+    """The call's ``response_cost``; None where it reports none, or one no router books (not a
+    number, NaN, infinite, negative or above ``COST_MAX``): that is logged, and the decision
+    keeps its expected cost, where the router's refusal inside LiteLLM's callback would have
+    gone unseen."""
     cost = kwargs.get("response_cost")
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+    if cost is None:
+        return None
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost <= COST_MAX:
         return float(cost)
+    _log.warning(
+        "litellm: response_cost %.80r is not a cost in [0, %g]: the call keeps its expected cost",
+        cost,
+        COST_MAX,
+    )
     return None
 
 
 def _failure_cost(kwargs: Mapping[str, Any]) -> float | None:
-    """What a failed call is booked at: the cost it reports, else nothing, but a timeout keeps
-    its booking (None)."""
-    cost = _cost(kwargs)
-    if cost is not None:
-        return cost
+    """What a failed call is booked at: the cost it reports, else nothing, but a timeout (or a
+    reported cost no router books, ``_cost``) keeps its booking (None)."""
+    if kwargs.get("response_cost") is not None:
+        return _cost(kwargs)
     exception = kwargs.get("exception")
     timed_out = isinstance(exception, TimeoutError | asyncio.TimeoutError | httpx.TimeoutException)
     return None if timed_out or "Timeout" in type(exception).__name__ else 0.0

@@ -100,7 +100,6 @@ if sys.argv[3] == "held":  # the first job that syncs never ends: its tail stays
         run(db, job)
     folder.run_job = run_job
     from msroute.router import journal
-    journal.run_job = run_job
     journal.TAIL_SYNC, journal.TAIL_FOLD = 1, 16
 router = Router({**CONFIG, "snapshot_every": 10**6}, journal=sys.argv[1])
 router.set_fold_every(16, background=True)
@@ -148,7 +147,7 @@ def test_a_failed_job_fails_no_call_and_a_later_one_syncs(
             raise sqlite3.OperationalError("disk I/O error")
         run(db, job)
 
-    monkeypatch.setattr("msroute.router.journal.run_job", run_job)
+    monkeypatch.setattr(folder_module, "run_job", run_job)
     monkeypatch.setattr("msroute.router.journal.TAIL_SYNC", 1)
     monkeypatch.setattr("msroute.router.journal.TAIL_FOLD", 64)
     router = background(path)

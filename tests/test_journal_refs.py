@@ -20,6 +20,7 @@ from msroute.errors import JournalError
 from msroute.router import Router
 from msroute.router import journal as journal_module
 from msroute.router.journal import _EVENT_COLUMNS, Journal
+from msroute.router.tail import encode_json
 
 BATCH = 5
 
@@ -59,10 +60,7 @@ def assert_lookups_match_a_scan(router: Router) -> None:
                 f"SELECT {_EVENT_COLUMNS} FROM events WHERE ref = ? ORDER BY seq", (ref,)
             )
         ]
-        got = [
-            (s, k, r, t, journal_module._encode(p), b)
-            for s, k, r, t, p, b in journal.events_of(ref)
-        ]
+        got = [(s, k, r, t, encode_json(p), b) for s, k, r, t, p, b in journal.events_of(ref)]
         assert got == scanned, ref
     in_memory = len(journal._recent_rows)
     assert in_memory == sum(len(v) for v in journal._recent.values())

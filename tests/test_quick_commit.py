@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from msroute.router import Router, recovery
+from msroute.router import Router, folder, recovery
 from msroute.router import journal as journal_module
 from msroute.router.journal import Journal
 from msroute.service.owner import RouterOwner
@@ -104,7 +104,7 @@ def test_the_owner_waits_for_the_disk_only_off_the_event_loop(
     monkeypatch.setattr(Journal, "_fold", spy("fold", Journal._fold))
     monkeypatch.setattr(Journal, "_commit_sqlite", spy("sqlite", Journal._commit_sqlite))
     monkeypatch.setattr(recovery, "take_snapshot", spy("snapshot", recovery.take_snapshot))
-    monkeypatch.setattr(journal_module, "run_job", spy("job", journal_module.run_job))
+    monkeypatch.setattr(folder, "run_job", spy("job", folder.run_job))
     path = tmp_path / "j.db"
 
     async def main() -> int:

@@ -33,6 +33,7 @@ from msroute.policies.state_walk import state_dict
 from msroute.router import RoutedDecision, Router, RouterConfig
 from msroute.router import core as router_core
 from msroute.router import journal as journal_module
+from msroute.router import tail as tail_module
 from msroute.router.snapshots import SNAPSHOTS_KEPT
 
 CONFIG: dict[str, Any] = {
@@ -937,9 +938,9 @@ def test_feedback_cost_beyond_the_policys_limit_is_refused_and_changes_nothing()
 def test_payloads_are_encoded_as_json_dumps_encodes_them(value: Any) -> None:
     """The journal's prebuilt encoder against the stdlib's ``json.dumps``, character for
     character (floats at full precision, non-finite floats, escapes, nesting)."""
-    assert journal_module._encode(value) == json.dumps(value, separators=(",", ":"))
+    assert tail_module.encode_json(value) == json.dumps(value, separators=(",", ":"))
     with pytest.raises(TypeError, match="ndarray is not JSON serializable"):
-        journal_module._encode({"a": np.zeros(2)})
+        tail_module.encode_json({"a": np.zeros(2)})
 
 
 def test_costs_too_large_for_the_lp_are_named_and_change_nothing() -> None:

@@ -24,19 +24,29 @@ folded its rows, and leaves only the old tail, which a later job that syncs remo
 The thread shares the journal's SQLite connection (the file is locked to it: no second
 connection can open it), so the journal itself writes to SQLite only when no job is in flight,
 and a read of SQLite waits at most for the job's statement under way, not for its transaction.
+
+Both halves live here: ``run_job`` is the thread's, ``BackgroundFolds`` the journal's (a base of
+``msroute.router.journal.Journal``: it starts the thread, hands it jobs, and takes their outcomes
+back into the journal's memory).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from msroute.router.tail import Row, insert_refs, insert_rows, transaction
+from msroute.errors import InvalidTypeError
+from msroute.router.tail import Row, Tail, encode_json, insert_refs, insert_rows, transaction
 
-__all__ = ["FoldJob", "old_tail_path", "run_job"]
+__all__ = ["BackgroundFolds", "FoldJob", "old_tail_path", "run_job"]
+
+_log = logging.getLogger("msroute.router")
 
 
 def old_tail_path(journal: Path) -> Path:
@@ -119,3 +129,179 @@ def _sync_wal(wal: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class BackgroundFolds:
+    """The journal's half of the folds in the background: it starts the folder thread, hands
+    it ``FoldJob``s (the tail's unfolded events, or a snapshot), and takes each job's outcome
+    back into the journal's memory (module docstring).
+
+    ``msroute.router.journal.Journal`` is built on it and sets what the two share, declared
+    here: the unfolded events and their bytes, the ids not yet in ``refs``, the tail, the
+    connection. The journal decides when a fold is due and when it syncs (``_sync_due``,
+    ``_schedule_fold``: its tuning constants), and tells whether a transaction is open.
+    """
+
+    label: str
+    path: Path | None
+    last_seq: int
+    _db: sqlite3.Connection
+    _tail: Tail
+    _tail_rows: int  # events in the tail since it was last emptied
+    _unfolded: list[Row]  # the events after _folded_seq, in order
+    _unfolded_bytes: int
+    _folded_seq: int
+    _txn_from: int  # where the open transaction's rows start in _unfolded
+    _recent: dict[str, list[int]]  # the ids of the events after _refs_upto, by id
+    _recent_rows: list[tuple[str, int]]  # the same, in order
+    _refs_upto: int
+    _refs_at: int  # ids held before they go to refs
+    #: The folder thread (None: folds on the caller's), its job in flight, whether a failed
+    #: job left the tail moved aside (the next sync removes it), and the event of a snapshot
+    #: whose job failed (``snapshot_failure``).
+    _folder: ThreadPoolExecutor | None = None
+    _job: FoldJob | None = None
+    _old_held = False
+    _failed_snapshot: int | None = None
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (the journal's)."""
+        raise NotImplementedError
+
+    def _sync_due(self) -> bool:
+        """Whether the next fold syncs and empties the tail (the journal's)."""
+        raise NotImplementedError
+
+    def _schedule_fold(self, retry: bool = False) -> None:
+        """Set when the next fold is due, after one done or (``retry``) failed (the journal's)."""
+        raise NotImplementedError
+
+    @property
+    def fold_in_background(self) -> bool:
+        """Whether the folds into SQLite run on a thread of their own (``msroute.router.folder``;
+        at ``"normal"``): the fold that syncs the tail and the periodic snapshot's transaction
+        then never hold up the calls, which go on appending to the tail meanwhile. Off by
+        default: in one process, a thread folding beside the calls costs them more CPU than the
+        folds it takes off their path; a service's calls wait for each other instead."""
+        return self._folder is not None
+
+    @fold_in_background.setter
+    def fold_in_background(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise InvalidTypeError(f"fold_in_background == {on!r}, must be a bool")
+        if on and self._folder is None:
+            self._folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msroute-fold")
+        elif not on and self._folder is not None:
+            self._drain()
+            self._folder.shutdown(wait=True)
+            self._folder = None
+
+    def _fold_later(self) -> None:
+        """Hand the unfolded events to the folder thread (between transactions), unless its
+        last job is still in flight: then a later commit does. The fold syncs the tail once it
+        holds ``TAIL_SYNC`` folds' worth, as ``_to_sqlite`` does."""
+        self._collect()
+        if self._job is None:
+            self._submit(self._sync_due())
+
+    def _submit(
+        self, sync: bool, snapshot: tuple[int, bytes, str] | None = None, keep: int | None = None
+    ) -> None:
+        """Start a job folding every unfolded event (all committed: no transaction is open),
+        with the ids held once ``fold_every``'s worth are, and ``snapshot``. One that ``sync``s
+        moves the tail aside first (a job that failed may have left it there already: this one
+        removes that one), and makes its commit durable (``folder.run_job``); if the tail
+        cannot be moved, the job does not
+        sync (it is tried again at a later fold)."""
+        assert self._folder is not None and self.path is not None and not self.in_transaction
+        old = old_tail_path(self.path) if sync else None
+        if old is not None and not self._old_held:
+            try:
+                self._tail.move_to(old)
+            except OSError as exc:
+                _log.warning("%s: cannot move the tail aside (synced later): %s", self.label, exc)
+                old = None
+            else:
+                self._tail_rows = 0
+        refs = self._recent_rows[:] if len(self._recent_rows) >= self._refs_at else None
+        job = FoldJob(
+            self._unfolded[:],
+            self._unfolded_bytes,
+            refs,
+            self.last_seq,
+            snapshot,
+            keep,
+            old,
+            self.path.with_name(self.path.name + "-wal"),
+        )
+        job.future = self._folder.submit(run_job, self._db, job)
+        self._job = job
+        if old is not None:
+            self._old_held = True  # until the job has removed it
+
+    def _collect(self) -> None:
+        """Take the outcome of the job in flight, if it is done: its events and ids are in
+        SQLite now (forgotten in memory), or it failed (logged; everything stays, and the fold
+        is tried again some events later). A job that committed and then failed to sync or to
+        remove the old tail folded its rows all the same: only the old tail stays, for a later
+        job that syncs to remove."""
+        job = self._job
+        if job is None or job.future is None or not job.future.done():
+            return
+        self._job = None
+        error = job.future.exception()
+        if error is not None and not job.committed:
+            self._schedule_fold(retry=True)
+            if job.snapshot is not None:
+                self._failed_snapshot = job.snapshot[0]
+            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, error)
+            return
+        n = len(job.rows)
+        if n:
+            del self._unfolded[:n]
+            self._txn_from = max(self._txn_from - n, 0)
+            self._unfolded_bytes -= job.size
+            self._folded_seq = job.rows[-1][0]
+        if job.refs is not None:
+            self._refs_upto = job.refs_upto
+            for ref, _ in job.refs:
+                seqs = self._recent[ref]
+                del seqs[0]
+                if not seqs:
+                    del self._recent[ref]
+            del self._recent_rows[: len(job.refs)]
+        self._schedule_fold()
+        if error is not None:  # committed, not synced: a later job syncs and removes the tail
+            _log.warning("%s: cannot sync the fold (synced later): %s", self.label, error)
+        elif job.sync:
+            self._old_held = False
+
+    def _drain(self) -> None:
+        """Wait for the job in flight, if any, and take its outcome."""
+        job = self._job
+        if job is not None and job.future is not None:
+            futures_wait([job.future])
+            self._collect()
+
+    def queue_snapshot(
+        self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
+    ) -> bool:
+        """With folds in the background, hand the snapshot taken after event ``seq`` (the last:
+        between transactions) to the folder thread, in a job that folds and syncs the tail as
+        ``put_snapshot``'s transaction does; False (nothing done) while a job is in flight or
+        without folds in the background. Its failure is reported by ``snapshot_failure``."""
+        if self._folder is None or self.in_transaction or seq != self.last_seq:
+            return False
+        self._collect()
+        if self._job is not None:
+            return False
+        self._submit(True, (seq, policy, encode_json(router)), keep)
+        return True
+
+    def snapshot_failure(self) -> int | None:
+        """The event of a snapshot handed to the folder thread whose job failed since the last
+        call (the failure was logged), or None."""
+        self._collect()
+        failed, self._failed_snapshot = self._failed_snapshot, None
+        return failed

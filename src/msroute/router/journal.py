@@ -54,7 +54,9 @@ a frame of the journal's tail instead (``msroute.router.tail``), folded into SQL
 tail, which commits at FULL and empties it) and by any transaction that writes a snapshot or a
 meta entry; the events
 after ``_folded_seq`` are kept in memory too (``_unfolded``), and the reads serve them from
-there. Opening a journal folds a tail its router left.
+there. Opening a journal folds a tail its router left. The folds may run on a thread of their
+own (``Journal.fold_in_background``): both halves of that, the journal's and the thread's, are
+``msroute.router.folder``'s; this module decides when a fold is due and when it syncs.
 
 One router owns a journal at a time, and SQLite enforces it: the connection runs in
 ``locking_mode = EXCLUSIVE`` (set before WAL mode, so the WAL index lives in the process's
@@ -74,24 +76,26 @@ import logging
 import os
 import secrets
 import sqlite3
-import stat
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from msroute._validation import quoted
-from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
+from msroute.errors import InvalidValueError, JournalError
 from msroute.router.eventlog import Event, EventLog, MemoryJournal
-from msroute.router.folder import FoldJob, old_tail_path, run_job
-from msroute.router.schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, setup
+from msroute.router.folder import BackgroundFolds, old_tail_path
+from msroute.router.schema import (
+    BUSY_TIMEOUT_MS,
+    SCHEMA_VERSION,
+    check_one_name,
+    file_path,
+    setup,
+)
 from msroute.router.snapshots import bind
 from msroute.router.tail import (
     INSERT_EVENT,
     Row,
     Tail,
+    encode_json,
     fold_leftover,
     insert_refs,
     insert_rows,
@@ -161,60 +165,9 @@ _EVENT_COLUMNS = (
 )
 
 
-def _unencodable(value: object) -> NoReturn:
-    raise InvalidTypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _payload_encoder() -> Callable[[Any], str]:
-    """The encoder of payloads: ``json.dumps(value, separators=(",", ":"))``, with CPython's C
-    encoder built once, not for every value as ``JSONEncoder.encode`` does (a third of a
-    decision's cost; no circular check: payloads are plain values). Else the stdlib's."""
-    if c_make_encoder is None:
-        return json.JSONEncoder(separators=(",", ":")).encode
-    chunks = c_make_encoder(
-        None, _unencodable, encode_basestring_ascii, None, ":", ",", False, False, True
-    )
-    return lambda value: "".join(chunks(value, 0))
-
-
-_encode = _payload_encoder()
-
-
 def _size(row: Row) -> int:
     """What an unfolded row holds in memory, roughly: its payload and distribution."""
     return len(row[4]) + (0 if row[5] is None else len(row[5]))
-
-
-def _file_path(path: object) -> Path:
-    """A journal's path as given (a str or path-like naming a file), else InvalidTypeError or
-    InvalidValueError naming it."""
-    try:
-        name = os.fspath(path)  # type: ignore[call-overload]
-    except TypeError:
-        name = None
-    if not isinstance(name, str) or not name:
-        raise InvalidTypeError(f"journal: must be a file path, got {path!r:.80}")
-    if "\x00" in name:
-        raise InvalidValueError(f"journal: {quoted(name)} holds a NUL character: not a file path")
-    return Path(name)
-
-
-def _check_one_name(path: Path, label: str) -> None:
-    """Refuse a journal file that is missing or has another name (a hard link): its tail and
-    SQLite's WAL are found next to the name it is opened by, so opened by the other name it
-    would miss the events they hold, and write a WAL of its own beside them."""
-    try:
-        st = path.stat()
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        raise JournalError(f"{label}: no such journal")
-    if st.st_nlink > 1:
-        raise JournalError(
-            f"{label}: the journal file has {st.st_nlink} names (hard links); its tail and "
-            "SQLite's WAL are found by name, so it must have one: remove the other links (a "
-            "symbolic link is fine), or copy the journal instead"
-        )
 
 
 def open_journal(
@@ -232,8 +185,8 @@ def check_fold_every(events: object) -> int:
     return events
 
 
-class Journal(EventLog):
-    """One SQLite journal file.
+class Journal(EventLog, BackgroundFolds):
+    """One SQLite journal file; its folds in the background: ``BackgroundFolds``.
 
     Parameters
     ----------
@@ -246,21 +199,14 @@ class Journal(EventLog):
     """
 
     def __init__(self, path: str | os.PathLike[str], sync: str = "full", *, create: bool) -> None:
-        given = _file_path(path)
+        given = file_path(path)
         label = str(given)
-        #: Folds in the background (``fold_in_background``): the folder thread, its job in
-        #: flight, whether a failed job left the tail moved aside (the next sync removes it),
-        #: and the event of a snapshot whose job failed (``snapshot_failure``).
-        self._folder: ThreadPoolExecutor | None = None
-        self._job: FoldJob | None = None
-        self._old_held = False
-        self._failed_snapshot: int | None = None
         self.label = label
         #: The file itself, symbolic links resolved: its side files (the tail, SQLite's WAL)
         #: are found next to it by name, whatever name the journal is opened by.
         self.path: Path | None = Path(os.path.realpath(given))
         if not create:
-            _check_one_name(self.path, label)
+            check_one_name(self.path, label)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -345,7 +291,7 @@ class Journal(EventLog):
             )
             self._db.executemany(
                 "UPDATE snapshots SET router = ? WHERE seq = ?",
-                [(_encode(state), seq) for seq, state in bound],
+                [(encode_json(state), seq) for seq, state in bound],
             )
         _log.info("%s: %d snapshots bound to the journal", self.label, len(bound))
         return key
@@ -395,10 +341,7 @@ class Journal(EventLog):
         self._drain()  # the journal writes to SQLite only while no job is in flight
         if self._db.in_transaction:
             return
-        self._empties = not fold or (
-            self._tail_rows >= TAIL_SYNC * TAIL_FOLD
-            or self._tail.size >= TAIL_SYNC * TAIL_FOLD_BYTES
-        )
+        self._empties = not fold or self._sync_due()
         try:
             if self._empties and self._tail.holds_rows and self._sync == "normal":
                 self._db.execute("PRAGMA synchronous = FULL")
@@ -425,7 +368,7 @@ class Journal(EventLog):
         self._folded_seq = self.last_seq
         self._unfolded.clear()
         self._unfolded_bytes = 0
-        self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
+        self._schedule_fold()
         if self._empties:
             self._tail.empty()
             self._tail_rows = 0
@@ -446,9 +389,25 @@ class Journal(EventLog):
             self._commit_sqlite()
         except (sqlite3.Error, OSError) as exc:
             self._rollback_sqlite()
+            self._schedule_fold(retry=True)
+            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, exc)
+
+    def _sync_due(self) -> bool:
+        """Whether the tail holds ``TAIL_SYNC`` folds' worth of events (or of bytes): the fold
+        that finds it so commits at FULL (in the background: syncs) and empties it."""
+        return (
+            self._tail_rows >= TAIL_SYNC * TAIL_FOLD
+            or self._tail.size >= TAIL_SYNC * TAIL_FOLD_BYTES
+        )
+
+    def _schedule_fold(self, retry: bool = False) -> None:
+        """The next fold is due after ``fold_every`` events or ``TAIL_FOLD_BYTES``; after one
+        that failed (``retry``), an eighth of that later than now."""
+        if retry:
             self._fold_at = len(self._unfolded) + max(self._fold_every // 8, 1)
             self._fold_bytes_at = self._unfolded_bytes + TAIL_FOLD_BYTES // 8
-            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, exc)
+        else:
+            self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
 
     def rollback(self) -> None:
         """Roll back the open transaction, if any (errors ignored: the connection may be gone);
@@ -521,146 +480,12 @@ class Journal(EventLog):
             self._folder is not None or (n < self._fold_at and size < self._fold_bytes_at)
         )
 
-    # ------------------------------------------------------------------ folds in the background
-    @property
-    def fold_in_background(self) -> bool:
-        """Whether the folds into SQLite run on a thread of their own (``msroute.router.folder``;
-        at ``"normal"``): the fold that syncs the tail and the periodic snapshot's transaction
-        then never hold up the calls, which go on appending to the tail meanwhile. Off by
-        default: in one process, a thread folding beside the calls costs them more CPU than the
-        folds it takes off their path; a service's calls wait for each other instead."""
-        return self._folder is not None
-
-    @fold_in_background.setter
-    def fold_in_background(self, on: bool) -> None:
-        if not isinstance(on, bool):
-            raise InvalidTypeError(f"fold_in_background == {on!r}, must be a bool")
-        if on and self._folder is None:
-            self._folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msroute-fold")
-        elif not on and self._folder is not None:
-            self._drain()
-            self._folder.shutdown(wait=True)
-            self._folder = None
-
-    def _fold_later(self) -> None:
-        """Hand the unfolded events to the folder thread (between transactions), unless its
-        last job is still in flight: then a later commit does. The fold syncs the tail once it
-        holds ``TAIL_SYNC`` folds' worth, as ``_to_sqlite`` does."""
-        self._collect()
-        if self._job is None:
-            self._submit(
-                self._tail_rows >= TAIL_SYNC * TAIL_FOLD
-                or self._tail.size >= TAIL_SYNC * TAIL_FOLD_BYTES
-            )
-
-    def _submit(
-        self, sync: bool, snapshot: tuple[int, bytes, str] | None = None, keep: int | None = None
-    ) -> None:
-        """Start a job folding every unfolded event (all committed: no transaction is open),
-        with the ids held once ``fold_every``'s worth are, and ``snapshot``. One that ``sync``s
-        moves the tail aside first (a job that failed may have left it there already: this one
-        removes that one), and makes its commit durable (``folder.run_job``); if the tail
-        cannot be moved, the job does not
-        sync (it is tried again at a later fold)."""
-        assert self._folder is not None and self.path is not None and not self.in_transaction
-        old = old_tail_path(self.path) if sync else None
-        if old is not None and not self._old_held:
-            try:
-                self._tail.move_to(old)
-            except OSError as exc:
-                _log.warning("%s: cannot move the tail aside (synced later): %s", self.label, exc)
-                old = None
-            else:
-                self._tail_rows = 0
-        refs = self._recent_rows[:] if len(self._recent_rows) >= self._refs_at else None
-        job = FoldJob(
-            self._unfolded[:],
-            self._unfolded_bytes,
-            refs,
-            self.last_seq,
-            snapshot,
-            keep,
-            old,
-            self.path.with_name(self.path.name + "-wal"),
-        )
-        job.future = self._folder.submit(run_job, self._db, job)
-        self._job = job
-        if old is not None:
-            self._old_held = True  # until the job has removed it
-
-    def _collect(self) -> None:
-        """Take the outcome of the job in flight, if it is done: its events and ids are in
-        SQLite now (forgotten in memory), or it failed (logged; everything stays, and the fold
-        is tried again some events later). A job that committed and then failed to sync or to
-        remove the old tail folded its rows all the same: only the old tail stays, for a later
-        job that syncs to remove."""
-        job = self._job
-        if job is None or job.future is None or not job.future.done():
-            return
-        self._job = None
-        error = job.future.exception()
-        if error is not None and not job.committed:
-            self._fold_at = len(self._unfolded) + max(self._fold_every // 8, 1)
-            self._fold_bytes_at = self._unfolded_bytes + TAIL_FOLD_BYTES // 8
-            if job.snapshot is not None:
-                self._failed_snapshot = job.snapshot[0]
-            _log.warning("%s: cannot fold the tail (retried later): %s", self.label, error)
-            return
-        n = len(job.rows)
-        if n:
-            del self._unfolded[:n]
-            self._txn_from = max(self._txn_from - n, 0)
-            self._unfolded_bytes -= job.size
-            self._folded_seq = job.rows[-1][0]
-        if job.refs is not None:
-            self._refs_upto = job.refs_upto
-            for ref, _ in job.refs:
-                seqs = self._recent[ref]
-                del seqs[0]
-                if not seqs:
-                    del self._recent[ref]
-            del self._recent_rows[: len(job.refs)]
-        self._fold_at, self._fold_bytes_at = self._fold_every, TAIL_FOLD_BYTES
-        if error is not None:  # committed, not synced: a later job syncs and removes the tail
-            _log.warning("%s: cannot sync the fold (synced later): %s", self.label, error)
-        elif job.sync:
-            self._old_held = False
-
-    def _drain(self) -> None:
-        """Wait for the job in flight, if any, and take its outcome."""
-        job = self._job
-        if job is not None and job.future is not None:
-            futures_wait([job.future])
-            self._collect()
-
-    def queue_snapshot(
-        self, seq: int, policy: bytes, router: dict[str, Any], keep: int | None = None
-    ) -> bool:
-        """With folds in the background, hand the snapshot taken after event ``seq`` (the last:
-        between transactions) to the folder thread, in a job that folds and syncs the tail as
-        ``put_snapshot``'s transaction does; False (nothing done) while a job is in flight or
-        without folds in the background. Its failure is reported by ``snapshot_failure``."""
-        if self._folder is None or self.in_transaction or seq != self.last_seq:
-            return False
-        self._collect()
-        if self._job is not None:
-            return False
-        self._submit(True, (seq, policy, _encode(router)), keep)
-        return True
-
-    def snapshot_failure(self) -> int | None:
-        """The event of a snapshot handed to the folder thread whose job failed since the last
-        call (the failure was logged), or None."""
-        self._collect()
-        failed, self._failed_snapshot = self._failed_snapshot, None
-        return failed
-
     # ------------------------------------------------------------------ writes
     def _store(self, event: Event, probs_seq: int | None) -> None:
         seq, kind, ref, time, payload, probs = event
         if probs_seq is not None:
             probs = None  # the row at probs_seq holds it
-        row = (seq, kind, ref, time, _encode(payload), probs, probs_seq)
+        row = (seq, kind, ref, time, encode_json(payload), probs, probs_seq)
         if self._own_sqlite:
             self._db.execute(INSERT_EVENT, row)
         self._unfolded.append(row)
@@ -686,7 +511,7 @@ class Journal(EventLog):
         self._to_sqlite()
         self._db.execute(
             "INSERT OR REPLACE INTO snapshots(seq, policy, router) VALUES (?, ?, ?)",
-            (seq, policy, _encode(router)),
+            (seq, policy, encode_json(router)),
         )
         if keep is not None:
             self._db.execute(

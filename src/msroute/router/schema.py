@@ -1,5 +1,6 @@
 """The journal's SQLite file: its tables, its version, and opening it (``msroute.router.journal``
-describes the layout and why it is so).
+describes the layout and why it is so): the path checked first (``file_path``,
+``check_one_name``: one name, since the side files are found by it), then ``setup``.
 
 One router owns a journal at a time: the connection runs in ``locking_mode = EXCLUSIVE`` (set
 before WAL mode, so the WAL index lives in the process's memory), and another connection waits
@@ -8,13 +9,17 @@ at most ``BUSY_TIMEOUT_MS`` for it.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
+import stat
 import uuid
+from pathlib import Path
 
-from msroute.errors import JournalError
+from msroute._validation import quoted
+from msroute.errors import InvalidTypeError, InvalidValueError, JournalError
 
-__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "setup"]
+__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "check_one_name", "file_path", "setup"]
 
 #: Version of the table layout; a journal of another version is refused (version 1, the same
 #: without ``events.probs_seq``, and version 2, with an index on ``events.ref`` instead of
@@ -44,6 +49,38 @@ _SCHEMA_REFS = (
     "CREATE TABLE refs(ref TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ref, seq)) "
     "WITHOUT ROWID"
 )
+
+
+def file_path(path: object) -> Path:
+    """A journal's path as given (a str or path-like naming a file), else InvalidTypeError or
+    InvalidValueError naming it."""
+    try:
+        name = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        name = None
+    if not isinstance(name, str) or not name:
+        raise InvalidTypeError(f"journal: must be a file path, got {path!r:.80}")
+    if "\x00" in name:
+        raise InvalidValueError(f"journal: {quoted(name)} holds a NUL character: not a file path")
+    return Path(name)
+
+
+def check_one_name(path: Path, label: str) -> None:
+    """Refuse a journal file that is missing or has another name (a hard link): its tail and
+    SQLite's WAL are found next to the name it is opened by, so opened by the other name it
+    would miss the events they hold, and write a WAL of its own beside them."""
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise JournalError(f"{label}: no such journal")
+    if st.st_nlink > 1:
+        raise JournalError(
+            f"{label}: the journal file has {st.st_nlink} names (hard links); its tail and "
+            "SQLite's WAL are found by name, so it must have one: remove the other links (a "
+            "symbolic link is fine), or copy the journal instead"
+        )
 
 
 def setup(db: sqlite3.Connection, label: str, create: bool) -> None:

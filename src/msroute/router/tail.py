@@ -33,6 +33,9 @@ Format 2 (``MAGIC_2``: no header checksum, frames of ``<u32 body length><u32 crc
 is still read, as it was: a router of an earlier msroute may have left one. Its lengths are not
 checked, so a frame cut short or failing its checksum at its end is dropped. The two magics
 differ in more than one bit: no flipped bit makes one format read as the other.
+
+The rows themselves are shared with SQLite's ``events``: ``Row`` (its payload as ``encode_json``
+writes it), ``insert_rows``, and ``transaction`` for the folds.
 """
 
 from __future__ import annotations
@@ -40,16 +43,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import json
 import logging
 import os
 import sqlite3
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from msroute.errors import JournalError
+from msroute.errors import InvalidTypeError, JournalError
 
 __all__ = [
     "INSERT_EVENT",
@@ -57,6 +62,7 @@ __all__ = [
     "MAGIC_2",
     "Row",
     "Tail",
+    "encode_json",
     "fold_leftover",
     "header",
     "insert_refs",
@@ -97,6 +103,28 @@ _ROW = struct.Struct("<qdqiiii")
 
 #: How to move a refused tail out of the way (every refusal says it).
 _MOVE = "move it away to open the journal without it"
+
+
+def _unencodable(value: object) -> NoReturn:
+    raise InvalidTypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _payload_encoder() -> Callable[[Any], str]:
+    """The encoder of payloads: ``json.dumps(value, separators=(",", ":"))``, with CPython's C
+    encoder built once, not for every value as ``JSONEncoder.encode`` does (a third of a
+    decision's cost; no circular check: payloads are plain values). Else the stdlib's."""
+    if c_make_encoder is None:
+        return json.JSONEncoder(separators=(",", ":")).encode
+    chunks = c_make_encoder(
+        None, _unencodable, encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+    return lambda value: "".join(chunks(value, 0))
+
+
+#: A ``Row``'s payload as JSON text, and a snapshot's router state: ``json.dumps(value,
+#: separators=(",", ":"))`` (``_payload_encoder``); a value JSON cannot hold is an
+#: InvalidTypeError.
+encode_json = _payload_encoder()
 
 
 def tail_path(journal: Path) -> Path:

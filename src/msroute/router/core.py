@@ -16,8 +16,9 @@ group is all or nothing; bounds and settings change by journaled events too (``R
 
 This module is the live layer: each call validates its input, applies its event with
 ``msroute.router.state.apply`` (the one transition function, which replay uses too) and journals it,
-inside a transaction that commits, or rolls back both journal and memory (the base class,
-``msroute.router.transactions.Transactional``).
+inside a transaction that commits, or rolls back both journal and memory (the base class
+``msroute.router.transactions.Transactional``). The calls that change the experts and the bounds
+are the other base's, ``msroute.router.instance.InstanceChanges``; each ends in ``_change`` here.
 """
 
 from __future__ import annotations
@@ -49,21 +50,20 @@ from msroute.router.changes import (
     journal_policy_kwargs,
     put_applied,
 )
-from msroute.router.config import RouterConfig, cost_vector
+from msroute.router.config import RouterConfig
 from msroute.router.ids import RandomHex
 from msroute.router.inputs import (
-    bounds_event,
     check_client_id,
     check_cost,
     check_count,
     check_now,
-    check_price,
     check_repeat,
     check_reward,
     closed_status,
     decision_cost,
     routed_before,
 )
+from msroute.router.instance import InstanceChanges
 from msroute.router.journal import Journal, open_journal
 from msroute.router.state import (
     DEFAULT_OMD_PARAMS,
@@ -94,7 +94,7 @@ __all__ = ["DEFAULT_OMD_PARAMS", "RoutedDecision", "Router"]  # the last two: fr
 _log = logging.getLogger("msroute.router")
 
 
-class Router(Transactional):
+class Router(Transactional, InstanceChanges):
     """Route live queries with one policy; see the module docstring and docs/router.md.
 
     Parameters
@@ -587,102 +587,14 @@ class Router(Transactional):
             self._commit_event(Expire(did, reward), now)
         return len(due)
 
-    # ------------------------------------------------------------------ experts
-    def add_expert(self, expert_id: str, cost: Mapping[str, float] | Sequence[float]) -> None:
-        """Add an expert (cost as a list in cost-name order or a dict by cost name).
-
-        The feasibility LP runs first; on failure nothing changes. A new expert starts at the
-        exploration floor (OMD), with fresh statistics (the baselines).
-        """
-        self._check_usable()
-        state = self._state
-        text_name(expert_id, "expert_id", InvalidFeedbackError)
-        if expert_id in state.col:
-            raise InvalidFeedbackError(f"expert_id: {expert_id!r} is already an expert")
-        if expert_id in state.retired:
-            raise InvalidFeedbackError(
-                f"expert_id: {expert_id!r} was removed; ids are never reused (pick a new one)"
-            )
-        try:
-            vec = cost_vector(cost, self.config.cost_names, "cost")
-        except RouterConfigError as exc:
-            raise InvalidFeedbackError(str(exc)) from exc
-        self._change(AddExpert(expert_id, list(vec)))
-
-    def remove_expert(self, expert_id: str) -> None:
-        """Remove an expert; its id is never reused.
-
-        The feasibility LP runs first (``InfeasibleConstraintsError``, nothing changes). The
-        pending decisions that routed to it are closed: their feedback gets the status
-        ``"expert_removed"`` and is logged, not learned.
-        """
-        self._check_usable()
-        if not isinstance(expert_id, str) or expert_id not in self._state.col:
-            raise InvalidFeedbackError(f"expert_id: unknown expert {expert_id!r:.80}")
-        if len(self._state.ids) == 1:
-            raise InvalidFeedbackError(f"expert_id: {expert_id!r} is the last expert")
-        self._change(self._removal(expert_id))
-
-    def set_expert_cost(
-        self, expert_id: str, cost: Mapping[str, float] | Sequence[float]
-    ) -> dict[str, float]:
-        """Change an expert's price (its cost vector) from the next decision on, journaled and
-        replayed; returns its cost now, by cost name.
-
-        ``cost`` is a list in cost-name order, or a dict by cost name (costs not named keep
-        theirs). Checked first (``InvalidFeedbackError``; ``InfeasibleConstraintsError`` if no
-        routing meets the bounds at the new price): nothing changes. The policy keeps what it
-        learned; decisions already routed keep the cost they were routed at."""
-        self._check_usable()
-        vec, changed = check_price(self._state, expert_id, cost)
-        if changed:
-            self._change(SetCost(expert_id, list(vec)))
-        return dict(zip(self.config.cost_names, vec, strict=True))
-
-    def _removal(self, expert_id: str) -> RemoveExpert:
-        """The removal of an expert, closing the pending decisions that routed to it."""
-        gone = [d for d, p in self._state.pending.items() if expert_id in p.draws]
-        return RemoveExpert(expert_id, gone)
-
+    # ------------------------------------------------------------------ experts and bounds
     def _change(self, event: AddExpert | RemoveExpert | SetCost | SetBounds) -> None:
-        """An expert or bounds change in its own transaction; its policy is built (and the
-        change checked) before anything is written."""
+        """An expert or bounds change (``InstanceChanges``) in its own transaction; its policy is
+        built (and the change checked) before anything is written. Here, with every other read
+        of the clock, so that one clock serves all of a router's events."""
         policy = self._state.policy_after(event)  # raises before any change
         with self._write():
             self._commit_event(event, time.time(), policy)
-
-    # ------------------------------------------------------------------ bounds and configuration
-    def set_bounds(
-        self,
-        upper: Mapping[str, float | None] | None = None,
-        lower: Mapping[str, float | None] | None = None,
-    ) -> None:
-        """Change bounds on the time-averaged realized cost at runtime, journaled and replayed.
-
-        Parameters
-        ----------
-        upper, lower : mapping of cost name -> float or None, optional
-            The new bound of each named cost (None removes that bound); costs not named keep
-            theirs.
-
-        Raises
-        ------
-        InvalidFeedbackError
-            An unknown cost name, a bound that is not a finite number, or a lower bound above
-            its upper bound (nothing changed).
-        InfeasibleConstraintsError
-            No routing of the current experts meets the new bounds (names the cost; nothing
-            changed).
-
-        Notes
-        -----
-        The policy keeps what it learned about the experts; its dual, learned against the old
-        bounds, restarts (``BasePolicy.resized``).
-        """
-        self._check_usable()
-        event = bounds_event(self._state, upper, lower)
-        if event is not None:
-            self._change(event)
 
     # ------------------------------------------------------------------ reports
     def state(self) -> dict[str, Any]:

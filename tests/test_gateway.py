@@ -334,3 +334,35 @@ def test_the_metrics_count_each_call_in_its_series() -> None:
     # Only what was counted has a series: no cached tokens, no dollars of b, no other outcome.
     assert 'kind="cached"' not in text and 'usd_total{expert="b"' not in text
     assert 'outcome="error"' not in text
+
+
+def test_a_usage_no_call_bills_is_booked_at_the_calls_fallback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from msroute.gateway.chat import ChatHandler
+    from msroute.gateway.config import Upstream
+    from msroute.gateway.metrics import GatewayMetrics
+    from msroute.gateway.prices import Prices, Usage
+
+    registry = CollectorRegistry()
+    handler = SimpleNamespace(metrics=GatewayMetrics(registry))  # all that count() reads
+    upstream = Upstream(
+        expert="a",
+        base_url="http://127.0.0.1:9",
+        model="m",
+        api_key_env=None,
+        timeout_s=1.0,
+        prices=Prices(200.0, 200.0),
+    )
+    huge = Usage(2**53, 2**53, 0)  # $3.6e12 at these prices: above what a router books
+    with caplog.at_level("WARNING", logger="msroute.gateway"):
+        usd = ChatHandler.count(handler, "r", upstream, "ok", huge, 0.004)  # type: ignore[arg-type]
+    assert usd == 0.004 and "reported a usage of $3.60288e+12" in caplog.text
+    assert ChatHandler.count(handler, "r", upstream, "ok", Usage(1000, 0, 0), 0.004) == 0.2  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert 'msroute_upstream_usd_total{expert="a",router="r"} 0.204' in text
+    assert 'kind="prompt",router="r"} 1000.0' in text  # the absurd usage is not counted

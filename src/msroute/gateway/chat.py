@@ -31,6 +31,7 @@ from urllib.parse import quote
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from msroute._validation import COST_MAX
 from msroute.errors import InvalidFeedbackError, MSRouteError
 from msroute.gateway.config import USD, GatewayRouter, Upstream
 from msroute.gateway.metrics import GatewayMetrics
@@ -303,6 +304,16 @@ class ChatHandler:
         self, name: str, upstream: Upstream, outcome: str, usage: Usage | None, fallback: float
     ) -> float:
         usd = fallback if usage is None else upstream.prices.usd(usage)
+        if usd > COST_MAX:  # a usage no call bills, which no router books: read as none
+            _log.warning(
+                "router %s: %s reported a usage of $%.6g, above $%g: booked at $%.6g",
+                name,
+                upstream.expert,
+                usd,
+                COST_MAX,
+                fallback,
+            )
+            usd, usage = fallback, None
         self.metrics.call(name, upstream.expert, outcome, usd, usage)
         return usd
 

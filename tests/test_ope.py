@@ -178,7 +178,9 @@ def test_a_candidate_is_checked_against_the_logs_experts() -> None:
     assert a.to_dict() == b.to_dict()
     with pytest.raises(msroute.errors.InvalidValueError, match="level: must be a number"):
         evaluate(router, CANDIDATE, level="0.9")  # type: ignore[arg-type]
-    for bad in (-1.0, float("nan"), float("inf"), "100"):
+    with pytest.raises(msroute.errors.InvalidValueError, match="level: must be a number"):
+        evaluate(router, CANDIDATE, level=True)
+    for bad in (-1.0, float("nan"), float("inf"), "100", True):
         with pytest.raises(msroute.errors.InvalidValueError, match="min_ess: must be"):
             evaluate(router, CANDIDATE, min_ess=bad)  # type: ignore[arg-type]
 

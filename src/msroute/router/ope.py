@@ -277,9 +277,9 @@ def evaluate(
         reward or cost that is not a finite number, a propensity outside (0, 1], not one
         propensity per draw) or a reward outside ``reward_range``, named.
     """
-    if not isinstance(level, int | float | np.floating) or not 0.0 < level < 1.0:
+    if not 0.0 < finite_real(level, "level") < 1.0:
         raise InvalidValueError(f"level: must be a number in (0, 1), got {level!r}")
-    if not isinstance(min_ess, int | float | np.floating) or not 0.0 <= min_ess < math.inf:
+    if finite_real(min_ess, "min_ess") < 0.0:
         raise InvalidValueError(f"min_ess: must be a finite number >= 0, got {min_ess!r}")
     q_new = _check_candidate(candidate_q)
     events, names, experts = _read_log(journal_or_log)

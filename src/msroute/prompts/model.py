@@ -347,7 +347,7 @@ class ContextModel:
             return cls(
                 vocab=np.asarray(arrays["vocab"], dtype=np.int64),
                 weights=np.asarray(arrays["weights"], dtype=np.float32),
-                names=_name_list(manifest["names"]),
+                names=_name_list(manifest["names"], label),
                 fallback=int(manifest["fallback"]),
                 info=dict(manifest.get("info") or {}),
                 idf=np.asarray(arrays["idf"], dtype=np.float32) if by_scores else None,
@@ -361,11 +361,13 @@ class ContextModel:
             raise ContextModelError(f"{label}: not a valid context model: {exc}") from exc
 
 
-def _name_list(value: object) -> tuple[str, ...]:
+def _name_list(value: object, label: str) -> tuple[str, ...]:
     """A manifest's context names: a list (its entries checked by ``ContextModel``), never a
-    string read as its characters."""
+    string read as its characters (``ContextModelError`` naming the file ``label``)."""
     if not isinstance(value, list):
-        raise TypeError(f"names must be a list, got {value!r:.80}")
+        raise ContextModelError(
+            f"{label}: not a valid context model: names must be a list, got {value!r:.80}"
+        )
     return tuple(value)
 
 

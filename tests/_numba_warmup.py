@@ -24,11 +24,16 @@ from msroute.policies import set_debug_checks
 def live() -> None:
     """The live router's step and the cut rows (what ``live_step.start`` loads in a thread),
     then a few decisions and feedbacks through them."""
+    import numpy as np
+
+    from msroute.core.qp.projection_cuts import project_cuts
     from msroute.policies import live_step
     from msroute.router import Router
 
     live_step.start()
     assert live_step.settled(timeout=None)
+    # one row through the compiled rows from read-only views, as project_cuts passes them
+    project_cuts(np.array([0.7, 0.3]), 0.1, np.array([[1.0, 0.0]]), [0.5])
     config = {
         "policy": "omd",
         "m_draws": 1,

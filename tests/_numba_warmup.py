@@ -31,7 +31,7 @@ def live() -> None:
     from msroute.router import Router
 
     live_step.start()
-    assert live_step.settled(timeout=None)
+    assert live_step.settled() and live_step.kernels() is not None, "the live step did not load"
     # one row through the compiled rows from read-only views, as project_cuts passes them
     project_cuts(np.array([0.7, 0.3]), 0.1, np.array([[1.0, 0.0]]), [0.5])
     config = {

@@ -23,7 +23,7 @@ from msroute.datasets import (
 )
 from msroute.datasets import crowd as crowd_module
 from msroute.datasets import instance as instance_module
-from msroute.errors import DataFormatError
+from msroute.errors import DataFormatError, MSRouteError
 
 SHARED_TREC = Path(__file__).resolve().parents[2] / "shared" / "data" / "trec2010"
 SHARED_WEB = Path(__file__).resolve().parents[2] / "shared" / "data" / "web"
@@ -420,6 +420,31 @@ def test_sample_instance_draws_uniformly_from_the_reliable_pool(hand: CrowdData)
         left_out[missing] += 1
     for count in left_out.values():  # 1/3 each; 5 standard errors is about 0.043
         assert abs(count / n - 1 / 3) < 0.045
+
+
+@pytest.mark.parametrize(
+    ("seed", "error", "match"),
+    [
+        (-1, ValueError, r"seed == -1, must be >= 0"),
+        (1.5, TypeError, r"seed must be an int or a numpy SeedSequence, got float"),
+        ("3", TypeError, r"seed must be an int or a numpy SeedSequence, got str"),
+        ([1, 2], TypeError, r"seed must be an int or a numpy SeedSequence, got list"),
+        (True, TypeError, r"seed must be an int or a numpy SeedSequence, got bool"),
+    ],
+)
+def test_sample_instance_refuses_a_bad_seed(
+    hand: CrowdData, seed: object, error: type[Exception], match: str
+) -> None:
+    # msroute's own errors (InvalidValueError, InvalidTypeError), as every other seed gets;
+    # numpy alone raised a bare ValueError for -1 and read a list or "3" as entropy.
+    with pytest.raises(error, match=match) as info:
+        sample_instance(hand, 2, 2, seed, n_flagged=1, min_annotations=3)  # type: ignore[arg-type]
+    assert isinstance(info.value, MSRouteError)
+
+
+def test_sample_instance_needs_crowd_data() -> None:
+    with pytest.raises(TypeError, match="data must be a CrowdData"):
+        sample_instance(None, 2, 1, seed=0)  # type: ignore[arg-type]
 
 
 def test_too_few_reliable_workers(trec: CrowdData, hand: CrowdData) -> None:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msroute.core.reward import expected_reward, monte_carlo_reward
+from msroute.errors import MSRouteError
 from msroute.metrics import (
     constraint_regret,
     feasible,
@@ -189,6 +190,14 @@ def test_exact_r1_matches_the_reward_module(k, m):
     want = np.cumsum(phi - rewards, axis=0) / np.arange(1, len(rewards) + 1)[:, None]
     got = objective_regret_proxy(rewards, q, skills, m)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "a"])
+def test_monte_carlo_r1_refuses_a_bad_seed(seed):
+    # msroute's own error naming the seed; numpy alone raised a bare ValueError or TypeError.
+    skills, q, rewards = small_run(0)
+    with pytest.raises(MSRouteError, match="seed"):
+        objective_regret_proxy(rewards, q, skills, 2, method="monte_carlo", seed=seed)
 
 
 def test_exact_r1_agrees_with_the_monte_carlo_r1():

@@ -15,7 +15,7 @@ import numpy as np
 from msroute._validation import IntArray, check_positive_int
 from msroute.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["RngSeed", "RunSeed", "SeedArg", "child_seed", "run_seed_sequences"]
+__all__ = ["RngSeed", "RunSeed", "SeedArg", "as_generator", "child_seed", "run_seed_sequences"]
 
 #: The seed of one run.
 RunSeed = int | np.integer | np.random.SeedSequence
@@ -38,6 +38,29 @@ def _as_seed_sequence(seed: object, name: str) -> np.random.SeedSequence:
     if seed < 0:
         raise InvalidValueError(f"{name} == {seed}, must be >= 0")
     return np.random.SeedSequence(int(seed))
+
+
+def as_generator(seed: object, name: str = "seed") -> np.random.Generator:
+    """The generator an ``RngSeed`` stands for: a Generator itself, else one built from the
+    seed (an int >= 0, a SeedSequence or None for fresh entropy), checked as every other seed
+    of msroute is (``InvalidTypeError``/``InvalidValueError`` naming ``name``; numpy alone
+    would raise a bare error for -1 and read a list or a string of digits as entropy).
+
+    ``default_rng(n)`` and ``default_rng(SeedSequence(n))`` are the same stream, so a valid
+    seed gives the numbers it always gave.
+
+    Examples
+    --------
+    >>> as_generator(3).random() == np.random.default_rng(3).random()
+    True
+    >>> as_generator(-1)
+    Traceback (most recent call last):
+    ...
+    msroute.errors.InvalidValueError: seed == -1, must be >= 0
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(_as_seed_sequence(seed, name))
 
 
 def child_seed(seed: np.random.SeedSequence, *key: int) -> np.random.SeedSequence:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._seeding import RngSeed
+from msroute._seeding import RngSeed, as_generator
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -401,7 +401,7 @@ def objective_regret_proxy(
             f"final_q has {q.shape[1]} contexts but context_weights has {weights.shape[0]}"
         )
     fetch = _skill_fetcher(skills, t_len, n_runs, k)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = as_generator(seed)
 
     phi = np.empty((t_len, n_runs))
     runs = np.arange(n_runs)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from msroute._seeding import RngSeed, _as_seed_sequence
+from msroute._seeding import RngSeed, as_generator
 from msroute._validation import (
     FloatArray,
     IntArray,
@@ -449,11 +449,7 @@ def monte_carlo_reward(
     """
     qa, v, m = _check_pair(q, skills, m_draws)
     n = check_positive_int(n_samples, "n_samples")
-    rng = (
-        seed
-        if isinstance(seed, np.random.Generator)
-        else np.random.default_rng(_as_seed_sequence(seed, "seed"))
-    )
+    rng = as_generator(seed)
     lead = np.broadcast_shapes(qa.shape[:-1], v.shape[:-2])
     k = qa.shape[-1]
     cdf = np.cumsum(np.broadcast_to(qa, (*lead, k)), axis=-1)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from msroute._seeding import as_generator
 from msroute._validation import FloatArray, IntArray, check_positive_int, read_only
 from msroute.datasets.crowd import DEFAULT_MIN_ANNOTATIONS, SPLITS, CrowdData
 from msroute.errors import DataFormatError, InvalidTypeError, InvalidValueError
@@ -243,6 +244,14 @@ def fit_beta_prior(hits: ArrayLike, trials: ArrayLike) -> tuple[float, float]:
     return p * strength, (1.0 - p) * strength
 
 
+def _check_data(data: object) -> None:
+    """``InvalidTypeError`` unless ``data`` is a ``CrowdData`` (what ``load_crowd`` returns)."""
+    if not isinstance(data, CrowdData):
+        raise InvalidTypeError(
+            f"data must be a CrowdData (see load_crowd), got {type(data).__name__}"
+        )
+
+
 def build_instance(
     data: CrowdData,
     workers: Sequence[int] | ArrayLike,
@@ -303,10 +312,7 @@ def build_instance(
     >>> inst.costs.tolist()
     [[0.3333333333333333, 1.0], [1.0, 0.0]]
     """
-    if not isinstance(data, CrowdData):
-        raise InvalidTypeError(
-            f"data must be a CrowdData (see load_crowd), got {type(data).__name__}"
-        )
+    _check_data(data)
     pos = data.worker_index(workers)
     ids = data.worker_ids[pos]
     k = int(ids.size)
@@ -402,6 +408,8 @@ def sample_instance(
     ------
     DataFormatError
         Fewer reliable workers than ``n_experts``.
+    InvalidTypeError, InvalidValueError
+        ``data`` is not a CrowdData, or ``seed`` is not one of the types above (or is < 0).
 
     Examples
     --------
@@ -410,13 +418,14 @@ def sample_instance(
     >>> inst.skills_base.shape, inst.costs.shape, int(inst.costs[:, 1].sum())
     ((3, 50), (50, 2), 10)
     """
+    _check_data(data)
     k = check_positive_int(n_experts, "n_experts")
+    rng = as_generator(seed)
     reliable = data.reliable_workers(min_annotations)
     if reliable.size < k:
         raise DataFormatError(
             f"{data.source} has only {reliable.size} reliable workers (>= {min_annotations} "
             f"annotations), fewer than the {k} requested"
         )
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     pool = np.sort(rng.choice(reliable, size=k, replace=False))
     return build_instance(data, pool, n_dims, n_flagged=n_flagged, split=split, shrinkage=shrinkage)

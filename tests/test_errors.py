@@ -85,6 +85,17 @@ def test_cli_bad_policy_parameters_are_one_line_errors(
     assert re.search(message, err)
 
 
+def test_cli_refuses_a_policy_parameter_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    # A repeated key is a conflict, not an override: the last value won silently before.
+    argv = ["run", "--policy", "omd", "--horizon", "10", "--param", "eta=1", "--param", "eta=2"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "msroute run: error: --param 'eta' is given more than once; give each parameter once\n"
+    )
+
+
 def _problem() -> msroute.Problem:
     return msroute.Problem([[1.0], [0.0], [0.5]], 2, msroute.Constraints(upper=[1.0]))
 

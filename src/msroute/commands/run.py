@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the cell and print its summary."""
     import numpy as np
 
+    from msroute._validation import quoted
     from msroute.core.bounds import bound_report
     from msroute.experiments.cells import CellSpec, params_items
     from msroute.experiments.output import peak_memory_mb
@@ -91,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
 
     if len(set(args.seed)) != len(args.seed):
         raise InvalidValueError(f"--seed has repeated values: {args.seed}")
+    keys = [key for key, _ in args.param]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:  # dict() would keep the last value silently
+        raise InvalidValueError(
+            f"--param {quoted(repeated[0])} is given more than once; give each parameter once"
+        )
     params = dict(args.param)
     for key, flag in (("horizon", "--horizon"), ("seed", "--seed"), ("n_runs", "--seed")):
         if key in params:

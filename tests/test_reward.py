@@ -17,6 +17,7 @@ from msroute.core.reward import (
     monte_carlo_reward,
     sum_max_reward,
 )
+from msroute.errors import MSRouteError
 from msroute.policies.base import draws_to_mask
 
 
@@ -248,6 +249,23 @@ def test_bad_inputs_raise(q, skills, m, error, match):
 def test_sum_max_bad_subsets(subset, match):
     with pytest.raises(ValueError, match=match):
         sum_max_reward(GOOD_V, subset)
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        # an integer mask was read as weights: [[2, 0, 0]] scored 2 x the best skill
+        (np.array([[2, 0, 0]]), TypeError, "mask must be a boolean array"),
+        (np.array([[0, 2, 1]]), TypeError, "use draws_to_mask"),  # draws for a mask
+        ([[True, False, False]], TypeError, "got list"),
+        (np.array([[True, False]]), ValueError, "last axis must be the K = 3 experts"),
+    ],
+)
+def test_batch_sum_max_refuses_what_is_not_a_mask(mask, error, match):
+    skills = np.array([[[0.5, 0.2, 0.1]]])
+    with pytest.raises(error, match=match) as info:
+        batch_sum_max_reward(skills, mask)
+    assert isinstance(info.value, MSRouteError)
 
 
 def test_sum_max_rejects_batched_skills():

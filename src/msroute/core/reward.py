@@ -31,7 +31,7 @@ from msroute._validation import (
     check_positive_int,
     check_simplex,
 )
-from msroute.errors import InvalidValueError
+from msroute.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "batch_sum_max_reward",
@@ -113,18 +113,39 @@ def context_scaled(skills: FloatArray, weights: FloatArray, contexts: IntArray |
 
 
 def batch_sum_max_reward(skills: FloatArray, mask: np.ndarray) -> FloatArray:
-    """Sum-max rewards of many subsets at once (the simulation hot path; no validation).
+    """Sum-max rewards of many subsets at once (a hot path: the values are not checked).
+
+    Only the mask's type and width are checked, in constant time: an integer array (the
+    draws' indices, or counts) would otherwise be read as weights on the skills and give a
+    wrong reward without an error.
 
     Parameters
     ----------
     skills : ndarray, shape (..., N, K), entries >= 0
     mask : ndarray of bool, shape (..., K)
-        Membership of each expert in the routed subset (non-empty per row).
+        Membership of each expert in the routed subset (non-empty per row); from draws,
+        ``msroute.core.reward.draws_to_mask(draws, K)``.
 
     Returns
     -------
     ndarray, shape (...)
+
+    Examples
+    --------
+    >>> batch_sum_max_reward(np.array([[[0.5, 0.2, 0.1]]]), np.array([[True, False, True]]))
+    array([0.5])
     """
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        kind = mask.dtype if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise InvalidTypeError(
+            f"mask must be a boolean array (..., K) of the routed experts, got {kind}; "
+            "for draws (expert indices) use draws_to_mask(draws, K)"
+        )
+    if mask.ndim < 1 or mask.shape[-1] != np.shape(skills)[-1]:
+        raise InvalidValueError(
+            f"mask has shape {mask.shape}; its last axis must be the K = "
+            f"{np.shape(skills)[-1]} experts of skills {np.shape(skills)}"
+        )
     return np.asarray((skills * mask[..., None, :]).max(axis=-1).sum(axis=-1), dtype=np.float64)
 
 

@@ -15,7 +15,7 @@ from msroute import Constraints, Problem
 from msroute.cli import main
 from msroute.datasets import outcomes
 from msroute.datasets.outcomes import OutcomeTable, load_llmrouter, load_outcomes, read_outcomes
-from msroute.errors import DataFormatError, InvalidValueError
+from msroute.errors import DataFormatError, InvalidValueError, ResourceError
 from msroute.experiments.outcomes import (
     LLMROUTER_BUDGETS,
     OutcomeBenchConfig,
@@ -207,6 +207,14 @@ def test_env_streams_are_seeded_per_run_and_permutations_cover_the_table():
         assert sorted(perm.prompts[40:80, r]) == list(range(40))
     with pytest.raises(InvalidValueError, match="mode == 'shuffle'"):
         OutcomeEnv(t, horizon=10, mode="shuffle")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("team_answer", ["best", "judge:0.5"])
+def test_env_refuses_a_horizon_beyond_memory_before_allocating(team_answer: str) -> None:
+    # numpy's bare MemoryError ("Unable to allocate 72.8 TiB") before, or a machine driven
+    # into swap for a horizon that almost fits.
+    with pytest.raises(ResourceError, match=r"OutcomeEnv: T = 10000000000000 rounds x 1 run"):
+        OutcomeEnv(small_table(), horizon=10**13, team_answer=team_answer)
 
 
 def test_simulate_charges_the_recorded_cost_of_each_distinct_model():

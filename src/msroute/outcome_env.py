@@ -29,6 +29,7 @@ from typing import Literal
 
 import numpy as np
 
+from msroute._memory import check_memory
 from msroute._seeding import SeedArg, child_seed, run_seed_sequences
 from msroute._validation import FloatArray, IntArray, check_positive_int, parse_decimal
 from msroute.datasets.outcomes import OutcomeTable
@@ -164,6 +165,11 @@ class OutcomeEnv:
         if mode not in ("replace", "permutation"):
             raise InvalidValueError(f"mode == {mode!r}, must be 'replace' or 'permutation'")
         pick = best_pick(team_answer)
+        check_memory(  # the prompt of each round (int64), and the judge's two coins (float64)
+            8.0 * t * r * (1 if pick == 1.0 else 3),
+            f"OutcomeEnv: T = {t} rounds x {r} run(s)",
+            "use a smaller horizon or fewer runs",
+        )
         p = table.n_prompts
         prompts = np.empty((t, r), dtype=np.int64)
         seeds = run_seed_sequences(seed, r)

@@ -7,6 +7,7 @@ import pytest
 
 from msroute import (
     Constraints,
+    InvalidTypeError,
     OMDApproachability,
     Problem,
     ProblemBatch,
@@ -18,6 +19,7 @@ from msroute import (
 )
 from msroute.policies import set_debug_checks
 from msroute.policies.base import BasePolicy, Decision
+from msroute.simulate import simulate_summary
 
 COSTS = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 1.0], [0.2, 0.0]])
 
@@ -101,6 +103,17 @@ def test_bad_contexts_are_named(kwargs: dict[str, object], match: str) -> None:
     batch = ProblemBatch(problem(), 1)
     with pytest.raises(ValueError, match=match):
         simulate({"r": RandomPolicy(batch, horizon=10)}, env, batch, 10, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entry", [simulate, simulate_summary])
+@pytest.mark.parametrize("which", ["env", "batch"])
+def test_an_env_or_batch_of_the_wrong_type_is_named(entry: object, which: str) -> None:
+    # An AttributeError ('NoneType' object has no attribute 'n_runs') before.
+    env = SequenceEnv(np.ones((10, 3, 4)), n_runs=1)
+    batch = ProblemBatch(problem(), 1)
+    args = {"env": env, "batch": batch, which: None}
+    with pytest.raises(InvalidTypeError, match=f"{which} must be a"):
+        entry({"r": RandomPolicy(batch, horizon=10)}, args["env"], args["batch"], 10)  # type: ignore[operator]
 
 
 def test_contexts_skip_the_per_round_checks_with_the_same_decisions(

@@ -408,7 +408,18 @@ RecT = TypeVar("RecT", _Rounds, _Sums)
 def _as_batch(
     batch: ProblemBatch | Problem, env: SkillEnv, run_map: ArrayLike | None
 ) -> ProblemBatch:
-    """One instance shared by every run of the environment, or the batch given."""
+    """One instance shared by every run of the environment, or the batch given; the
+    environment and the batch are checked by type first (``InvalidTypeError``), as both
+    entry points read them before anything else."""
+    if not isinstance(env, SkillEnv):
+        raise InvalidTypeError(
+            f"env must be a skill environment (StochasticEnv, RegimeSwitchingEnv, SequenceEnv, "
+            f"OutcomeEnv or another SkillEnv), got {type(env).__name__}"
+        )
+    if not isinstance(batch, Problem | ProblemBatch):
+        raise InvalidTypeError(
+            f"batch must be a Problem or a ProblemBatch, got {type(batch).__name__}"
+        )
     if isinstance(batch, Problem):
         n = env.n_runs if run_map is None else int(np.asarray(run_map).shape[0])
         return ProblemBatch(batch, n)
